@@ -1,0 +1,1 @@
+//! lockstep: restore milvus-backup backups into a CDC-replicating Milvus.

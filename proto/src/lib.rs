@@ -1,0 +1,21 @@
+//! Milvus's gRPC wire types, generated from the subset of `milvus-proto` in `proto/`.
+//!
+//! The package names (`milvus.proto.milvus`, `milvus.proto.common`, `milvus.proto.schema`),
+//! the service name and every field number are Milvus's own, so a real Milvus, pymilvus
+//! and milvus-sim all read what these types write. Messages carry only the fields lockstep
+//! and milvus-sim use; protobuf skips the fields a peer sends that are not listed here.
+//! Both the host's client and milvus-sim's server are built from these same files.
+
+#![allow(clippy::large_enum_variant, clippy::doc_overindented_list_items)]
+
+pub mod common {
+    tonic::include_proto!("milvus.proto.common");
+}
+
+pub mod schema {
+    tonic::include_proto!("milvus.proto.schema");
+}
+
+pub mod milvus {
+    tonic::include_proto!("milvus.proto.milvus");
+}

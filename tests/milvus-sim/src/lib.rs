@@ -1,0 +1,1 @@
+//! milvus-sim: a faithful multi-cluster Milvus emulator.
