@@ -1,1 +1,3 @@
 //! milvus-sim: a faithful multi-cluster Milvus emulator.
+
+pub mod fixtures;
