@@ -1,1 +1,143 @@
-//! See the crate docs for what this module owns.
+//! Talking to Milvus: the REST v2 import routes (the only place two-phase commit and abort
+//! exist), the gRPC MilvusService subset for DDL, version and replication topology, and the
+//! types the engine sees in place of wire fields.
+//!
+//! Wire formats stay here: the engine sees [`JobState`], [`MilvusJobId`] and [`Error`], never a
+//! JSON envelope or a raw `code`.
+
+mod grpc;
+mod rest;
+pub mod topology;
+pub mod version;
+
+use std::fmt;
+use std::time::Duration;
+
+pub use grpc::{CollectionInfo, GrpcClient, IndexSpec, V1ImportState};
+pub use rest::{CreateImport, ImportListEntry, ImportProgress, RestClient};
+pub use topology::Topology;
+pub use version::ServerVersion;
+
+/// How long to wait for a TCP connection to an end before calling it unreachable.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Upper bound on one request. Import create lists the files on the server side, which for
+/// a 256-segment batch can take a while; milvus-backup sends `Request-Timeout: 600` for it.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// An import job id as Milvus allocates it: a decimal int64, carried as a string on REST.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct MilvusJobId(pub String);
+
+impl fmt::Display for MilvusJobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The external job state REST reports (reference §1.4). `Unknown` covers `None` and any
+/// name this version of lockstep does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum JobState {
+    Pending,
+    Importing,
+    Uncommitted,
+    Committing,
+    Completed,
+    Failed,
+    Unknown,
+}
+
+impl JobState {
+    pub fn parse(s: &str) -> JobState {
+        match s {
+            "Pending" => JobState::Pending,
+            "Importing" => JobState::Importing,
+            "Uncommitted" => JobState::Uncommitted,
+            "Committing" => JobState::Committing,
+            "Completed" => JobState::Completed,
+            "Failed" => JobState::Failed,
+            _ => JobState::Unknown,
+        }
+    }
+
+    /// Uncommitted, or already past it: the commit may be sent (or was, by someone).
+    pub fn is_ready_to_commit(self) -> bool {
+        matches!(
+            self,
+            JobState::Uncommitted | JobState::Committing | JobState::Completed
+        )
+    }
+
+    /// No further transition will happen without a commit or an abort from outside.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobState::Completed | JobState::Failed)
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What went wrong talking to one end.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{end}: cannot reach {uri}: {source}")]
+    Unreachable {
+        end: String,
+        uri: String,
+        #[source]
+        source: BoxError,
+    },
+    #[error("{end}: {call} answered HTTP {status}")]
+    Http {
+        end: String,
+        call: String,
+        status: u16,
+    },
+    #[error("{end}: {call} failed with code {code}: {message}")]
+    Api {
+        end: String,
+        call: String,
+        code: i32,
+        message: String,
+    },
+    #[error("{end}: {call}: unexpected answer: {detail}")]
+    Protocol {
+        end: String,
+        call: String,
+        detail: String,
+    },
+}
+
+impl Error {
+    /// Worth trying again: the end was away, overloaded or restarting. Everything else is an
+    /// answer, and asking again gets the same answer.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Error::Unreachable { .. } => true,
+            Error::Http { status, .. } => *status >= 500 || *status == 429,
+            // merr: 1 not ready, 2 unavailable, 8 rate limit, 1807 HTTP rate limit,
+            // 2101 import failed on the server side, 10001 timeout.
+            Error::Api { code, .. } => matches!(code, 1 | 2 | 8 | 1807 | 2101 | 10001),
+            Error::Protocol { .. } => false,
+        }
+    }
+
+    /// The Milvus error code, when the end answered with one.
+    pub fn code(&self) -> Option<i32> {
+        match self {
+            Error::Api { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

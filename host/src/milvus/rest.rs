@@ -1,0 +1,271 @@
+//! The REST v2 import routes under `/v2/vectordb/jobs/import/` (reference milvus-api.md §1–2).
+//!
+//! Every answer is HTTP 200 with a `{code, message, data}` envelope; a non-zero `code` is an
+//! error whatever the HTTP status says. Commit and abort exist only here, not on gRPC.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{CONNECT_TIMEOUT, Error, JobState, MilvusJobId, REQUEST_TIMEOUT, Result};
+
+/// A client for one end's REST API.
+#[derive(Debug, Clone)]
+pub struct RestClient {
+    end: String,
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+/// The body of `/jobs/import/create`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateImport {
+    pub db_name: String,
+    pub collection_name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition_name: Option<String>,
+    /// One inner list per file group; for backup imports, `[insert_prefix, delta_prefix?]`.
+    pub files: Vec<Vec<String>>,
+    /// Milvus refuses non-string option values, so the map is string to string.
+    pub options: BTreeMap<String, String>,
+}
+
+/// What describe reports about one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportProgress {
+    pub job_id: MilvusJobId,
+    pub collection: String,
+    pub state: JobState,
+    pub progress: i64,
+    pub reason: Option<String>,
+    pub imported_rows: i64,
+    pub total_rows: i64,
+    /// `details[].fileName` per file group, as Milvus formats them (`"[a b]"`): lets recovery
+    /// recognise a job whose create answer was lost.
+    pub file_groups: Vec<String>,
+}
+
+/// One row of `/jobs/import/list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportListEntry {
+    pub job_id: MilvusJobId,
+    pub collection: String,
+    pub state: JobState,
+    pub progress: i64,
+    pub reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    code: i32,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateData {
+    job_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DescribeData {
+    #[serde(default)]
+    job_id: String,
+    #[serde(default)]
+    collection_name: String,
+    state: String,
+    #[serde(default)]
+    progress: i64,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    imported_rows: i64,
+    #[serde(default)]
+    total_rows: i64,
+    #[serde(default)]
+    details: Vec<DescribeDetail>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DescribeDetail {
+    #[serde(default)]
+    file_name: String,
+}
+
+#[derive(Deserialize)]
+struct ListData {
+    #[serde(default)]
+    records: Vec<ListRecord>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListRecord {
+    job_id: String,
+    #[serde(default)]
+    collection_name: String,
+    state: String,
+    #[serde(default)]
+    progress: i64,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+impl RestClient {
+    /// `base` is the end's URI (`http://host:19530`); the REST API shares the gRPC port.
+    pub fn new(end: &str, base: &str, token: Option<String>) -> Result<RestClient> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|e| Error::Unreachable {
+                end: end.to_string(),
+                uri: base.to_string(),
+                source: Box::new(e),
+            })?;
+        Ok(RestClient {
+            end: end.to_string(),
+            base: base.trim_end_matches('/').to_string(),
+            token,
+            http,
+        })
+    }
+
+    /// Creates an import job. `idempotency_key` makes a retried create return the same job on
+    /// servers that honour the header (3.0.2+, 2.6.24+); older servers ignore it.
+    pub async fn create_import(
+        &self,
+        body: &CreateImport,
+        idempotency_key: Option<&str>,
+    ) -> Result<MilvusJobId> {
+        let data: CreateData = self.post("create", body, idempotency_key).await?;
+        if data.job_id.parse::<i64>().is_err() {
+            return Err(self.protocol("create", format!("jobId {:?} is not an int64", data.job_id)));
+        }
+        Ok(MilvusJobId(data.job_id))
+    }
+
+    pub async fn describe(&self, job: &MilvusJobId) -> Result<ImportProgress> {
+        let d: DescribeData = self
+            .post("describe", &JobIdBody { job_id: &job.0 }, None)
+            .await?;
+        let job_id = if d.job_id.is_empty() {
+            job.clone()
+        } else {
+            MilvusJobId(d.job_id)
+        };
+        Ok(ImportProgress {
+            job_id,
+            collection: d.collection_name,
+            state: JobState::parse(&d.state),
+            progress: d.progress,
+            reason: d.reason.filter(|r| !r.is_empty()),
+            imported_rows: d.imported_rows,
+            total_rows: d.total_rows,
+            file_groups: d.details.into_iter().map(|x| x.file_name).collect(),
+        })
+    }
+
+    /// Commits an Uncommitted job. Milvus answers 0 when the job is already Committing or
+    /// Completed, so a retried commit is safe.
+    pub async fn commit(&self, job: &MilvusJobId) -> Result<()> {
+        let _: Value = self
+            .post("commit", &JobIdBody { job_id: &job.0 }, None)
+            .await?;
+        Ok(())
+    }
+
+    /// Aborts a job before its commit. A repeated abort of a Failed job answers 0.
+    pub async fn abort(&self, job: &MilvusJobId) -> Result<()> {
+        let _: Value = self
+            .post("abort", &JobIdBody { job_id: &job.0 }, None)
+            .await?;
+        Ok(())
+    }
+
+    /// Every import job of a collection (Milvus has no pagination here).
+    pub async fn list(&self, db: &str, collection: &str) -> Result<Vec<ImportListEntry>> {
+        let body = serde_json::json!({ "dbName": db, "collectionName": collection });
+        let data: ListData = self.post("list", &body, None).await?;
+        Ok(data
+            .records
+            .into_iter()
+            .map(|r| ImportListEntry {
+                job_id: MilvusJobId(r.job_id),
+                collection: r.collection_name,
+                state: JobState::parse(&r.state),
+                progress: r.progress,
+                reason: r.reason.filter(|r| !r.is_empty()),
+            })
+            .collect())
+    }
+
+    async fn post<B: Serialize + ?Sized, T: serde::de::DeserializeOwned>(
+        &self,
+        route: &str,
+        body: &B,
+        idempotency_key: Option<&str>,
+    ) -> Result<T> {
+        let url = format!("{}/v2/vectordb/jobs/import/{route}", self.base);
+        let call = format!("import/{route}");
+        let mut req = self.http.post(&url).json(body);
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        if let Some(key) = idempotency_key {
+            req = req.header("Idempotency-Key", key);
+        }
+        let resp = req.send().await.map_err(|e| Error::Unreachable {
+            end: self.end.clone(),
+            uri: self.base.clone(),
+            source: Box::new(e),
+        })?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(Error::Http {
+                end: self.end.clone(),
+                call,
+                status: status.as_u16(),
+            });
+        }
+        let bytes = resp.bytes().await.map_err(|e| Error::Unreachable {
+            end: self.end.clone(),
+            uri: self.base.clone(),
+            source: Box::new(e),
+        })?;
+        let env: Envelope = serde_json::from_slice(&bytes)
+            .map_err(|e| self.protocol(&call, format!("not a Milvus envelope: {e}")))?;
+        if env.code != 0 {
+            return Err(Error::Api {
+                end: self.end.clone(),
+                call,
+                code: env.code,
+                message: env.message.unwrap_or_default(),
+            });
+        }
+        let data = env.data.unwrap_or(Value::Object(Default::default()));
+        serde_json::from_value(data).map_err(|e| self.protocol(&call, format!("data: {e}")))
+    }
+
+    fn protocol(&self, call: &str, detail: String) -> Error {
+        Error::Protocol {
+            end: self.end.clone(),
+            call: call.to_string(),
+            detail,
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JobIdBody<'a> {
+    job_id: &'a str,
+}
