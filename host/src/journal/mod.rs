@@ -1,1 +1,274 @@
-//! See the crate docs for what this module owns.
+//! Durable restore state: what was submitted, what was decided, how it ended.
+//!
+//! The journal is the coordinator's memory across crashes (reference reliability.md §1): every
+//! import job's Idempotency-Key is written before its create is sent, the commit decision is
+//! made durable before any commit is sent, and a restore found unfinished is resolved by the
+//! presumption it records: no decision → abort what was submitted; decision → roll forward.
+//!
+//! Two backends sit behind [`Journal`]: [`embedded::FileJournal`] (one JSON file per restore,
+//! written by atomic rename with fsync, a lock file per restore) and the etcd journal shared by
+//! a fleet. A [`Claim`] is the right to act on one restore; every save goes through it, so a
+//! host that lost its claim cannot overwrite another host's record.
+
+pub mod embedded;
+
+use std::fmt;
+
+use futures::future::BoxFuture;
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::milvus::MilvusJobId;
+
+/// One attempt to run one job's content: `{name}.{hash12}.{attempt}`. A new attempt after a
+/// failure gets a new id, hence new Idempotency-Keys, hence fresh import jobs (a key Milvus
+/// remembers would hand back the failed job).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RestoreId(pub String);
+
+impl RestoreId {
+    pub fn new(job_name: &str, content_hash: &str, attempt: u32) -> RestoreId {
+        RestoreId(format!(
+            "{}{attempt}",
+            RestoreId::content_prefix(job_name, content_hash)
+        ))
+    }
+
+    /// `{name}.{hash12}.`: what every attempt of one job content starts with. The name is
+    /// reduced to characters safe in file names, etcd keys and Idempotency-Keys.
+    pub fn content_prefix(job_name: &str, content_hash: &str) -> String {
+        let name: String = job_name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(64)
+            .collect();
+        let hash = content_hash.get(..12).unwrap_or(content_hash);
+        format!("{name}.{hash}.")
+    }
+}
+
+impl fmt::Display for RestoreId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Where a restore stands. The order is the order of DESIGN.md §1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RestorePhase {
+    Preflight,
+    Ddl,
+    Staging,
+    Importing,
+    Holding,
+    /// At least one commit group has a durable decision; the rest follows it.
+    Deciding,
+    Completing,
+    /// Nothing left to do; `outcome` says how it ended.
+    Finished,
+}
+
+/// How a restore ended, and the exit code that tells it apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Visible on every end.
+    Succeeded,
+    /// Refused before anything was written: bad input or a preflight rule.
+    Refused,
+    /// Failed before its decision; every submitted job was aborted on every end.
+    RolledBack,
+    /// Committed, but at least one end failed to make it visible: a named divergence.
+    Diverged,
+    /// Stopped without converging (an end stayed unreachable); `lockstep recover` resumes it.
+    Incomplete,
+}
+
+impl Outcome {
+    /// 0 success, 1 failed and rolled back, 2 refused, 3 committed with divergence,
+    /// 4 not converged (run `lockstep recover`).
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Outcome::Succeeded => 0,
+            Outcome::RolledBack => 1,
+            Outcome::Refused => 2,
+            Outcome::Diverged => 3,
+            Outcome::Incomplete => 4,
+        }
+    }
+
+    /// The worst of two outcomes, for a batch of restores: divergence and unconverged state
+    /// need a person more than a rollback does.
+    pub fn worst(self, other: Outcome) -> Outcome {
+        fn rank(o: Outcome) -> u8 {
+            match o {
+                Outcome::Succeeded => 0,
+                Outcome::Refused => 1,
+                Outcome::RolledBack => 2,
+                Outcome::Diverged => 3,
+                Outcome::Incomplete => 4,
+            }
+        }
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// What was decided for a commit group. Only `Commit` must be durable before it acts
+/// (presumed abort); aborts are recorded so the report and `status` can say why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Decision {
+    Commit { at: Timestamp },
+    Abort { at: Timestamp, reason: String },
+}
+
+/// One import batch as submitted to the target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchRecord {
+    pub batch_id: String,
+    pub db: String,
+    pub collection: String,
+    pub partition: String,
+    /// Sent as `Idempotency-Key`; derived from the restore id and the batch id.
+    pub idempotency_key: String,
+    /// The import paths, one inner list per file group; recovery matches a job whose create
+    /// answer was lost by them when the target ignores Idempotency-Key.
+    pub files: Vec<Vec<String>>,
+    /// Written when the target answered the create. `None` with `create_sent` means the answer
+    /// was lost: recovery looks the job up by its key.
+    pub job_id: Option<MilvusJobId>,
+    pub create_sent: bool,
+}
+
+/// The jobs that are committed together: the whole restore (`atomicity = "restore"`) or one
+/// collection (`atomicity = "collection"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitGroup {
+    pub id: String,
+    pub batches: Vec<BatchRecord>,
+    pub decision: Option<Decision>,
+}
+
+/// Everything the journal keeps about one restore.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RestoreRecord {
+    pub id: RestoreId,
+    pub job_name: String,
+    pub content_hash: String,
+    pub attempt: u32,
+    /// The validated job, so `recover` can resolve the restore without its file. Holds no
+    /// secrets: tokens are re-read from the environment.
+    pub job: serde_json::Value,
+    pub phase: RestorePhase,
+    pub started_at: Timestamp,
+    pub updated_at: Timestamp,
+    /// The prefix staged files live under on each destination, for cleanup after a crash.
+    pub staging_prefix: Option<String>,
+    pub groups: Vec<CommitGroup>,
+    pub outcome: Option<Outcome>,
+    /// The final report, as JSON, once the restore finished.
+    pub report: Option<serde_json::Value>,
+}
+
+impl RestoreRecord {
+    /// Still needs work: no outcome, or an outcome that did not converge.
+    pub fn is_unfinished(&self) -> bool {
+        matches!(self.outcome, None | Some(Outcome::Incomplete))
+    }
+}
+
+/// The right to act on one restore until dropped. Backends check it on every save: the
+/// embedded journal holds a file lock, etcd a lease.
+pub trait Claim: Send + Sync {
+    fn restore_id(&self) -> &RestoreId;
+}
+
+/// Errors of the journal. Callers branch on `Busy` (someone else works on the restore).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("restore {id} is being worked on by {holder}")]
+    Busy { id: RestoreId, holder: String },
+    #[error("journal at {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("journal record {path} is corrupt: {source}")]
+    Corrupt {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("journal backend: {0}")]
+    Backend(String),
+    #[error("the claim on restore {0} was lost; another host may have taken it over")]
+    ClaimLost(RestoreId),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A durable store of restore records.
+pub trait Journal: Send + Sync {
+    /// Takes the exclusive right to act on `id` (waiting for nobody: `Busy` if held).
+    fn claim(&self, id: &RestoreId) -> BoxFuture<'_, Result<Box<dyn Claim>>>;
+
+    /// Writes the record durably (fsync or quorum) before returning.
+    fn save<'a>(
+        &'a self,
+        claim: &'a dyn Claim,
+        record: &'a RestoreRecord,
+    ) -> BoxFuture<'a, Result<()>>;
+
+    fn load<'a>(&'a self, id: &'a RestoreId) -> BoxFuture<'a, Result<Option<RestoreRecord>>>;
+
+    /// Every attempt of one job content (same name and hash), oldest first.
+    fn attempts<'a>(
+        &'a self,
+        job_name: &'a str,
+        content_hash: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<RestoreRecord>>>;
+
+    /// Every record, oldest first.
+    fn list(&self) -> BoxFuture<'_, Result<Vec<RestoreRecord>>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restore_ids_are_readable_and_key_safe() {
+        let id = RestoreId::new("orders 2026/11", "0123456789abcdef0123", 2);
+        assert_eq!(id.0, "orders_2026_11.0123456789ab.2");
+        assert!(id.0.starts_with(&RestoreId::content_prefix(
+            "orders 2026/11",
+            "0123456789abcdef0123"
+        )));
+    }
+
+    #[test]
+    fn worst_outcome_orders_by_need_for_a_person() {
+        use Outcome::*;
+        assert_eq!(Succeeded.worst(RolledBack), RolledBack);
+        assert_eq!(Diverged.worst(RolledBack), Diverged);
+        assert_eq!(Refused.worst(Succeeded), Refused);
+        assert_eq!(Incomplete.worst(Diverged), Incomplete);
+        assert_eq!(
+            [Succeeded, Diverged, RolledBack, Refused, Incomplete].map(|o| o.exit_code()),
+            [0, 3, 1, 2, 4]
+        );
+    }
+}

@@ -1,0 +1,301 @@
+//! The embedded journal: one JSON file per restore under `{state_dir}/journal/`, replaced by
+//! atomic rename (write a temp file, fsync it, rename, fsync the directory), so a crash leaves
+//! either the old record or the new one, never a torn one. A lock file per restore, held with
+//! `flock` for as long as a process works on it, keeps two processes from driving one restore;
+//! the OS releases it when the process dies, which is what lets `recover` take over.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+use futures::future::BoxFuture;
+
+use super::{Claim, Error, Journal, RestoreId, RestoreRecord, Result};
+
+/// A journal in a local directory.
+#[derive(Debug, Clone)]
+pub struct FileJournal {
+    dir: PathBuf,
+}
+
+struct FileClaim {
+    id: RestoreId,
+    // Held for its lock; dropping the file releases it.
+    _lock: File,
+}
+
+impl Claim for FileClaim {
+    fn restore_id(&self) -> &RestoreId {
+        &self.id
+    }
+}
+
+impl FileJournal {
+    /// Opens (creating) the journal directory `{state_dir}/journal`.
+    pub fn open(state_dir: &Path) -> Result<FileJournal> {
+        let dir = state_dir.join("journal");
+        fs::create_dir_all(&dir).map_err(|source| io_error(&dir, source))?;
+        Ok(FileJournal { dir })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn record_path(&self, id: &RestoreId) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    fn claim_blocking(&self, id: &RestoreId) -> Result<FileClaim> {
+        let path = self.dir.join(format!("{id}.lock"));
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|source| io_error(&path, source))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                // The holder wrote its pid; an empty or unreadable file still means busy.
+                let _ = file.read_to_string(&mut holder);
+                let holder = match holder.trim() {
+                    "" => "another lockstep process".to_string(),
+                    pid => format!("lockstep process {pid}"),
+                };
+                return Err(Error::Busy {
+                    id: id.clone(),
+                    holder,
+                });
+            }
+            Err(fs::TryLockError::Error(source)) => return Err(io_error(&path, source)),
+        }
+        file.set_len(0).map_err(|source| io_error(&path, source))?;
+        file.rewind().map_err(|source| io_error(&path, source))?;
+        write!(file, "{}", std::process::id()).map_err(|source| io_error(&path, source))?;
+        Ok(FileClaim {
+            id: id.clone(),
+            _lock: file,
+        })
+    }
+
+    fn save_blocking(&self, record: &RestoreRecord) -> Result<()> {
+        let path = self.record_path(&record.id);
+        let tmp = path.with_extension("json.tmp");
+        let bytes = serde_json::to_vec_pretty(record).map_err(|source| Error::Corrupt {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let write = || -> io::Result<()> {
+            let mut f = File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+            fs::rename(&tmp, &path)?;
+            // The rename is durable only once the directory entry is.
+            File::open(&self.dir)?.sync_all()
+        };
+        write().map_err(|source| io_error(&path, source))
+    }
+
+    fn load_blocking(&self, id: &RestoreId) -> Result<Option<RestoreRecord>> {
+        read_record(&self.record_path(id))
+    }
+
+    /// Every record whose file name starts with `prefix`, oldest attempt first.
+    fn scan_blocking(&self, prefix: &str) -> Result<Vec<RestoreRecord>> {
+        let entries = fs::read_dir(&self.dir).map_err(|source| io_error(&self.dir, source))?;
+        let mut records = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| io_error(&self.dir, source))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.starts_with(prefix)
+                && name.ends_with(".json")
+                && let Some(record) = read_record(&entry.path())?
+            {
+                records.push(record);
+            }
+        }
+        records.sort_by_key(|r| (r.started_at, r.attempt));
+        Ok(records)
+    }
+}
+
+fn read_record(path: &Path) -> Result<Option<RestoreRecord>> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(io_error(path, source)),
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|source| Error::Corrupt {
+            path: path.display().to_string(),
+            source,
+        })
+}
+
+fn io_error(path: &Path, source: io::Error) -> Error {
+    Error::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Runs blocking file work off the async workers (fsync can take milliseconds).
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Backend(format!("journal task failed: {e}")))?
+}
+
+impl Journal for FileJournal {
+    fn claim(&self, id: &RestoreId) -> BoxFuture<'_, Result<Box<dyn Claim>>> {
+        let this = self.clone();
+        let id = id.clone();
+        Box::pin(async move {
+            let claim = blocking(move || this.claim_blocking(&id)).await?;
+            Ok(Box::new(claim) as Box<dyn Claim>)
+        })
+    }
+
+    fn save<'a>(
+        &'a self,
+        claim: &'a dyn Claim,
+        record: &'a RestoreRecord,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            if claim.restore_id() != &record.id {
+                return Err(Error::ClaimLost(record.id.clone()));
+            }
+            let this = self.clone();
+            let record = record.clone();
+            blocking(move || this.save_blocking(&record)).await
+        })
+    }
+
+    fn load<'a>(&'a self, id: &'a RestoreId) -> BoxFuture<'a, Result<Option<RestoreRecord>>> {
+        let this = self.clone();
+        let id = id.clone();
+        Box::pin(blocking(move || this.load_blocking(&id)))
+    }
+
+    fn attempts<'a>(
+        &'a self,
+        job_name: &'a str,
+        content_hash: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<RestoreRecord>>> {
+        let this = self.clone();
+        let prefix = RestoreId::content_prefix(job_name, content_hash);
+        Box::pin(blocking(move || this.scan_blocking(&prefix)))
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<RestoreRecord>>> {
+        let this = self.clone();
+        Box::pin(blocking(move || this.scan_blocking("")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{Outcome, RestorePhase};
+
+    fn record(id: &RestoreId, attempt: u32) -> RestoreRecord {
+        RestoreRecord {
+            id: id.clone(),
+            job_name: "orders".into(),
+            content_hash: "abcdef0123456789".into(),
+            attempt,
+            job: serde_json::json!({"backup": "b"}),
+            phase: RestorePhase::Preflight,
+            started_at: jiff::Timestamp::from_second(1_700_000_000 + i64::from(attempt)).unwrap(),
+            updated_at: jiff::Timestamp::now(),
+            staging_prefix: None,
+            groups: vec![],
+            outcome: None,
+            report: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn saved_records_load_back_and_group_by_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        for attempt in [1, 2] {
+            let id = RestoreId::new("orders", "abcdef0123456789", attempt);
+            let claim = journal.claim(&id).await.unwrap();
+            let mut r = record(&id, attempt);
+            r.outcome = Some(Outcome::RolledBack);
+            journal.save(claim.as_ref(), &r).await.unwrap();
+            assert_eq!(journal.load(&id).await.unwrap(), Some(r));
+        }
+        let other = RestoreId::new("orders", "ffff", 1);
+        let claim = journal.claim(&other).await.unwrap();
+        journal
+            .save(claim.as_ref(), &record(&other, 1))
+            .await
+            .unwrap();
+
+        let attempts = journal
+            .attempts("orders", "abcdef0123456789")
+            .await
+            .unwrap();
+        assert_eq!(
+            attempts.iter().map(|r| r.attempt).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        assert_eq!(journal.list().await.unwrap().len(), 3);
+        // No temp file is left behind by a completed save.
+        assert!(
+            fs::read_dir(journal.dir())
+                .unwrap()
+                .all(|e| { !e.unwrap().file_name().to_string_lossy().ends_with(".tmp") })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_claim_is_exclusive_until_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        let id = RestoreId::new("orders", "abcdef0123456789", 1);
+        let claim = journal.claim(&id).await.unwrap();
+        match journal.claim(&id).await {
+            Err(Error::Busy { holder, .. }) => {
+                assert!(holder.contains(&std::process::id().to_string()), "{holder}")
+            }
+            other => panic!("expected Busy, got {:?}", other.map(|_| ())),
+        }
+        drop(claim);
+        journal
+            .claim(&id)
+            .await
+            .expect("free again after the holder dropped it");
+    }
+
+    #[tokio::test]
+    async fn a_save_under_another_restores_claim_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        let a = RestoreId::new("a", "abcdef0123456789", 1);
+        let b = RestoreId::new("b", "abcdef0123456789", 1);
+        let claim_a = journal.claim(&a).await.unwrap();
+        let err = journal
+            .save(claim_a.as_ref(), &record(&b, 1))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::ClaimLost(id) if id == b));
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_record_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        let id = RestoreId::new("orders", "abcdef0123456789", 1);
+        fs::write(journal.dir().join(format!("{id}.json")), b"{ not json").unwrap();
+        let err = journal.load(&id).await.unwrap_err();
+        assert!(err.to_string().contains(&format!("{id}.json")), "{err}");
+    }
+}
