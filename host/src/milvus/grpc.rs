@@ -8,6 +8,7 @@ use milvus_proto::common::{ImportState, KeyValuePair, ReplicateConfiguration, St
 use milvus_proto::milvus::milvus_service_client::MilvusServiceClient;
 use milvus_proto::milvus::*;
 use milvus_proto::schema::CollectionSchema;
+use base64::Engine as _;
 use prost::Message;
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
@@ -76,7 +77,7 @@ impl GrpcClient {
             .timeout(REQUEST_TIMEOUT);
         let auth = match token {
             Some(t) => {
-                let encoded = base64_encode(t.as_bytes());
+                let encoded = base64::engine::general_purpose::STANDARD.encode(t.as_bytes());
                 Some(encoded.parse().map_err(|_| Error::Protocol {
                     end: end.to_string(),
                     call: "auth".into(),
@@ -413,41 +414,4 @@ fn kv(pairs: Vec<(String, String)>) -> Vec<KeyValuePair> {
         .into_iter()
         .map(|(key, value)| KeyValuePair { key, value })
         .collect()
-}
-
-/// Standard base64 with padding, the encoding Milvus expects in `authorization`.
-fn base64_encode(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn base64_matches_rfc4648_vectors() {
-        for (input, want) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foobar", "Zm9vYmFy"),
-            ("root:Milvus", "cm9vdDpNaWx2dXM="),
-        ] {
-            assert_eq!(super::base64_encode(input.as_bytes()), want);
-        }
-    }
 }
