@@ -1,0 +1,326 @@
+//! The data of one check call's `Store`: grants, limits and collected logs,
+//! and the host imports implemented on it. Nothing here outlives the call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, StoreLimits};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::{wit_host, wit_types};
+use super::host_services::{CheckHost, HostError, MAX_PAGE, ObjectInfo};
+use super::http::{self, AllowedHosts, HttpLimits};
+use super::runtime::Clock;
+
+/// Severity of a log line a check writes (WIT `log-level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+/// Where a log line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogSource {
+    /// The `log` import.
+    Host,
+    /// The guest's stdout (one line per line written).
+    Stdout,
+    /// The guest's stderr.
+    Stderr,
+}
+
+/// One line a check logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    pub level: LogLevel,
+    pub source: LogSource,
+    pub message: String,
+    pub fields: Vec<(String, String)>,
+}
+
+/// Log lines kept per call; a check that logs more loses the rest (counted),
+/// so a chatty check cannot grow the host's memory without bound.
+pub(crate) const MAX_LOG_LINES: usize = 1000;
+/// Bytes kept per log message or field.
+const MAX_LOG_TEXT: usize = 4096;
+
+/// What one call may reach, fixed when the store is created.
+pub(crate) struct Grants {
+    pub check: String,
+    pub restore_id: String,
+    pub ends: Vec<String>,
+    pub host: Arc<dyn CheckHost>,
+    pub http_client: reqwest::Client,
+    pub allow_hosts: AllowedHosts,
+    pub http_limits: HttpLimits,
+    pub clock: Clock,
+}
+
+pub(crate) struct CheckState {
+    pub grants: Grants,
+    pub wasi: WasiCtx,
+    pub table: ResourceTable,
+    pub limiter: CheckLimiter,
+    /// Epoch ticks (10 ms each) this call spent running wasm.
+    pub cpu_ticks: u64,
+    pub cpu_budget_ticks: u64,
+    pub cpu_exhausted: bool,
+    pub logs: Vec<LogLine>,
+    pub dropped_logs: usize,
+}
+
+impl CheckState {
+    pub(crate) fn push_log(&mut self, line: LogLine) {
+        if self.logs.len() < MAX_LOG_LINES {
+            self.logs.push(line);
+        } else {
+            self.dropped_logs += 1;
+        }
+    }
+
+    fn check_end(&self, end: &str) -> Result<(), wit_host::StorageError> {
+        if self.grants.ends.iter().any(|e| e == end) {
+            Ok(())
+        } else {
+            Err(wit_host::StorageError::UnknownEnd(end.to_owned()))
+        }
+    }
+}
+
+/// `StoreLimits` plus a record of the memory limit being hit, so the call
+/// reports `memory limit` rather than the trap the failed grow causes.
+pub(crate) struct CheckLimiter {
+    inner: StoreLimits,
+    memory_limit: usize,
+    /// The size the guest asked to grow to when it hit the limit.
+    pub memory_refused: Option<usize>,
+}
+
+impl CheckLimiter {
+    pub(crate) fn new(memory_limit: usize) -> Self {
+        CheckLimiter {
+            inner: wasmtime::StoreLimitsBuilder::new()
+                .memory_size(memory_limit)
+                .trap_on_grow_failure(true)
+                .build(),
+            memory_limit,
+            memory_refused: None,
+        }
+    }
+}
+
+impl ResourceLimiter for CheckLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_limit {
+            self.memory_refused = Some(desired);
+        }
+        self.inner.memory_growing(current, desired, maximum)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.inner.table_growing(current, desired, maximum)
+    }
+
+    fn instances(&self) -> usize {
+        self.inner.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.inner.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.inner.memories()
+    }
+}
+
+impl WasiView for CheckState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+fn clip(mut text: String) -> String {
+    if text.len() > MAX_LOG_TEXT {
+        let mut cut = MAX_LOG_TEXT;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+fn storage_error(error: HostError) -> wit_host::StorageError {
+    match error {
+        HostError::UnknownEnd(end) => wit_host::StorageError::UnknownEnd(end),
+        HostError::BadPageToken => wit_host::StorageError::BadPageToken,
+        HostError::Failed(reason) => wit_host::StorageError::Failed(reason),
+    }
+}
+
+fn object_meta(info: ObjectInfo) -> wit_host::ObjectMeta {
+    wit_host::ObjectMeta {
+        path: info.path,
+        size: info.size,
+        last_modified_ms: info.last_modified_ms,
+    }
+}
+
+impl wit_types::Host for CheckState {}
+
+impl wit_host::Host for CheckState {
+    fn log(
+        &mut self,
+        level: wit_host::LogLevel,
+        message: String,
+        fields: Vec<(String, String)>,
+    ) -> wasmtime::Result<()> {
+        let level = match level {
+            wit_host::LogLevel::Trace => LogLevel::Trace,
+            wit_host::LogLevel::Debug => LogLevel::Debug,
+            wit_host::LogLevel::Info => LogLevel::Info,
+            wit_host::LogLevel::Warn => LogLevel::Warn,
+            wit_host::LogLevel::Error => LogLevel::Error,
+        };
+        let line = LogLine {
+            level,
+            source: LogSource::Host,
+            message: clip(message),
+            fields: fields
+                .into_iter()
+                .take(32)
+                .map(|(k, v)| (clip(k), clip(v)))
+                .collect(),
+        };
+        emit(&self.grants.check, &self.grants.restore_id, &line);
+        self.push_log(line);
+        Ok(())
+    }
+
+    async fn head_object(
+        &mut self,
+        end: String,
+        path: String,
+    ) -> Result<Option<wit_host::ObjectMeta>, wit_host::StorageError> {
+        self.check_end(&end)?;
+        let host = Arc::clone(&self.grants.host);
+        host.head(&end, &path)
+            .await
+            .map(|found| found.map(object_meta))
+            .map_err(storage_error)
+    }
+
+    async fn list_objects(
+        &mut self,
+        end: String,
+        prefix: String,
+        page_token: Option<String>,
+        limit: u32,
+    ) -> Result<wit_host::ObjectPage, wit_host::StorageError> {
+        self.check_end(&end)?;
+        let host = Arc::clone(&self.grants.host);
+        host.list(
+            &end,
+            &prefix,
+            page_token.as_deref(),
+            limit.clamp(1, MAX_PAGE),
+        )
+        .await
+        .map(|page| wit_host::ObjectPage {
+            objects: page.objects.into_iter().map(object_meta).collect(),
+            next_page_token: page.next_page_token,
+        })
+        .map_err(storage_error)
+    }
+
+    async fn staged_files(
+        &mut self,
+        page_token: Option<String>,
+        limit: u32,
+    ) -> Result<wit_host::StagedPage, wit_host::StorageError> {
+        let host = Arc::clone(&self.grants.host);
+        host.staged_files(page_token.as_deref(), limit.clamp(1, MAX_PAGE))
+            .await
+            .map(|page| wit_host::StagedPage {
+                files: page
+                    .files
+                    .into_iter()
+                    .map(|f| wit_host::StagedFile {
+                        path: f.path,
+                        size: f.size,
+                        batch: f.batch,
+                    })
+                    .collect(),
+                next_page_token: page.next_page_token,
+            })
+            .map_err(storage_error)
+    }
+
+    async fn http_get(
+        &mut self,
+        url: String,
+        headers: Vec<(String, String)>,
+    ) -> Result<wit_host::HttpResponse, wit_host::HttpError> {
+        let result = http::get(
+            &self.grants.http_client,
+            &self.grants.allow_hosts,
+            self.grants.http_limits,
+            &url,
+            &headers,
+        )
+        .await;
+        if let Err(wit_host::HttpError::NotAllowed(_)) = &result {
+            tracing::warn!(check = %self.grants.check, %url, "check asked for a url outside its allow_hosts");
+        }
+        result
+    }
+
+    fn now_ms(&mut self) -> wasmtime::Result<i64> {
+        Ok(self.grants.clock.now().as_millisecond())
+    }
+}
+
+/// Sends one check log line into the host's log, tagged with the check.
+pub(crate) fn emit(check: &str, restore_id: &str, line: &LogLine) {
+    let fields = line
+        .fields
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let source = match line.source {
+        LogSource::Host => "log",
+        LogSource::Stdout => "stdout",
+        LogSource::Stderr => "stderr",
+    };
+    match line.level {
+        LogLevel::Trace => tracing::trace!(check, restore_id, source, fields, "{}", line.message),
+        LogLevel::Debug => tracing::debug!(check, restore_id, source, fields, "{}", line.message),
+        LogLevel::Info => tracing::info!(check, restore_id, source, fields, "{}", line.message),
+        LogLevel::Warn => tracing::warn!(check, restore_id, source, fields, "{}", line.message),
+        LogLevel::Error => tracing::error!(check, restore_id, source, fields, "{}", line.message),
+    }
+}
+
+/// Epoch tick length; Spin's default. CPU limits are counted in these.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
