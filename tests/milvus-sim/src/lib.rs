@@ -1,3 +1,65 @@
 //! milvus-sim: a faithful multi-cluster Milvus emulator.
+//!
+//! It behaves like Milvus 3.0 where lockstep touches it, closely enough that pymilvus cannot
+//! tell the difference, and it can be told to fail as real deployments fail. Each cluster
+//! listens on one loopback port serving gRPC (`milvus.proto.milvus.MilvusService`), the REST v2
+//! import API and the control API `/sim/v1/...`. The contract is the shared reference
+//! `milvus-api.md` §1–4.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use milvus_sim::{Sim, Topology};
+//! let topology = Topology::from_toml_file("examples/sim/star.toml")?;
+//! let sim = Sim::start(topology).await?;
+//! let state = sim.cluster("b").control().state().await?;
+//! println!("{} is {}", state.cluster_id, state.role);
+//! # Ok(()) }
+//! ```
+//!
+//! Layout:
+//! - [`topology`]: the topology file, parsed and validated with located errors.
+//! - [`server`]: [`Sim`], starting clusters, serving, restarts.
+//! - [`cluster`]: one cluster's state and every rule that does not depend on the wire.
+//! - [`catalog`]: databases, collections, partitions, indexes; the DDL ops.
+//! - [`jobs`], [`options`], [`executor`], [`import_reader`]: import jobs, their options, the
+//!   task that runs them, and reading files from the cluster's storage.
+//! - [`cdc`]: ordered streams from a primary to each secondary, with lag and pause.
+//! - [`replication`]: the ReplicateConfiguration rules and roles.
+//! - [`rest`], [`grpc`], [`control`]: the three faces of a cluster's port.
+//! - [`faults`]: injected job failures and API faults.
+//! - [`merr`], [`go_duration`], [`version`], [`storage`]: Milvus's error codes, Go durations,
+//!   version rules, object storage.
+//! - [`fixtures`]: `gen-backup`, backups in milvus-backup's layout.
 
+pub mod catalog;
+pub mod cdc;
+pub mod cluster;
+pub mod control;
+pub(crate) mod executor;
+pub mod faults;
 pub mod fixtures;
+pub mod go_duration;
+pub mod grpc;
+pub mod import_reader;
+pub mod jobs;
+pub mod merr;
+pub mod options;
+pub mod replication;
+pub mod rest;
+pub mod server;
+pub mod storage;
+pub mod topology;
+pub mod version;
+
+pub use cluster::Cluster;
+pub use control::{ClusterSnapshot, SimControl};
+pub use server::{Sim, SimError};
+pub use topology::Topology;
+
+/// The face a request came through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    Rest,
+    Grpc,
+}

@@ -1,0 +1,436 @@
+//! Databases, collections, partitions and indexes of one cluster (what rootcoord keeps in
+//! etcd). DDL arrives either from a client on a primary/standalone cluster or, on a secondary,
+//! from the CDC stream; both apply the same [`DdlOp`], which already carries every id, so a
+//! mirrored collection keeps the primary's collection id.
+
+use std::collections::BTreeMap;
+
+use milvus_proto::common::KeyValuePair;
+use milvus_proto::schema::CollectionSchema;
+use prost::Message;
+use serde::{Deserialize, Serialize};
+
+use crate::jobs::Stamp;
+use crate::merr::{MilvusError, code};
+
+pub const DEFAULT_DB: &str = "default";
+pub const DEFAULT_PARTITION: &str = "_default";
+/// Milvus numbers user fields from 100 (`common.StartOfUserFieldID`).
+const START_OF_USER_FIELD_ID: i64 = 100;
+
+/// A DDL operation with every id decided, as it is applied and as it is replicated.
+#[derive(Debug, Clone)]
+pub enum DdlOp {
+    CreateDatabase {
+        name: String,
+        id: i64,
+    },
+    DropDatabase {
+        name: String,
+    },
+    CreateCollection {
+        db: String,
+        name: String,
+        id: i64,
+        default_partition_id: i64,
+        /// Field ids already assigned.
+        schema: CollectionSchema,
+        shards_num: i32,
+        consistency_level: i32,
+        properties: Vec<KeyValuePair>,
+    },
+    DropCollection {
+        db: String,
+        name: String,
+    },
+    CreatePartition {
+        db: String,
+        collection: String,
+        name: String,
+        id: i64,
+    },
+    CreateIndex {
+        db: String,
+        collection: String,
+        field_name: String,
+        index_name: String,
+        params: Vec<KeyValuePair>,
+        id: i64,
+    },
+    LoadCollection {
+        db: String,
+        collection: String,
+    },
+}
+
+impl DdlOp {
+    /// The RPC name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DdlOp::CreateDatabase { .. } => "CreateDatabase",
+            DdlOp::DropDatabase { .. } => "DropDatabase",
+            DdlOp::CreateCollection { .. } => "CreateCollection",
+            DdlOp::DropCollection { .. } => "DropCollection",
+            DdlOp::CreatePartition { .. } => "CreatePartition",
+            DdlOp::CreateIndex { .. } => "CreateIndex",
+            DdlOp::LoadCollection { .. } => "LoadCollection",
+        }
+    }
+}
+
+/// Whether applying a DDL op changed anything; only changes are replicated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DdlOutcome {
+    Applied,
+    /// Milvus answers success for a repeated identical create.
+    AlreadyThere,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Database {
+    pub id: i64,
+    pub name: String,
+    pub created: Stamp,
+    pub collections: BTreeMap<String, Collection>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Collection {
+    pub id: i64,
+    pub name: String,
+    pub db_name: String,
+    /// The schema, encoded, as stored (prost messages are not serde types).
+    #[serde(skip)]
+    pub schema: CollectionSchema,
+    pub shards_num: i32,
+    pub consistency_level: i32,
+    #[serde(skip)]
+    pub properties: Vec<KeyValuePair>,
+    pub virtual_channels: Vec<String>,
+    pub partitions: Vec<Partition>,
+    pub indexes: Vec<Index>,
+    pub loaded: bool,
+    pub created: Stamp,
+    /// Hybrid timestamp of creation (physical ms << 18).
+    pub created_ts: u64,
+}
+
+impl Collection {
+    /// The primary-key field id, else the smallest field id (how the sim counts binlog rows).
+    pub fn primary_field_id(&self) -> Option<i64> {
+        self.schema
+            .fields
+            .iter()
+            .find(|f| f.is_primary_key)
+            .map(|f| f.field_id)
+    }
+
+    pub fn partition(&self, name: &str) -> Option<&Partition> {
+        self.partitions.iter().find(|p| p.name == name)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Partition {
+    pub id: i64,
+    pub name: String,
+    pub created: Stamp,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Index {
+    pub id: i64,
+    pub index_name: String,
+    pub field_name: String,
+    pub params: BTreeMap<String, String>,
+}
+
+/// A hybrid timestamp for now: physical milliseconds shifted past Milvus's 18 logical bits.
+pub fn hybrid_ts_now() -> u64 {
+    (jiff::Timestamp::now().as_millisecond().max(0) as u64) << 18
+}
+
+/// All databases of a cluster. `default` always exists.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Catalog {
+    pub databases: BTreeMap<String, Database>,
+}
+
+impl Catalog {
+    pub fn new(default_db_id: i64) -> Self {
+        let mut databases = BTreeMap::new();
+        databases.insert(
+            DEFAULT_DB.to_owned(),
+            Database {
+                id: default_db_id,
+                name: DEFAULT_DB.to_owned(),
+                created: Stamp::now(),
+                collections: BTreeMap::new(),
+            },
+        );
+        Catalog { databases }
+    }
+
+    pub fn database(&self, db: &str) -> Result<&Database, MilvusError> {
+        self.databases
+            .get(db_or_default(db))
+            .ok_or_else(|| MilvusError::database_not_found(db_or_default(db)))
+    }
+
+    pub fn collection(&self, db: &str, name: &str) -> Result<&Collection, MilvusError> {
+        self.database(db)?
+            .collections
+            .get(name)
+            .ok_or_else(|| MilvusError::collection_not_found(db_or_default(db), name))
+    }
+
+    fn collection_mut(&mut self, db: &str, name: &str) -> Result<&mut Collection, MilvusError> {
+        let db = db_or_default(db);
+        self.databases
+            .get_mut(db)
+            .ok_or_else(|| MilvusError::database_not_found(db))?
+            .collections
+            .get_mut(name)
+            .ok_or_else(|| MilvusError::collection_not_found(db, name))
+    }
+
+    pub fn collection_by_id(&self, id: i64) -> Option<&Collection> {
+        self.databases
+            .values()
+            .flat_map(|d| d.collections.values())
+            .find(|c| c.id == id)
+    }
+
+    /// Applies `op`. `pchannels` are this cluster's own, from which vchannels are named.
+    pub fn apply(&mut self, op: &DdlOp, pchannels: &[String]) -> Result<DdlOutcome, MilvusError> {
+        match op {
+            DdlOp::CreateDatabase { name, id } => {
+                if self.databases.contains_key(name) {
+                    // rootcoord's create_db_task: a plain error, so code 65535.
+                    return Err(MilvusError::new(
+                        code::UNEXPECTED,
+                        format!("database already exist: {name}"),
+                    ));
+                }
+                self.databases.insert(
+                    name.clone(),
+                    Database {
+                        id: *id,
+                        name: name.clone(),
+                        created: Stamp::now(),
+                        collections: BTreeMap::new(),
+                    },
+                );
+                Ok(DdlOutcome::Applied)
+            }
+            DdlOp::DropDatabase { name } => {
+                if name == DEFAULT_DB {
+                    return Err(MilvusError::new(
+                        code::UNEXPECTED,
+                        "can not drop default database",
+                    ));
+                }
+                let Some(database) = self.databases.get(name) else {
+                    return Ok(DdlOutcome::AlreadyThere);
+                };
+                if !database.collections.is_empty() {
+                    return Err(MilvusError::new(
+                        code::UNEXPECTED,
+                        format!(
+                            "database:{name} not empty, must drop all collections before drop database"
+                        ),
+                    ));
+                }
+                self.databases.remove(name);
+                Ok(DdlOutcome::Applied)
+            }
+            DdlOp::CreateCollection {
+                db,
+                name,
+                id,
+                default_partition_id,
+                schema,
+                shards_num,
+                consistency_level,
+                properties,
+            } => {
+                let db_name = db_or_default(db).to_owned();
+                let database = self
+                    .databases
+                    .get_mut(&db_name)
+                    .ok_or_else(|| MilvusError::database_not_found(&db_name))?;
+                if let Some(existing) = database.collections.get(name) {
+                    // Milvus treats an identical re-create as success.
+                    return if existing.schema.encode_to_vec() == schema.encode_to_vec() {
+                        Ok(DdlOutcome::AlreadyThere)
+                    } else {
+                        Err(MilvusError::parameter_invalid(
+                            "collection schema equal to the existing one",
+                            format!(
+                                "create duplicate collection with different parameters, collection: {name}"
+                            ),
+                        ))
+                    };
+                }
+                let shards = (*shards_num).max(1);
+                let virtual_channels = (0..shards as usize)
+                    .map(|i| format!("{}_{id}v{i}", pchannels[i % pchannels.len()]))
+                    .collect();
+                let now = Stamp::now();
+                database.collections.insert(
+                    name.clone(),
+                    Collection {
+                        id: *id,
+                        name: name.clone(),
+                        db_name: db_name.clone(),
+                        schema: schema.clone(),
+                        shards_num: shards,
+                        consistency_level: *consistency_level,
+                        properties: properties.clone(),
+                        virtual_channels,
+                        partitions: vec![Partition {
+                            id: *default_partition_id,
+                            name: DEFAULT_PARTITION.to_owned(),
+                            created: now,
+                        }],
+                        indexes: Vec::new(),
+                        loaded: false,
+                        created: now,
+                        created_ts: hybrid_ts_now(),
+                    },
+                );
+                Ok(DdlOutcome::Applied)
+            }
+            DdlOp::DropCollection { db, name } => {
+                let db = db_or_default(db);
+                let database = self
+                    .databases
+                    .get_mut(db)
+                    .ok_or_else(|| MilvusError::database_not_found(db))?;
+                // Milvus's DropCollection of a missing collection succeeds.
+                Ok(match database.collections.remove(name) {
+                    Some(_) => DdlOutcome::Applied,
+                    None => DdlOutcome::AlreadyThere,
+                })
+            }
+            DdlOp::CreatePartition {
+                db,
+                collection,
+                name,
+                id,
+            } => {
+                let c = self.collection_mut(db, collection)?;
+                if c.partition(name).is_some() {
+                    return Ok(DdlOutcome::AlreadyThere);
+                }
+                c.partitions.push(Partition {
+                    id: *id,
+                    name: name.clone(),
+                    created: Stamp::now(),
+                });
+                Ok(DdlOutcome::Applied)
+            }
+            DdlOp::CreateIndex {
+                db,
+                collection,
+                field_name,
+                index_name,
+                params,
+                id,
+            } => {
+                let c = self.collection_mut(db, collection)?;
+                if !c.schema.fields.iter().any(|f| &f.name == field_name) {
+                    return Err(MilvusError::new(
+                        code::PARAMETER_INVALID,
+                        format!("cannot create index on non-exist field: {field_name}"),
+                    ));
+                }
+                let params: BTreeMap<String, String> = params
+                    .iter()
+                    .map(|kv| (kv.key.clone(), kv.value.clone()))
+                    .collect();
+                let index_name = if index_name.is_empty() {
+                    field_name.clone()
+                } else {
+                    index_name.clone()
+                };
+                if let Some(existing) = c.indexes.iter().find(|i| i.field_name == *field_name) {
+                    return if existing.params == params && existing.index_name == index_name {
+                        Ok(DdlOutcome::AlreadyThere)
+                    } else {
+                        Err(MilvusError::new(
+                            code::INDEX_DUPLICATE,
+                            format!(
+                                "at most one distinct index is allowed per field: index duplicates[indexName={}]",
+                                existing.index_name
+                            ),
+                        ))
+                    };
+                }
+                c.indexes.push(Index {
+                    id: *id,
+                    index_name,
+                    field_name: field_name.clone(),
+                    params,
+                });
+                Ok(DdlOutcome::Applied)
+            }
+            DdlOp::LoadCollection { db, collection } => {
+                let c = self.collection_mut(db, collection)?;
+                if c.loaded {
+                    return Ok(DdlOutcome::AlreadyThere);
+                }
+                c.loaded = true;
+                Ok(DdlOutcome::Applied)
+            }
+        }
+    }
+}
+
+/// Milvus treats an empty database name as `default`.
+pub fn db_or_default(db: &str) -> &str {
+    if db.is_empty() { DEFAULT_DB } else { db }
+}
+
+/// Decodes a CreateCollection schema and gives fields without an id the next user field id,
+/// as rootcoord does; the schema's name is the collection's.
+pub fn prepare_schema(
+    bytes: &[u8],
+    collection_name: &str,
+) -> Result<CollectionSchema, MilvusError> {
+    let mut schema = CollectionSchema::decode(bytes).map_err(|e| {
+        MilvusError::new(
+            code::PARAMETER_INVALID,
+            format!("failed to unmarshal collection schema: {e}"),
+        )
+    })?;
+    if schema.name.is_empty() {
+        schema.name = collection_name.to_owned();
+    } else if schema.name != collection_name {
+        return Err(MilvusError::new(
+            code::PARAMETER_INVALID,
+            format!(
+                "collection name [{collection_name}] not matches schema name [{}]",
+                schema.name
+            ),
+        ));
+    }
+    if schema.fields.is_empty() {
+        return Err(MilvusError::new(105, "schema does not contain any field"));
+    }
+    let mut next = schema
+        .fields
+        .iter()
+        .map(|f| f.field_id)
+        .max()
+        .unwrap_or(0)
+        .max(START_OF_USER_FIELD_ID - 1)
+        + 1;
+    for field in &mut schema.fields {
+        if field.field_id == 0 {
+            field.field_id = next;
+            next += 1;
+        }
+    }
+    Ok(schema)
+}

@@ -1,0 +1,1010 @@
+//! One emulated Milvus cluster: its catalog, import jobs, replication config, CDC streams to its
+//! secondaries, injected faults and request log, behind one std `Mutex`.
+//!
+//! The mutex is a std one because no `.await` ever happens while it is held: every operation
+//! is a short critical section, and waiting (stage durations, CDC lag, commit replay) happens
+//! outside it on watch channels. REST, gRPC, the control API and the CDC stream all call the
+//! methods here, so a rule (the replicating-cluster gate, commit semantics, refusal on a
+//! secondary) exists in one place whichever face the request came through.
+//!
+//! What survives a restart is everything in [`State`]: like a Milvus backed by etcd, jobs,
+//! collections and the replication config outlive the process; only serving and the job tasks
+//! stop, and the tasks resume from the state they were in.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
+use std::time::Duration;
+
+use milvus_proto::common::ReplicateConfiguration;
+use object_store::ObjectStore;
+use tokio::sync::{Notify, watch};
+
+use crate::Protocol;
+use crate::catalog::{Catalog, DdlOp, DdlOutcome};
+use crate::cdc::{CdcMessage, CdcStream, Deliver, Flow, MirrorImport, StreamSnapshot};
+use crate::control::{ClusterSnapshot, CollectionSnapshot, CompletedImport, RequestRecord};
+use crate::faults::{ApiEffect, Faults};
+use crate::jobs::{ImportJob, JobOrigin, JobState, Stamp};
+use crate::merr::MilvusError;
+use crate::options::{self, CommitMode};
+use crate::replication::{self, Role};
+use crate::topology::ClusterSpec;
+use crate::version::ServerVersion;
+
+/// Reason a rollback gives a job. Milvus's `importJobReasonAbortedByUser` text was not found
+/// (reference §2.2); this wording is [infer].
+pub const ABORTED_BY_USER: &str = "import job aborted by user";
+/// Reason of a job past its `timeout` option (Milvus's `tryTimeoutJob`).
+pub const IMPORT_TIMEOUT: &str = "import timeout";
+/// Milvus's `streaming.idempotency.maxKeyLength`.
+const MAX_IDEMPOTENCY_KEY_LEN: usize = 256;
+/// How long a secondary waits for a config it was sent directly to arrive through CDC.
+/// [infer]: Milvus's docs say only that it waits; a bound keeps a client from hanging forever.
+const CONFIG_ARRIVAL_WAIT: Duration = Duration::from_secs(10);
+
+/// What an UpdateReplicateConfiguration call still has to do after the synchronous part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConfigStep {
+    Done,
+    AwaitReplication,
+}
+
+/// Whether the cluster's port answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Availability {
+    Up,
+    Down,
+}
+
+/// A create request from either face, after the face's own parsing.
+#[derive(Debug, Clone)]
+pub struct CreateImport {
+    pub db_name: String,
+    pub collection_name: String,
+    pub partition_name: String,
+    pub files: Vec<Vec<String>>,
+    pub options: BTreeMap<String, String>,
+    pub idempotency_key: Option<String>,
+    pub protocol: Protocol,
+}
+
+/// Every cluster of one Sim by id: how a CDC edge finds its target.
+#[derive(Default)]
+pub struct Registry {
+    clusters: RwLock<BTreeMap<String, Cluster>>,
+}
+
+impl Registry {
+    pub fn insert(&self, cluster: Cluster) {
+        self.clusters
+            .write()
+            .expect("registry lock is never poisoned: no panics under it")
+            .insert(cluster.id().to_owned(), cluster);
+    }
+
+    pub fn get(&self, id: &str) -> Option<Cluster> {
+        self.clusters
+            .read()
+            .expect("registry lock is never poisoned: no panics under it")
+            .get(id)
+            .cloned()
+    }
+
+    pub fn clear(&self) {
+        self.clusters
+            .write()
+            .expect("registry lock is never poisoned: no panics under it")
+            .clear();
+    }
+}
+
+pub(crate) struct JobEntry {
+    pub job: ImportJob,
+    /// Tells the job's task and commit replays that the state moved.
+    pub watch: watch::Sender<JobState>,
+}
+
+/// Everything a restart keeps.
+pub(crate) struct State {
+    pub catalog: Catalog,
+    pub jobs: BTreeMap<i64, JobEntry>,
+    /// (collection id, key) → job id: keys are scoped to the collection.
+    pub idempotency: HashMap<(i64, String), i64>,
+    pub replicate_config: Option<ReplicateConfiguration>,
+    pub faults: Faults,
+    pub requests: Vec<RequestRecord>,
+    pub streams: BTreeMap<String, CdcStream>,
+    pub drivers: HashMap<i64, tokio::task::AbortHandle>,
+}
+
+pub(crate) struct Shared {
+    pub spec: ClusterSpec,
+    pub version: ServerVersion,
+    pub pchannels: Vec<String>,
+    pub store: Arc<dyn ObjectStore>,
+    /// Kept so a temporary storage directory lives as long as the cluster.
+    pub _temp_dir: Option<tempfile::TempDir>,
+    pub state: Mutex<State>,
+    ids: AtomicI64,
+    job_created: Notify,
+    config_changed: watch::Sender<u64>,
+    pub availability: watch::Sender<Availability>,
+    pub addr: Mutex<Option<SocketAddr>>,
+    pub registry: Weak<Registry>,
+    pub default_lag: Mutex<Duration>,
+    pub server: tokio::sync::Mutex<Option<crate::server::Serving>>,
+}
+
+/// A handle on one cluster; cheap to clone.
+#[derive(Clone)]
+pub struct Cluster(pub(crate) Arc<Shared>);
+
+impl Cluster {
+    pub(crate) fn new(
+        spec: ClusterSpec,
+        store: Arc<dyn ObjectStore>,
+        temp_dir: Option<tempfile::TempDir>,
+        registry: Weak<Registry>,
+    ) -> Cluster {
+        let first_id = (jiff::Timestamp::now().as_millisecond().max(0)) << 18;
+        let ids = AtomicI64::new(first_id);
+        let catalog = Catalog::new(1);
+        Cluster(Arc::new(Shared {
+            version: ServerVersion::parse(&spec.version),
+            pchannels: spec.pchannel_names(),
+            spec,
+            store,
+            _temp_dir: temp_dir,
+            state: Mutex::new(State {
+                catalog,
+                jobs: BTreeMap::new(),
+                idempotency: HashMap::new(),
+                replicate_config: None,
+                faults: Faults::default(),
+                requests: Vec::new(),
+                streams: BTreeMap::new(),
+                drivers: HashMap::new(),
+            }),
+            ids,
+            job_created: Notify::new(),
+            config_changed: watch::channel(0).0,
+            availability: watch::channel(Availability::Down).0,
+            addr: Mutex::new(None),
+            registry,
+            default_lag: Mutex::new(Duration::ZERO),
+            server: tokio::sync::Mutex::new(None),
+        }))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.0
+            .state
+            .lock()
+            .expect("cluster state lock is never poisoned: nothing panics while holding it")
+    }
+
+    pub fn id(&self) -> &str {
+        &self.0.spec.id
+    }
+
+    pub fn spec(&self) -> &ClusterSpec {
+        &self.0.spec
+    }
+
+    pub fn version(&self) -> &str {
+        &self.0.spec.version
+    }
+
+    pub fn pchannels(&self) -> &[String] {
+        &self.0.pchannels
+    }
+
+    /// The cluster's own object storage, where its imports read from.
+    pub fn store(&self) -> Arc<dyn ObjectStore> {
+        self.0.store.clone()
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.0
+            .addr
+            .lock()
+            .expect("addr lock is never poisoned")
+            .expect("a cluster is bound before its handle is handed out")
+    }
+
+    /// `http://127.0.0.1:PORT`: gRPC, REST and the control API all answer there.
+    pub fn uri(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    /// A control-API client for this cluster.
+    pub fn control(&self) -> crate::control::SimControl {
+        crate::control::SimControl::new(self.uri())
+    }
+
+    /// Fresh int64 id, Milvus-like (physical ms << 18 | logical): about 18 decimal digits.
+    pub fn next_id(&self) -> i64 {
+        let now = jiff::Timestamp::now().as_millisecond().max(0) << 18;
+        let mut prev = self.0.ids.load(Ordering::Relaxed);
+        loop {
+            let next = now.max(prev + 1);
+            match self
+                .0
+                .ids
+                .compare_exchange(prev, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return next,
+                Err(actual) => prev = actual,
+            }
+        }
+    }
+
+    pub fn availability(&self) -> Availability {
+        *self.0.availability.borrow()
+    }
+
+    /// Waits until the cluster serves (returns at once when it does).
+    pub async fn wait_serving(&self) {
+        let mut rx = self.0.availability.subscribe();
+        // The sender lives in `Shared`, which this handle keeps alive.
+        let _ = rx.wait_for(|a| *a == Availability::Up).await;
+    }
+
+    pub fn role(&self) -> Role {
+        replication::role_of(self.lock().replicate_config.as_ref(), self.id())
+    }
+
+    // ------------------------------------------------------------------ request log, auth, faults
+
+    pub fn record_request(
+        &self,
+        protocol: Protocol,
+        route: &str,
+        job_id: Option<i64>,
+        code: Option<i32>,
+        fault: Option<ApiEffect>,
+    ) {
+        let record = RequestRecord {
+            at: Stamp::now(),
+            protocol,
+            route: route.to_owned(),
+            job_id: job_id.map(|id| id.to_string()),
+            code,
+            fault,
+        };
+        self.lock().requests.push(record);
+    }
+
+    /// The injected effect for a request arriving now on `protocol`.
+    pub fn api_effect(&self, protocol: Protocol) -> Option<ApiEffect> {
+        self.lock().faults.api_effect(protocol)
+    }
+
+    /// Whether the presented credential opens this cluster: always when it has no token.
+    pub fn accepts_token(&self, presented: Option<&str>) -> bool {
+        match &self.0.spec.token {
+            None => true,
+            Some(token) => presented == Some(token.as_str()),
+        }
+    }
+
+    fn refuse_on_secondary(&self, state: &State, operation: &str) -> Result<(), MilvusError> {
+        match replication::role_of(state.replicate_config.as_ref(), self.id()) {
+            Role::Secondary { primary } => {
+                Err(MilvusError::not_primary(self.id(), &primary, operation))
+            }
+            Role::Primary { .. } | Role::Standalone => Ok(()),
+        }
+    }
+
+    // ------------------------------------------------------------------ imports
+
+    /// REST create / gRPC Import on this cluster (reference §1, §2.1).
+    pub fn create_import(&self, req: CreateImport) -> Result<i64, MilvusError> {
+        let mut state = self.lock();
+        self.refuse_on_secondary(&state, "import")?;
+        let collection = state
+            .catalog
+            .collection(&req.db_name, &req.collection_name)?;
+        let (collection_id, db_name) = (collection.id, collection.db_name.clone());
+        if !req.partition_name.is_empty() && collection.partition(&req.partition_name).is_none() {
+            return Err(MilvusError::partition_not_found(&req.partition_name));
+        }
+        if req.files.is_empty() {
+            return Err(MilvusError::import_failed("import request is empty"));
+        }
+        let parsed = options::parse(&req.options, &req.partition_name)?;
+        if replication::is_replicating(state.replicate_config.as_ref()) {
+            let gate = if !self.0.spec.import_in_replicating_cluster {
+                Some("import in replicating cluster is not supported yet")
+            } else if parsed.commit == CommitMode::Auto {
+                Some("auto_commit=true import in replicating cluster is not supported")
+            } else {
+                None
+            };
+            if let Some(msg) = gate {
+                let inner = MilvusError::operation_not_supported(msg);
+                return Err(MilvusError::new(
+                    inner.code,
+                    format!("failed to validate import request: {}", inner.message),
+                ));
+            }
+        }
+        let key = match req.idempotency_key.as_deref() {
+            Some(key) if self.0.version.honours_idempotency_key() && !key.is_empty() => {
+                if key.len() > MAX_IDEMPOTENCY_KEY_LEN
+                    || !key.bytes().all(|b| (0x20..=0x7e).contains(&b))
+                {
+                    return Err(MilvusError::parameter_invalid(
+                        "idempotency key of printable ASCII, at most 256 bytes",
+                        format!("{} bytes", key.len()),
+                    ));
+                }
+                if let Some(existing) = state.idempotency.get(&(collection_id, key.to_owned())) {
+                    return Ok(*existing);
+                }
+                Some(key.to_owned())
+            }
+            _ => None,
+        };
+        let active = state
+            .jobs
+            .values()
+            .filter(|e| e.job.state.is_active())
+            .count();
+        if active >= self.0.spec.max_import_job_num {
+            return Err(MilvusError::import_failed(
+                "The number of jobs has reached the limit, please try again later. If your request is set to only import a single file, please consider importing multiple files in one request for better efficiency.",
+            ));
+        }
+        let job_id = self.next_id();
+        let mirror = MirrorImport {
+            job_id,
+            db_name,
+            collection_name: req.collection_name,
+            collection_id,
+            partition_name: req.partition_name,
+            files: req.files,
+            options: req.options,
+        };
+        if let Some(key) = &key {
+            state
+                .idempotency
+                .insert((collection_id, key.clone()), job_id);
+        }
+        self.insert_job(
+            &mut state,
+            &mirror,
+            parsed,
+            JobOrigin::Client {
+                protocol: req.protocol,
+            },
+            key,
+        );
+        self.broadcast(&mut state, CdcMessage::Import(mirror));
+        drop(state);
+        crate::executor::spawn_driver(self, job_id);
+        Ok(job_id)
+    }
+
+    fn insert_job(
+        &self,
+        state: &mut State,
+        spec: &MirrorImport,
+        parsed: options::ImportOptions,
+        origin: JobOrigin,
+        idempotency_key: Option<String>,
+    ) {
+        let created = Stamp::now();
+        let timeout_at = parsed.timeout.map(|t| tokio::time::Instant::now() + t);
+        let deadline = parsed.timeout.map(|t| {
+            let at = created.rfc3339 + t;
+            Stamp {
+                rfc3339: at,
+                unix_ms: at.as_millisecond(),
+            }
+        });
+        let mut job = ImportJob {
+            job_id: spec.job_id,
+            db_name: spec.db_name.clone(),
+            collection_name: spec.collection_name.clone(),
+            collection_id: spec.collection_id,
+            partition_name: spec.partition_name.clone(),
+            files: spec.files.clone(),
+            options: spec.options.clone(),
+            parsed_options: parsed,
+            origin,
+            idempotency_key,
+            state: JobState::Pending,
+            reason: String::new(),
+            history: Vec::new(),
+            created,
+            completed: None,
+            deadline,
+            total_rows: 0,
+            imported_rows: 0,
+            deleted_rows: 0,
+            groups: Vec::new(),
+            manifest: Vec::new(),
+            state_entered_ms: created.unix_ms,
+            timeout_at,
+        };
+        job.enter(JobState::Pending);
+        state.faults.bind_next(spec.job_id);
+        state.jobs.insert(
+            spec.job_id,
+            JobEntry {
+                job,
+                watch: watch::channel(JobState::Pending).0,
+            },
+        );
+        self.0.job_created.notify_waiters();
+    }
+
+    /// A copy of a job.
+    pub fn job(&self, job_id: i64) -> Option<ImportJob> {
+        self.lock().jobs.get(&job_id).map(|e| e.job.clone())
+    }
+
+    /// describe / get_progress: the job under a string id (reference §1.3).
+    pub fn describe_import(&self, raw_id: &str) -> Result<ImportJob, MilvusError> {
+        let job_id: i64 = raw_id.parse().map_err(|_| {
+            MilvusError::import_failed(format!(
+                "parse job id failed, err=strconv.ParseInt: parsing \"{raw_id}\": invalid syntax"
+            ))
+        })?;
+        self.job(job_id).ok_or_else(|| job_not_found(job_id))
+    }
+
+    /// list: every job, optionally of one collection of a database.
+    pub fn list_imports(
+        &self,
+        db: &str,
+        collection: Option<&str>,
+    ) -> Result<Vec<ImportJob>, MilvusError> {
+        let state = self.lock();
+        let collection_id = match collection {
+            Some(name) if !name.is_empty() => Some(state.catalog.collection(db, name)?.id),
+            _ => None,
+        };
+        Ok(state
+            .jobs
+            .values()
+            .filter(|e| collection_id.is_none_or(|id| e.job.collection_id == id))
+            .map(|e| e.job.clone())
+            .collect())
+    }
+
+    /// How far into its current stage a job is, for progress interpolation.
+    pub fn stage_fraction(&self, job: &ImportJob) -> f64 {
+        let d = &self.0.spec.durations;
+        let stage = match job.state {
+            JobState::Pending => d.pending,
+            JobState::PreImporting => d.preimport,
+            JobState::Importing => d.importing,
+            JobState::Sorting => d.sorting,
+            JobState::IndexBuilding => d.index_building,
+            _ => return 0.0,
+        };
+        if stage.is_zero() {
+            return 0.0;
+        }
+        let elapsed_ms = (Stamp::now().unix_ms - job.state_entered_ms).max(0) as f64;
+        elapsed_ms / stage.as_millis() as f64
+    }
+
+    fn parse_job_id(raw: &str) -> Result<i64, MilvusError> {
+        raw.parse()
+            .map_err(|_| MilvusError::parameter_invalid("int64 jobId", raw))
+    }
+
+    /// REST commit (reference §2.2): idempotent in Uncommitted, Committing and Completed;
+    /// refused before Uncommitted, after an abort, for auto-commit jobs and on a secondary.
+    pub fn commit_import(&self, raw_id: &str) -> Result<i64, MilvusError> {
+        let job_id = Self::parse_job_id(raw_id)?;
+        let mut state = self.lock();
+        self.refuse_on_secondary(&state, "commit import")?;
+        let entry = state
+            .jobs
+            .get_mut(&job_id)
+            .ok_or_else(|| job_not_found(job_id))?;
+        if entry.job.commit_mode() == CommitMode::Auto {
+            return Err(manual_not_allowed(job_id));
+        }
+        match entry.job.state {
+            JobState::Uncommitted => {
+                set_state(entry, JobState::Committing);
+                self.broadcast(&mut state, CdcMessage::CommitImport { job_id });
+                Ok(job_id)
+            }
+            JobState::Committing | JobState::Completed => Ok(job_id),
+            JobState::Failed => Err(MilvusError::import_failed(format!(
+                "job {job_id} is in state Failed and cannot be committed, reason: {}",
+                entry.job.reason
+            ))),
+            other => Err(MilvusError::import_failed(format!(
+                "job {job_id} is in state {}, commit requires state Uncommitted",
+                other.name()
+            ))),
+        }
+    }
+
+    /// REST abort (reference §2.2): fails the job "aborted by user" and replicates a rollback;
+    /// a repeated abort succeeds; refused once committing or completed.
+    pub fn abort_import(&self, raw_id: &str) -> Result<i64, MilvusError> {
+        let job_id = Self::parse_job_id(raw_id)?;
+        let mut state = self.lock();
+        self.refuse_on_secondary(&state, "abort import")?;
+        let entry = state
+            .jobs
+            .get_mut(&job_id)
+            .ok_or_else(|| job_not_found(job_id))?;
+        if entry.job.commit_mode() == CommitMode::Auto {
+            return Err(manual_not_allowed(job_id));
+        }
+        match entry.job.state {
+            s @ (JobState::Committing | JobState::Completed) => {
+                Err(MilvusError::import_failed(format!(
+                    "job {job_id} is in state {}, a committed job cannot be aborted",
+                    s.name()
+                )))
+            }
+            JobState::Failed => {
+                // Still replicated: a job that failed here on its own may hold an Uncommitted
+                // mirror that only a rollback releases.
+                self.broadcast(&mut state, CdcMessage::RollbackImport { job_id });
+                Ok(job_id)
+            }
+            _ => {
+                entry.job.fail(ABORTED_BY_USER);
+                entry.watch.send_replace(JobState::Failed);
+                self.broadcast(&mut state, CdcMessage::RollbackImport { job_id });
+                Ok(job_id)
+            }
+        }
+    }
+
+    /// Subscribes to a job's state.
+    pub(crate) fn job_watch(&self, job_id: i64) -> Option<watch::Receiver<JobState>> {
+        self.lock().jobs.get(&job_id).map(|e| e.watch.subscribe())
+    }
+
+    /// Runs `f` on a job still in state `from`; a job that moved meanwhile is left alone.
+    pub(crate) fn update_job_in<R>(
+        &self,
+        job_id: i64,
+        from: JobState,
+        f: impl FnOnce(&mut ImportJob) -> R,
+    ) -> Option<R> {
+        let mut state = self.lock();
+        let entry = state.jobs.get_mut(&job_id)?;
+        if entry.job.state != from {
+            return None;
+        }
+        let result = f(&mut entry.job);
+        if entry.job.state != from {
+            entry.watch.send_replace(entry.job.state);
+        }
+        Some(result)
+    }
+
+    /// The injected failure for a job arriving in `state`, consumed.
+    pub(crate) fn take_job_failure(&self, job_id: i64, state: JobState) -> Option<String> {
+        self.lock().faults.take_job_failure(job_id, state)
+    }
+
+    // ------------------------------------------------------------------ DDL
+
+    /// Applies a client's DDL (ids already allocated) and replicates it when it changed
+    /// anything; refused on a secondary, where DDL only arrives through the stream.
+    pub fn execute_ddl(&self, op: DdlOp) -> Result<DdlOutcome, MilvusError> {
+        let mut state = self.lock();
+        self.refuse_on_secondary(&state, op.name())?;
+        let outcome = state.catalog.apply(&op, &self.0.pchannels)?;
+        if outcome == DdlOutcome::Applied {
+            if let DdlOp::DropCollection { db, name } = &op {
+                tracing::info!(cluster = self.id(), db, name, "collection dropped");
+            }
+            self.broadcast(&mut state, CdcMessage::Ddl(op));
+        }
+        Ok(outcome)
+    }
+
+    /// Reads the catalog.
+    pub fn with_catalog<R>(&self, f: impl FnOnce(&Catalog) -> R) -> R {
+        f(&self.lock().catalog)
+    }
+
+    // ------------------------------------------------------------------ replication config
+
+    /// The stored config with tokens blanked, as `GetReplicateConfiguration` answers.
+    pub fn replicate_configuration(&self) -> Option<ReplicateConfiguration> {
+        self.lock()
+            .replicate_config
+            .as_ref()
+            .map(replication::sanitize)
+    }
+
+    /// `UpdateReplicateConfiguration` (reference §3): validated with Milvus's rules; on the
+    /// primary the new config also travels to its secondaries over the stream. A cluster that is
+    /// a secondary waits for the config to arrive through CDC.
+    pub async fn update_replicate_configuration(
+        &self,
+        incoming: &ReplicateConfiguration,
+    ) -> Result<(), MilvusError> {
+        let mut changes = self.0.config_changed.subscribe();
+        if self.store_unless_secondary(incoming)? == ConfigStep::Done {
+            return Ok(());
+        }
+        let arrived = tokio::time::timeout(CONFIG_ARRIVAL_WAIT, async {
+            while changes.changed().await.is_ok() {
+                let state = self.lock();
+                let stored = state.replicate_config.as_ref();
+                if replication::validate(incoming, stored, self.id(), &self.0.pchannels)
+                    .is_ok_and(|v| v.as_ref() == stored)
+                {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        match arrived {
+            Ok(true) => Ok(()),
+            _ => Err(MilvusError::new(
+                crate::merr::code::UNEXPECTED,
+                format!(
+                    "cluster '{}' is a secondary; the replicate configuration did not arrive through CDC within {CONFIG_ARRIVAL_WAIT:?}",
+                    self.id()
+                ),
+            )),
+        }
+    }
+
+    /// Validates and stores `incoming`, replicating it from a primary; a secondary must wait
+    /// for the config to arrive through CDC instead.
+    fn store_unless_secondary(
+        &self,
+        incoming: &ReplicateConfiguration,
+    ) -> Result<ConfigStep, MilvusError> {
+        let mut state = self.lock();
+        let validated = replication::validate(
+            incoming,
+            state.replicate_config.as_ref(),
+            self.id(),
+            &self.0.pchannels,
+        )?;
+        if validated == state.replicate_config {
+            return Ok(ConfigStep::Done);
+        }
+        if let Role::Secondary { .. } =
+            replication::role_of(state.replicate_config.as_ref(), self.id())
+        {
+            return Ok(ConfigStep::AwaitReplication);
+        }
+        self.store_config(&mut state, validated.clone());
+        if let Some(config) = validated {
+            self.broadcast(&mut state, CdcMessage::ReplicateConfig(config));
+        }
+        Ok(ConfigStep::Done)
+    }
+
+    /// Stores a config without the secondary wait: the Sim applies its topology's short form
+    /// to every cluster this way at start, as an operator applies it to each cluster.
+    pub(crate) fn apply_configuration(
+        &self,
+        config: &ReplicateConfiguration,
+    ) -> Result<(), MilvusError> {
+        let mut state = self.lock();
+        let validated = replication::validate(
+            config,
+            state.replicate_config.as_ref(),
+            self.id(),
+            &self.0.pchannels,
+        )?;
+        self.store_config(&mut state, validated);
+        Ok(())
+    }
+
+    fn store_config(&self, state: &mut State, config: Option<ReplicateConfiguration>) {
+        state.replicate_config = config;
+        self.0.config_changed.send_modify(|n| *n += 1);
+    }
+
+    // ------------------------------------------------------------------ CDC
+
+    /// Puts `message` on the stream of every secondary of this cluster (none unless primary).
+    fn broadcast(&self, state: &mut State, message: CdcMessage) {
+        let Role::Primary { secondaries } =
+            replication::role_of(state.replicate_config.as_ref(), self.id())
+        else {
+            return;
+        };
+        for target in secondaries {
+            self.stream(state, &target).send(message.clone());
+        }
+    }
+
+    fn stream<'s>(&self, state: &'s mut State, target: &str) -> &'s CdcStream {
+        state.streams.entry(target.to_owned()).or_insert_with(|| {
+            let lag = *self
+                .0
+                .default_lag
+                .lock()
+                .expect("lag lock is never poisoned");
+            CdcStream::start(target.to_owned(), lag, self.deliver_to(target.to_owned()))
+        })
+    }
+
+    fn deliver_to(&self, target: String) -> Deliver {
+        let registry = self.0.registry.clone();
+        let source = self.id().to_owned();
+        Arc::new(move |message| {
+            let registry = registry.clone();
+            let source = source.clone();
+            let target = target.clone();
+            Box::pin(async move {
+                let Some(cluster) = registry.upgrade().and_then(|r| r.get(&target)) else {
+                    tracing::warn!(%source, %target, kind = message.kind(), "cdc target is not a cluster of this sim; message dropped");
+                    return;
+                };
+                // A restarting secondary receives what was sent once it is back, as CDC retries.
+                cluster.wait_serving().await;
+                cluster.apply_replicated(&source, message);
+            })
+        })
+    }
+
+    /// Sets the lag or flow of the stream to `target`, creating it if no message went yet.
+    pub fn configure_stream(
+        &self,
+        target: &str,
+        lag: Option<Duration>,
+        flow: Option<Flow>,
+    ) -> StreamSnapshot {
+        let mut state = self.lock();
+        let stream = self.stream(&mut state, target);
+        if let Some(lag) = lag {
+            stream.set_lag(lag);
+        }
+        if let Some(flow) = flow {
+            stream.set_flow(flow);
+        }
+        stream.snapshot()
+    }
+
+    pub(crate) fn set_default_lag(&self, lag: Duration) {
+        *self
+            .0
+            .default_lag
+            .lock()
+            .expect("lag lock is never poisoned") = lag;
+    }
+
+    /// A secondary applies one replicated message (reference §2.2).
+    pub(crate) fn apply_replicated(&self, source: &str, message: CdcMessage) {
+        tracing::debug!(
+            cluster = self.id(),
+            source,
+            kind = message.kind(),
+            "cdc apply"
+        );
+        match message {
+            CdcMessage::Ddl(op) => {
+                let result = self.lock().catalog.apply(&op, &self.0.pchannels);
+                if let Err(e) = result {
+                    tracing::warn!(cluster = self.id(), op = op.name(), error = %e, "replicated DDL failed");
+                }
+            }
+            CdcMessage::Import(spec) => self.apply_mirror_import(source, spec),
+            CdcMessage::CommitImport { job_id } => {
+                let cluster = self.clone();
+                // Retried until the mirror is Uncommitted, without holding up later messages.
+                tokio::spawn(async move { cluster.replay_commit(job_id).await });
+            }
+            CdcMessage::RollbackImport { job_id } => {
+                let mut state = self.lock();
+                if let Some(entry) = state.jobs.get_mut(&job_id)
+                    && entry.job.state.can_fail()
+                {
+                    entry.job.fail(ABORTED_BY_USER);
+                    entry.watch.send_replace(JobState::Failed);
+                }
+            }
+            CdcMessage::ReplicateConfig(config) => {
+                let mut state = self.lock();
+                match replication::validate(
+                    &config,
+                    state.replicate_config.as_ref(),
+                    self.id(),
+                    &self.0.pchannels,
+                ) {
+                    Ok(validated) => self.store_config(&mut state, validated),
+                    Err(e) => {
+                        tracing::warn!(cluster = self.id(), error = %e, "replicated config refused")
+                    }
+                }
+            }
+        }
+    }
+
+    fn apply_mirror_import(&self, source: &str, spec: MirrorImport) {
+        let mut state = self.lock();
+        if state.jobs.contains_key(&spec.job_id) {
+            return;
+        }
+        if state.catalog.collection_by_id(spec.collection_id).is_none() {
+            tracing::info!(
+                cluster = self.id(),
+                job_id = spec.job_id,
+                "collection not found; replicated import skipped"
+            );
+            return;
+        }
+        let parsed = options::parse(&spec.options, &spec.partition_name).unwrap_or_default();
+        let origin = JobOrigin::Mirror {
+            source: source.to_owned(),
+        };
+        self.insert_job(&mut state, &spec, parsed, origin, None);
+        drop(state);
+        crate::executor::spawn_driver(self, spec.job_id);
+    }
+
+    /// `commitImportV2AckCallback` on a secondary: waits (unbounded, as Milvus retries) for the
+    /// mirror to exist and reach Uncommitted; a Failed mirror is a logged divergence.
+    async fn replay_commit(&self, job_id: i64) {
+        let mut watch = loop {
+            let created = self.0.job_created.notified();
+            tokio::pin!(created);
+            created.as_mut().enable();
+            if let Some(w) = self.job_watch(job_id) {
+                break w;
+            }
+            created.await;
+        };
+        loop {
+            let current = *watch.borrow_and_update();
+            match current {
+                JobState::Uncommitted => {
+                    if self
+                        .update_job_in(job_id, JobState::Uncommitted, |j| {
+                            j.enter(JobState::Committing)
+                        })
+                        .is_some()
+                    {
+                        return;
+                    }
+                }
+                JobState::Committing | JobState::Completed => return,
+                JobState::Failed => {
+                    tracing::warn!(
+                        cluster = self.id(),
+                        job_id,
+                        "job is Failed; this replica will NOT commit while the source commits — potential primary/standby divergence"
+                    );
+                    return;
+                }
+                _ => {
+                    if watch.changed().await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ snapshot
+
+    /// Everything the control API's `GET /sim/v1/state` shows.
+    pub fn snapshot(&self) -> ClusterSnapshot {
+        let state = self.lock();
+        let role = replication::role_of(state.replicate_config.as_ref(), self.id());
+        let mut completed: HashMap<i64, Vec<&ImportJob>> = HashMap::new();
+        for entry in state.jobs.values() {
+            if entry.job.state == JobState::Completed {
+                completed
+                    .entry(entry.job.collection_id)
+                    .or_default()
+                    .push(&entry.job);
+            }
+        }
+        let collections = state
+            .catalog
+            .databases
+            .values()
+            .flat_map(|d| d.collections.values())
+            .map(|c| {
+                let done = completed.get(&c.id).map(Vec::as_slice).unwrap_or_default();
+                CollectionSnapshot {
+                    db_name: c.db_name.clone(),
+                    name: c.name.clone(),
+                    id: c.id,
+                    partitions: c.partitions.iter().map(|p| p.name.clone()).collect(),
+                    indexes: c.indexes.iter().map(|i| i.index_name.clone()).collect(),
+                    loaded: c.loaded,
+                    visible_rows: done.iter().map(|j| j.total_rows).sum(),
+                    visible_deleted_rows: done.iter().map(|j| j.deleted_rows).sum(),
+                    completed_imports: done
+                        .iter()
+                        .map(|j| CompletedImport {
+                            job_id: j.job_id.to_string(),
+                            partition_name: j.partition_name.clone(),
+                            rows: j.total_rows,
+                            manifest: j.manifest.clone(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        ClusterSnapshot {
+            cluster_id: self.id().to_owned(),
+            version: self.version().to_owned(),
+            role: role.name().to_owned(),
+            primary: match &role {
+                Role::Secondary { primary } => Some(primary.clone()),
+                _ => None,
+            },
+            secondaries: match &role {
+                Role::Primary { secondaries } => secondaries.clone(),
+                _ => Vec::new(),
+            },
+            pchannels: self.0.pchannels.clone(),
+            collections,
+            jobs: state.jobs.values().map(|e| e.job.clone()).collect(),
+            streams: state.streams.values().map(CdcStream::snapshot).collect(),
+            pending_job_failures: state.faults.pending_job_failures(),
+            requests: state.requests.clone(),
+        }
+    }
+}
+
+fn set_state(entry: &mut JobEntry, state: JobState) {
+    entry.job.enter(state);
+    entry.watch.send_replace(state);
+}
+
+fn job_not_found(job_id: i64) -> MilvusError {
+    MilvusError::import_failed(format!("import job does not exist, jobID={job_id}"))
+}
+
+fn manual_not_allowed(job_id: i64) -> MilvusError {
+    MilvusError::import_failed(format!(
+        "manual commit/abort not allowed: job {job_id} was created with auto_commit=true"
+    ))
+}
+
+/// Lets the fault API reach the job-failure list without exposing `State`.
+impl Cluster {
+    pub fn add_job_failure(&self, failure: crate::faults::JobFailure) {
+        self.lock().faults.add_job_failure(failure);
+    }
+
+    pub fn add_api_fault(
+        &self,
+        face: crate::faults::ApiFace,
+        effect: ApiEffect,
+        duration: Duration,
+    ) {
+        self.lock().faults.add_api_fault(face, effect, duration);
+    }
+
+    pub fn clear_faults(&self) {
+        self.lock().faults.clear();
+    }
+
+    /// Rows visible in a collection: those of its Completed imports.
+    pub fn visible_rows(&self, db: &str, collection: &str) -> i64 {
+        let state = self.lock();
+        let Ok(id) = state.catalog.collection(db, collection).map(|c| c.id) else {
+            return 0;
+        };
+        state
+            .jobs
+            .values()
+            .filter(|e| e.job.collection_id == id && e.job.state == JobState::Completed)
+            .map(|e| e.job.total_rows)
+            .sum()
+    }
+}

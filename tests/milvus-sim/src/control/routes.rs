@@ -1,0 +1,185 @@
+//! Server side of the control API.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use super::{ApiFaultRequest, DeleteObjects, Deleted, RestartRequest, StreamUpdate};
+use crate::cluster::Cluster;
+use crate::faults::JobFailure;
+use crate::go_duration;
+
+pub(crate) fn router(cluster: Cluster) -> Router {
+    Router::new()
+        .route("/sim/v1/state", get(state))
+        .route("/sim/v1/streams/{target}", post(stream))
+        .route("/sim/v1/faults/job", post(job_fault))
+        .route("/sim/v1/faults/api", post(api_fault))
+        .route("/sim/v1/faults", delete(clear_faults))
+        .route("/sim/v1/storage/delete", post(delete_objects))
+        .route("/sim/v1/restart", post(restart))
+        .with_state(cluster)
+}
+
+fn refuse(status: StatusCode, message: impl std::fmt::Display) -> Response {
+    (status, axum::Json(json!({ "error": message.to_string() }))).into_response()
+}
+
+fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, Response> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| refuse(StatusCode::BAD_REQUEST, format!("invalid body: {e}")))
+}
+
+fn duration(field: &str, value: &str) -> Result<std::time::Duration, Response> {
+    match go_duration::parse(value) {
+        Ok(go_duration::GoDuration::Forward(d)) => Ok(d),
+        Ok(go_duration::GoDuration::Backward(_)) => Err(refuse(
+            StatusCode::BAD_REQUEST,
+            format!("{field}: expected a non-negative duration"),
+        )),
+        Err(e) => Err(refuse(StatusCode::BAD_REQUEST, format!("{field}: {e}"))),
+    }
+}
+
+async fn state(State(cluster): State<Cluster>) -> Response {
+    axum::Json(cluster.snapshot()).into_response()
+}
+
+async fn stream(
+    State(cluster): State<Cluster>,
+    Path(target): Path<String>,
+    bytes: Bytes,
+) -> Response {
+    let result = (|| {
+        let update: StreamUpdate = body(&bytes)?;
+        let known = cluster
+            .0
+            .registry
+            .upgrade()
+            .is_some_and(|r| r.get(&target).is_some());
+        if !known || target == cluster.id() {
+            return Err(refuse(
+                StatusCode::NOT_FOUND,
+                format!("no other cluster '{target}' in this sim"),
+            ));
+        }
+        let lag = update
+            .lag
+            .as_deref()
+            .map(|l| duration("lag", l))
+            .transpose()?;
+        Ok(axum::Json(cluster.configure_stream(&target, lag, update.flow)).into_response())
+    })();
+    result.unwrap_or_else(|refusal| refusal)
+}
+
+async fn job_fault(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
+    match body::<JobFailure>(&bytes) {
+        Ok(failure) if !failure.state.can_fail() => refuse(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "a job cannot fail in state {}: only states before Committing can",
+                failure.state.name()
+            ),
+        ),
+        Ok(failure) => {
+            cluster.add_job_failure(failure);
+            axum::Json(json!({})).into_response()
+        }
+        Err(refusal) => refusal,
+    }
+}
+
+async fn api_fault(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
+    let result = body::<ApiFaultRequest>(&bytes).and_then(|req| {
+        let d = duration("duration", &req.duration)?;
+        cluster.add_api_fault(req.face, req.effect, d);
+        Ok(axum::Json(json!({})).into_response())
+    });
+    result.unwrap_or_else(|refusal| refusal)
+}
+
+async fn clear_faults(State(cluster): State<Cluster>) -> Response {
+    cluster.clear_faults();
+    axum::Json(json!({})).into_response()
+}
+
+async fn delete_objects(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
+    let request = match body::<DeleteObjects>(&bytes) {
+        Ok(r) => r,
+        Err(refusal) => return refusal,
+    };
+    let store = cluster.store();
+    let parse = |p: &str| {
+        object_store::path::Path::parse(p.trim_start_matches('/'))
+            .map_err(|e| refuse(StatusCode::BAD_REQUEST, format!("invalid path {p}: {e}")))
+    };
+    let paths = match request {
+        DeleteObjects::Paths(paths) => match paths
+            .iter()
+            .map(|p| parse(p))
+            .collect::<Result<Vec<_>, _>>()
+        {
+            Ok(p) => p,
+            Err(refusal) => return refusal,
+        },
+        DeleteObjects::Prefix(prefix) => {
+            let prefix = match parse(&prefix) {
+                Ok(p) => p,
+                Err(refusal) => return refusal,
+            };
+            match store
+                .list(Some(&prefix))
+                .map_ok(|m| m.location)
+                .try_collect::<Vec<_>>()
+                .await
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    return refuse(
+                        StatusCode::BAD_REQUEST,
+                        format!("cannot list {prefix}: {e}"),
+                    );
+                }
+            }
+        }
+    };
+    let mut deleted = 0;
+    for path in paths {
+        match store.delete(&path).await {
+            Ok(()) => deleted += 1,
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot delete {path}: {e}"),
+                );
+            }
+        }
+    }
+    axum::Json(Deleted { deleted }).into_response()
+}
+
+async fn restart(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
+    let result = body::<RestartRequest>(&bytes).and_then(|req| duration("down_for", &req.down_for));
+    match result {
+        Ok(down_for) => {
+            // The answer goes out before the port closes: the restart runs on its own task.
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                if let Err(e) = crate::server::restart(&cluster, down_for).await {
+                    tracing::error!(cluster = cluster.id(), error = %e, "restart failed");
+                }
+            });
+            (StatusCode::ACCEPTED, axum::Json(json!({}))).into_response()
+        }
+        Err(refusal) => refusal,
+    }
+}

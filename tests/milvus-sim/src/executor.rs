@@ -1,0 +1,162 @@
+//! The task that walks one import job through Milvus's V1 pipeline on one cluster:
+//! Pending → PreImporting → Importing → Sorting → IndexBuilding → Uncommitted → (auto commit or
+//! wait for commit) → Committing → Completed, each stage lasting the cluster's configured
+//! duration. PreImporting reads every file from the cluster's own storage (as Milvus's preimport
+//! does), so a missing object fails the job there.
+//!
+//! The task owns nothing: the job lives in the cluster's state, and the task races each stage
+//! against the job's deadline (`timeout` option) and against the job's state watch, so an abort
+//! or a commit from elsewhere takes effect at once. A restart aborts the task; a new one resumes
+//! from the state the job was left in.
+
+use std::future::pending;
+
+use crate::cluster::{Cluster, IMPORT_TIMEOUT};
+use crate::import_reader::{self, ReadOutcome};
+use crate::jobs::JobState;
+use crate::options::CommitMode;
+
+/// What a stage ended with.
+enum StageEnd {
+    Advance(Option<ReadOutcome>),
+    Fail(String),
+}
+
+/// Starts (or restarts) the task of `job_id`.
+pub(crate) fn spawn_driver(cluster: &Cluster, job_id: i64) {
+    let handle = tokio::spawn(drive(cluster.clone(), job_id));
+    if let Some(old) = cluster.lock().drivers.insert(job_id, handle.abort_handle()) {
+        old.abort();
+    }
+}
+
+/// Stops every job task (the cluster is going down); the jobs stay where they are.
+pub(crate) fn stop_drivers(cluster: &Cluster) {
+    for (_, handle) in cluster.lock().drivers.drain() {
+        handle.abort();
+    }
+}
+
+/// Starts a task for every job that is not finished (the cluster came back).
+pub(crate) fn resume_drivers(cluster: &Cluster) {
+    let active: Vec<i64> = cluster
+        .lock()
+        .jobs
+        .values()
+        .filter(|e| e.job.state.is_active())
+        .map(|e| e.job.job_id)
+        .collect();
+    for job_id in active {
+        spawn_driver(cluster, job_id);
+    }
+}
+
+async fn drive(cluster: Cluster, job_id: i64) {
+    let Some(mut watch) = cluster.job_watch(job_id) else {
+        return;
+    };
+    loop {
+        let state = *watch.borrow_and_update();
+        if state.is_terminal() {
+            break;
+        }
+        if state.can_fail()
+            && let Some(reason) = cluster.take_job_failure(job_id, state)
+        {
+            cluster.update_job_in(job_id, state, |j| j.fail(reason));
+            continue;
+        }
+        let Some(job) = cluster.job(job_id) else {
+            break;
+        };
+        let deadline = async {
+            match job.timeout_at {
+                Some(at) if state.can_fail() => tokio::time::sleep_until(at).await,
+                _ => pending().await,
+            }
+        };
+        tokio::select! {
+            changed = watch.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+            }
+            () = deadline => {
+                cluster.update_job_in(job_id, state, |j| j.fail(IMPORT_TIMEOUT));
+            }
+            end = run_stage(&cluster, state, job.commit_mode(), job_id) => match end {
+                StageEnd::Advance(outcome) => {
+                    cluster.update_job_in(job_id, state, |j| {
+                        if let Some(read) = outcome {
+                            j.total_rows = read.rows;
+                            j.deleted_rows = read.deleted_rows;
+                            j.groups = read.groups;
+                            j.manifest = read.manifest;
+                        }
+                        if state == JobState::Importing {
+                            j.imported_rows = j.total_rows;
+                        }
+                        let next = state.next_stage().unwrap_or(JobState::Committing);
+                        j.enter(next);
+                    });
+                }
+                StageEnd::Fail(reason) => {
+                    cluster.update_job_in(job_id, state, |j| j.fail(reason));
+                }
+            },
+        }
+    }
+    cluster.lock().drivers.remove(&job_id);
+}
+
+async fn run_stage(
+    cluster: &Cluster,
+    state: JobState,
+    commit: CommitMode,
+    job_id: i64,
+) -> StageEnd {
+    let d = cluster.spec().durations;
+    let stage = match state {
+        JobState::Pending => d.pending,
+        JobState::PreImporting => {
+            let outcome = read_files(cluster, job_id).await;
+            tokio::time::sleep(d.preimport).await;
+            return match outcome {
+                Ok(read) => StageEnd::Advance(Some(read)),
+                Err(reason) => StageEnd::Fail(reason),
+            };
+        }
+        JobState::Importing => d.importing,
+        JobState::Sorting => d.sorting,
+        JobState::IndexBuilding => d.index_building,
+        // The checker commits an auto-commit job itself; a manual one waits for commit/abort,
+        // which arrive through the job's watch.
+        JobState::Uncommitted => match commit {
+            CommitMode::Auto => return StageEnd::Advance(None),
+            CommitMode::Manual => pending().await,
+        },
+        JobState::Committing => d.committing,
+        JobState::Completed | JobState::Failed => return pending().await,
+    };
+    tokio::time::sleep(stage).await;
+    StageEnd::Advance(None)
+}
+
+async fn read_files(cluster: &Cluster, job_id: i64) -> Result<ReadOutcome, String> {
+    let job = cluster
+        .job(job_id)
+        .ok_or_else(|| format!("job {job_id} vanished"))?;
+    let primary_field = cluster.with_catalog(|c| {
+        c.collection_by_id(job.collection_id)
+            .and_then(|coll| coll.primary_field_id())
+    });
+    let store = cluster.store();
+    import_reader::read_groups(
+        store.as_ref(),
+        job.parsed_options.source,
+        &job.files,
+        primary_field,
+    )
+    .await
+    .map_err(|e| e.to_string())
+}

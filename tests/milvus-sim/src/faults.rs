@@ -1,0 +1,162 @@
+//! Faults a test or the fault runner injects into one cluster: a job that fails at a named
+//! state, and REST or gRPC answers that fail (HTTP 503 / gRPC Unavailable) or come late, for a
+//! while. The control API is never affected, so a test can always observe and undo a fault.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::jobs::JobState;
+
+/// Which job a failure is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobSelector {
+    /// The next job created on the cluster after the fault is set (a mirror counts).
+    Next,
+    /// A job by id.
+    Id(#[serde(with = "crate::jobs::id_string")] i64),
+}
+
+/// Fail a job when it reaches `state`, with `reason`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFailure {
+    pub job: JobSelector,
+    pub state: JobState,
+    pub reason: String,
+}
+
+/// Which API face a fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApiFace {
+    Rest,
+    Grpc,
+    Both,
+}
+
+impl ApiFace {
+    fn covers(self, protocol: crate::Protocol) -> bool {
+        matches!(
+            (self, protocol),
+            (ApiFace::Both, _)
+                | (ApiFace::Rest, crate::Protocol::Rest)
+                | (ApiFace::Grpc, crate::Protocol::Grpc)
+        )
+    }
+}
+
+/// What a faulted request gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum ApiEffect {
+    /// HTTP 503 for REST, gRPC `Unavailable`.
+    Unavailable,
+    /// The answer is delayed by `delay_ms`, then served normally.
+    Delay { delay_ms: u64 },
+}
+
+#[derive(Debug, Clone)]
+struct ApiFault {
+    face: ApiFace,
+    effect: ApiEffect,
+    until: Instant,
+}
+
+/// One cluster's injected faults. Kept behind the cluster's std Mutex; never held across await.
+#[derive(Debug, Default)]
+pub struct Faults {
+    job_failures: Vec<JobFailure>,
+    api: Vec<ApiFault>,
+}
+
+impl Faults {
+    pub fn add_job_failure(&mut self, failure: JobFailure) {
+        self.job_failures.push(failure);
+    }
+
+    /// Binds every `Next` failure to the job just created.
+    pub fn bind_next(&mut self, job_id: i64) {
+        for failure in &mut self.job_failures {
+            if failure.job == JobSelector::Next {
+                failure.job = JobSelector::Id(job_id);
+            }
+        }
+    }
+
+    /// The reason `job_id` must fail with on reaching `state`, consuming the fault.
+    pub fn take_job_failure(&mut self, job_id: i64, state: JobState) -> Option<String> {
+        let index = self
+            .job_failures
+            .iter()
+            .position(|f| f.job == JobSelector::Id(job_id) && f.state == state)?;
+        Some(self.job_failures.remove(index).reason)
+    }
+
+    pub fn add_api_fault(&mut self, face: ApiFace, effect: ApiEffect, duration: Duration) {
+        self.api.push(ApiFault {
+            face,
+            effect,
+            until: Instant::now() + duration,
+        });
+    }
+
+    /// The effect a request on `protocol` gets now, if any; expired faults are dropped.
+    pub fn api_effect(&mut self, protocol: crate::Protocol) -> Option<ApiEffect> {
+        let now = Instant::now();
+        self.api.retain(|f| f.until > now);
+        self.api
+            .iter()
+            .find(|f| f.face.covers(protocol))
+            .map(|f| f.effect)
+    }
+
+    pub fn clear(&mut self) {
+        *self = Faults::default();
+    }
+
+    pub fn pending_job_failures(&self) -> Vec<JobFailure> {
+        self.job_failures.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Protocol;
+
+    #[test]
+    fn next_binds_to_one_job_and_fires_once() {
+        let mut f = Faults::default();
+        f.add_job_failure(JobFailure {
+            job: JobSelector::Next,
+            state: JobState::Importing,
+            reason: "boom".into(),
+        });
+        f.bind_next(7);
+        f.bind_next(8);
+        assert_eq!(f.take_job_failure(8, JobState::Importing), None);
+        assert_eq!(f.take_job_failure(7, JobState::Sorting), None);
+        assert_eq!(
+            f.take_job_failure(7, JobState::Importing).as_deref(),
+            Some("boom")
+        );
+        assert_eq!(f.take_job_failure(7, JobState::Importing), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn api_faults_expire() {
+        let mut f = Faults::default();
+        f.add_api_fault(
+            ApiFace::Rest,
+            ApiEffect::Unavailable,
+            Duration::from_secs(2),
+        );
+        assert_eq!(f.api_effect(Protocol::Rest), Some(ApiEffect::Unavailable));
+        assert_eq!(f.api_effect(Protocol::Grpc), None);
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(f.api_effect(Protocol::Rest), None);
+    }
+}

@@ -1,0 +1,124 @@
+//! Milvus's error codes and messages (`pkg/util/merr`), shared by the REST and gRPC faces so a
+//! refusal reads the same on both. Milvus wraps a base error with context as
+//! `"<context>: <base message>"`; the constructors below keep that shape.
+
+use milvus_proto::common::{ErrorCode, Status};
+
+/// The merr codes milvus-sim answers with (reference §4.1).
+pub mod code {
+    pub const SUCCESS: i32 = 0;
+    pub const COLLECTION_NOT_FOUND: i32 = 100;
+    pub const PARTITION_NOT_FOUND: i32 = 200;
+    pub const INDEX_NOT_FOUND: i32 = 700;
+    pub const INDEX_DUPLICATE: i32 = 702;
+    pub const DATABASE_NOT_FOUND: i32 = 800;
+    pub const PARAMETER_INVALID: i32 = 1100;
+    pub const NEED_AUTHENTICATE: i32 = 1800;
+    pub const INCORRECT_PARAMETER_FORMAT: i32 = 1801;
+    pub const MISSING_REQUIRED_PARAMETERS: i32 = 1802;
+    pub const IMPORT_FAILED: i32 = 2100;
+    pub const OPERATION_NOT_SUPPORTED: i32 = 3000;
+    pub const UNEXPECTED: i32 = 65535;
+}
+
+/// A refusal as Milvus phrases it: the merr code and the full message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message} (code {code})")]
+pub struct MilvusError {
+    pub code: i32,
+    pub message: String,
+}
+
+impl MilvusError {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        MilvusError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// `merr.WrapErrImportFailed(msg)`: "<msg>: importing data failed", code 2100.
+    pub fn import_failed(msg: impl std::fmt::Display) -> Self {
+        Self::new(code::IMPORT_FAILED, format!("{msg}: importing data failed"))
+    }
+
+    /// `merr.WrapErrParameterInvalid(expected, actual)`.
+    pub fn parameter_invalid(
+        expected: impl std::fmt::Display,
+        actual: impl std::fmt::Display,
+    ) -> Self {
+        Self::new(
+            code::PARAMETER_INVALID,
+            format!("invalid parameter[expected={expected}][actual={actual}]"),
+        )
+    }
+
+    /// `merr.WrapErrOperationNotSupportedMsg(msg)`.
+    pub fn operation_not_supported(msg: impl std::fmt::Display) -> Self {
+        Self::new(
+            code::OPERATION_NOT_SUPPORTED,
+            format!("{msg}: unsupported operation"),
+        )
+    }
+
+    pub fn collection_not_found(db: &str, collection: &str) -> Self {
+        Self::new(
+            code::COLLECTION_NOT_FOUND,
+            format!("collection not found[database={db}][collection={collection}]"),
+        )
+    }
+
+    pub fn database_not_found(db: &str) -> Self {
+        Self::new(
+            code::DATABASE_NOT_FOUND,
+            format!("database not found[database={db}]"),
+        )
+    }
+
+    pub fn partition_not_found(partition: &str) -> Self {
+        Self::new(
+            code::PARTITION_NOT_FOUND,
+            format!("partition not found[partition={partition}]"),
+        )
+    }
+
+    pub fn index_not_found(collection: &str) -> Self {
+        Self::new(
+            code::INDEX_NOT_FOUND,
+            format!("index not found[collection={collection}]"),
+        )
+    }
+
+    /// A write sent to a replication secondary. Milvus refuses it with `broadcaster.ErrNotPrimary`,
+    /// whose text was not found (reference §2.3); this message and code are [infer]: a plain Go
+    /// error surfaces as 65535, and the text names both ends and the operation.
+    pub fn not_primary(cluster: &str, primary: &str, operation: &str) -> Self {
+        Self::new(
+            code::UNEXPECTED,
+            format!(
+                "{operation} refused: cluster '{cluster}' is not primary, it replicates from '{primary}'; send writes to the primary"
+            ),
+        )
+    }
+
+    /// The `common.Status` that carries this error over gRPC.
+    pub fn to_status(&self) -> Status {
+        let error_code = match self.code {
+            code::COLLECTION_NOT_FOUND => ErrorCode::CollectionNotExists,
+            code::INDEX_NOT_FOUND => ErrorCode::IndexNotExist,
+            code::PARAMETER_INVALID => ErrorCode::IllegalArgument,
+            _ => ErrorCode::UnexpectedError,
+        };
+        Status {
+            error_code: error_code as i32,
+            reason: self.message.clone(),
+            code: self.code,
+            ..Status::default()
+        }
+    }
+}
+
+/// The success `common.Status`.
+pub fn success() -> Status {
+    Status::default()
+}

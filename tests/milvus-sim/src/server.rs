@@ -1,0 +1,241 @@
+//! Starting clusters and serving them: one loopback port per cluster answers gRPC (HTTP/2,
+//! h2c), REST v2 and the control API (HTTP/1.1), as a Milvus proxy answers on 19530.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use milvus_proto::common::{
+    ConnectionParam, CrossClusterTopology, MilvusCluster, ReplicateConfiguration,
+};
+use milvus_proto::milvus::milvus_service_server::MilvusServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::cluster::{Availability, Cluster, Registry};
+use crate::merr::MilvusError;
+use crate::storage::{self, StorageError};
+use crate::topology::{ReplicationSpec, Topology};
+use crate::{control, executor, grpc, rest};
+
+/// How long a stopping server waits for in-flight requests before it lets them go.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cluster '{cluster}': {source}")]
+    Storage {
+        cluster: String,
+        #[source]
+        source: StorageError,
+    },
+    #[error("cluster '{cluster}': cannot listen on 127.0.0.1:{port}: {source}")]
+    Bind {
+        cluster: String,
+        port: u16,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cluster '{cluster}': the topology's replication config was refused: {source}")]
+    Replication {
+        cluster: String,
+        #[source]
+        source: MilvusError,
+    },
+}
+
+/// A running server of one cluster.
+pub(crate) struct Serving {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Clusters started from one topology, serving on loopback until dropped or shut down.
+pub struct Sim {
+    registry: Arc<Registry>,
+    order: Vec<String>,
+}
+
+impl Sim {
+    /// Starts every cluster of `topology`, then applies its replication short form (if any) to
+    /// every cluster in it, with each cluster's real URI and pchannels.
+    pub async fn start(topology: Topology) -> Result<Sim, SimError> {
+        let registry = Arc::new(Registry::default());
+        let mut order = Vec::new();
+        for spec in topology.clusters {
+            let id = spec.id.clone();
+            let port = spec.port;
+            let (store, temp_dir) =
+                storage::open(&spec.storage).map_err(|source| SimError::Storage {
+                    cluster: id.clone(),
+                    source,
+                })?;
+            let cluster = Cluster::new(spec, store, temp_dir, Arc::downgrade(&registry));
+            let listener = TcpListener::bind(("127.0.0.1", port))
+                .await
+                .map_err(|source| SimError::Bind {
+                    cluster: id.clone(),
+                    port,
+                    source,
+                })?;
+            let addr = listener.local_addr().map_err(|source| SimError::Bind {
+                cluster: id.clone(),
+                port,
+                source,
+            })?;
+            *cluster.0.addr.lock().expect("addr lock is never poisoned") = Some(addr);
+            start_serving(&cluster, listener).await;
+            registry.insert(cluster);
+            order.push(id);
+        }
+        let sim = Sim { registry, order };
+        if let Some(replication) = &topology.replication {
+            sim.apply_short_form(replication)?;
+        }
+        Ok(sim)
+    }
+
+    fn apply_short_form(&self, replication: &ReplicationSpec) -> Result<(), SimError> {
+        let members: Vec<Cluster> = std::iter::once(&replication.primary)
+            .chain(&replication.secondaries)
+            .map(|id| self.cluster(id))
+            .collect();
+        let config = ReplicateConfiguration {
+            clusters: members
+                .iter()
+                .map(|c| MilvusCluster {
+                    cluster_id: c.id().to_owned(),
+                    connection_param: Some(ConnectionParam {
+                        uri: c.uri(),
+                        token: c.spec().token.clone().unwrap_or_default(),
+                    }),
+                    pchannels: c.pchannels().to_vec(),
+                })
+                .collect(),
+            cross_cluster_topology: replication
+                .secondaries
+                .iter()
+                .map(|s| CrossClusterTopology {
+                    source_cluster_id: replication.primary.clone(),
+                    target_cluster_id: s.clone(),
+                })
+                .collect(),
+        };
+        for cluster in &members {
+            cluster.set_default_lag(replication.stream_lag);
+            cluster
+                .apply_configuration(&config)
+                .map_err(|source| SimError::Replication {
+                    cluster: cluster.id().to_owned(),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// The cluster with this id.
+    ///
+    /// # Panics
+    /// If the topology had no such cluster: a mistake in the test that asked.
+    pub fn cluster(&self, id: &str) -> Cluster {
+        self.registry
+            .get(id)
+            .unwrap_or_else(|| panic!("no cluster '{id}' in this sim (clusters: {:?})", self.order))
+    }
+
+    /// `http://127.0.0.1:PORT` of a cluster (see [`Sim::cluster`] for the panic).
+    pub fn uri(&self, id: &str) -> String {
+        self.cluster(id).uri()
+    }
+
+    /// Every cluster, in topology order.
+    pub fn clusters(&self) -> Vec<Cluster> {
+        self.order.iter().map(|id| self.cluster(id)).collect()
+    }
+
+    /// Stops serving every cluster and every job task.
+    pub async fn shutdown(self) {
+        for cluster in self.clusters() {
+            stop_serving(&cluster).await;
+            executor::stop_drivers(&cluster);
+            cluster.lock().streams.clear();
+        }
+        self.registry.clear();
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        // Streams hold tasks that reach the registry; clearing it ends the cycle.
+        self.registry.clear();
+    }
+}
+
+fn app(cluster: &Cluster) -> axum::Router {
+    let grpc = tonic::service::Routes::new(MilvusServiceServer::new(grpc::MilvusGrpc::new(
+        cluster.clone(),
+    )))
+    .prepare()
+    .into_axum_router();
+    grpc.merge(rest::router(cluster.clone()))
+        .merge(control::router(cluster.clone()))
+}
+
+async fn start_serving(cluster: &Cluster, listener: TcpListener) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let app = app(cluster);
+    let id = cluster.id().to_owned();
+    let task = tokio::spawn(async move {
+        let result = axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::error!(cluster = %id, error = %e, "server stopped");
+        }
+    });
+    *cluster.0.server.lock().await = Some(Serving { stop, task });
+    cluster.0.availability.send_replace(Availability::Up);
+}
+
+async fn stop_serving(cluster: &Cluster) {
+    cluster.0.availability.send_replace(Availability::Down);
+    if let Some(serving) = cluster.0.server.lock().await.take() {
+        let _ = serving.stop.send(());
+        let abort = serving.task.abort_handle();
+        if tokio::time::timeout(SHUTDOWN_GRACE, serving.task)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
+    }
+}
+
+/// Restarts a cluster as a Milvus whose processes restart with etcd intact: the port refuses
+/// connections for `down_for`, job tasks stop, and everything resumes from the kept state.
+pub async fn restart(cluster: &Cluster, down_for: Duration) -> Result<(), SimError> {
+    let addr: SocketAddr = cluster.addr();
+    tracing::info!(cluster = cluster.id(), ?down_for, "restarting");
+    stop_serving(cluster).await;
+    executor::stop_drivers(cluster);
+    tokio::time::sleep(down_for).await;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| SimError::Bind {
+            cluster: cluster.id().to_owned(),
+            port: addr.port(),
+            source,
+        })?;
+    start_serving(cluster, listener).await;
+    executor::resume_drivers(cluster);
+    Ok(())
+}
+
+impl Cluster {
+    /// Restarts this cluster (see [`restart`]).
+    pub async fn restart(&self, down_for: Duration) -> Result<(), SimError> {
+        restart(self, down_for).await
+    }
+}

@@ -1,0 +1,70 @@
+//! The version string a cluster reports, and the features that depend on it.
+//!
+//! Milvus reports `3.0.0` or `2.6.24` for release builds, `v2.5.4` for old `git describe`
+//! builds and `master-20260806-1a2b3c4` for branch builds (reference §4.3).
+
+/// A cluster's reported version, parsed once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerVersion {
+    /// A release: the numbers of `major.minor.patch`, a leading `v` and a `-suffix` dropped.
+    Release { major: u64, minor: u64, patch: u64 },
+    /// A branch build such as `master-20260806-1a2b3c4`: newer than any release it forked from.
+    Branch,
+}
+
+impl ServerVersion {
+    pub fn parse(raw: &str) -> Self {
+        let stripped = raw.strip_prefix('v').unwrap_or(raw);
+        let core = stripped.split(['-', '+']).next().unwrap_or(stripped);
+        let mut parts = core.split('.').map(str::parse::<u64>);
+        match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some(Ok(major)), Some(Ok(minor)), Some(Ok(patch)), None) => ServerVersion::Release {
+                major,
+                minor,
+                patch,
+            },
+            _ => ServerVersion::Branch,
+        }
+    }
+
+    /// Whether `Idempotency-Key` on import create is honoured: Milvus ≥ 3.0.2, or a 2.6 release
+    /// from 2.6.24 on, or a branch build; older servers ignore the header (idempotent-import doc).
+    pub fn honours_idempotency_key(&self) -> bool {
+        match *self {
+            ServerVersion::Branch => true,
+            ServerVersion::Release {
+                major,
+                minor,
+                patch,
+            } => (major, minor, patch) >= (3, 0, 2) || (major == 2 && minor == 6 && patch >= 24),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_key_by_version() {
+        for honoured in [
+            "3.0.2",
+            "3.1.0",
+            "2.6.24",
+            "2.6.30",
+            "master-20260806-1a2b3c4",
+            "4.0.0-beta",
+        ] {
+            assert!(
+                ServerVersion::parse(honoured).honours_idempotency_key(),
+                "{honoured}"
+            );
+        }
+        for ignored in ["3.0.0", "3.0.1", "2.6.23", "v2.5.4", "2.5.30"] {
+            assert!(
+                !ServerVersion::parse(ignored).honours_idempotency_key(),
+                "{ignored}"
+            );
+        }
+    }
+}
