@@ -1,1 +1,97 @@
-//! See the crate docs for what this module owns.
+//! milvus-backup's backup format: reading a backup's meta and binlog listing from any
+//! object store, and planning its restore (what to create, which import batches).
+//!
+//! This module owns the format knowledge: the Go `encoding/json` shape of the meta files
+//! ([`meta`]), the binlog path layout, milvus-backup's filter and rename rules, and its
+//! batching. It contacts no Milvus and writes nothing; whether a target collection
+//! exists, staging the binlogs and running the imports are the engine's and the other
+//! stages' work, fed by the [`RestorePlan`] made here.
+
+pub mod filter;
+pub mod meta;
+pub mod namespace;
+mod plan;
+mod read;
+pub mod rename;
+
+pub use filter::{Filter, FilterError};
+pub use namespace::{DEFAULT_DB, Namespace, NamespaceError};
+pub use plan::{
+    BatchId, BatchKind, CollectionConflict, CollectionCreation, CollectionPlan,
+    DEFAULT_MAX_SEGMENTS_PER_JOB, ImportBatch, IndexPlan, IndexedField, L0Batching, PlanTotals,
+    RestoreOptions, RestorePlan, Strategy, check_collection_exists, plan,
+};
+pub use read::{BINLOG_DIR, Backup, BackupLocation, BinlogFile, BinlogIndex, MetaSource, read};
+pub use rename::{RenameError, RenameRule, RenameRules, Renaming};
+
+/// Why a backup could not be read or planned.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `meta/backup_meta.json` is absent: there is no backup of that name there.
+    #[error("backup {name} not found at {url}")]
+    NotFound { name: String, url: String },
+    /// The backup exists but one of the level meta files is missing.
+    #[error("backup meta file {url} is missing")]
+    MetaFileMissing { url: String },
+    #[error("cannot read {url}: {source}")]
+    Storage {
+        url: String,
+        #[source]
+        source: object_store::Error,
+    },
+    #[error("{url} is not valid backup meta: {message} at line {line}, column {column}")]
+    CorruptMeta {
+        url: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error(
+        "backup {name} is in the snapshot format (a Milvus 3.0 snapshot bundle), which lockstep does not restore; take the backup in the binlog format"
+    )]
+    SnapshotFormat { name: String },
+    #[error("backup {name} is in the format {format:?}, which lockstep does not know")]
+    UnknownFormat { name: String, format: String },
+    #[error("collections {first} and {second} of the backup would both be restored as {target}")]
+    DuplicateTarget {
+        target: Namespace,
+        first: String,
+        second: String,
+    },
+    #[error("collection {collection}: a field's default value cannot be decoded: {source}")]
+    BadDefaultValue {
+        collection: Namespace,
+        #[source]
+        source: meta::DefaultValueError,
+    },
+    #[error("collection {collection}: unknown consistency level {value}")]
+    UnknownConsistencyLevel { collection: Namespace, value: i32 },
+    #[error("collection {collection}: field {field} has unknown data type {data_type}")]
+    UnknownDataType {
+        collection: Namespace,
+        field: String,
+        data_type: i32,
+    },
+    #[error(
+        "collection {collection}, partition {partition}: truncate_binlog_by_ts needs a backup with group ids, and this one has none"
+    )]
+    TruncateWithoutGroupIds {
+        collection: Namespace,
+        partition: String,
+    },
+    #[error(
+        "collection {collection}: no channel checkpoint for vchannel {vchannel:?}, which truncate_binlog_by_ts needs"
+    )]
+    MissingCheckpoint {
+        collection: Namespace,
+        vchannel: String,
+    },
+    #[error(
+        "collection {collection}: channel checkpoint of vchannel {vchannel} is unreadable: {reason}"
+    )]
+    BadCheckpoint {
+        collection: Namespace,
+        vchannel: String,
+        reason: String,
+    },
+}

@@ -1,0 +1,819 @@
+//! Planning: what a restore creates and imports, decided from the backup and the job's
+//! restore options alone, without contacting any cluster.
+//!
+//! The steps are milvus-backup's (`core/restore/task.go`, `coll_task.go`): the backup
+//! filter keeps databases and collections by their names in the backup, the renaming
+//! maps them to target names, the post-rename filter keeps targets; then each collection's
+//! segments become import batches. Where milvus-backup iterates a Go map (batch groups),
+//! the order here is the order of first appearance in the backup, so that batch ids are
+//! the same on every run of the same job.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+use base64::Engine as _;
+use prost::Message as _;
+use serde::Serialize;
+
+use milvus_proto::common::{ConsistencyLevel, KeyValuePair};
+use milvus_proto::schema::CollectionSchema;
+
+use super::Error;
+use super::filter::Filter;
+use super::meta::{
+    CollectionBackupInfo, IndexInfo, PartitionBackupInfo, SegmentBackupInfo, proto_key_values,
+};
+use super::namespace::Namespace;
+use super::read::{BINLOG_DIR, Backup, BinlogFile};
+use super::rename::Renaming;
+
+/// milvus-backup's `restore.maxSegmentsPerImportJob` default, which keeps a request
+/// within Milvus's `dataCoord.import.maxImportFileNumPerReq`.
+pub const DEFAULT_MAX_SEGMENTS_PER_JOB: usize = 256;
+
+/// How segments reach Milvus.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// REST v2 import, up to `max_segments_per_job` segments per job; the only strategy
+    /// with two-phase commit.
+    #[default]
+    Merged,
+    /// One v1 gRPC import per segment, auto-committed; milvus-backup's default restore.
+    PerSeg,
+}
+
+/// What to do about a target collection that may already exist
+/// (`drop_exist_collection` / `skip_create_collection`, which exclude each other).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+pub enum CollectionCreation {
+    /// Create the collection; refuse if it exists.
+    #[default]
+    Create,
+    /// `drop_exist_collection`: drop it if it exists, then create it.
+    DropAndCreate,
+    /// `skip_create_collection`: import into the existing collection; refuse if missing.
+    UseExisting,
+}
+
+/// How L0 (delete) segments are grouped into import jobs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+pub enum L0Batching {
+    /// Up to `max_segments_per_job` L0 segments per job: Milvus's `MultiL0InOneJob`
+    /// feature, 2.6.5 and newer (every cluster two-phase restore can target).
+    #[default]
+    Merged,
+    /// One L0 segment per job, for Milvus older than 2.6.5.
+    OnePerJob,
+}
+
+/// The job's `[restore]` options, validated, with milvus-backup's meanings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RestoreOptions {
+    pub strategy: Strategy,
+    /// Applied to the backup's own names (REST `collection_names` / `db_collections`).
+    pub backup_filter: Filter,
+    /// `suffix` or `rename`.
+    pub renaming: Renaming,
+    /// Applied to target names (`--filter`, `db_collections_after_rename`).
+    pub filter: Filter,
+    pub collection_creation: CollectionCreation,
+    /// `meta_only`: DDL only, no data.
+    pub meta_only: bool,
+    /// `rebuild_index`: create the backup's indexes on the target.
+    pub rebuild_index: bool,
+    /// `use_auto_index`: vector indexes become AUTOINDEX with the backup's metric.
+    pub use_auto_index: bool,
+    /// `drop_exist_index`: drop the target collection's indexes before creating them.
+    pub drop_exist_index: bool,
+    /// `rbac`: restore users, roles and grants the target lacks.
+    pub rbac: bool,
+    /// `keep_temp_files`: keep the staged binlogs after the restore.
+    pub keep_temp_files: bool,
+    /// At most this many segments per import job (1..=256).
+    pub max_segments_per_job: usize,
+    /// `max_shard_num`: cap on a collection's shard count.
+    pub max_shard_num: Option<i32>,
+    /// `truncate_binlog_by_ts`: import only data up to each vchannel's checkpoint.
+    pub truncate_binlog_by_ts: bool,
+    /// `ezk_mapping`: old encryption-zone key → new.
+    pub ezk_mapping: BTreeMap<String, String>,
+    /// Decided by the engine from the target's version, not by the job.
+    pub l0_batching: L0Batching,
+}
+
+impl Default for RestoreOptions {
+    fn default() -> Self {
+        Self {
+            strategy: Strategy::default(),
+            backup_filter: Filter::default(),
+            renaming: Renaming::default(),
+            filter: Filter::default(),
+            collection_creation: CollectionCreation::default(),
+            meta_only: false,
+            rebuild_index: false,
+            use_auto_index: false,
+            drop_exist_index: false,
+            rbac: false,
+            keep_temp_files: false,
+            max_segments_per_job: DEFAULT_MAX_SEGMENTS_PER_JOB,
+            max_shard_num: None,
+            truncate_binlog_by_ts: false,
+            ezk_mapping: BTreeMap::new(),
+            l0_batching: L0Batching::default(),
+        }
+    }
+}
+
+/// Why a target collection's existence stops the restore (milvus-backup's
+/// `checkCollExist`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CollectionConflict {
+    #[error(
+        "collection {0} already exists on the target; set drop_exist_collection to replace it or skip_create_collection to import into it"
+    )]
+    AlreadyExists(Namespace),
+    #[error(
+        "collection {0} does not exist on the target, and skip_create_collection imports into an existing one"
+    )]
+    Missing(Namespace),
+}
+
+/// milvus-backup's `checkCollExist` truth table as a pure function: an existing target
+/// needs `DropAndCreate` or `UseExisting`; a missing one cannot be `UseExisting`. (Drop and
+/// skip together, its eighth case, cannot be expressed by `CollectionCreation`; the job
+/// refuses it while validating.)
+pub fn check_collection_exists(
+    target: &Namespace,
+    exists: bool,
+    creation: CollectionCreation,
+) -> Result<(), CollectionConflict> {
+    match (exists, creation) {
+        (true, CollectionCreation::Create) => {
+            Err(CollectionConflict::AlreadyExists(target.clone()))
+        }
+        (false, CollectionCreation::UseExisting) => {
+            Err(CollectionConflict::Missing(target.clone()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether a batch imports data segments or L0 delete segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum BatchKind {
+    /// Insert logs with their delta logs (`backup=true`).
+    Data,
+    /// L0 delete logs (`l0_import=true`).
+    L0,
+}
+
+/// A batch's id: stable across runs of the same job on the same backup, so that the
+/// engine can derive Idempotency-Keys and journal entries from it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct BatchId(String);
+
+impl BatchId {
+    /// `{db}.{collection}/{partition}/{data|l0}-{n}`, with `*` for all partitions (a
+    /// name Milvus does not allow, so it cannot collide with a real partition).
+    fn new(target: &Namespace, partition: Option<&str>, kind: BatchKind, index: usize) -> Self {
+        let kind = match kind {
+            BatchKind::Data => "data",
+            BatchKind::L0 => "l0",
+        };
+        Self(format!(
+            "{target}/{}/{kind}-{index}",
+            partition.unwrap_or("*")
+        ))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for BatchId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One import job's worth of segments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ImportBatch {
+    pub id: BatchId,
+    pub kind: BatchKind,
+    /// The target collection.
+    pub target: Namespace,
+    /// The target partition; `None` for the collection-level L0 batches, which apply to
+    /// every partition (milvus-backup passes an empty partition name).
+    pub partition: Option<String>,
+    /// The vchannel the segments were written on; empty for backups without group ids.
+    pub vchannel: String,
+    pub storage_version: i64,
+    /// The import `files`: one entry per segment (or per partition for backups without
+    /// group ids), each `[insert_prefix, delta_prefix]`, `[insert_prefix]` when the backup
+    /// has no delta logs there, or `[delta_prefix]` for L0. Prefixes end in `/` and are
+    /// relative to the backup directory (`binlogs/insert_log/...`).
+    pub files: Vec<Vec<String>>,
+    /// The bytes listed under the batch's prefixes.
+    pub bytes: u64,
+    /// The sum of the segments' `num_of_rows`.
+    pub rows: i64,
+    /// `end_ts`: the vchannel's checkpoint time, with `truncate_binlog_by_ts` only.
+    pub end_ts: Option<u64>,
+    /// The database's encryption-zone key, mapped through `ezk_mapping`.
+    pub ezk: Option<String>,
+}
+
+impl ImportBatch {
+    /// The import options milvus-backup sends for this batch (reference §2.4):
+    /// `skip_disk_quota_check`, `backup` or `l0_import`, `storage_version` when > 0,
+    /// `end_ts` when truncating, `ezk` when the database has one. `auto_commit` is the
+    /// engine's to add: it depends on the strategy, not on the batch.
+    pub fn options(&self) -> BTreeMap<String, String> {
+        let mut options = BTreeMap::from([("skip_disk_quota_check".to_owned(), "true".to_owned())]);
+        let kind = match self.kind {
+            BatchKind::Data => "backup",
+            BatchKind::L0 => "l0_import",
+        };
+        options.insert(kind.to_owned(), "true".to_owned());
+        if self.storage_version > 0 {
+            options.insert(
+                "storage_version".to_owned(),
+                self.storage_version.to_string(),
+            );
+        }
+        if let Some(end_ts) = self.end_ts.filter(|ts| *ts > 0) {
+            options.insert("end_ts".to_owned(), end_ts.to_string());
+        }
+        if let Some(ezk) = &self.ezk {
+            options.insert("ezk".to_owned(), ezk.clone());
+        }
+        options
+    }
+}
+
+/// Whether an index is built on a vector field (created first, subject to
+/// `use_auto_index`) or a scalar one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum IndexedField {
+    Vector,
+    Scalar,
+}
+
+/// One index to create (with `rebuild_index`), as milvus-backup's DDL sends it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IndexPlan {
+    pub field_name: String,
+    /// Empty for scalar indexes whose backed-up name has characters Milvus refuses
+    /// (JSON path indexes), letting Milvus name them.
+    pub index_name: String,
+    pub params: BTreeMap<String, String>,
+    pub field: IndexedField,
+}
+
+/// What the restore does for one target collection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollectionPlan {
+    /// The collection's name in the backup.
+    pub source: Namespace,
+    /// The collection's id in the backup (binlog paths use it).
+    pub source_collection_id: i64,
+    pub target: Namespace,
+    /// The backup's schema under the target name, every field kept ($meta included).
+    pub schema: CollectionSchema,
+    /// The backup's shard count, capped by `max_shard_num`.
+    pub shards_num: i32,
+    pub consistency_level: ConsistencyLevel,
+    /// The collection properties sent with CreateCollection (the schema's).
+    pub properties: Vec<KeyValuePair>,
+    /// The number of partitions to create when a field is a partition key (Milvus makes
+    /// them itself), else 0.
+    pub partition_num: i64,
+    /// Partition names to create, in backup order (`_default` included).
+    pub partitions: Vec<String>,
+    /// Indexes to create, vector ones first; empty without `rebuild_index`.
+    pub indexes: Vec<IndexPlan>,
+    /// Import batches in the order milvus-backup runs them: every data batch, then the
+    /// partitions' L0 batches, then the collection-level L0 batches. Empty with
+    /// `meta_only`.
+    pub batches: Vec<ImportBatch>,
+}
+
+/// Totals for `lockstep plan`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PlanTotals {
+    pub databases: usize,
+    pub collections: usize,
+    pub partitions: usize,
+    pub batches: usize,
+    pub rows: i64,
+    /// The bytes staging copies: the sum of `files_to_stage`.
+    pub bytes_to_stage: u64,
+}
+
+/// Everything a restore of one backup creates and imports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestorePlan {
+    /// Target databases to create where missing, in backup order: the backup's databases
+    /// that pass both filters (mapped by `db.:db2.` rules), then any other database a
+    /// target collection lives in.
+    pub databases: Vec<String>,
+    pub collections: Vec<CollectionPlan>,
+    /// Every binlog under some batch's prefixes, each once, in path order.
+    pub files_to_stage: Vec<BinlogFile>,
+    pub totals: PlanTotals,
+}
+
+/// Plans the restore of `backup` with `options`. Pure: reads only what `read` brought in.
+pub fn plan(backup: &Backup, options: &RestoreOptions) -> Result<RestorePlan, Error> {
+    let info = &backup.info;
+    let ezk_of_db: HashMap<&str, &str> = info
+        .database_backups
+        .iter()
+        .filter(|db| options.backup_filter.allows_db(db_name(&db.db_name)))
+        .map(|db| (db_name(&db.db_name), db.ezk.as_str()))
+        .collect();
+
+    let mut databases = Vec::new();
+    for db in &info.database_backups {
+        let source = db_name(&db.db_name);
+        if !options.backup_filter.allows_db(source) {
+            continue;
+        }
+        let target = options.renaming.database_target(source);
+        if options.filter.allows_db(&target) && !databases.contains(&target) {
+            databases.push(target);
+        }
+    }
+
+    let mut collections: Vec<CollectionPlan> = Vec::new();
+    let mut source_of: HashMap<Namespace, Namespace> = HashMap::new();
+    for collection in &info.collection_backups {
+        let source = Namespace::new(&collection.db_name, &collection.collection_name);
+        if !options.backup_filter.allows(&source) {
+            continue;
+        }
+        for target in options.renaming.collection_targets(&source) {
+            if !options.filter.allows(&target) {
+                continue;
+            }
+            if let Some(first) = source_of.insert(target.clone(), source.clone()) {
+                return Err(Error::DuplicateTarget {
+                    target,
+                    first: first.to_string(),
+                    second: source.to_string(),
+                });
+            }
+            let ezk = ezk_of_db
+                .get(source.db.as_str())
+                .filter(|ezk| !ezk.is_empty())
+                .map(|ezk| {
+                    options
+                        .ezk_mapping
+                        .get(*ezk)
+                        .cloned()
+                        .unwrap_or_else(|| (*ezk).to_owned())
+                });
+            collections.push(plan_collection(
+                backup,
+                collection,
+                source.clone(),
+                target,
+                ezk,
+                options,
+            )?);
+        }
+    }
+    for collection in &collections {
+        if !databases.contains(&collection.target.db) {
+            databases.push(collection.target.db.clone());
+        }
+    }
+
+    let mut staged = BTreeMap::new();
+    for batch in collections.iter().flat_map(|c| &c.batches) {
+        for prefix in batch.files.iter().flatten() {
+            staged.extend(
+                backup
+                    .binlogs
+                    .under(prefix)
+                    .map(|(path, size)| (path.to_owned(), size)),
+            );
+        }
+    }
+    let files_to_stage: Vec<BinlogFile> = staged
+        .into_iter()
+        .map(|(path, size)| BinlogFile { path, size })
+        .collect();
+
+    let totals = PlanTotals {
+        databases: databases.len(),
+        collections: collections.len(),
+        partitions: collections.iter().map(|c| c.partitions.len()).sum(),
+        batches: collections.iter().map(|c| c.batches.len()).sum(),
+        rows: collections
+            .iter()
+            .flat_map(|c| &c.batches)
+            .map(|b| b.rows)
+            .sum(),
+        bytes_to_stage: files_to_stage.iter().map(|f| f.size).sum(),
+    };
+    Ok(RestorePlan {
+        databases,
+        collections,
+        files_to_stage,
+        totals,
+    })
+}
+
+fn db_name(name: &str) -> &str {
+    if name.is_empty() {
+        super::namespace::DEFAULT_DB
+    } else {
+        name
+    }
+}
+
+fn plan_collection(
+    backup: &Backup,
+    collection: &CollectionBackupInfo,
+    source: Namespace,
+    target: Namespace,
+    ezk: Option<String>,
+    options: &RestoreOptions,
+) -> Result<CollectionPlan, Error> {
+    let backup_schema = collection.schema.clone().unwrap_or_default();
+    let schema = backup_schema
+        .to_proto(&target.collection)
+        .map_err(|source_error| Error::BadDefaultValue {
+            collection: source.clone(),
+            source: source_error,
+        })?;
+    let consistency_level =
+        ConsistencyLevel::try_from(collection.consistency_level).map_err(|_| {
+            Error::UnknownConsistencyLevel {
+                collection: source.clone(),
+                value: collection.consistency_level,
+            }
+        })?;
+    let shards_num = match options.max_shard_num {
+        Some(max) if max > 0 && collection.shards_num > max => max,
+        _ => collection.shards_num,
+    };
+    let has_partition_key = backup_schema.fields.iter().any(|f| f.is_partition_key);
+    let partition_num = if has_partition_key {
+        collection.partition_backups.len() as i64
+    } else {
+        0
+    };
+    let indexes = if options.rebuild_index {
+        plan_indexes(collection, &source, options)?
+    } else {
+        Vec::new()
+    };
+    let batches = if options.meta_only {
+        Vec::new()
+    } else {
+        CollectionBatcher {
+            backup,
+            collection,
+            source: &source,
+            target: &target,
+            ezk,
+            options,
+        }
+        .batches()?
+    };
+    Ok(CollectionPlan {
+        source_collection_id: collection.collection_id,
+        properties: proto_key_values(&backup_schema.properties),
+        partitions: collection
+            .partition_backups
+            .iter()
+            .map(|p| p.partition_name.clone())
+            .collect(),
+        source,
+        target,
+        schema,
+        shards_num,
+        consistency_level,
+        partition_num,
+        indexes,
+        batches,
+    })
+}
+
+/// Milvus's vector data types (`schema.DataType` 100..=106): milvus-backup treats a field
+/// as a vector field when its type name ends in "vector".
+fn is_vector_type(data_type: i32) -> Option<bool> {
+    match data_type {
+        100..=106 => Some(true),
+        0..=5 | 10 | 11 | 20..=31 | 200 | 201 => Some(false),
+        _ => None,
+    }
+}
+
+/// milvus-backup's `createIndex`: vector indexes first (AUTOINDEX with the backup's metric
+/// under `use_auto_index`, `marisa-trie` renamed `Trie`), then scalar ones (a name Milvus
+/// would refuse is sent empty).
+fn plan_indexes(
+    collection: &CollectionBackupInfo,
+    source: &Namespace,
+    options: &RestoreOptions,
+) -> Result<Vec<IndexPlan>, Error> {
+    let mut vector_fields = BTreeSet::new();
+    for field in collection.schema.iter().flat_map(|s| &s.fields) {
+        match is_vector_type(field.data_type) {
+            Some(true) => {
+                vector_fields.insert(field.name.as_str());
+            }
+            Some(false) => {}
+            None => {
+                return Err(Error::UnknownDataType {
+                    collection: source.clone(),
+                    field: field.name.clone(),
+                    data_type: field.data_type,
+                });
+            }
+        }
+    }
+    let (vector, scalar): (Vec<&IndexInfo>, Vec<&IndexInfo>) = collection
+        .index_infos
+        .iter()
+        .partition(|index| vector_fields.contains(index.field_name.as_str()));
+    let vector = vector.into_iter().map(|index| {
+        let mut params = if options.use_auto_index {
+            let metric = index.params.get("metric_type").cloned().unwrap_or_default();
+            BTreeMap::from([
+                ("index_type".to_owned(), "AUTOINDEX".to_owned()),
+                ("metric_type".to_owned(), metric),
+            ])
+        } else {
+            index.params.clone()
+        };
+        if params.get("index_type").map(String::as_str) == Some("marisa-trie") {
+            params.insert("index_type".to_owned(), "Trie".to_owned());
+        }
+        IndexPlan {
+            field_name: index.field_name.clone(),
+            index_name: index.index_name.clone(),
+            params,
+            field: IndexedField::Vector,
+        }
+    });
+    let scalar = scalar.into_iter().map(|index| IndexPlan {
+        field_name: index.field_name.clone(),
+        index_name: if has_special_char(&index.index_name) {
+            String::new()
+        } else {
+            index.index_name.clone()
+        },
+        params: index.params.clone(),
+        field: IndexedField::Scalar,
+    });
+    Ok(vector.chain(scalar).collect())
+}
+
+/// milvus-backup's `specialIndexName` (copied there from Milvus's index-name check): a
+/// name that, trimmed, starts with neither a letter nor `_`, or has a character other
+/// than letters, digits and `_`.
+fn has_special_char(index_name: &str) -> bool {
+    let name = index_name.trim();
+    let Some(first) = name.chars().next() else {
+        return false;
+    };
+    (first != '_' && !first.is_ascii_alphabetic())
+        || !name.chars().all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+/// `msgpb.MsgPosition`, the protobuf behind `channel_checkpoints` values; only the
+/// timestamp is read.
+#[derive(Clone, PartialEq, prost::Message)]
+struct MsgPosition {
+    #[prost(string, tag = "1")]
+    channel_name: String,
+    #[prost(bytes = "vec", tag = "2")]
+    msg_id: Vec<u8>,
+    #[prost(string, tag = "3")]
+    msg_group: String,
+    #[prost(uint64, tag = "4")]
+    timestamp: u64,
+}
+
+/// Builds one collection's import batches.
+struct CollectionBatcher<'a> {
+    backup: &'a Backup,
+    collection: &'a CollectionBackupInfo,
+    source: &'a Namespace,
+    target: &'a Namespace,
+    ezk: Option<String>,
+    options: &'a RestoreOptions,
+}
+
+impl CollectionBatcher<'_> {
+    fn batches(&self) -> Result<Vec<ImportBatch>, Error> {
+        let mut data = Vec::new();
+        let mut partition_l0 = Vec::new();
+        for partition in &self.collection.partition_backups {
+            data.extend(self.data_batches(partition)?);
+            let l0: Vec<&SegmentBackupInfo> = partition
+                .segment_backups
+                .iter()
+                .filter(|s| s.is_l0)
+                .collect();
+            partition_l0.extend(self.l0_batches(Some(&partition.partition_name), &l0)?);
+        }
+        let collection_l0: Vec<&SegmentBackupInfo> = self.collection.l0_segments.iter().collect();
+        let collection_l0 = self.l0_batches(None, &collection_l0)?;
+        Ok(data
+            .into_iter()
+            .chain(partition_l0)
+            .chain(collection_l0)
+            .collect())
+    }
+
+    /// Segments per job: one under `per_seg` (a v1 import per segment directory).
+    fn chunk_size(&self, kind: BatchKind) -> usize {
+        match (self.options.strategy, kind, self.options.l0_batching) {
+            (Strategy::PerSeg, _, _) | (Strategy::Merged, BatchKind::L0, L0Batching::OnePerJob) => {
+                1
+            }
+            (Strategy::Merged, _, _) => self.options.max_segments_per_job.max(1),
+        }
+    }
+
+    /// milvus-backup's `notL0SegmentBatches`: with group ids, one entry per segment,
+    /// grouped by (vchannel, storage version) and chunked; without (old backups), one
+    /// entry for the whole partition.
+    fn data_batches(&self, partition: &PartitionBackupInfo) -> Result<Vec<ImportBatch>, Error> {
+        let segments: Vec<&SegmentBackupInfo> = partition
+            .segment_backups
+            .iter()
+            .filter(|s| !s.is_l0)
+            .collect();
+        if segments.is_empty() {
+            return Ok(Vec::new());
+        }
+        let name = Some(partition.partition_name.as_str());
+        if segments.iter().all(|s| s.group_id == 0) {
+            if self.options.truncate_binlog_by_ts {
+                return Err(Error::TruncateWithoutGroupIds {
+                    collection: self.source.clone(),
+                    partition: partition.partition_name.clone(),
+                });
+            }
+            let dirs = format!(
+                "{}/{}",
+                self.collection.collection_id, partition.partition_id
+            );
+            let entry = self.data_entry(&dirs);
+            let rows = segments.iter().map(|s| s.num_of_rows).sum();
+            let batch = self.batch(
+                BatchKind::Data,
+                name,
+                0,
+                String::new(),
+                0,
+                vec![entry],
+                rows,
+                None,
+            );
+            return Ok(vec![batch]);
+        }
+        self.grouped(BatchKind::Data, name, &segments, |segment| {
+            let dirs = format!(
+                "{}/{}/{}",
+                self.collection.collection_id, segment.partition_id, segment.group_id
+            );
+            self.data_entry(&dirs)
+        })
+    }
+
+    /// `[insert_log/{dirs}/, delta_log/{dirs}/]`, the delta prefix only if the backup
+    /// has files under it.
+    fn data_entry(&self, dirs: &str) -> Vec<String> {
+        let insert = format!("{BINLOG_DIR}/insert_log/{dirs}/");
+        let delta = format!("{BINLOG_DIR}/delta_log/{dirs}/");
+        if self.backup.binlogs.has_prefix(&delta) {
+            vec![insert, delta]
+        } else {
+            vec![insert]
+        }
+    }
+
+    /// milvus-backup's `l0SegmentBatches`: `[delta_log/{c}/{p}/{segment}/]` per segment.
+    fn l0_batches(
+        &self,
+        partition: Option<&str>,
+        segments: &[&SegmentBackupInfo],
+    ) -> Result<Vec<ImportBatch>, Error> {
+        self.grouped(BatchKind::L0, partition, segments, |segment| {
+            vec![format!(
+                "{BINLOG_DIR}/delta_log/{}/{}/{}/",
+                self.collection.collection_id, segment.partition_id, segment.segment_id
+            )]
+        })
+    }
+
+    /// Groups `segments` by (vchannel, storage version) in order of first appearance and
+    /// chunks each group into batches.
+    fn grouped(
+        &self,
+        kind: BatchKind,
+        partition: Option<&str>,
+        segments: &[&SegmentBackupInfo],
+        entry: impl Fn(&SegmentBackupInfo) -> Vec<String>,
+    ) -> Result<Vec<ImportBatch>, Error> {
+        let mut groups: Vec<((&str, i64), Vec<&SegmentBackupInfo>)> = Vec::new();
+        for segment in segments {
+            let key = (segment.v_channel.as_str(), segment.storage_version);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, members)) => members.push(segment),
+                None => groups.push((key, vec![segment])),
+            }
+        }
+        let mut batches = Vec::new();
+        for ((vchannel, storage_version), members) in groups {
+            let end_ts = self.end_ts(vchannel)?;
+            for chunk in members.chunks(self.chunk_size(kind)) {
+                let files = chunk.iter().map(|s| entry(s)).collect();
+                let rows = chunk.iter().map(|s| s.num_of_rows).sum();
+                let index = batches.len();
+                batches.push(self.batch(
+                    kind,
+                    partition,
+                    index,
+                    vchannel.to_owned(),
+                    storage_version,
+                    files,
+                    rows,
+                    end_ts,
+                ));
+            }
+        }
+        Ok(batches)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn batch(
+        &self,
+        kind: BatchKind,
+        partition: Option<&str>,
+        index: usize,
+        vchannel: String,
+        storage_version: i64,
+        files: Vec<Vec<String>>,
+        rows: i64,
+        end_ts: Option<u64>,
+    ) -> ImportBatch {
+        let bytes = files
+            .iter()
+            .flatten()
+            .map(|prefix| self.backup.binlogs.bytes_under(prefix))
+            .sum();
+        ImportBatch {
+            id: BatchId::new(self.target, partition, kind, index),
+            kind,
+            target: self.target.clone(),
+            partition: partition.map(str::to_owned),
+            vchannel,
+            storage_version,
+            files,
+            bytes,
+            rows,
+            end_ts,
+            ezk: self.ezk.clone(),
+        }
+    }
+
+    /// The vchannel's checkpoint time when truncating (milvus-backup's `backupTS`).
+    fn end_ts(&self, vchannel: &str) -> Result<Option<u64>, Error> {
+        if !self.options.truncate_binlog_by_ts {
+            return Ok(None);
+        }
+        let missing = || Error::MissingCheckpoint {
+            collection: self.source.clone(),
+            vchannel: vchannel.to_owned(),
+        };
+        if vchannel.is_empty() {
+            return Err(missing());
+        }
+        let encoded = self
+            .collection
+            .channel_checkpoints
+            .get(vchannel)
+            .ok_or_else(missing)?;
+        let bad = |reason: String| Error::BadCheckpoint {
+            collection: self.source.clone(),
+            vchannel: vchannel.to_owned(),
+            reason,
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .map_err(|e| bad(e.to_string()))?;
+        let position = MsgPosition::decode(bytes.as_slice()).map_err(|e| bad(e.to_string()))?;
+        Ok(Some(position.timestamp))
+    }
+}

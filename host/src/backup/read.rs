@@ -1,0 +1,325 @@
+//! Reading a backup from object storage: its meta (`full_meta.json`, else the four level
+//! files) and one listing of its binlogs.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use futures::TryStreamExt as _;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt as _};
+use serde::de::DeserializeOwned;
+
+use super::Error;
+use super::meta::{
+    BackupInfo, CollectionBackupInfo, LevelInfos, PartitionBackupInfo, SegmentBackupInfo,
+};
+
+/// `BackupInfo.format` of the binlog format: empty, as every backup written before the
+/// field existed reads back.
+const FORMAT_BINLOG: &str = "";
+/// `BackupInfo.format` of exported Milvus 3.0 snapshot bundles.
+const FORMAT_SNAPSHOT: &str = "snapshot";
+
+const META_DIR: &str = "meta";
+const BACKUP_META: &str = "backup_meta.json";
+const FULL_META: &str = "full_meta.json";
+const COLLECTION_META: &str = "collection_meta.json";
+const PARTITION_META: &str = "partition_meta.json";
+const SEGMENT_META: &str = "segment_meta.json";
+/// Where a backup keeps its binlogs, relative to the backup directory.
+pub const BINLOG_DIR: &str = "binlogs";
+
+/// Where one backup lives: `{root}/{name}/` in a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupLocation {
+    /// The store's URL (e.g. `s3://backups` or `file:///srv/backups`), for messages only.
+    pub store_url: String,
+    /// The backup's name, the last part of its directory.
+    pub name: String,
+    /// `{root}/{name}` within the store.
+    pub dir: Path,
+}
+
+impl BackupLocation {
+    /// The backup `name` under `root` (milvus-backup's `backup.storage.rootPath`, default
+    /// `backup`; may be empty) in the store at `store_url`.
+    pub fn new(store_url: &str, root: &str, name: &str) -> Self {
+        let root = Path::from(root.trim_matches('/'));
+        Self {
+            store_url: store_url.trim_end_matches('/').to_owned(),
+            name: name.to_owned(),
+            dir: root.join(name),
+        }
+    }
+
+    /// The path of `relative` (`meta/backup_meta.json`, `binlogs/...`) in the store.
+    pub fn path(&self, relative: &str) -> Path {
+        relative
+            .split('/')
+            .filter(|part| !part.is_empty())
+            .fold(self.dir.clone(), |path, part| path.join(part))
+    }
+
+    /// `relative` as a URL, for messages.
+    pub fn url(&self, relative: &str) -> String {
+        format!("{}/{}", self.store_url, self.path(relative))
+    }
+}
+
+impl fmt::Display for BackupLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/", self.store_url, self.dir)
+    }
+}
+
+/// Which meta files a backup was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaSource {
+    /// `full_meta.json`, the whole tree in one file.
+    FullMeta,
+    /// `backup_meta.json` plus the collection, partition and segment level files.
+    LevelFiles,
+}
+
+/// One binlog object of a backup.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BinlogFile {
+    /// Relative to the backup directory, e.g. `binlogs/insert_log/1/2/3/3/100/7`, so that
+    /// staging can re-root it under its own prefix.
+    pub path: String,
+    pub size: u64,
+}
+
+/// Every object under a backup's `binlogs/`, listed once, by relative path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BinlogIndex {
+    sizes: BTreeMap<String, u64>,
+}
+
+impl BinlogIndex {
+    /// Builds an index from (relative path, size) pairs.
+    pub fn new(files: impl IntoIterator<Item = (String, u64)>) -> Self {
+        Self {
+            sizes: files.into_iter().collect(),
+        }
+    }
+
+    /// The files whose relative path starts with `prefix` (a directory prefix ending in
+    /// `/`), in path order.
+    pub fn under<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, u64)> + 'a {
+        self.sizes
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(move |(path, _)| path.starts_with(prefix))
+            .map(|(path, size)| (path.as_str(), *size))
+    }
+
+    /// Whether any file lies under `prefix`: milvus-backup's `storage.Exist` on a prefix.
+    pub fn has_prefix(&self, prefix: &str) -> bool {
+        self.under(prefix).next().is_some()
+    }
+
+    /// The bytes under `prefix`.
+    pub fn bytes_under(&self, prefix: &str) -> u64 {
+        self.under(prefix).map(|(_, size)| size).sum()
+    }
+
+    pub fn len(&self) -> usize {
+        self.sizes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sizes.is_empty()
+    }
+}
+
+/// A backup read into memory: its meta tree and the listing of its binlogs.
+#[derive(Debug, Clone)]
+pub struct Backup {
+    pub location: BackupLocation,
+    pub info: BackupInfo,
+    pub meta_source: MetaSource,
+    pub binlogs: BinlogIndex,
+}
+
+/// Reads the backup at `location` from `store`.
+///
+/// `meta/backup_meta.json` decides whether the backup exists (milvus-backup's
+/// `meta.Exist`). The tree comes from `full_meta.json` when present, else from the level
+/// files, joined on collection and partition ids as milvus-backup's `levelToTree` does.
+/// Backups in the snapshot format, or a format this version does not know, are refused:
+/// taking them down the binlog path would restore empty collections. Leaves nothing
+/// behind; only reads.
+pub async fn read(store: &dyn ObjectStore, location: &BackupLocation) -> Result<Backup, Error> {
+    let backup_meta = format!("{META_DIR}/{BACKUP_META}");
+    if !exists(store, location, &backup_meta).await? {
+        return Err(Error::NotFound {
+            name: location.name.clone(),
+            url: location.url(&backup_meta),
+        });
+    }
+
+    let full_meta = format!("{META_DIR}/{FULL_META}");
+    let (info, meta_source) = if exists(store, location, &full_meta).await? {
+        (
+            read_json::<BackupInfo>(store, location, &full_meta).await?,
+            MetaSource::FullMeta,
+        )
+    } else {
+        (read_levels(store, location).await?, MetaSource::LevelFiles)
+    };
+
+    match info.format.as_str() {
+        FORMAT_BINLOG => {}
+        FORMAT_SNAPSHOT => {
+            return Err(Error::SnapshotFormat {
+                name: location.name.clone(),
+            });
+        }
+        other => {
+            return Err(Error::UnknownFormat {
+                name: location.name.clone(),
+                format: other.to_owned(),
+            });
+        }
+    }
+
+    let binlogs = list_binlogs(store, location).await?;
+    tracing::debug!(backup = %location, collections = info.collection_backups.len(), binlogs = binlogs.len(), ?meta_source, "read backup");
+    Ok(Backup {
+        location: location.clone(),
+        info,
+        meta_source,
+        binlogs,
+    })
+}
+
+async fn exists(
+    store: &dyn ObjectStore,
+    location: &BackupLocation,
+    relative: &str,
+) -> Result<bool, Error> {
+    match store.head(&location.path(relative)).await {
+        Ok(_) => Ok(true),
+        Err(object_store::Error::NotFound { .. }) => Ok(false),
+        Err(source) => Err(Error::Storage {
+            url: location.url(relative),
+            source,
+        }),
+    }
+}
+
+async fn read_json<T: DeserializeOwned>(
+    store: &dyn ObjectStore,
+    location: &BackupLocation,
+    relative: &str,
+) -> Result<T, Error> {
+    let url = location.url(relative);
+    let bytes = match store.get(&location.path(relative)).await {
+        Ok(result) => result.bytes().await,
+        Err(source) => Err(source),
+    }
+    .map_err(|source| match source {
+        object_store::Error::NotFound { .. } => Error::MetaFileMissing { url: url.clone() },
+        source => Error::Storage {
+            url: url.clone(),
+            source,
+        },
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::CorruptMeta {
+        url,
+        line: e.line(),
+        column: e.column(),
+        message: strip_position(&e),
+    })
+}
+
+/// serde_json's message without its trailing " at line L column C", which the error
+/// carries separately.
+fn strip_position(e: &serde_json::Error) -> String {
+    let full = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    full.strip_suffix(&suffix).unwrap_or(&full).to_owned()
+}
+
+async fn read_levels(
+    store: &dyn ObjectStore,
+    location: &BackupLocation,
+) -> Result<BackupInfo, Error> {
+    let mut info: BackupInfo =
+        read_json(store, location, &format!("{META_DIR}/{BACKUP_META}")).await?;
+    let collections: LevelInfos<CollectionBackupInfo> =
+        read_json(store, location, &format!("{META_DIR}/{COLLECTION_META}")).await?;
+    let partitions: LevelInfos<PartitionBackupInfo> =
+        read_json(store, location, &format!("{META_DIR}/{PARTITION_META}")).await?;
+    let segments: LevelInfos<SegmentBackupInfo> =
+        read_json(store, location, &format!("{META_DIR}/{SEGMENT_META}")).await?;
+    info.collection_backups = level_to_tree(collections.infos, partitions.infos, segments.infos);
+    info.size = info.collection_backups.iter().map(|c| c.size).sum();
+    Ok(info)
+}
+
+/// milvus-backup's `levelToTree`: segments join their partition on (collection id,
+/// partition id), partitions their collection on collection id, and sizes are summed
+/// again from the segments up. Segments of partition -1 join no partition; they are
+/// carried by the collection's own `l0_segments`.
+fn level_to_tree(
+    collections: Vec<CollectionBackupInfo>,
+    partitions: Vec<PartitionBackupInfo>,
+    segments: Vec<SegmentBackupInfo>,
+) -> Vec<CollectionBackupInfo> {
+    let mut segments_by_partition: BTreeMap<(i64, i64), Vec<SegmentBackupInfo>> = BTreeMap::new();
+    for segment in segments {
+        segments_by_partition
+            .entry((segment.collection_id, segment.partition_id))
+            .or_default()
+            .push(segment);
+    }
+    let mut partitions_by_collection: BTreeMap<i64, Vec<PartitionBackupInfo>> = BTreeMap::new();
+    for mut partition in partitions {
+        partition.segment_backups = segments_by_partition
+            .remove(&(partition.collection_id, partition.partition_id))
+            .unwrap_or_default();
+        partition.size = partition.segment_backups.iter().map(|s| s.size).sum();
+        partitions_by_collection
+            .entry(partition.collection_id)
+            .or_default()
+            .push(partition);
+    }
+    collections
+        .into_iter()
+        .map(|mut collection| {
+            collection.partition_backups = partitions_by_collection
+                .remove(&collection.collection_id)
+                .unwrap_or_default();
+            collection.size = collection.partition_backups.iter().map(|p| p.size).sum();
+            collection
+        })
+        .collect()
+}
+
+async fn list_binlogs(
+    store: &dyn ObjectStore,
+    location: &BackupLocation,
+) -> Result<BinlogIndex, Error> {
+    let prefix = location.path(BINLOG_DIR);
+    let listed: Vec<_> = store
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .map_err(|source| Error::Storage {
+            url: location.url(BINLOG_DIR),
+            source,
+        })?;
+    let files = listed.into_iter().filter_map(|object| {
+        let parts = object.location.prefix_match(&location.dir)?;
+        let relative = parts
+            .map(|part| part.as_ref().to_owned())
+            .collect::<Vec<_>>()
+            .join("/");
+        Some((relative, object.size))
+    });
+    Ok(BinlogIndex::new(files))
+}

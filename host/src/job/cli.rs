@@ -1,0 +1,231 @@
+//! `lockstep restore` flags: milvus-backup's `restore` flags (same names, same
+//! meanings) plus `--target`, `--secondaries` and `--strategy`, mapped into a
+//! [`JobFile`] and validated like a job file. A problem is located at the flag that
+//! gave the value.
+
+use serde::Deserialize as _;
+use toml::Spanned;
+
+use crate::backup::Strategy;
+
+use super::diagnostic::{Error, Input, Location, Problem, RawProblem};
+use super::file::{ClusterRef, JobFile};
+use super::host::HostConfig;
+use super::{Env, Job, validate};
+
+/// The flags of `lockstep restore`, for the CLI to flatten into its subcommand.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct RestoreArgs {
+    /// The backup to restore.
+    #[arg(short = 'n', long = "name")]
+    pub name: Option<String>,
+    /// The cluster to restore into (a host config name or http(s) URI); default: the
+    /// host config's default_target.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Clusters replicating the target, comma-separated or repeated.
+    #[arg(long, value_delimiter = ',')]
+    pub secondaries: Vec<String>,
+    /// `merged` (default) or `per_seg`.
+    #[arg(long)]
+    pub strategy: Option<String>,
+    /// Collections to restore, by their names after --suffix or --rename:
+    /// db1.coll1,db2.*,coll3.
+    #[arg(long)]
+    pub filter: Option<String>,
+    /// Add a suffix to every restored collection's name.
+    #[arg(short = 's', long)]
+    pub suffix: Option<String>,
+    /// Rename collections: db1.c1:db2.c1_new,db1.*:db3.*,c1:c2.
+    #[arg(short = 'r', long)]
+    pub rename: Option<String>,
+    /// Create the backup's indexes.
+    #[arg(long = "rebuild_index")]
+    pub rebuild_index: bool,
+    /// Restore meta only, no data.
+    #[arg(long = "meta_only")]
+    pub meta_only: bool,
+    /// Replace vector indexes with AUTOINDEX.
+    #[arg(long = "use_auto_index")]
+    pub use_auto_index: bool,
+    /// Drop an existing target collection before creating it.
+    #[arg(long = "drop_exist_collection")]
+    pub drop_exist_collection: bool,
+    /// Drop the target collection's existing indexes first.
+    #[arg(long = "drop_exist_index")]
+    pub drop_exist_index: bool,
+    /// Import into existing target collections instead of creating them.
+    #[arg(long = "skip_create_collection")]
+    pub skip_create_collection: bool,
+    /// Restore RBAC meta.
+    #[arg(long)]
+    pub rbac: bool,
+    /// milvus-backup's merged restore; lockstep's default (same as --strategy merged).
+    #[arg(long = "use_v2_restore")]
+    pub use_v2_restore: bool,
+    /// Removed from milvus-backup's restore; refused with its advice.
+    #[arg(short = 'c', long = "collections", hide = true)]
+    pub removed_collections: Option<String>,
+    /// Removed from milvus-backup's restore; refused with its advice.
+    #[arg(short = 'd', long = "databases", hide = true)]
+    pub removed_databases: Option<String>,
+    /// Removed from milvus-backup's restore; refused with its advice.
+    #[arg(short = 'a', long = "database_collections", hide = true)]
+    pub removed_database_collections: Option<String>,
+    /// Removed from milvus-backup's restore; refused with its advice.
+    #[arg(long = "restore_index", hide = true)]
+    pub removed_restore_index: bool,
+}
+
+/// Flag values carry no position: the flag name is their location.
+fn unspanned<T>(value: T) -> Spanned<T> {
+    Spanned::new(0..0, value)
+}
+
+fn flag_set(set: bool) -> Option<Spanned<bool>> {
+    set.then(|| unspanned(true))
+}
+
+/// The flag a job-file field comes from (`restore.rename[2]` → `-r/--rename`).
+fn flag_for(field: &str) -> String {
+    let base = field.split('[').next().unwrap_or(field);
+    match base {
+        "name" | "backup" => "-n/--name".to_owned(),
+        "restore.suffix" => "-s/--suffix".to_owned(),
+        "restore.rename" => "-r/--rename".to_owned(),
+        other => format!("--{}", other.rsplit('.').next().unwrap_or(other)),
+    }
+}
+
+/// Maps the flags into a `JobFile`, with the problems only flags can have.
+fn job_file(args: &RestoreArgs) -> (JobFile, Vec<Problem>) {
+    let mut problems = Vec::new();
+    for (set, flag, advice) in [
+        (
+            args.removed_collections.is_some(),
+            "-c/--collections",
+            "use --filter instead",
+        ),
+        (
+            args.removed_databases.is_some(),
+            "-d/--databases",
+            "use --filter instead",
+        ),
+        (
+            args.removed_database_collections.is_some(),
+            "-a/--database_collections",
+            "use --filter instead",
+        ),
+        (
+            args.removed_restore_index,
+            "--restore_index",
+            "use --rebuild_index instead",
+        ),
+    ] {
+        if set {
+            problems.push(Problem {
+                location: Location::Flag(flag.to_owned()),
+                field: String::new(),
+                message: format!("{flag} was removed from milvus-backup's restore: {advice}"),
+            });
+        }
+    }
+
+    let mut strategy = args.strategy.as_deref().and_then(|s| {
+        match Strategy::deserialize(
+            serde::de::value::StrDeserializer::<serde::de::value::Error>::new(s),
+        ) {
+            Ok(strategy) => Some(unspanned(strategy)),
+            Err(e) => {
+                problems.push(Problem {
+                    location: Location::Flag("--strategy".to_owned()),
+                    field: "strategy".to_owned(),
+                    message: e.to_string(),
+                });
+                None
+            }
+        }
+    });
+    if args.use_v2_restore {
+        match strategy.as_ref().map(|s| *s.get_ref()) {
+            Some(Strategy::PerSeg) => problems.push(Problem {
+                location: Location::Flag("--use_v2_restore".to_owned()),
+                field: "strategy".to_owned(),
+                message: "--use_v2_restore asks for the merged strategy and --strategy asks for per_seg: give one"
+                    .to_owned(),
+            }),
+            Some(Strategy::Merged) => {}
+            None => strategy = Some(unspanned(Strategy::Merged)),
+        }
+    }
+
+    let mut file = JobFile {
+        backup: args.name.clone().map(unspanned),
+        target: args
+            .target
+            .clone()
+            .map(|t| unspanned(ClusterRef::NameOrUri(t))),
+        secondaries: args
+            .secondaries
+            .iter()
+            .map(|s| unspanned(ClusterRef::NameOrUri(s.trim().to_owned())))
+            .collect(),
+        strategy,
+        ..JobFile::default()
+    };
+    let restore = &mut file.restore;
+    restore.filter = args.filter.clone().map(unspanned);
+    restore.suffix = args.suffix.clone().map(unspanned);
+    restore.rename = args.rename.as_ref().map(|rules| {
+        unspanned(
+            rules
+                .split(',')
+                .map(|r| unspanned(r.trim().to_owned()))
+                .collect(),
+        )
+    });
+    restore.drop_exist_collection = flag_set(args.drop_exist_collection);
+    restore.skip_create_collection = flag_set(args.skip_create_collection);
+    restore.meta_only = args.meta_only.then_some(true);
+    restore.rebuild_index = args.rebuild_index.then_some(true);
+    restore.use_auto_index = args.use_auto_index.then_some(true);
+    restore.drop_exist_index = args.drop_exist_index.then_some(true);
+    restore.rbac = args.rbac.then_some(true);
+    (file, problems)
+}
+
+pub(super) fn job_from_args(
+    args: &RestoreArgs,
+    host: &HostConfig,
+    env: Env<'_>,
+) -> Result<Job, Error> {
+    let (file, mut problems) = job_file(args);
+    let context = validate::Context {
+        host,
+        env,
+        default_name: args.name.clone(),
+        base_dir: std::path::PathBuf::new(),
+        removed: &[],
+    };
+    let located = |raw: Vec<RawProblem>| {
+        raw.into_iter().map(|p| Problem {
+            location: Location::Flag(flag_for(&p.field)),
+            field: p.field,
+            message: p.message,
+        })
+    };
+    match validate::validate(file, &context) {
+        Ok(job) if problems.is_empty() => Ok(job),
+        Ok(_) => Err(Error::Invalid {
+            input: Input::Flags,
+            problems,
+        }),
+        Err(raw) => {
+            problems.extend(located(raw));
+            Err(Error::Invalid {
+                input: Input::Flags,
+                problems,
+            })
+        }
+    }
+}

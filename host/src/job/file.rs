@@ -1,0 +1,302 @@
+//! `JobFile`: the job as written, field for field the TOML job file. CLI flags and REST
+//! bodies are mapped into this same struct, so that one validation ([`super::validate`])
+//! serves all three.
+//!
+//! Every field is optional here, values checked later are kept as `Spanned` so that a
+//! problem found by validation still points at its line and column, and every struct
+//! denies unknown fields.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde::de::{self, MapAccess, Visitor};
+use toml::Spanned;
+
+use crate::backup::Strategy;
+
+use super::diagnostic::{Error, Input, RawProblem, locate_in_file, read_toml};
+
+/// A restore job as written.
+///
+/// ```toml
+/// name = "orders-2026-11-29"          # default: the file stem
+/// backup = "my_backup"                # the backup's name under the host's [backups]
+/// target = "prod-a"                   # a cluster of the host config, or an inline table
+/// secondaries = ["prod-b", "http://10.0.0.3:19530"]
+/// strategy = "merged"                 # or "per_seg"
+///
+/// [restore]
+/// filter = "db1.orders,db2.*"
+/// suffix = "_restored"
+///
+/// [two_phase]
+/// mirror_grace = "5m"
+///
+/// [[check]]
+/// plugin = "plugins/storage-probe.wasm"
+/// phase = "before-import"
+/// ```
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFile {
+    /// The job's name, for people (reports, logs); defaults to the file stem. Not part
+    /// of the job's identity.
+    pub name: Option<Spanned<String>>,
+    /// The name of the backup to restore (milvus-backup's `-n`).
+    pub backup: Option<Spanned<String>>,
+    /// The cluster restored into: a name from the host config, or an inline table with
+    /// `uri` and `storage`. Defaults to the host config's `default_target`.
+    pub target: Option<Spanned<ClusterRef>>,
+    /// Clusters that replicate the target over CDC: names from the host config or
+    /// `http(s)://` URIs. The restore waits until each mirrors every import job.
+    #[serde(default)]
+    pub secondaries: Vec<Spanned<ClusterRef>>,
+    /// `merged` (default) or `per_seg`.
+    pub strategy: Option<Spanned<Strategy>>,
+    /// milvus-backup's restore options.
+    #[serde(default)]
+    pub restore: RestoreSection,
+    /// Timing and scope of the two-phase commit.
+    #[serde(default)]
+    pub two_phase: TwoPhaseSection,
+    /// Plugin checks, run before importing or before committing.
+    #[serde(default)]
+    pub check: Vec<Spanned<CheckSection>>,
+}
+
+/// A cluster as a job names it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClusterRef {
+    /// A cluster name from the host config, or an `http(s)://` URI.
+    NameOrUri(String),
+    /// A cluster described in place.
+    Inline(Box<ClusterFile>),
+}
+
+/// A cluster's description: in the host config's `[clusters.NAME]`, or inline in a job.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    /// The cluster's address, `http://host:19530` (gRPC and REST share the port).
+    pub uri: Option<Spanned<String>>,
+    /// The environment variable holding the cluster's token (`user:password` or an API
+    /// key); none means no authentication.
+    pub token_env: Option<Spanned<String>>,
+    /// The cluster's own object storage (Milvus's `minio`/`s3` bucket and root path):
+    /// the name of a `[storages.NAME]` or an inline table.
+    pub storage: Option<Spanned<StorageRef>>,
+    /// The cluster's `dataCoord.import.maxImportJobNum`; default 1024.
+    pub max_import_jobs: Option<Spanned<i64>>,
+}
+
+/// Object storage as a cluster or `[backups]` names it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StorageRef {
+    /// The name of a `[storages.NAME]` table of the host config.
+    Named(String),
+    Inline(Box<StorageFile>),
+}
+
+/// An object store's description.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageFile {
+    /// `s3://bucket/root` or `file:///path/root`: the bucket (or directory) and the root
+    /// path within it.
+    pub url: Option<Spanned<String>>,
+    /// An S3-compatible endpoint such as `http://minio:9000`; default AWS.
+    pub endpoint: Option<Spanned<String>>,
+    pub region: Option<Spanned<String>>,
+    /// Environment variables holding the credentials; none means the default chain.
+    pub access_key_id_env: Option<Spanned<String>>,
+    pub secret_access_key_env: Option<Spanned<String>>,
+    pub session_token_env: Option<Spanned<String>>,
+    /// Allow a plain-http endpoint; default false.
+    pub allow_http: Option<bool>,
+}
+
+/// `[restore]`: milvus-backup's restore options, with its meanings.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreSection {
+    /// Which collections to restore, by their names after `suffix`/`rename`:
+    /// `"db1.coll1,db2.*,coll3,db4."` (milvus-backup's `--filter`). Default: all.
+    pub filter: Option<Spanned<String>>,
+    /// Which collections to take from the backup, by their names in the backup (REST
+    /// `collection_names` / `db_collections`); same syntax. Default: all.
+    pub backup_filter: Option<Spanned<String>>,
+    /// Appended to every restored collection's name; letters, digits, underscore.
+    pub suffix: Option<Spanned<String>>,
+    /// Rename rules: `"db1.*:db2.*"`, `"db1.c1:db2.c2"`, `"c1:c2"`, `"db1.:db2."`.
+    /// Excludes `suffix`.
+    pub rename: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Drop a target collection that exists before creating it. Excludes
+    /// `skip_create_collection`.
+    pub drop_exist_collection: Option<Spanned<bool>>,
+    /// Import into target collections that already exist instead of creating them.
+    pub skip_create_collection: Option<Spanned<bool>>,
+    /// Create databases, collections, partitions and indexes only; import no data.
+    pub meta_only: Option<bool>,
+    /// Create the backup's indexes on the restored collections.
+    pub rebuild_index: Option<bool>,
+    /// With `rebuild_index`: vector indexes become AUTOINDEX with the backup's metric.
+    pub use_auto_index: Option<bool>,
+    /// Drop the target collection's existing indexes first.
+    pub drop_exist_index: Option<bool>,
+    /// Restore users, roles and grants the target lacks.
+    pub rbac: Option<bool>,
+    /// Keep the binlogs staged into the target's storage after the restore.
+    pub keep_temp_files: Option<bool>,
+    /// At most this many segments per import job, 1 to 256; default 256.
+    pub max_segments_per_job: Option<Spanned<i64>>,
+    /// Cap a restored collection's shard count at this.
+    pub max_shard_num: Option<Spanned<i64>>,
+    /// Import only what each vchannel held at the backup's checkpoint (`end_ts`).
+    pub truncate_binlog_by_ts: Option<bool>,
+    /// Encryption-zone keys to replace: old key → new key.
+    pub ezk_mapping: Option<BTreeMap<String, String>>,
+}
+
+/// `[two_phase]`: durations in jiff's friendly format ("30s", "5m", "1h30m").
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TwoPhaseSection {
+    /// How long a secondary may lag behind the target in reaching Uncommitted before the
+    /// restore gives up and aborts; default "5m".
+    pub mirror_grace: Option<Spanned<String>>,
+    /// The longest wait, from submitting the imports, for every job to be Uncommitted on
+    /// every end; past it the restore aborts. Default: no limit.
+    pub commit_timeout: Option<Spanned<String>>,
+    /// The longest wait, after committing, for every job to be Completed on every end;
+    /// past it the unfinished ends are reported. Default: no limit.
+    pub completion_timeout: Option<Spanned<String>>,
+    /// `restore` (default): nothing is committed until every job of the whole restore is
+    /// Uncommitted everywhere. `collection`: each collection commits on its own.
+    pub atomicity: Option<Spanned<Atomicity>>,
+}
+
+/// Which jobs are committed together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Atomicity {
+    /// Every job of the restore, across all collections, is held Uncommitted on every end
+    /// before any is committed. Needs the target's import-job budget to hold them all.
+    #[default]
+    Restore,
+    /// Each collection's jobs are committed once that collection's are all Uncommitted.
+    Collection,
+}
+
+/// `[[check]]`: a plugin check.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckSection {
+    /// The plugin's `.wasm` component, relative to the job file's directory.
+    pub plugin: Option<Spanned<String>>,
+    /// `before-import` or `before-commit`.
+    pub phase: Option<Spanned<CheckPhase>>,
+    /// Strings handed to the plugin.
+    pub config: Option<BTreeMap<String, String>>,
+    /// `fail` (default): a failing check stops the restore. `warn`: it is reported only.
+    pub on_error: Option<OnError>,
+    /// Hosts (`name` or `name:port`) the plugin may send HTTP GETs to; default none.
+    pub allow_hosts: Option<Vec<Spanned<String>>>,
+    /// Memory the plugin may use, e.g. "64MiB" (default).
+    pub memory: Option<Spanned<String>>,
+    /// CPU time per call, e.g. "1s" (default).
+    pub cpu: Option<Spanned<String>>,
+    /// Wall-clock time per call, e.g. "30s" (default).
+    pub timeout: Option<Spanned<String>>,
+    /// Total time the check may keep asking to be retried later; default "10m".
+    pub max_wait: Option<Spanned<String>>,
+}
+
+/// When a check runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckPhase {
+    /// After staging, before any import job is created.
+    BeforeImport,
+    /// After every job is Uncommitted everywhere, before the commit decision.
+    BeforeCommit,
+}
+
+/// What a failing check does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    #[default]
+    Fail,
+    Warn,
+}
+
+impl JobFile {
+    /// Reads and parses the job file at `path`, refusing it with every problem found.
+    pub fn parse(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            input: Input::JobFile(path.to_owned()),
+            source,
+        })?;
+        Self::parse_str(&text, path)
+    }
+
+    /// Parses job file text; `path` is where it came from, for messages.
+    pub fn parse_str(text: &str, path: &Path) -> Result<Self, Error> {
+        match Self::read(text) {
+            (Some(file), problems, _) if problems.is_empty() => Ok(file),
+            (_, problems, _) => Err(Error::Invalid {
+                input: Input::JobFile(path.to_owned()),
+                problems: locate_in_file(path, text, problems),
+            }),
+        }
+    }
+
+    /// The file as far as it could be read, every problem, and the fields removed.
+    pub(crate) fn read(text: &str) -> (Option<Self>, Vec<RawProblem>, Vec<String>) {
+        let read = read_toml::<Self>(text);
+        (read.value, read.problems, read.removed)
+    }
+}
+
+/// Deserializes a string into `String`-carrying variant and a table into the struct, so
+/// that the struct's own errors (unknown fields with the expected names) come through.
+macro_rules! string_or_table {
+    ($target:ty, $string:path, $table:ty, $inline:path, $expecting:literal) => {
+        impl<'de> Deserialize<'de> for $target {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct RefVisitor;
+                impl<'de> Visitor<'de> for RefVisitor {
+                    type Value = $target;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str($expecting)
+                    }
+                    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                        Ok($string(v.to_owned()))
+                    }
+                    fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<Self::Value, M::Error> {
+                        <$table>::deserialize(de::value::MapAccessDeserializer::new(map))
+                            .map(|table| $inline(Box::new(table)))
+                    }
+                }
+                deserializer.deserialize_any(RefVisitor)
+            }
+        }
+    };
+}
+
+string_or_table!(
+    ClusterRef,
+    ClusterRef::NameOrUri,
+    ClusterFile,
+    ClusterRef::Inline,
+    "a cluster name, an http(s) URI, or a table with `uri`"
+);
+string_or_table!(
+    StorageRef,
+    StorageRef::Named,
+    StorageFile,
+    StorageRef::Inline,
+    "a storage name or a table with `url`"
+);

@@ -1,0 +1,505 @@
+//! The host config, `lockstep.toml`: the clusters and object stores a host knows, named
+//! once so that job files can refer to them by name, where backups live, and where the
+//! host keeps its journal and reports.
+//!
+//! ```toml
+//! default_target = "prod-a"       # used by jobs that name no target
+//! state_dir = ".lockstep"         # relative to this file; default ".lockstep"
+//!
+//! [storages.minio-a]
+//! url = "s3://milvus-a/files"     # the bucket and Milvus's rootPath
+//! endpoint = "http://10.0.0.1:9000"
+//! allow_http = true
+//! access_key_id_env = "MINIO_A_KEY"
+//! secret_access_key_env = "MINIO_A_SECRET"
+//!
+//! [clusters.prod-a]
+//! uri = "http://10.0.0.1:19530"
+//! token_env = "PROD_A_TOKEN"
+//! storage = "minio-a"             # or an inline table
+//! max_import_jobs = 1024          # dataCoord.import.maxImportJobNum
+//!
+//! [backups]
+//! storage = "minio-a"
+//! root = "backup"                 # milvus-backup's backup.storage.rootPath
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+use url::Url;
+
+use super::diagnostic::{Error, Input, RawProblem, locate_in_file, read_toml};
+use super::file::{ClusterFile, StorageFile, StorageRef};
+
+/// Milvus's `dataCoord.import.maxImportJobNum` default.
+pub const DEFAULT_MAX_IMPORT_JOBS: u32 = 1024;
+/// milvus-backup's `backup.storage.rootPath` default.
+pub const DEFAULT_BACKUP_ROOT: &str = "backup";
+/// Where journal and reports go, relative to the host config's directory.
+pub const DEFAULT_STATE_DIR: &str = ".lockstep";
+
+/// `lockstep.toml` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfigFile {
+    /// `[clusters.NAME]`: every cluster jobs may name.
+    #[serde(default)]
+    pub clusters: BTreeMap<String, Spanned<ClusterFile>>,
+    /// `[storages.NAME]`: object stores clusters and `[backups]` may name.
+    #[serde(default)]
+    pub storages: BTreeMap<String, Spanned<StorageFile>>,
+    /// `[backups]`: where milvus-backup's backups live.
+    pub backups: Option<Spanned<BackupsFile>>,
+    /// The cluster restored into by jobs that name no target.
+    pub default_target: Option<Spanned<String>>,
+    /// The journal and report directory; default ".lockstep" beside this file.
+    pub state_dir: Option<Spanned<String>>,
+}
+
+/// `[backups]` as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackupsFile {
+    /// The store holding the backups: a `[storages.NAME]` name or an inline table.
+    pub storage: Option<Spanned<StorageRef>>,
+    /// The directory of the backups within that store; default "backup".
+    pub root: Option<Spanned<String>>,
+}
+
+/// An object store, validated. Credentials stay in the environment: only the variable
+/// names are kept, and validation checks that those a job needs are set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StorageSpec {
+    /// `s3://bucket/root` or `file:///dir/root`.
+    #[serde(serialize_with = "serialize_url")]
+    pub url: Url,
+    #[serde(serialize_with = "serialize_optional_url")]
+    pub endpoint: Option<Url>,
+    pub region: Option<String>,
+    pub access_key_id_env: Option<String>,
+    pub secret_access_key_env: Option<String>,
+    pub session_token_env: Option<String>,
+    pub allow_http: bool,
+}
+
+impl StorageSpec {
+    /// The environment variables this store's credentials are read from.
+    pub fn credential_envs(&self) -> impl Iterator<Item = &str> {
+        [
+            &self.access_key_id_env,
+            &self.secret_access_key_env,
+            &self.session_token_env,
+        ]
+        .into_iter()
+        .filter_map(|env| env.as_deref())
+    }
+}
+
+/// A cluster of the host config, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSpec {
+    pub uri: Url,
+    pub token_env: Option<String>,
+    /// The cluster's Milvus object storage; needed to stage into a target.
+    pub storage: Option<StorageSpec>,
+    pub max_import_jobs: u32,
+}
+
+/// `[backups]`, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BackupsSpec {
+    pub storage: StorageSpec,
+    /// The backups' directory within the store; a backup is `{root}/{name}/`.
+    pub root: String,
+}
+
+/// The host config, validated: names resolved, URLs parsed, paths absolute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostConfig {
+    pub clusters: BTreeMap<String, ClusterSpec>,
+    pub storages: BTreeMap<String, StorageSpec>,
+    pub backups: Option<BackupsSpec>,
+    pub default_target: Option<String>,
+    pub state_dir: PathBuf,
+}
+
+impl HostConfig {
+    /// Reads and validates the host config at `path`.
+    pub fn load(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            input: Input::HostConfig(path.to_owned()),
+            source,
+        })?;
+        Self::parse_str(&text, path)
+    }
+
+    /// Validates host config text; `path` locates messages and relative paths.
+    pub fn parse_str(text: &str, path: &Path) -> Result<Self, Error> {
+        let read = read_toml::<HostConfigFile>(text);
+        let mut problems = read.problems;
+        let config = read
+            .value
+            .and_then(|file| validate(file, path, &mut problems));
+        match config {
+            Some(config) if problems.is_empty() => Ok(config),
+            _ => Err(Error::Invalid {
+                input: Input::HostConfig(path.to_owned()),
+                problems: locate_in_file(path, text, problems),
+            }),
+        }
+    }
+
+    /// A host config with no clusters or stores, for tools that only read the state dir.
+    pub fn empty(state_dir: PathBuf) -> Self {
+        Self {
+            clusters: BTreeMap::new(),
+            storages: BTreeMap::new(),
+            backups: None,
+            default_target: None,
+            state_dir,
+        }
+    }
+}
+
+fn validate(
+    file: HostConfigFile,
+    path: &Path,
+    problems: &mut Vec<RawProblem>,
+) -> Option<HostConfig> {
+    let mut storages = BTreeMap::new();
+    for (name, storage) in &file.storages {
+        check_name(name, &format!("storages.{name}"), storage.span(), problems);
+        if let Some(spec) = storage_spec(
+            storage.get_ref(),
+            &format!("storages.{name}"),
+            storage.span(),
+            problems,
+        ) {
+            storages.insert(name.clone(), spec);
+        }
+    }
+    let mut clusters = BTreeMap::new();
+    for (name, cluster) in &file.clusters {
+        let field = format!("clusters.{name}");
+        check_name(name, &field, cluster.span(), problems);
+        if let Some(spec) = cluster_spec(
+            cluster.get_ref(),
+            &field,
+            cluster.span(),
+            &storages,
+            problems,
+        ) {
+            clusters.insert(name.clone(), spec);
+        }
+    }
+    let backups = file.backups.as_ref().and_then(|backups| {
+        let storage = match &backups.get_ref().storage {
+            Some(storage) => resolve_storage(storage, "backups.storage", &storages, problems),
+            None => {
+                problems.push(RawProblem::new(
+                    "backups.storage",
+                    Some(backups.span()),
+                    "missing field `storage`: expected the name of a [storages.NAME] or a table with `url`",
+                ));
+                None
+            }
+        }?;
+        let root = backups.get_ref().root.as_ref().map_or(DEFAULT_BACKUP_ROOT, |r| r.get_ref().as_str());
+        Some(BackupsSpec { storage, root: root.trim_matches('/').to_owned() })
+    });
+    if let Some(target) = &file.default_target
+        && !clusters.contains_key(target.get_ref())
+        && !file.clusters.contains_key(target.get_ref())
+    {
+        problems.push(RawProblem::new(
+            "default_target",
+            Some(target.span()),
+            format!(
+                "unknown cluster `{}`; expected one of: {}",
+                target.get_ref(),
+                names(file.clusters.keys())
+            ),
+        ));
+    }
+    let base = path.parent().unwrap_or(Path::new("."));
+    let state_dir = file
+        .state_dir
+        .as_ref()
+        .map_or(DEFAULT_STATE_DIR, |s| s.get_ref().as_str());
+    Some(HostConfig {
+        clusters,
+        storages,
+        backups,
+        default_target: file.default_target.map(Spanned::into_inner),
+        state_dir: base.join(state_dir),
+    })
+}
+
+/// Names of clusters and storages end up in messages, file names and metrics labels.
+fn check_name(
+    name: &str,
+    field: &str,
+    span: std::ops::Range<usize>,
+    problems: &mut Vec<RawProblem>,
+) {
+    if !is_name(name) {
+        problems.push(RawProblem::new(
+            field,
+            Some(span),
+            format!("invalid name `{name}`: expected letters, digits, `_`, `-` or `.`"),
+        ));
+    }
+}
+
+pub(crate) fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+pub(crate) fn names<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    let list: Vec<_> = names.map(|n| format!("`{n}`")).collect();
+    if list.is_empty() {
+        "(none: the host config names no cluster)".to_owned()
+    } else {
+        list.join(", ")
+    }
+}
+
+/// Validates a cluster table (host config or inline in a job).
+pub(crate) fn cluster_spec(
+    file: &ClusterFile,
+    field: &str,
+    span: std::ops::Range<usize>,
+    storages: &BTreeMap<String, StorageSpec>,
+    problems: &mut Vec<RawProblem>,
+) -> Option<ClusterSpec> {
+    let uri = match &file.uri {
+        Some(uri) => cluster_uri(
+            uri.get_ref(),
+            &format!("{field}.uri"),
+            Some(uri.span()),
+            problems,
+        ),
+        None => {
+            problems.push(RawProblem::new(
+                format!("{field}.uri"),
+                Some(span),
+                "missing field `uri`: expected the cluster's address, e.g. \"http://10.0.0.1:19530\"",
+            ));
+            None
+        }
+    };
+    let storage = file
+        .storage
+        .as_ref()
+        .and_then(|s| resolve_storage(s, &format!("{field}.storage"), storages, problems));
+    let max_import_jobs = match &file.max_import_jobs {
+        None => Some(DEFAULT_MAX_IMPORT_JOBS),
+        Some(n) => match u32::try_from(*n.get_ref()) {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
+                problems.push(RawProblem::new(
+                    format!("{field}.max_import_jobs"),
+                    Some(n.span()),
+                    format!(
+                        "invalid value {}: expected a positive number of import jobs",
+                        n.get_ref()
+                    ),
+                ));
+                None
+            }
+        },
+    };
+    let token_env = file.token_env.as_ref().map(|t| t.get_ref().clone());
+    if let Some(token_env) = &file.token_env {
+        check_env_name(token_env, &format!("{field}.token_env"), problems);
+    }
+    let storage_ok = file.storage.is_none() || storage.is_some();
+    Some(ClusterSpec {
+        uri: uri?,
+        token_env,
+        storage,
+        max_import_jobs: max_import_jobs?,
+    })
+    .filter(|_| storage_ok)
+}
+
+/// Parses a cluster address: `http://` or `https://` with a host.
+pub(crate) fn cluster_uri(
+    uri: &str,
+    field: &str,
+    span: Option<std::ops::Range<usize>>,
+    problems: &mut Vec<RawProblem>,
+) -> Option<Url> {
+    match Url::parse(uri) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => Some(url),
+        _ => {
+            problems.push(RawProblem::new(
+                field,
+                span,
+                format!(
+                    "invalid cluster URI `{uri}`: expected http://host:port or https://host:port"
+                ),
+            ));
+            None
+        }
+    }
+}
+
+/// Resolves a storage reference against the host config's `[storages]`.
+pub(crate) fn resolve_storage(
+    storage: &Spanned<StorageRef>,
+    field: &str,
+    storages: &BTreeMap<String, StorageSpec>,
+    problems: &mut Vec<RawProblem>,
+) -> Option<StorageSpec> {
+    match storage.get_ref() {
+        StorageRef::Inline(file) => storage_spec(file, field, storage.span(), problems),
+        StorageRef::Named(name) => match storages.get(name) {
+            Some(spec) => Some(spec.clone()),
+            None => {
+                problems.push(RawProblem::new(
+                    field,
+                    Some(storage.span()),
+                    format!(
+                        "unknown storage `{name}`; expected one of: {}",
+                        names(storages.keys())
+                    ),
+                ));
+                None
+            }
+        },
+    }
+}
+
+fn storage_spec(
+    file: &StorageFile,
+    field: &str,
+    span: std::ops::Range<usize>,
+    problems: &mut Vec<RawProblem>,
+) -> Option<StorageSpec> {
+    let before = problems.len();
+    let url = match &file.url {
+        None => {
+            problems.push(RawProblem::new(
+                format!("{field}.url"),
+                Some(span),
+                "missing field `url`: expected s3://bucket/root or file:///dir/root",
+            ));
+            None
+        }
+        Some(url) => {
+            match Url::parse(url.get_ref()) {
+                Ok(parsed)
+                    if parsed.scheme() == "s3"
+                        && parsed.host_str().is_some_and(|h| !h.is_empty()) =>
+                {
+                    Some(parsed)
+                }
+                Ok(parsed) if parsed.scheme() == "file" => Some(parsed),
+                _ => {
+                    problems.push(RawProblem::new(
+                    format!("{field}.url"),
+                    Some(url.span()),
+                    format!("invalid storage URL `{}`: expected s3://bucket/root or file:///dir/root", url.get_ref()),
+                ));
+                    None
+                }
+            }
+        }
+    };
+    let allow_http = file.allow_http.unwrap_or(false);
+    let endpoint =
+        file.endpoint
+            .as_ref()
+            .and_then(|endpoint| match Url::parse(endpoint.get_ref()) {
+                Ok(parsed)
+                    if parsed.scheme() == "https" || (parsed.scheme() == "http" && allow_http) =>
+                {
+                    Some(parsed)
+                }
+                Ok(parsed) if parsed.scheme() == "http" => {
+                    problems.push(RawProblem::new(
+                        format!("{field}.endpoint"),
+                        Some(endpoint.span()),
+                        format!(
+                            "endpoint `{}` is plain http: set allow_http = true to use it",
+                            endpoint.get_ref()
+                        ),
+                    ));
+                    None
+                }
+                _ => {
+                    problems.push(RawProblem::new(
+                        format!("{field}.endpoint"),
+                        Some(endpoint.span()),
+                        format!(
+                            "invalid endpoint `{}`: expected http(s)://host:port",
+                            endpoint.get_ref()
+                        ),
+                    ));
+                    None
+                }
+            });
+    for (name, env) in [
+        ("access_key_id_env", &file.access_key_id_env),
+        ("secret_access_key_env", &file.secret_access_key_env),
+        ("session_token_env", &file.session_token_env),
+    ] {
+        if let Some(env) = env {
+            check_env_name(env, &format!("{field}.{name}"), problems);
+        }
+    }
+    if problems.len() > before {
+        return None;
+    }
+    Some(StorageSpec {
+        url: url?,
+        endpoint,
+        region: file.region.as_ref().map(|r| r.get_ref().clone()),
+        access_key_id_env: file.access_key_id_env.as_ref().map(|e| e.get_ref().clone()),
+        secret_access_key_env: file
+            .secret_access_key_env
+            .as_ref()
+            .map(|e| e.get_ref().clone()),
+        session_token_env: file.session_token_env.as_ref().map(|e| e.get_ref().clone()),
+        allow_http,
+    })
+}
+
+fn check_env_name(env: &Spanned<String>, field: &str, problems: &mut Vec<RawProblem>) {
+    let name = env.get_ref();
+    let valid = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !valid {
+        problems.push(RawProblem::new(
+            field,
+            Some(env.span()),
+            format!("invalid environment variable name `{name}`: expected letters, digits and `_`"),
+        ));
+    }
+}
+
+/// URLs take part in a job's identity as their normalized text.
+pub(crate) fn serialize_url<S: serde::Serializer>(
+    url: &Url,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(url.as_str())
+}
+
+fn serialize_optional_url<S: serde::Serializer>(
+    url: &Option<Url>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match url {
+        Some(url) => serializer.serialize_some(url.as_str()),
+        None => serializer.serialize_none(),
+    }
+}

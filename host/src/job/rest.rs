@@ -1,0 +1,378 @@
+//! The REST restore request: milvus-backup's `RestoreBackupRequest` (same keys, same
+//! meanings) plus `target`, `secondaries` (names or URIs) and `strategy`, mapped into a
+//! [`JobFile`] and validated like a job file. A problem is located at the request field
+//! that gave the value.
+//!
+//! Unlike milvus-backup's server, unknown keys are refused (with the known ones listed),
+//! and so are the keys lockstep does not implement (`restorePlan`, `skipParams`,
+//! `bucket_name`, `path`), rather than silently restoring something else than asked.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+use toml::Spanned;
+
+use crate::backup::Strategy;
+
+use super::diagnostic::{Error, Input, Location, Problem};
+use super::file::{ClusterRef, JobFile};
+use super::host::HostConfig;
+use super::{Env, Job, validate};
+
+/// Whether the caller waits for the restore's end (milvus-backup's `async`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ResponseMode {
+    /// `async: false` (default): the response carries the final state.
+    #[default]
+    Wait,
+    /// `async: true`: respond at once; the caller polls `get_restore`.
+    Async,
+}
+
+/// A validated REST restore request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestRestore {
+    pub job: Job,
+    /// `requestId`, echoed in the response.
+    pub request_id: Option<String>,
+    pub response: ResponseMode,
+}
+
+/// The request body; field names are milvus-backup's JSON keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RestoreRequest {
+    #[serde(rename = "requestId")]
+    request_id: Option<String>,
+    backup_name: Option<String>,
+    collection_names: Option<Vec<String>>,
+    collection_suffix: Option<String>,
+    collection_renames: Option<BTreeMap<String, String>>,
+    #[serde(rename = "async")]
+    run_async: Option<bool>,
+    bucket_name: Option<String>,
+    path: Option<String>,
+    db_collections: Option<Value>,
+    #[serde(rename = "metaOnly")]
+    meta_only: Option<bool>,
+    #[serde(rename = "restoreIndex")]
+    restore_index: Option<bool>,
+    #[serde(rename = "useAutoIndex")]
+    use_auto_index: Option<bool>,
+    #[serde(rename = "dropExistCollection")]
+    drop_exist_collection: Option<bool>,
+    #[serde(rename = "dropExistIndex")]
+    drop_exist_index: Option<bool>,
+    #[serde(rename = "skipCreateCollection")]
+    skip_create_collection: Option<bool>,
+    /// The task id; here the job's name.
+    id: Option<String>,
+    /// Deprecated in milvus-backup and ignored there: the disk quota check is always
+    /// skipped for backup imports. Accepted and ignored here too.
+    #[serde(rename = "skipImportDiskQuotaCheck")]
+    _skip_import_disk_quota_check: Option<bool>,
+    rbac: Option<bool>,
+    #[serde(rename = "maxShardNum")]
+    max_shard_num: Option<i64>,
+    #[serde(rename = "skipParams")]
+    skip_params: Option<Value>,
+    #[serde(rename = "useV2Restore")]
+    use_v2_restore: Option<bool>,
+    #[serde(rename = "truncateBinlogByTs")]
+    truncate_binlog_by_ts: Option<bool>,
+    db_collections_after_rename: Option<Value>,
+    #[serde(rename = "restorePlan")]
+    restore_plan: Option<Value>,
+    #[serde(rename = "ezkMapping")]
+    ezk_mapping: Option<BTreeMap<String, String>>,
+    target: Option<String>,
+    secondaries: Option<Vec<String>>,
+    strategy: Option<Strategy>,
+}
+
+fn unspanned<T>(value: T) -> Spanned<T> {
+    Spanned::new(0..0, value)
+}
+
+/// The request field a job-file field comes from, where one field has one source.
+fn json_field_for(field: &str) -> &'static str {
+    match field.split('[').next().unwrap_or(field) {
+        "name" => "id",
+        "backup" => "backup_name",
+        "target" => "target",
+        "secondaries" => "secondaries",
+        "strategy" => "strategy",
+        "restore.filter" => "db_collections_after_rename",
+        "restore.suffix" => "collection_suffix",
+        "restore.rename" => "collection_renames",
+        "restore.drop_exist_collection" => "dropExistCollection",
+        "restore.skip_create_collection" => "skipCreateCollection",
+        "restore.max_shard_num" => "maxShardNum",
+        _ => "",
+    }
+}
+
+fn problem(field: &str, message: impl Into<String>) -> Problem {
+    Problem {
+        location: Location::JsonField(field.to_owned()),
+        field: String::new(),
+        message: message.into(),
+    }
+}
+
+/// Parses the body one key at a time, so that every bad key is reported, not only the
+/// first serde meets.
+fn parse_request(body: &[u8], problems: &mut Vec<Problem>) -> Option<RestoreRequest> {
+    let value: Value = match serde_json::from_slice(body) {
+        Ok(value) => value,
+        Err(e) => {
+            problems.push(Problem {
+                location: Location::Body {
+                    line: e.line(),
+                    column: e.column(),
+                },
+                field: String::new(),
+                message: format!("malformed JSON: {e}"),
+            });
+            return None;
+        }
+    };
+    let Value::Object(object) = value else {
+        problems.push(problem(
+            "",
+            "expected a JSON object with milvus-backup's restore request fields",
+        ));
+        return None;
+    };
+    let mut good = serde_json::Map::new();
+    for (key, value) in object {
+        let single = Value::Object(serde_json::Map::from_iter([(key.clone(), value.clone())]));
+        match serde_json::from_value::<RestoreRequest>(single) {
+            Ok(_) => {
+                good.insert(key, value);
+            }
+            Err(e) => problems.push(problem(&key, e.to_string())),
+        }
+    }
+    Some(serde_json::from_value(Value::Object(good)).expect("every key deserialized on its own"))
+}
+
+/// milvus-backup's `db_collections`: `{"db": ["coll", ...]}` (an empty list is the
+/// whole database), as an object or a string holding one; as filter rules.
+fn db_collections_rules(value: &Value, field: &str, problems: &mut Vec<Problem>) -> Option<String> {
+    let parsed: Result<BTreeMap<String, Vec<String>>, String> = match value {
+        Value::Null => return None,
+        Value::String(s) if s.trim().is_empty() => return None,
+        Value::String(s) => serde_json::from_str(s).map_err(|e| e.to_string()),
+        other => serde_json::from_value(other.clone()).map_err(|e| e.to_string()),
+    };
+    match parsed {
+        Ok(map) => {
+            let rules: Vec<String> = map
+                .iter()
+                .flat_map(|(db, collections)| {
+                    let db = if db.is_empty() {
+                        crate::backup::DEFAULT_DB
+                    } else {
+                        db.as_str()
+                    };
+                    if collections.is_empty() {
+                        vec![format!("{db}.*")]
+                    } else {
+                        collections.iter().map(|c| format!("{db}.{c}")).collect()
+                    }
+                })
+                .collect();
+            Some(rules.join(","))
+        }
+        Err(e) => {
+            problems.push(problem(
+                field,
+                format!("{e}: expected {{\"db\": [\"collection\", ...]}} as an object or a string holding one"),
+            ));
+            None
+        }
+    }
+}
+
+/// Maps the request into a `JobFile`, with the problems only a request can have.
+fn job_file(request: &RestoreRequest, problems: &mut Vec<Problem>) -> (JobFile, &'static str) {
+    for (set, field, why) in [
+        (
+            request.restore_plan.as_ref().is_some_and(|p| !p.is_null()),
+            "restorePlan",
+            "not supported by lockstep; use collection_renames or collection_suffix with db_collections_after_rename",
+        ),
+        (
+            request
+                .skip_params
+                .as_ref()
+                .is_some_and(|p| !p.is_null() && p.as_object().is_none_or(|o| !o.is_empty())),
+            "skipParams",
+            "not supported by lockstep: collections are restored with the backup's properties and params",
+        ),
+        (
+            request.bucket_name.as_ref().is_some_and(|b| !b.is_empty()),
+            "bucket_name",
+            "not supported by lockstep: where backups live is the host config's [backups]",
+        ),
+        (
+            request.path.as_ref().is_some_and(|p| !p.is_empty()),
+            "path",
+            "not supported by lockstep: where backups live is the host config's [backups]",
+        ),
+    ] {
+        if set {
+            problems.push(problem(field, why));
+        }
+    }
+
+    let mut strategy = request.strategy.map(unspanned);
+    if request.use_v2_restore == Some(true) {
+        match request.strategy {
+            Some(Strategy::PerSeg) => problems.push(problem(
+                "useV2Restore",
+                "useV2Restore asks for the merged strategy and strategy asks for per_seg: give one",
+            )),
+            Some(Strategy::Merged) => {}
+            None => strategy = Some(unspanned(Strategy::Merged)),
+        }
+    }
+
+    let (backup_filter, backup_filter_field) = match (
+        &request.db_collections,
+        &request.collection_names,
+    ) {
+        (Some(db_collections), Some(names)) if !db_collections.is_null() && !names.is_empty() => {
+            problems.push(problem(
+                "db_collections",
+                "db_collections and collection_names both select collections from the backup: give one",
+            ));
+            (None, "db_collections")
+        }
+        (Some(db_collections), _) if !db_collections.is_null() => (
+            db_collections_rules(db_collections, "db_collections", problems),
+            "db_collections",
+        ),
+        (_, Some(names)) => (
+            (!names.is_empty()).then(|| names.join(",")),
+            "collection_names",
+        ),
+        _ => (None, "db_collections"),
+    };
+    let filter = request
+        .db_collections_after_rename
+        .as_ref()
+        .and_then(|v| db_collections_rules(v, "db_collections_after_rename", problems));
+
+    let mut file = JobFile {
+        name: request
+            .id
+            .clone()
+            .filter(|id| !id.is_empty())
+            .map(unspanned),
+        backup: request.backup_name.clone().map(unspanned),
+        target: request
+            .target
+            .clone()
+            .map(|t| unspanned(ClusterRef::NameOrUri(t))),
+        secondaries: request
+            .secondaries
+            .iter()
+            .flatten()
+            .map(|s| unspanned(ClusterRef::NameOrUri(s.clone())))
+            .collect(),
+        strategy,
+        ..JobFile::default()
+    };
+    let restore = &mut file.restore;
+    restore.backup_filter = backup_filter.map(unspanned);
+    restore.filter = filter.map(unspanned);
+    restore.suffix = request
+        .collection_suffix
+        .clone()
+        .filter(|s| !s.is_empty())
+        .map(unspanned);
+    restore.rename = request
+        .collection_renames
+        .as_ref()
+        .filter(|renames| !renames.is_empty())
+        .map(|renames| {
+            unspanned(
+                renames
+                    .iter()
+                    .map(|(from, to)| unspanned(format!("{from}:{to}")))
+                    .collect(),
+            )
+        });
+    restore.drop_exist_collection = request.drop_exist_collection.filter(|d| *d).map(unspanned);
+    restore.skip_create_collection = request.skip_create_collection.filter(|s| *s).map(unspanned);
+    restore.meta_only = request.meta_only;
+    restore.rebuild_index = request.restore_index;
+    restore.use_auto_index = request.use_auto_index;
+    restore.drop_exist_index = request.drop_exist_index;
+    restore.rbac = request.rbac;
+    // milvus-backup reads a zero maxShardNum as "no cap".
+    restore.max_shard_num = request.max_shard_num.filter(|n| *n != 0).map(unspanned);
+    restore.truncate_binlog_by_ts = request.truncate_binlog_by_ts;
+    restore.ezk_mapping = request.ezk_mapping.clone();
+    (file, backup_filter_field)
+}
+
+pub(super) fn restore_from_body(
+    body: &[u8],
+    host: &HostConfig,
+    env: Env<'_>,
+) -> Result<RestRestore, Error> {
+    let mut problems = Vec::new();
+    let Some(request) = parse_request(body, &mut problems) else {
+        return Err(Error::Invalid {
+            input: Input::Request,
+            problems,
+        });
+    };
+    let (file, backup_filter_field) = job_file(&request, &mut problems);
+    let context = validate::Context {
+        host,
+        env,
+        default_name: request.backup_name.clone(),
+        base_dir: std::path::PathBuf::new(),
+        removed: &[],
+    };
+    match validate::validate(file, &context) {
+        Ok(job) if problems.is_empty() => Ok(RestRestore {
+            job,
+            request_id: request.request_id.clone(),
+            response: if request.run_async == Some(true) {
+                ResponseMode::Async
+            } else {
+                ResponseMode::Wait
+            },
+        }),
+        Ok(_) => Err(Error::Invalid {
+            input: Input::Request,
+            problems,
+        }),
+        Err(raw) => {
+            problems.extend(raw.into_iter().map(|p| {
+                let field = match json_field_for(&p.field) {
+                    "" if p.field.starts_with("restore.backup_filter") => {
+                        backup_filter_field.to_owned()
+                    }
+                    "" => p.field.clone(),
+                    known => known.to_owned(),
+                };
+                Problem {
+                    location: Location::JsonField(field),
+                    field: p.field,
+                    message: p.message,
+                }
+            }));
+            Err(Error::Invalid {
+                input: Input::Request,
+                problems,
+            })
+        }
+    }
+}

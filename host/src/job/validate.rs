@@ -1,0 +1,740 @@
+//! `JobFile` → `Job`: the one validation every form of a job goes through.
+//!
+//! Every check runs and every problem is collected; a field that deserialization already
+//! refused (and removed) is not reported again as missing.
+
+use std::collections::BTreeSet;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use toml::Spanned;
+
+use crate::backup::{
+    CollectionCreation, DEFAULT_MAX_SEGMENTS_PER_JOB, Filter, RenameRule, RenameRules, Renaming,
+    RestoreOptions, Strategy,
+};
+
+use super::diagnostic::RawProblem;
+use super::file::{CheckSection, ClusterRef, JobFile, RestoreSection, TwoPhaseSection};
+use super::host::{self, HostConfig, StorageSpec};
+use super::{
+    BackupSource, Check, CheckLimits, End, EndName, Env, Job, Secondary, Secret, Target, TwoPhase,
+};
+
+/// `mirror_grace` default: a mirror that is catching up gets five minutes (DESIGN §1).
+const DEFAULT_MIRROR_GRACE: Duration = Duration::from_secs(5 * 60);
+const DEFAULT_CHECK_MEMORY: u64 = 64 * 1024 * 1024;
+const DEFAULT_CHECK_CPU: Duration = Duration::from_secs(1);
+const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_CHECK_MAX_WAIT: Duration = Duration::from_secs(10 * 60);
+
+/// What validation needs besides the `JobFile`.
+pub(crate) struct Context<'a> {
+    pub host: &'a HostConfig,
+    pub env: Env<'a>,
+    /// The name when the job gives none: the file stem, or the backup name for flags.
+    pub default_name: Option<String>,
+    /// Relative plugin paths are resolved against this.
+    pub base_dir: PathBuf,
+    /// Fields deserialization refused and removed: already reported.
+    pub removed: &'a [String],
+}
+
+struct Problems<'a> {
+    list: Vec<RawProblem>,
+    removed: &'a [String],
+}
+
+impl Problems<'_> {
+    fn push(
+        &mut self,
+        field: impl Into<String>,
+        span: Option<Range<usize>>,
+        message: impl Into<String>,
+    ) {
+        self.list.push(RawProblem::new(field, span, message));
+    }
+
+    /// Reports a missing required field unless deserialization already reported it.
+    fn missing(&mut self, field: &str, span: Option<Range<usize>>, expected: &str) {
+        if !self.removed.iter().any(|r| r == field) {
+            let name = field.rsplit('.').next().unwrap_or(field);
+            self.push(
+                field,
+                span,
+                format!("missing field `{name}`: expected {expected}"),
+            );
+        }
+    }
+}
+
+/// Validates `file`, returning the job or every problem.
+pub(crate) fn validate(file: JobFile, context: &Context<'_>) -> Result<Job, Vec<RawProblem>> {
+    let mut problems = Problems {
+        list: Vec::new(),
+        removed: context.removed,
+    };
+
+    let name = job_name(&file, context, &mut problems);
+    let backup = backup_source(&file, context, &mut problems);
+    let target = target(&file, context, &mut problems);
+    let secondaries = secondaries(
+        &file,
+        context,
+        target.as_ref().map(|t| &t.end),
+        &mut problems,
+    );
+    let strategy = file
+        .strategy
+        .as_ref()
+        .map_or(Strategy::default(), |s| *s.get_ref());
+    if let Some(spanned) = &file.strategy
+        && strategy == Strategy::PerSeg
+        && !file.secondaries.is_empty()
+    {
+        problems.push(
+            "strategy",
+            Some(spanned.span()),
+            "per_seg cannot be used with secondaries: it imports with auto-commit, which a replicating cluster refuses and which cannot be held until every mirror is ready; use \"merged\"",
+        );
+    }
+    let restore = restore_options(&file.restore, strategy, &mut problems);
+    let two_phase = two_phase(&file.two_phase, &mut problems);
+    let checks: Vec<Option<Check>> = file
+        .check
+        .iter()
+        .enumerate()
+        .map(|(i, check)| self::check(i, check, context, &mut problems))
+        .collect();
+
+    match (name, backup, target, secondaries, restore, two_phase) {
+        (
+            Some(name),
+            Some(backup),
+            Some(target),
+            Some(secondaries),
+            Some(restore),
+            Some(two_phase),
+        ) if problems.list.is_empty() => {
+            let checks = checks
+                .into_iter()
+                .collect::<Option<Vec<_>>>()
+                .expect("no problems means every check validated");
+            Ok(Job::assemble(
+                name,
+                backup,
+                target,
+                secondaries,
+                restore,
+                two_phase,
+                checks,
+            ))
+        }
+        _ => Err(problems.list),
+    }
+}
+
+fn job_name(file: &JobFile, context: &Context<'_>, problems: &mut Problems<'_>) -> Option<String> {
+    let (name, span) = match &file.name {
+        Some(name) => (name.get_ref().clone(), Some(name.span())),
+        None => (context.default_name.clone()?, None),
+    };
+    if host::is_name(&name) && name.len() <= 128 {
+        Some(name)
+    } else {
+        let hint = if span.is_none() {
+            " (taken from the file name; set `name` to choose another)"
+        } else {
+            ""
+        };
+        problems.push(
+            "name",
+            span,
+            format!("invalid job name `{name}`{hint}: expected up to 128 letters, digits, `_`, `-` or `.`"),
+        );
+        None
+    }
+}
+
+fn backup_source(
+    file: &JobFile,
+    context: &Context<'_>,
+    problems: &mut Problems<'_>,
+) -> Option<BackupSource> {
+    let Some(backup) = &file.backup else {
+        problems.missing(
+            "backup",
+            None,
+            "the name of the backup to restore, e.g. backup = \"my_backup\"",
+        );
+        return None;
+    };
+    let name = backup.get_ref();
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        problems.push(
+            "backup",
+            Some(backup.span()),
+            format!("invalid backup name `{name}`: expected a directory name"),
+        );
+        return None;
+    }
+    let Some(backups) = &context.host.backups else {
+        problems.push(
+            "backup",
+            Some(backup.span()),
+            "the host config has no [backups] section saying where backups live",
+        );
+        return None;
+    };
+    check_credentials(
+        &backups.storage,
+        "backup",
+        Some(backup.span()),
+        "the host's [backups] storage",
+        context,
+        problems,
+    );
+    Some(BackupSource {
+        name: name.clone(),
+        storage: backups.storage.clone(),
+        root: backups.root.clone(),
+    })
+}
+
+/// A cluster reference resolved: its name, spec and the span that named it.
+struct Resolved {
+    name: EndName,
+    spec: host::ClusterSpec,
+}
+
+fn resolve_cluster(
+    cluster: &Spanned<ClusterRef>,
+    field: &str,
+    context: &Context<'_>,
+    problems: &mut Problems<'_>,
+) -> Option<Resolved> {
+    let span = cluster.span();
+    let resolved = match cluster.get_ref() {
+        ClusterRef::NameOrUri(text) if text.contains("://") => {
+            let uri = host::cluster_uri(text, field, Some(span.clone()), &mut problems.list)?;
+            Resolved {
+                name: EndName(text.clone()),
+                spec: host::ClusterSpec {
+                    uri,
+                    token_env: None,
+                    storage: None,
+                    max_import_jobs: host::DEFAULT_MAX_IMPORT_JOBS,
+                },
+            }
+        }
+        ClusterRef::NameOrUri(name) => match context.host.clusters.get(name) {
+            Some(spec) => Resolved {
+                name: EndName(name.clone()),
+                spec: spec.clone(),
+            },
+            None => {
+                problems.push(
+                    field,
+                    Some(span),
+                    format!(
+                        "unknown cluster `{name}`; expected a cluster of the host config ({}) or an http(s):// URI",
+                        host::names(context.host.clusters.keys())
+                    ),
+                );
+                return None;
+            }
+        },
+        ClusterRef::Inline(file) => {
+            let spec = host::cluster_spec(
+                file,
+                field,
+                span.clone(),
+                &context.host.storages,
+                &mut problems.list,
+            )?;
+            Resolved {
+                name: EndName(spec.uri.as_str().trim_end_matches('/').to_owned()),
+                spec,
+            }
+        }
+    };
+    Some(resolved)
+}
+
+/// Reads the cluster's token from its environment variable.
+fn end(
+    resolved: &Resolved,
+    field: &str,
+    span: Range<usize>,
+    context: &Context<'_>,
+    problems: &mut Problems<'_>,
+) -> Option<End> {
+    let token = match &resolved.spec.token_env {
+        None => None,
+        Some(var) => match (context.env)(var) {
+            Some(token) => Some(Secret(token)),
+            None => {
+                problems.push(
+                    field,
+                    Some(span),
+                    format!(
+                        "environment variable {var} (token_env of cluster {}) is not set",
+                        resolved.name
+                    ),
+                );
+                return None;
+            }
+        },
+    };
+    Some(End {
+        name: resolved.name.clone(),
+        uri: resolved.spec.uri.clone(),
+        token,
+    })
+}
+
+fn check_credentials(
+    storage: &StorageSpec,
+    field: &str,
+    span: Option<Range<usize>>,
+    owner: &str,
+    context: &Context<'_>,
+    problems: &mut Problems<'_>,
+) {
+    for var in storage.credential_envs() {
+        if (context.env)(var).is_none() {
+            problems.push(
+                field,
+                span.clone(),
+                format!("environment variable {var} (credentials of {owner}) is not set"),
+            );
+        }
+    }
+}
+
+fn target(file: &JobFile, context: &Context<'_>, problems: &mut Problems<'_>) -> Option<Target> {
+    let default;
+    let cluster = match (&file.target, &context.host.default_target) {
+        (Some(cluster), _) => cluster,
+        (None, Some(name)) => {
+            default = Spanned::new(0..0, ClusterRef::NameOrUri(name.clone()));
+            &default
+        }
+        (None, None) => {
+            problems.missing(
+                "target",
+                None,
+                "a cluster of the host config or an inline table { uri, storage } (the host config has no default_target)",
+            );
+            return None;
+        }
+    };
+    let span = file.target.as_ref().map(Spanned::span);
+    let resolved = resolve_cluster(cluster, "target", context, problems)?;
+    let Some(storage) = resolved.spec.storage.clone() else {
+        problems.push(
+            "target",
+            span,
+            format!(
+                "target {} has no storage: lockstep stages the backup's binlogs into the target's object storage, so name a cluster of the host config that has `storage`, or write target as a table with `uri` and `storage`",
+                resolved.name
+            ),
+        );
+        return None;
+    };
+    let owner = format!("cluster {}'s storage", resolved.name);
+    check_credentials(&storage, "target", span.clone(), &owner, context, problems);
+    let end = end(&resolved, "target", span.unwrap_or(0..0), context, problems)?;
+    Some(Target {
+        end,
+        storage,
+        max_import_jobs: resolved.spec.max_import_jobs,
+    })
+}
+
+fn secondaries(
+    file: &JobFile,
+    context: &Context<'_>,
+    target: Option<&End>,
+    problems: &mut Problems<'_>,
+) -> Option<Vec<Secondary>> {
+    let mut secondaries = Vec::new();
+    let mut ok = true;
+    let mut seen = BTreeSet::new();
+    for (i, cluster) in file.secondaries.iter().enumerate() {
+        let field = format!("secondaries[{i}]");
+        let Some(resolved) = resolve_cluster(cluster, &field, context, problems) else {
+            ok = false;
+            continue;
+        };
+        if target.is_some_and(|t| t.uri == resolved.spec.uri || t.name == resolved.name) {
+            problems.push(
+                &field,
+                Some(cluster.span()),
+                format!(
+                    "{} is the target; a secondary must be another cluster",
+                    resolved.name
+                ),
+            );
+            ok = false;
+            continue;
+        }
+        if !seen.insert(resolved.spec.uri.clone()) {
+            problems.push(
+                &field,
+                Some(cluster.span()),
+                format!("{} is listed twice", resolved.name),
+            );
+            ok = false;
+            continue;
+        }
+        if let Some(storage) = &resolved.spec.storage {
+            let owner = format!("cluster {}'s storage", resolved.name);
+            check_credentials(
+                storage,
+                &field,
+                Some(cluster.span()),
+                &owner,
+                context,
+                problems,
+            );
+        }
+        match end(&resolved, &field, cluster.span(), context, problems) {
+            Some(end) => secondaries.push(Secondary {
+                end,
+                storage: resolved.spec.storage,
+            }),
+            None => ok = false,
+        }
+    }
+    ok.then_some(secondaries)
+}
+
+fn restore_options(
+    section: &RestoreSection,
+    strategy: Strategy,
+    problems: &mut Problems<'_>,
+) -> Option<RestoreOptions> {
+    let before = problems.list.len();
+    let filter = parse_filter(section.filter.as_ref(), "restore.filter", problems);
+    let backup_filter = parse_filter(
+        section.backup_filter.as_ref(),
+        "restore.backup_filter",
+        problems,
+    );
+    let renaming = match (&section.suffix, &section.rename) {
+        (Some(suffix), Some(_)) => {
+            problems.push(
+                "restore.suffix",
+                Some(suffix.span()),
+                "suffix and rename cannot be set at the same time (as in milvus-backup): rename collections one way",
+            );
+            None
+        }
+        (Some(suffix), None) => match Renaming::suffix(suffix.get_ref()) {
+            Ok(renaming) => Some(renaming),
+            Err(e) => {
+                problems.push("restore.suffix", Some(suffix.span()), e.to_string());
+                None
+            }
+        },
+        (None, Some(rules)) => rename_rules(rules.get_ref(), problems),
+        (None, None) => Some(Renaming::Identity),
+    };
+    let drop = section
+        .drop_exist_collection
+        .as_ref()
+        .filter(|d| *d.get_ref());
+    let skip = section
+        .skip_create_collection
+        .as_ref()
+        .filter(|s| *s.get_ref());
+    let collection_creation = match (drop, skip) {
+        (Some(drop), Some(_)) => {
+            problems.push(
+                "restore.drop_exist_collection",
+                Some(drop.span()),
+                "drop_exist_collection and skip_create_collection cannot both be true: choose dropping the existing collection or importing into it",
+            );
+            CollectionCreation::Create
+        }
+        (Some(_), None) => CollectionCreation::DropAndCreate,
+        (None, Some(_)) => CollectionCreation::UseExisting,
+        (None, None) => CollectionCreation::Create,
+    };
+    let max_segments_per_job = match &section.max_segments_per_job {
+        None => DEFAULT_MAX_SEGMENTS_PER_JOB,
+        Some(n) => match usize::try_from(*n.get_ref()) {
+            Ok(n) if (1..=DEFAULT_MAX_SEGMENTS_PER_JOB).contains(&n) => n,
+            _ => {
+                problems.push(
+                    "restore.max_segments_per_job",
+                    Some(n.span()),
+                    format!("invalid value {}: expected 1 to {DEFAULT_MAX_SEGMENTS_PER_JOB} segments per job", n.get_ref()),
+                );
+                DEFAULT_MAX_SEGMENTS_PER_JOB
+            }
+        },
+    };
+    let max_shard_num =
+        section
+            .max_shard_num
+            .as_ref()
+            .and_then(|n| match i32::try_from(*n.get_ref()) {
+                Ok(n) if n > 0 => Some(n),
+                _ => {
+                    problems.push(
+                        "restore.max_shard_num",
+                        Some(n.span()),
+                        format!(
+                            "invalid value {}: expected a positive shard count",
+                            n.get_ref()
+                        ),
+                    );
+                    None
+                }
+            });
+    let options = RestoreOptions {
+        strategy,
+        backup_filter: backup_filter?,
+        renaming: renaming?,
+        filter: filter?,
+        collection_creation,
+        meta_only: section.meta_only.unwrap_or(false),
+        rebuild_index: section.rebuild_index.unwrap_or(false),
+        use_auto_index: section.use_auto_index.unwrap_or(false),
+        drop_exist_index: section.drop_exist_index.unwrap_or(false),
+        rbac: section.rbac.unwrap_or(false),
+        keep_temp_files: section.keep_temp_files.unwrap_or(false),
+        max_segments_per_job,
+        max_shard_num,
+        truncate_binlog_by_ts: section.truncate_binlog_by_ts.unwrap_or(false),
+        ezk_mapping: section.ezk_mapping.clone().unwrap_or_default(),
+        l0_batching: Default::default(),
+    };
+    (problems.list.len() == before).then_some(options)
+}
+
+fn parse_filter(
+    filter: Option<&Spanned<String>>,
+    field: &str,
+    problems: &mut Problems<'_>,
+) -> Option<Filter> {
+    let Some(filter) = filter else {
+        return Some(Filter::default());
+    };
+    match Filter::parse(filter.get_ref()) {
+        Ok(parsed) => Some(parsed),
+        Err(e) => {
+            problems.push(field, Some(filter.span()), e.to_string());
+            None
+        }
+    }
+}
+
+fn rename_rules(rules: &[Spanned<String>], problems: &mut Problems<'_>) -> Option<Renaming> {
+    let mut parsed = Vec::new();
+    let mut ok = true;
+    for (i, rule) in rules.iter().enumerate() {
+        match RenameRule::parse(rule.get_ref()) {
+            Ok(rule) => parsed.push(rule),
+            Err(e) => {
+                problems.push(
+                    format!("restore.rename[{i}]"),
+                    Some(rule.span()),
+                    e.to_string(),
+                );
+                ok = false;
+            }
+        }
+    }
+    if !ok {
+        return None;
+    }
+    match RenameRules::new(parsed) {
+        Ok(rules) => Some(Renaming::Rules(rules)),
+        Err(e) => {
+            problems.push(
+                "restore.rename",
+                rules.first().map(Spanned::span),
+                e.to_string(),
+            );
+            None
+        }
+    }
+}
+
+fn two_phase(section: &TwoPhaseSection, problems: &mut Problems<'_>) -> Option<TwoPhase> {
+    let mirror_grace = duration(
+        section.mirror_grace.as_ref(),
+        "two_phase.mirror_grace",
+        problems,
+    );
+    let commit_timeout = duration(
+        section.commit_timeout.as_ref(),
+        "two_phase.commit_timeout",
+        problems,
+    );
+    let completion_timeout = duration(
+        section.completion_timeout.as_ref(),
+        "two_phase.completion_timeout",
+        problems,
+    );
+    Some(TwoPhase {
+        mirror_grace: mirror_grace?.unwrap_or(DEFAULT_MIRROR_GRACE),
+        commit_timeout: commit_timeout?,
+        completion_timeout: completion_timeout?,
+        atomicity: section
+            .atomicity
+            .as_ref()
+            .map(|a| *a.get_ref())
+            .unwrap_or_default(),
+    })
+}
+
+/// Parses an optional duration: `None` if it is malformed (reported), `Some(None)` if absent.
+fn duration(
+    value: Option<&Spanned<String>>,
+    field: &str,
+    problems: &mut Problems<'_>,
+) -> Option<Option<Duration>> {
+    let Some(value) = value else {
+        return Some(None);
+    };
+    match parse_duration(value.get_ref()) {
+        Ok(parsed) => Some(Some(parsed)),
+        Err(message) => {
+            problems.push(field, Some(value.span()), message);
+            None
+        }
+    }
+}
+
+/// jiff's friendly format: "30s", "5m", "1h30m", "2 hours".
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    jiff::fmt::friendly::SpanParser::new()
+        .parse_unsigned_duration(text)
+        .map_err(|e| format!("invalid duration `{text}` ({e}): expected a duration such as \"30s\", \"5m\" or \"1h30m\""))
+}
+
+/// A byte size: a number followed by B, KiB, MiB, GiB, KB, MB or GB (none means bytes).
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
+    let invalid = || {
+        format!("invalid size `{text}`: expected a size such as \"64MiB\", \"512KiB\" or \"1GiB\"")
+    };
+    let trimmed = text.trim();
+    let digits = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(digits);
+    let number: u64 = number.parse().map_err(|_| invalid())?;
+    let multiplier: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return Err(invalid()),
+    };
+    number.checked_mul(multiplier).ok_or_else(invalid)
+}
+
+fn check(
+    index: usize,
+    check: &Spanned<CheckSection>,
+    context: &Context<'_>,
+    problems: &mut Problems<'_>,
+) -> Option<Check> {
+    let field = |name: &str| format!("check[{index}].{name}");
+    let section = check.get_ref();
+    let before = problems.list.len();
+    let plugin = match &section.plugin {
+        Some(plugin) if !plugin.get_ref().is_empty() => {
+            Some(context.base_dir.join(plugin.get_ref()))
+        }
+        Some(plugin) => {
+            problems.push(
+                field("plugin"),
+                Some(plugin.span()),
+                "empty plugin path: expected the path of a .wasm component",
+            );
+            None
+        }
+        None => {
+            problems.missing(
+                &field("plugin"),
+                Some(check.span()),
+                "the path of the plugin's .wasm component",
+            );
+            None
+        }
+    };
+    let phase = section.phase.as_ref().map(|p| *p.get_ref());
+    if phase.is_none() {
+        problems.missing(
+            &field("phase"),
+            Some(check.span()),
+            "\"before-import\" or \"before-commit\"",
+        );
+    }
+    let mut allow_hosts = Vec::new();
+    for (i, host) in section.allow_hosts.iter().flatten().enumerate() {
+        if valid_host(host.get_ref()) {
+            allow_hosts.push(host.get_ref().clone());
+        } else {
+            problems.push(
+                format!("check[{index}].allow_hosts[{i}]"),
+                Some(host.span()),
+                format!(
+                    "invalid host `{}`: expected a host name or host:port, without scheme or path",
+                    host.get_ref()
+                ),
+            );
+        }
+    }
+    let memory_bytes = match &section.memory {
+        None => DEFAULT_CHECK_MEMORY,
+        Some(memory) => parse_size(memory.get_ref()).unwrap_or_else(|message| {
+            problems.push(field("memory"), Some(memory.span()), message);
+            DEFAULT_CHECK_MEMORY
+        }),
+    };
+    let mut limit = |value: &Option<Spanned<String>>, name: &str, default: Duration| {
+        duration(value.as_ref(), &field(name), problems)
+            .flatten()
+            .unwrap_or(default)
+    };
+    let limits = CheckLimits {
+        memory_bytes,
+        cpu: limit(&section.cpu, "cpu", DEFAULT_CHECK_CPU),
+        timeout: limit(&section.timeout, "timeout", DEFAULT_CHECK_TIMEOUT),
+        max_wait: limit(&section.max_wait, "max_wait", DEFAULT_CHECK_MAX_WAIT),
+    };
+    if problems.list.len() > before {
+        return None;
+    }
+    Some(Check {
+        plugin: plugin?,
+        phase: phase?,
+        config: section.config.clone().unwrap_or_default(),
+        on_error: section.on_error.unwrap_or_default(),
+        allow_hosts,
+        limits,
+    })
+}
+
+/// `host` or `host:port`: what an allow-list entry for HTTP GET may name.
+fn valid_host(entry: &str) -> bool {
+    let (host, port) = match entry.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (entry, None),
+    };
+    !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'*'))
+        && port.is_none_or(|p| p.parse::<u16>().is_ok())
+}
