@@ -8,6 +8,8 @@
 //! stages' work, fed by the [`RestorePlan`] made here.
 
 pub mod filter;
+#[cfg(test)]
+mod fixture;
 pub mod meta;
 pub mod namespace;
 mod plan;

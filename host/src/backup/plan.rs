@@ -817,3 +817,634 @@ impl CollectionBatcher<'_> {
         Ok(Some(position.timestamp))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{self, Layout};
+    use super::super::meta::{BackupInfo, PartitionBackupInfo};
+    use super::super::read::{BackupLocation, BinlogIndex, MetaSource, read};
+    use super::super::rename::{RenameRule, RenameRules};
+    use super::*;
+
+    const V0: &str = "by-dev-rootcoord-dml_0_100v0";
+    const V1: &str = "by-dev-rootcoord-dml_1_100v1";
+
+    async fn orders_bak() -> Backup {
+        read(
+            fixture::store(Layout::Full).await.as_ref(),
+            &fixture::location(),
+        )
+        .await
+        .unwrap()
+    }
+
+    fn strings(files: &[&[&str]]) -> Vec<Vec<String>> {
+        files
+            .iter()
+            .map(|entry| entry.iter().map(|s| s.to_string()).collect())
+            .collect()
+    }
+
+    /// A backup of one collection (id 1, `default.c`) with the given partitions, no meta
+    /// on disk and the given binlog paths (1 byte each).
+    fn synthetic(
+        partitions: Vec<PartitionBackupInfo>,
+        l0: Vec<SegmentBackupInfo>,
+        files: &[&str],
+    ) -> Backup {
+        let collection = CollectionBackupInfo {
+            collection_id: 1,
+            db_name: "default".into(),
+            collection_name: "c".into(),
+            partition_backups: partitions,
+            l0_segments: l0,
+            ..Default::default()
+        };
+        Backup {
+            location: BackupLocation::new("memory://t", "backup", "b"),
+            info: BackupInfo {
+                collection_backups: vec![collection],
+                ..Default::default()
+            },
+            meta_source: MetaSource::FullMeta,
+            binlogs: BinlogIndex::new(files.iter().map(|f| (f.to_string(), 1))),
+        }
+    }
+
+    fn segment(
+        id: i64,
+        partition: i64,
+        vchannel: &str,
+        storage_version: i64,
+        l0: bool,
+    ) -> SegmentBackupInfo {
+        SegmentBackupInfo {
+            segment_id: id,
+            collection_id: 1,
+            partition_id: partition,
+            num_of_rows: 1,
+            group_id: if l0 || partition < 0 { 0 } else { id },
+            is_l0: l0,
+            v_channel: vchannel.into(),
+            storage_version,
+            ..Default::default()
+        }
+    }
+
+    fn partition(id: i64, name: &str, segments: Vec<SegmentBackupInfo>) -> PartitionBackupInfo {
+        PartitionBackupInfo {
+            partition_id: id,
+            partition_name: name.into(),
+            collection_id: 1,
+            segment_backups: segments,
+            ..Default::default()
+        }
+    }
+
+    /// milvus-backup's TestL0SegmentBatches: ten L0 segments on two (vchannel, storage
+    /// version) groups of five.
+    fn ten_l0_segments() -> Vec<SegmentBackupInfo> {
+        (0..10)
+            .map(|i| segment(i, 7, &format!("vch{}", i % 2), i % 2, true))
+            .collect()
+    }
+
+    fn l0_batches(options: &RestoreOptions) -> Vec<ImportBatch> {
+        let backup = synthetic(vec![partition(7, "p", ten_l0_segments())], vec![], &[]);
+        plan(&backup, options)
+            .unwrap()
+            .collections
+            .remove(0)
+            .batches
+    }
+
+    #[test]
+    fn l0_one_segment_per_job_without_multi_l0() {
+        let batches = l0_batches(&RestoreOptions {
+            l0_batching: L0Batching::OnePerJob,
+            ..Default::default()
+        });
+        assert_eq!(batches.len(), 10);
+        for batch in &batches {
+            assert_eq!(batch.kind, BatchKind::L0);
+            assert_eq!(batch.files.len(), 1);
+            assert_eq!(batch.files[0].len(), 1);
+            assert!(batch.files[0][0].starts_with("binlogs/delta_log/1/7/"));
+        }
+    }
+
+    #[test]
+    fn l0_merged_per_vchannel_and_storage_version() {
+        let batches = l0_batches(&RestoreOptions::default());
+        assert_eq!(batches.len(), 2);
+        assert!(batches.iter().all(|b| b.files.len() == 5));
+        assert_eq!(
+            (batches[0].vchannel.as_str(), batches[0].storage_version),
+            ("vch0", 0)
+        );
+        assert_eq!(
+            (batches[1].vchannel.as_str(), batches[1].storage_version),
+            ("vch1", 1)
+        );
+        assert_eq!(
+            batches[0].files[1],
+            vec!["binlogs/delta_log/1/7/2/".to_string()]
+        );
+    }
+
+    // Each group holds five segments, so a limit of two splits it into 2+2+1.
+    #[test]
+    fn max_segments_per_job_splits_two_two_one() {
+        let batches = l0_batches(&RestoreOptions {
+            max_segments_per_job: 2,
+            ..Default::default()
+        });
+        let sizes: Vec<usize> = batches.iter().map(|b| b.files.len()).collect();
+        assert_eq!(sizes, vec![2, 2, 1, 2, 2, 1]);
+        let ids: Vec<&str> = batches.iter().map(|b| b.id.as_str()).collect();
+        assert_eq!(ids[0], "default.c/p/l0-0");
+        assert_eq!(ids[5], "default.c/p/l0-5");
+    }
+
+    // milvus-backup's TestToPaths: [insert, delta] when the delta prefix has files,
+    // [insert] alone otherwise.
+    #[test]
+    fn data_entries_carry_the_delta_prefix_only_if_present() {
+        let backup = synthetic(
+            vec![partition(
+                7,
+                "p",
+                vec![segment(11, 7, "v", 0, false), segment(12, 7, "v", 0, false)],
+            )],
+            vec![],
+            &[
+                "binlogs/insert_log/1/7/11/11/100/1",
+                "binlogs/delta_log/1/7/11/11/2",
+                "binlogs/insert_log/1/7/12/12/100/3",
+            ],
+        );
+        let batches = plan(&backup, &RestoreOptions::default())
+            .unwrap()
+            .collections
+            .remove(0)
+            .batches;
+        assert_eq!(batches.len(), 1);
+        assert_eq!(
+            batches[0].files,
+            strings(&[
+                &["binlogs/insert_log/1/7/11/", "binlogs/delta_log/1/7/11/"],
+                &["binlogs/insert_log/1/7/12/"],
+            ])
+        );
+        assert_eq!(batches[0].bytes, 3);
+        assert_eq!(batches[0].rows, 2);
+    }
+
+    #[test]
+    fn non_l0_batches_come_before_partition_l0_and_collection_l0_last() {
+        let backup = synthetic(
+            vec![
+                partition(
+                    7,
+                    "p",
+                    vec![segment(1, 7, "v", 0, true), segment(2, 7, "v", 0, false)],
+                ),
+                partition(
+                    8,
+                    "q",
+                    vec![segment(3, 8, "v", 0, false), segment(4, 8, "v", 0, true)],
+                ),
+            ],
+            vec![segment(5, -1, "v", 0, true)],
+            &[],
+        );
+        let batches = plan(&backup, &RestoreOptions::default())
+            .unwrap()
+            .collections
+            .remove(0)
+            .batches;
+        let order: Vec<(BatchKind, Option<&str>)> = batches
+            .iter()
+            .map(|b| (b.kind, b.partition.as_deref()))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                (BatchKind::Data, Some("p")),
+                (BatchKind::Data, Some("q")),
+                (BatchKind::L0, Some("p")),
+                (BatchKind::L0, Some("q")),
+                (BatchKind::L0, None),
+            ]
+        );
+        assert_eq!(batches[4].files, strings(&[&["binlogs/delta_log/1/-1/5/"]]));
+        assert_eq!(batches[4].id.as_str(), "default.c/*/l0-0");
+    }
+
+    #[test]
+    fn empty_partitions_make_no_batches_but_are_still_created() {
+        let backup = synthetic(
+            vec![partition(7, "p", vec![]), partition(8, "q", vec![])],
+            vec![],
+            &[],
+        );
+        let plan = plan(&backup, &RestoreOptions::default()).unwrap();
+        assert!(plan.collections[0].batches.is_empty());
+        assert_eq!(plan.collections[0].partitions, vec!["p", "q"]);
+        assert_eq!(plan.totals.batches, 0);
+        assert!(plan.files_to_stage.is_empty());
+    }
+
+    #[test]
+    fn per_seg_imports_one_segment_per_job() {
+        let segments = (0..3).map(|i| segment(i + 1, 7, "v", 0, false)).collect();
+        let backup = synthetic(vec![partition(7, "p", segments)], vec![], &[]);
+        let options = RestoreOptions {
+            strategy: Strategy::PerSeg,
+            ..Default::default()
+        };
+        let batches = plan(&backup, &options)
+            .unwrap()
+            .collections
+            .remove(0)
+            .batches;
+        assert_eq!(batches.len(), 3);
+        assert!(batches.iter().all(|b| b.files.len() == 1));
+    }
+
+    #[test]
+    fn meta_only_plans_ddl_without_batches() {
+        let segments = vec![segment(1, 7, "v", 0, false)];
+        let backup = synthetic(
+            vec![partition(7, "p", segments)],
+            vec![],
+            &["binlogs/insert_log/1/7/1/1/100/1"],
+        );
+        let plan = plan(
+            &backup,
+            &RestoreOptions {
+                meta_only: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(plan.collections[0].batches.is_empty());
+        assert_eq!(plan.totals.bytes_to_stage, 0);
+    }
+
+    #[tokio::test]
+    async fn fixture_backup_plans_as_milvus_backup_would() {
+        let backup = orders_bak().await;
+        let plan = plan(&backup, &RestoreOptions::default()).unwrap();
+        assert_eq!(plan.databases, vec!["default", "db2"]);
+        assert_eq!(plan.collections.len(), 2);
+
+        let orders = &plan.collections[0];
+        assert_eq!(orders.target, Namespace::new("default", "orders"));
+        assert_eq!(orders.schema.name, "orders");
+        assert_eq!(orders.schema.fields.len(), 4);
+        assert_eq!(orders.shards_num, 2);
+        assert_eq!(orders.consistency_level, ConsistencyLevel::Bounded);
+        assert_eq!(orders.partitions, vec!["_default", "p1"]);
+        assert_eq!(orders.partition_num, 0);
+        assert!(orders.indexes.is_empty(), "indexes only with rebuild_index");
+        let summary: Vec<(&str, &str, i64, Vec<Vec<String>>, u64, i64)> = orders
+            .batches
+            .iter()
+            .map(|b| {
+                (
+                    b.id.as_str(),
+                    b.vchannel.as_str(),
+                    b.storage_version,
+                    b.files.clone(),
+                    b.bytes,
+                    b.rows,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (
+                    "default.orders/_default/data-0",
+                    V0,
+                    2,
+                    strings(&[
+                        &[
+                            "binlogs/insert_log/100/1000/2001/",
+                            "binlogs/delta_log/100/1000/2001/"
+                        ],
+                        &["binlogs/insert_log/100/1000/2002/"],
+                    ]),
+                    650,
+                    30,
+                ),
+                (
+                    "default.orders/_default/data-1",
+                    V1,
+                    2,
+                    strings(&[&["binlogs/insert_log/100/1000/2003/"]]),
+                    400,
+                    5
+                ),
+                (
+                    "default.orders/_default/l0-0",
+                    V0,
+                    2,
+                    strings(&[&["binlogs/delta_log/100/1000/2004/"]]),
+                    60,
+                    3
+                ),
+                (
+                    "default.orders/*/l0-0",
+                    V1,
+                    2,
+                    strings(&[&["binlogs/delta_log/100/-1/2005/"]]),
+                    70,
+                    7
+                ),
+            ]
+        );
+        assert_eq!(
+            orders.batches[0].options(),
+            BTreeMap::from([
+                ("backup".to_string(), "true".to_string()),
+                ("skip_disk_quota_check".to_string(), "true".to_string()),
+                ("storage_version".to_string(), "2".to_string()),
+            ])
+        );
+        assert_eq!(
+            orders.batches[2]
+                .options()
+                .get("l0_import")
+                .map(String::as_str),
+            Some("true")
+        );
+        assert!(!orders.batches[2].options().contains_key("backup"));
+
+        // An old backup without group ids: one entry for the whole partition.
+        let items = &plan.collections[1];
+        assert_eq!(items.target, Namespace::new("db2", "items"));
+        assert_eq!(items.batches.len(), 1);
+        assert_eq!(
+            items.batches[0].files,
+            strings(&[&[
+                "binlogs/insert_log/200/2000/",
+                "binlogs/delta_log/200/2000/"
+            ]])
+        );
+        assert_eq!(items.batches[0].bytes, 1110);
+        assert_eq!(items.batches[0].rows, 90);
+        assert_eq!(items.batches[0].ezk.as_deref(), Some("ezk-old"));
+        assert_eq!(
+            items.batches[0].options().get("ezk").map(String::as_str),
+            Some("ezk-old")
+        );
+        assert!(!items.batches[0].options().contains_key("storage_version"));
+
+        assert_eq!(plan.files_to_stage.len(), fixture::BINLOGS.len());
+        assert_eq!(
+            plan.totals,
+            PlanTotals {
+                databases: 2,
+                collections: 2,
+                partitions: 3,
+                batches: 5,
+                rows: 135,
+                bytes_to_stage: 2290
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn batch_ids_are_stable_across_runs() {
+        let first = plan(&orders_bak().await, &RestoreOptions::default()).unwrap();
+        let second = plan(&orders_bak().await, &RestoreOptions::default()).unwrap();
+        assert_eq!(first, second);
+    }
+
+    #[tokio::test]
+    async fn rebuild_index_puts_vector_indexes_first_and_blanks_special_names() {
+        let backup = orders_bak().await;
+        let options = RestoreOptions {
+            rebuild_index: true,
+            ..Default::default()
+        };
+        let indexes = plan(&backup, &options)
+            .unwrap()
+            .collections
+            .remove(0)
+            .indexes;
+        assert_eq!(indexes.len(), 2);
+        assert_eq!(
+            (indexes[0].field, indexes[0].index_name.as_str()),
+            (IndexedField::Vector, "vec_idx")
+        );
+        assert_eq!(indexes[0].params.get("M").map(String::as_str), Some("16"));
+        assert_eq!(
+            (indexes[1].field, indexes[1].index_name.as_str()),
+            (IndexedField::Scalar, "")
+        );
+
+        let auto = RestoreOptions {
+            rebuild_index: true,
+            use_auto_index: true,
+            ..Default::default()
+        };
+        let indexes = plan(&backup, &auto).unwrap().collections.remove(0).indexes;
+        assert_eq!(
+            indexes[0].params,
+            BTreeMap::from([
+                ("index_type".to_string(), "AUTOINDEX".to_string()),
+                ("metric_type".to_string(), "L2".to_string()),
+            ])
+        );
+        assert_eq!(
+            indexes[1].params.get("index_type").map(String::as_str),
+            Some("INVERTED")
+        );
+    }
+
+    #[test]
+    fn special_index_names_follow_milvus_rules() {
+        assert!(!has_special_char("vec_idx"));
+        assert!(!has_special_char("_x1"));
+        assert!(!has_special_char(""));
+        assert!(has_special_char("/a/b"));
+        assert!(has_special_char("1abc"));
+        assert!(has_special_char("a-b"));
+    }
+
+    #[tokio::test]
+    async fn suffix_then_post_rename_filter() {
+        let backup = orders_bak().await;
+        let options = RestoreOptions {
+            renaming: Renaming::suffix("_bak").unwrap(),
+            filter: Filter::parse("default.orders_bak").unwrap(),
+            ..Default::default()
+        };
+        let plan = plan(&backup, &options).unwrap();
+        let targets: Vec<String> = plan
+            .collections
+            .iter()
+            .map(|c| c.target.to_string())
+            .collect();
+        assert_eq!(targets, vec!["default.orders_bak"]);
+        assert_eq!(plan.collections[0].schema.name, "orders_bak");
+        assert_eq!(
+            plan.collections[0].batches[0].id.as_str(),
+            "default.orders_bak/_default/data-0"
+        );
+        // The filter names the database `default` only: db2 is neither created nor restored.
+        assert_eq!(plan.databases, vec!["default"]);
+
+        // milvus-backup's documented pitfall: the filter sees renamed names.
+        let pre_rename = RestoreOptions {
+            filter: Filter::parse("default.orders").unwrap(),
+            ..options
+        };
+        assert!(plan_targets(&backup, &pre_rename).is_empty());
+    }
+
+    fn plan_targets(backup: &Backup, options: &RestoreOptions) -> Vec<String> {
+        plan(backup, options)
+            .unwrap()
+            .collections
+            .iter()
+            .map(|c| c.target.to_string())
+            .collect()
+    }
+
+    fn rules(rules: &[&str]) -> Renaming {
+        Renaming::Rules(
+            RenameRules::new(rules.iter().map(|r| RenameRule::parse(r).unwrap())).unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn backup_filter_applies_to_names_in_the_backup() {
+        let backup = orders_bak().await;
+        let options = RestoreOptions {
+            backup_filter: Filter::parse("db2.*").unwrap(),
+            renaming: rules(&["db2.*:db3.*"]),
+            ..Default::default()
+        };
+        assert_eq!(plan_targets(&backup, &options), vec!["db3.items"]);
+        // db2 is the backup's database that passes the backup filter; db3 holds the collection.
+        assert_eq!(
+            plan(&backup, &options).unwrap().databases,
+            vec!["db2", "db3"]
+        );
+    }
+
+    #[tokio::test]
+    async fn rename_to_several_targets_and_database_rules() {
+        let backup = orders_bak().await;
+        let options = RestoreOptions {
+            renaming: rules(&["orders:o1", "default.orders:db9.o2", "db2.:db5."]),
+            ..Default::default()
+        };
+        assert_eq!(
+            plan_targets(&backup, &options),
+            vec!["default.o1", "db9.o2", "db2.items"]
+        );
+        assert_eq!(
+            plan(&backup, &options).unwrap().databases,
+            vec!["default", "db5", "db9", "db2"]
+        );
+    }
+
+    #[tokio::test]
+    async fn two_collections_onto_one_target_are_refused() {
+        let backup = orders_bak().await;
+        let options = RestoreOptions {
+            renaming: rules(&["orders:x", "db2.items:default.x"]),
+            ..Default::default()
+        };
+        let err = plan(&backup, &options).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "collections default.orders and db2.items of the backup would both be restored as default.x"
+        );
+    }
+
+    #[tokio::test]
+    async fn max_shard_num_caps_and_ezk_mapping_replaces() {
+        let backup = orders_bak().await;
+        let options = RestoreOptions {
+            max_shard_num: Some(1),
+            ezk_mapping: BTreeMap::from([("ezk-old".to_string(), "ezk-new".to_string())]),
+            ..Default::default()
+        };
+        let plan = plan(&backup, &options).unwrap();
+        assert_eq!(plan.collections[0].shards_num, 1);
+        assert_eq!(plan.collections[1].shards_num, 1);
+        assert_eq!(
+            plan.collections[1].batches[0].ezk.as_deref(),
+            Some("ezk-new")
+        );
+        assert_eq!(plan.collections[0].batches[0].ezk, None);
+    }
+
+    #[tokio::test]
+    async fn truncate_sets_end_ts_from_the_vchannel_checkpoint() {
+        let backup = orders_bak().await;
+        let options = RestoreOptions {
+            truncate_binlog_by_ts: true,
+            backup_filter: Filter::parse("default.orders").unwrap(),
+            ..Default::default()
+        };
+        let batches = plan(&backup, &options)
+            .unwrap()
+            .collections
+            .remove(0)
+            .batches;
+        assert_eq!(batches[0].end_ts, Some(456_789_012_345_678_801));
+        assert_eq!(batches[1].end_ts, Some(456_789_012_345_678_701));
+        assert_eq!(
+            batches[0].options().get("end_ts").map(String::as_str),
+            Some("456789012345678801")
+        );
+
+        // The old collection has no group ids, which truncation needs.
+        let all = RestoreOptions {
+            truncate_binlog_by_ts: true,
+            ..Default::default()
+        };
+        let err = plan(&backup, &all).unwrap_err();
+        assert!(
+            matches!(err, Error::TruncateWithoutGroupIds { .. }),
+            "{err}"
+        );
+    }
+
+    // milvus-backup's TestTask_CheckCollExist, less the drop+skip rows that
+    // `CollectionCreation` cannot express (the job refuses them while validating).
+    #[test]
+    fn check_collection_exists_truth_table() {
+        let ns = Namespace::new("db1", "coll1");
+        let cases = [
+            (
+                true,
+                CollectionCreation::Create,
+                Err(CollectionConflict::AlreadyExists(ns.clone())),
+            ),
+            (true, CollectionCreation::UseExisting, Ok(())),
+            (true, CollectionCreation::DropAndCreate, Ok(())),
+            (false, CollectionCreation::Create, Ok(())),
+            (
+                false,
+                CollectionCreation::UseExisting,
+                Err(CollectionConflict::Missing(ns.clone())),
+            ),
+            (false, CollectionCreation::DropAndCreate, Ok(())),
+        ];
+        for (exists, creation, expected) in cases {
+            assert_eq!(
+                check_collection_exists(&ns, exists, creation),
+                expected,
+                "exists={exists} {creation:?}"
+            );
+        }
+    }
+}

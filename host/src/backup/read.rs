@@ -323,3 +323,246 @@ async fn list_binlogs(
     });
     Ok(BinlogIndex::new(files))
 }
+
+#[cfg(test)]
+mod tests {
+    use object_store::PutPayload;
+    use object_store::local::LocalFileSystem;
+
+    use super::super::fixture::{self, Layout};
+    use super::super::meta::KeyValuePair;
+    use super::*;
+
+    #[tokio::test]
+    async fn full_meta_and_level_files_give_the_same_tree() {
+        let full = read(
+            fixture::store(Layout::Full).await.as_ref(),
+            &fixture::location(),
+        )
+        .await
+        .unwrap();
+        let levels = read(
+            fixture::store(Layout::Levels).await.as_ref(),
+            &fixture::location(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(full.meta_source, MetaSource::FullMeta);
+        assert_eq!(levels.meta_source, MetaSource::LevelFiles);
+        assert_eq!(full.info, levels.info);
+        assert_eq!(full.binlogs, levels.binlogs);
+        let orders = &full.info.collection_backups[0];
+        assert_eq!(orders.partition_backups.len(), 2);
+        assert_eq!(orders.partition_backups[0].segment_backups.len(), 4);
+        assert!(orders.partition_backups[1].segment_backups.is_empty());
+        assert_eq!(levels.info.size, 2220);
+    }
+
+    #[tokio::test]
+    async fn go_json_shapes_are_read_exactly() {
+        let backup = read(
+            fixture::store(Layout::Full).await.as_ref(),
+            &fixture::location(),
+        )
+        .await
+        .unwrap();
+        let info = &backup.info;
+        // A TSO above 2^53 survives as an exact u64.
+        assert_eq!(info.backup_timestamp, 456_789_012_345_678_901);
+        assert_eq!(
+            info.collection_backups[0].backup_timestamp,
+            456_789_012_345_678_901
+        );
+        // Omitted zero values read as zero.
+        assert_eq!(info.state_code, 0);
+        assert_eq!(info.format, "");
+        let items = &info.collection_backups[1];
+        assert_eq!(items.consistency_level, 0);
+        assert_eq!(items.partition_backups[0].segment_backups[0].group_id, 0);
+        assert_eq!(items.partition_backups[0].segment_backups[0].v_channel, "");
+        assert!(!items.partition_backups[0].segment_backups[0].is_l0);
+        // Enums are integers, proto field names are the keys (fieldID, autoID).
+        let orders = &info.collection_backups[0];
+        assert_eq!(orders.consistency_level, 2);
+        let schema = orders.schema.as_ref().unwrap();
+        assert_eq!(schema.fields[1].field_id, 101);
+        assert_eq!(schema.fields[1].data_type, 101);
+        assert_eq!(
+            schema.fields[1].type_params,
+            vec![KeyValuePair {
+                key: "dim".into(),
+                value: "4".into()
+            }]
+        );
+        assert!(items.schema.as_ref().unwrap().auto_id);
+        assert_eq!(
+            orders.partition_backups[0].segment_backups[0].binlogs[1].field_id,
+            101
+        );
+        assert_eq!(
+            orders.partition_backups[0].segment_backups[0].binlogs[1].binlogs[0].log_size,
+            200
+        );
+        assert_eq!(orders.l0_segments[0].partition_id, -1);
+        // RBAC and the database key come through.
+        let rbac = info.rbac_meta.as_ref().unwrap();
+        assert_eq!(rbac.users[0].roles[0].name, "reader");
+        assert_eq!(
+            rbac.grants[0]
+                .grantor
+                .as_ref()
+                .unwrap()
+                .privilege
+                .as_ref()
+                .unwrap()
+                .name,
+            "Query"
+        );
+        assert_eq!(info.database_backups[1].ezk, "ezk-old");
+        // The default value is base64 protobuf.
+        let price = schema.fields[2].default_value().unwrap().unwrap();
+        assert_eq!(
+            price.data,
+            Some(milvus_proto::schema::value_field::Data::LongData(42))
+        );
+    }
+
+    #[tokio::test]
+    async fn binlogs_are_listed_once_with_sizes() {
+        let backup = read(
+            fixture::store(Layout::Full).await.as_ref(),
+            &fixture::location(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(backup.binlogs.len(), fixture::BINLOGS.len());
+        assert_eq!(
+            backup
+                .binlogs
+                .bytes_under("binlogs/insert_log/100/1000/2001/"),
+            300
+        );
+        assert!(
+            backup
+                .binlogs
+                .has_prefix("binlogs/delta_log/100/1000/2001/")
+        );
+        assert!(
+            !backup
+                .binlogs
+                .has_prefix("binlogs/delta_log/100/1000/2002/")
+        );
+        // A prefix is a directory: 200 does not match 2000.
+        assert_eq!(backup.binlogs.bytes_under("binlogs/insert_log/200/"), 1100);
+        assert_eq!(backup.binlogs.bytes_under("binlogs/insert_log/20/"), 0);
+    }
+
+    #[tokio::test]
+    async fn reads_from_a_local_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalFileSystem::new_with_prefix(dir.path()).unwrap();
+        fixture::write(&store, Layout::Levels).await;
+        let location = BackupLocation::new("file:///srv/backups/", "/backup/", "orders_bak");
+        let backup = read(&store, &location).await.unwrap();
+        assert_eq!(backup.info.collection_backups.len(), 2);
+        assert_eq!(backup.binlogs.len(), fixture::BINLOGS.len());
+        assert_eq!(
+            location.to_string(),
+            "file:///srv/backups/backup/orders_bak/"
+        );
+    }
+
+    #[tokio::test]
+    async fn missing_backup_names_the_meta_file() {
+        let store = fixture::store(Layout::Full).await;
+        let location = BackupLocation::new(fixture::STORE_URL, "backup", "nope");
+        let err = read(store.as_ref(), &location).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "backup nope not found at memory://test/backup/nope/meta/backup_meta.json"
+        );
+    }
+
+    #[tokio::test]
+    async fn corrupt_meta_names_the_file_line_and_column() {
+        let store = fixture::store(Layout::Full).await;
+        let corrupt = "{\n  \"name\": \"orders_bak\",\n  \"collection_backups\": [\n    {\"collection_id\": \"oops\"}\n  ]\n}";
+        store
+            .put(
+                &fixture::path("meta/full_meta.json"),
+                PutPayload::from(corrupt),
+            )
+            .await
+            .unwrap();
+        let err = read(store.as_ref(), &fixture::location())
+            .await
+            .unwrap_err();
+        let Error::CorruptMeta {
+            url,
+            line,
+            column,
+            message,
+        } = &err
+        else {
+            panic!("{err}")
+        };
+        assert_eq!(url, "memory://test/backup/orders_bak/meta/full_meta.json");
+        assert_eq!((*line, *column), (4, 28));
+        assert!(message.contains("expected i64"), "{message}");
+        assert!(err.to_string().starts_with(
+            "memory://test/backup/orders_bak/meta/full_meta.json is not valid backup meta"
+        ));
+    }
+
+    #[tokio::test]
+    async fn truncated_level_file_is_reported_by_name() {
+        let store = fixture::store(Layout::Levels).await;
+        store
+            .put(
+                &fixture::path("meta/segment_meta.json"),
+                PutPayload::from("{\"infos\":["),
+            )
+            .await
+            .unwrap();
+        let err = read(store.as_ref(), &fixture::location())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::CorruptMeta { url, line: 1, .. } if url.ends_with("/meta/segment_meta.json")),
+            "{err}"
+        );
+        store
+            .delete(&fixture::path("meta/segment_meta.json"))
+            .await
+            .unwrap();
+        let err = read(store.as_ref(), &fixture::location())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "backup meta file memory://test/backup/orders_bak/meta/segment_meta.json is missing"
+        );
+    }
+
+    #[tokio::test]
+    async fn snapshot_and_unknown_formats_are_refused() {
+        for (format, expected) in [
+            ("snapshot", "is in the snapshot format"),
+            ("parquet", "format \"parquet\""),
+        ] {
+            let store = fixture::store(Layout::Full).await;
+            let meta = format!("{{\"name\":\"orders_bak\",\"format\":\"{format}\"}}");
+            store
+                .put(
+                    &fixture::path("meta/full_meta.json"),
+                    PutPayload::from(meta),
+                )
+                .await
+                .unwrap();
+            let err = read(store.as_ref(), &fixture::location())
+                .await
+                .unwrap_err();
+            assert!(err.to_string().contains(expected), "{err}");
+        }
+    }
+}
