@@ -1,0 +1,996 @@
+//! Staging: copying a backup's binlogs into every destination end's store under one
+//! restore-scoped prefix, so that every end imports the same paths; and removing them.
+//!
+//! A copy within one store is server-side (`ObjectStore::copy`: S3 CopyObject, a hard link
+//! on a local directory) and moves no bytes through the host. Between stores the host
+//! streams: whole objects up to [`PART_SIZE`], ranged reads into a multipart upload above.
+//! Files already staged with the right size are skipped, so an interrupted stage resumes;
+//! after copying, one listing per store verifies every size.
+//!
+//! When staging fails, what was copied stays under the prefix (the next run resumes from
+//! it); [`cleanup`] removes it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt as _, WriteMultipart};
+
+use super::Error;
+use super::open::{OpenedStore, StoreId};
+use crate::journal::RestoreId;
+
+/// Top-level directory of every staged restore in a destination store.
+pub const STAGING_ROOT: &str = "lockstep-staging";
+/// Files copied at once. milvus-backup uses 128 for S3 transfers; 32 keeps a local disk
+/// and a 2-core host busy without thrashing, and S3 copies are latency-bound either way.
+pub const DEFAULT_CONCURRENCY: usize = 32;
+/// Streamed objects above this size go through a multipart upload in parts of this size
+/// (S3 parts must be at least 5 MiB); memory held is at most concurrency × 2 parts.
+pub const PART_SIZE: u64 = 16 << 20;
+/// Parts of one multipart upload in flight at once.
+const PARTS_IN_FLIGHT: usize = 2;
+
+/// `lockstep-staging/{restore_id}`: the restore's prefix, the same in every destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagingPrefix(Path);
+
+impl StagingPrefix {
+    pub fn for_restore(restore_id: &RestoreId) -> Result<Self, Error> {
+        let id = restore_id.0.as_str();
+        let invalid = |reason: &str| Error::InvalidRestoreId {
+            restore_id: id.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if id.is_empty() || id == "." || id == ".." || id.contains('/') {
+            return Err(invalid("a restore id must be one non-empty path segment"));
+        }
+        let path =
+            Path::parse(format!("{STAGING_ROOT}/{id}")).map_err(|e| invalid(&e.to_string()))?;
+        Ok(StagingPrefix(path))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+/// One file of the backup to stage: its path under the backup directory
+/// (`binlogs/insert_log/...`) and its size from the backup listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupFile {
+    pub path: String,
+    pub size: u64,
+}
+
+/// Where the backup's files are read from.
+#[derive(Debug, Clone, Copy)]
+pub struct StageSource<'a> {
+    pub store: &'a OpenedStore,
+    /// `{backup root}/{backup name}` inside the store.
+    pub backup_dir: &'a Path,
+}
+
+/// An end to stage into, by name (for reports and errors).
+#[derive(Debug, Clone, Copy)]
+pub struct Destination<'a> {
+    pub end: &'a str,
+    pub store: &'a OpenedStore,
+}
+
+/// How a staged file got to its destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Transfer {
+    /// Copied inside the store; no bytes passed through the host.
+    ServerSideCopy,
+    /// Read from the backup's store and written through the host.
+    Streamed,
+    /// Already there with the right size (a resumed stage).
+    AlreadyStaged,
+}
+
+/// A file as staged on one end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedFile {
+    pub end: String,
+    /// Full key in the end's store: `lockstep-staging/{restore_id}/{backup file path}`.
+    pub path: Path,
+    pub size: u64,
+    pub transfer: Transfer,
+}
+
+/// Progress of a stage, reported after each file, for a progress bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageProgress {
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub files_done: u64,
+    pub files_total: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageOptions {
+    /// Files copied at once; default [`DEFAULT_CONCURRENCY`].
+    pub concurrency: usize,
+}
+
+impl Default for StageOptions {
+    fn default() -> Self {
+        StageOptions {
+            concurrency: DEFAULT_CONCURRENCY,
+        }
+    }
+}
+
+/// Where the ends import a backup's files from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImportPaths {
+    /// Every destination is the backup's own store: import the backup's paths, copy nothing.
+    InPlace { backup_dir: Path },
+    /// Stage into the restore's prefix on every destination and import from there.
+    Staged { prefix: StagingPrefix },
+}
+
+impl ImportPaths {
+    /// The prefix a backup file's relative path is appended to, identical on every end.
+    pub fn prefix(&self) -> &Path {
+        match self {
+            ImportPaths::InPlace { backup_dir } => backup_dir,
+            ImportPaths::Staged { prefix } => prefix.path(),
+        }
+    }
+}
+
+/// Picks where the ends import from. Every end imports the same paths (the target's job is
+/// mirrored, paths and all, to the secondaries), so the backup is imported in place only
+/// when every destination is the backup's store; otherwise all of them get the staging
+/// prefix, and the destinations that are the backup's store get it by server-side copy.
+pub fn import_paths(
+    backup: &StoreId,
+    backup_dir: &Path,
+    destinations: &[&StoreId],
+    staging: StagingPrefix,
+) -> ImportPaths {
+    if !destinations.is_empty() && destinations.iter().all(|id| *id == backup) {
+        ImportPaths::InPlace {
+            backup_dir: backup_dir.clone(),
+        }
+    } else {
+        ImportPaths::Staged { prefix: staging }
+    }
+}
+
+/// `base/relative`, refusing a relative path that is not a clean object path.
+pub(super) fn join(base: &Path, relative: &str) -> Result<Path, Error> {
+    let relative_path = Path::parse(relative).map_err(|e| Error::InvalidFilePath {
+        path: relative.to_owned(),
+        reason: e.to_string(),
+    })?;
+    if relative_path.as_ref().is_empty() {
+        return Err(Error::InvalidFilePath {
+            path: relative.to_owned(),
+            reason: "empty path".to_owned(),
+        });
+    }
+    Ok(base.parts().chain(relative_path.parts()).collect())
+}
+
+/// Ends sharing one store: it is copied into once.
+struct StoreGroup<'a> {
+    store: &'a OpenedStore,
+    ends: Vec<&'a str>,
+}
+
+impl StoreGroup<'_> {
+    /// The ends' names for errors: `a` or `a,b`.
+    fn ends(&self) -> String {
+        self.ends.join(",")
+    }
+}
+
+fn group_by_store<'a>(destinations: &[Destination<'a>]) -> Vec<StoreGroup<'a>> {
+    let mut groups: BTreeMap<&StoreId, StoreGroup<'a>> = BTreeMap::new();
+    for destination in destinations {
+        groups
+            .entry(&destination.store.id)
+            .or_insert_with(|| StoreGroup {
+                store: destination.store,
+                ends: Vec::new(),
+            })
+            .ends
+            .push(destination.end);
+    }
+    groups.into_values().collect()
+}
+
+/// Sizes of every object under `prefix`.
+async fn list_sizes(
+    store: &dyn ObjectStore,
+    prefix: &Path,
+    ends: &str,
+) -> Result<HashMap<Path, u64>, Error> {
+    store
+        .list(Some(prefix))
+        .map_ok(|meta| (meta.location, meta.size))
+        .try_collect()
+        .await
+        .map_err(|source| Error::List {
+            end: ends.to_owned(),
+            prefix: prefix.to_string(),
+            source,
+        })
+}
+
+/// Copies `files` from the backup into every destination under `prefix` and verifies them.
+/// Returns one [`StagedFile`] per file and end.
+pub async fn stage(
+    source: StageSource<'_>,
+    files: &[BackupFile],
+    destinations: &[Destination<'_>],
+    prefix: &StagingPrefix,
+    options: StageOptions,
+    progress: &(dyn Fn(StageProgress) + Send + Sync),
+) -> Result<Vec<StagedFile>, Error> {
+    let sources: Vec<Path> = files
+        .iter()
+        .map(|f| join(source.backup_dir, &f.path))
+        .collect::<Result<_, _>>()?;
+    let targets: Vec<Path> = files
+        .iter()
+        .map(|f| join(prefix.path(), &f.path))
+        .collect::<Result<_, _>>()?;
+    let groups = group_by_store(destinations);
+
+    let mut existing = Vec::with_capacity(groups.len());
+    for group in &groups {
+        existing.push(list_sizes(group.store.store.as_ref(), prefix.path(), &group.ends()).await?);
+    }
+
+    let file_bytes: u64 = files.iter().map(|f| f.size).sum();
+    let done = Mutex::new(StageProgress {
+        bytes_done: 0,
+        bytes_total: file_bytes * groups.len() as u64,
+        files_done: 0,
+        files_total: (files.len() * groups.len()) as u64,
+    });
+    progress(
+        *done
+            .lock()
+            .expect("progress lock is never poisoned: no panics under it"),
+    );
+
+    let tasks = groups
+        .iter()
+        .enumerate()
+        .flat_map(|(g, _)| (0..files.len()).map(move |f| (g, f)));
+    let copy_one = |(g, f): (usize, usize)| {
+        let (group, file) = (&groups[g], &files[f]);
+        let (from, to) = (&sources[f], &targets[f]);
+        let already_staged = existing[g].get(to) == Some(&file.size);
+        let done = &done;
+        async move {
+            let transfer = if already_staged {
+                Transfer::AlreadyStaged
+            } else {
+                copy(source.store, group.store, from, to, file.size)
+                    .await
+                    .map_err(|source| Error::Transfer {
+                        end: group.ends(),
+                        path: file.path.clone(),
+                        source,
+                    })?
+            };
+            // A std Mutex: held for an add and a callback, never across an await.
+            let snapshot = {
+                let mut state = done
+                    .lock()
+                    .expect("progress lock is never poisoned: no panics under it");
+                state.bytes_done += file.size;
+                state.files_done += 1;
+                *state
+            };
+            progress(snapshot);
+            Ok::<_, Error>(((g, f), transfer))
+        }
+    };
+    let transfers: HashMap<(usize, usize), Transfer> = futures::stream::iter(tasks)
+        .map(copy_one)
+        .buffer_unordered(options.concurrency.max(1))
+        .try_collect()
+        .await?;
+
+    let mut staged = Vec::with_capacity(files.len() * destinations.len());
+    for (g, group) in groups.iter().enumerate() {
+        let listed = list_sizes(group.store.store.as_ref(), prefix.path(), &group.ends()).await?;
+        for (f, file) in files.iter().enumerate() {
+            match listed.get(&targets[f]) {
+                None => {
+                    return Err(Error::Missing {
+                        end: group.ends(),
+                        path: targets[f].to_string(),
+                    });
+                }
+                Some(&found) if found != file.size => {
+                    return Err(Error::SizeMismatch {
+                        end: group.ends(),
+                        path: targets[f].to_string(),
+                        expected: file.size,
+                        found,
+                    });
+                }
+                Some(_) => {}
+            }
+            let transfer = transfers[&(g, f)];
+            staged.extend(group.ends.iter().map(|end| StagedFile {
+                end: (*end).to_owned(),
+                path: targets[f].clone(),
+                size: file.size,
+                transfer,
+            }));
+        }
+    }
+    tracing::info!(files = files.len(), stores = groups.len(), bytes = file_bytes, prefix = %prefix.path(), "staged");
+    Ok(staged)
+}
+
+/// One object from the backup's store to a destination store. `listed_size` (from the
+/// backup listing) picks a whole-object copy or a multipart one; the parts follow the
+/// object's real size, so a stale listing shows up in verification, not as a cut copy.
+async fn copy(
+    from_store: &OpenedStore,
+    to_store: &OpenedStore,
+    from: &Path,
+    to: &Path,
+    listed_size: u64,
+) -> object_store::Result<Transfer> {
+    if from_store.id == to_store.id {
+        to_store.store.copy(from, to).await?;
+        return Ok(Transfer::ServerSideCopy);
+    }
+    let (reader, writer) = (from_store.store.as_ref(), to_store.store.as_ref());
+    if listed_size <= PART_SIZE {
+        let bytes = reader.get(from).await?.bytes().await?;
+        writer.put(to, bytes.into()).await?;
+        return Ok(Transfer::Streamed);
+    }
+    let size = reader.head(from).await?.size;
+    let mut upload =
+        WriteMultipart::new_with_chunk_size(writer.put_multipart(to).await?, PART_SIZE as usize);
+    let mut offset = 0;
+    while offset < size {
+        let end = (offset + PART_SIZE).min(size);
+        let part = match reader.get_range(from, offset..end).await {
+            Ok(part) => part,
+            Err(e) => {
+                // Best effort: an unfinished upload only holds storage until the store expires it.
+                let _ = upload.abort().await;
+                return Err(e);
+            }
+        };
+        if let Err(e) = upload.wait_for_capacity(PARTS_IN_FLIGHT).await {
+            let _ = upload.abort().await;
+            return Err(e);
+        }
+        upload.put(part);
+        offset = end;
+    }
+    upload.finish().await?;
+    Ok(Transfer::Streamed)
+}
+
+/// What to do with staged files once every end completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TempFiles {
+    /// Delete the restore's staging prefix (default).
+    #[default]
+    Delete,
+    /// Keep it (`keep_temp_files`), e.g. to inspect what was imported.
+    Keep,
+}
+
+/// Deletes the restore's staging prefix on each destination (once per store). Returns the
+/// number of objects deleted.
+pub async fn cleanup(
+    destinations: &[Destination<'_>],
+    prefix: &StagingPrefix,
+    temp_files: TempFiles,
+) -> Result<u64, Error> {
+    if temp_files == TempFiles::Keep {
+        tracing::info!(prefix = %prefix.path(), "keeping staged files");
+        return Ok(0);
+    }
+    let mut deleted = 0;
+    for group in group_by_store(destinations) {
+        let store = group.store.store.as_ref();
+        let locations = store
+            .list(Some(prefix.path()))
+            .map_ok(|meta| meta.location)
+            .boxed();
+        let removed: Vec<Path> =
+            store
+                .delete_stream(locations)
+                .try_collect()
+                .await
+                .map_err(|source| Error::Delete {
+                    end: group.ends(),
+                    prefix: prefix.path().to_string(),
+                    source,
+                })?;
+        deleted += removed.len() as u64;
+    }
+    tracing::info!(prefix = %prefix.path(), deleted, "deleted staged files");
+    Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use object_store::PutPayload;
+
+    use super::super::StorageSpec;
+    use super::super::test_s3::{s3_server, unique_bucket};
+    use super::*;
+
+    const BACKUP_DIR: &str = "backup/nightly";
+
+    /// Deterministic content for a file of `size` bytes.
+    fn content(path: &str, size: u64) -> Vec<u8> {
+        let seed = path
+            .bytes()
+            .fold(7u8, |acc, b| acc.wrapping_mul(31).wrapping_add(b));
+        (0..size)
+            .map(|i| seed.wrapping_add((i % 251) as u8))
+            .collect()
+    }
+
+    /// Writes a small backup into `store` and returns its listing.
+    async fn write_backup(store: &OpenedStore, sizes: &[u64]) -> Vec<BackupFile> {
+        let mut files = Vec::new();
+        for (i, &size) in sizes.iter().enumerate() {
+            let path = format!("binlogs/insert_log/1/2/{i}/{i}/100/{}", 1000 + i);
+            let key = join(&Path::from(BACKUP_DIR), &path).expect("valid path");
+            store
+                .store
+                .put(&key, PutPayload::from(content(&path, size)))
+                .await
+                .expect("put");
+            files.push(BackupFile { path, size });
+        }
+        files.push(BackupFile {
+            path: "binlogs/delta_log/1/-1/9/9001".into(),
+            size: 48,
+        });
+        let key =
+            join(&Path::from(BACKUP_DIR), "binlogs/delta_log/1/-1/9/9001").expect("valid path");
+        store
+            .store
+            .put(
+                &key,
+                PutPayload::from(content("binlogs/delta_log/1/-1/9/9001", 48)),
+            )
+            .await
+            .expect("put");
+        files
+    }
+
+    fn prefix(id: &str) -> StagingPrefix {
+        StagingPrefix::for_restore(&RestoreId(id.into())).expect("valid restore id")
+    }
+
+    fn source(store: &OpenedStore) -> StageSource<'_> {
+        static DIR: std::sync::LazyLock<Path> = std::sync::LazyLock::new(|| Path::from(BACKUP_DIR));
+        StageSource {
+            store,
+            backup_dir: &DIR,
+        }
+    }
+
+    /// Stages and records every progress report.
+    async fn stage_recording(
+        from: &OpenedStore,
+        files: &[BackupFile],
+        destinations: &[Destination<'_>],
+        prefix: &StagingPrefix,
+    ) -> (Result<Vec<StagedFile>, Error>, Vec<StageProgress>) {
+        let reports = Mutex::new(Vec::new());
+        let record = |p: StageProgress| reports.lock().expect("no panic under the lock").push(p);
+        let result = stage(
+            source(from),
+            files,
+            destinations,
+            prefix,
+            StageOptions { concurrency: 4 },
+            &record,
+        )
+        .await;
+        (
+            result,
+            reports.into_inner().expect("no panic under the lock"),
+        )
+    }
+
+    async fn assert_staged_content(
+        store: &OpenedStore,
+        prefix: &StagingPrefix,
+        files: &[BackupFile],
+    ) {
+        for file in files {
+            let key = join(prefix.path(), &file.path).expect("valid path");
+            let bytes = store
+                .store
+                .get(&key)
+                .await
+                .expect("staged file")
+                .bytes()
+                .await
+                .expect("read");
+            assert!(
+                bytes == content(&file.path, file.size),
+                "{key} differs from the backup's file"
+            );
+        }
+    }
+
+    fn transfers(staged: &[StagedFile], end: &str) -> BTreeSet<Transfer> {
+        staged
+            .iter()
+            .filter(|f| f.end == end)
+            .map(|f| f.transfer)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn streams_between_stores_with_multipart_for_large_files() {
+        let (a, b) = (
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+        );
+        let backup = StorageSpec::local(a.path()).open().expect("open");
+        let target = StorageSpec::local(b.path()).open().expect("open");
+        let files = write_backup(&backup, &[10, 0, PART_SIZE * 2 + 5]).await;
+        let prefix = prefix("r1");
+
+        let (staged, reports) = stage_recording(
+            &backup,
+            &files,
+            &[Destination {
+                end: "target",
+                store: &target,
+            }],
+            &prefix,
+        )
+        .await;
+        let staged = staged.expect("stage");
+
+        assert_eq!(staged.len(), files.len());
+        assert_eq!(
+            transfers(&staged, "target"),
+            BTreeSet::from([Transfer::Streamed])
+        );
+        assert_staged_content(&target, &prefix, &files).await;
+        let total: u64 = files.iter().map(|f| f.size).sum();
+        assert_eq!(
+            reports.first().map(|p| (p.bytes_done, p.files_done)),
+            Some((0, 0))
+        );
+        assert_eq!(
+            reports.last(),
+            Some(&StageProgress {
+                bytes_done: total,
+                bytes_total: total,
+                files_done: 4,
+                files_total: 4
+            })
+        );
+        assert!(
+            reports
+                .windows(2)
+                .all(|w| w[0].bytes_done <= w[1].bytes_done)
+        );
+        assert!(
+            b.path()
+                .join("lockstep-staging/r1/binlogs/delta_log/1/-1/9/9001")
+                .is_file()
+        );
+    }
+
+    #[tokio::test]
+    async fn copies_server_side_within_one_store() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let backup = StorageSpec::local(dir.path()).open().expect("open");
+        // The target names the same directory another way: it is the same store.
+        let target = StorageSpec {
+            url: format!("file://{}/.", dir.path().display()),
+            ..StorageSpec::default()
+        }
+        .open()
+        .expect("open");
+        assert_eq!(backup.id, target.id);
+        let files = write_backup(&backup, &[100, 200]).await;
+        let prefix = prefix("r2");
+
+        let (staged, _) = stage_recording(
+            &backup,
+            &files,
+            &[Destination {
+                end: "target",
+                store: &target,
+            }],
+            &prefix,
+        )
+        .await;
+        let staged = staged.expect("stage");
+
+        assert_eq!(
+            transfers(&staged, "target"),
+            BTreeSet::from([Transfer::ServerSideCopy])
+        );
+        assert_staged_content(&target, &prefix, &files).await;
+        // A local server-side copy is a hard link: the bytes exist once.
+        let original =
+            std::fs::metadata(dir.path().join(BACKUP_DIR).join(&files[0].path)).expect("stat");
+        let copy = std::fs::metadata(dir.path().join("lockstep-staging/r2").join(&files[0].path))
+            .expect("stat");
+        assert_eq!(original.ino(), copy.ino());
+    }
+
+    #[tokio::test]
+    async fn resume_skips_files_of_the_right_size_and_recopies_the_rest() {
+        let (a, b) = (
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+        );
+        let backup = StorageSpec::local(a.path()).open().expect("open");
+        let target = StorageSpec::local(b.path()).open().expect("open");
+        let files = write_backup(&backup, &[100, 200, 300]).await;
+        let prefix = prefix("r3");
+        let destinations = [Destination {
+            end: "target",
+            store: &target,
+        }];
+        stage_recording(&backup, &files, &destinations, &prefix)
+            .await
+            .0
+            .expect("first stage");
+
+        // An interrupted copy left one file short and never wrote another.
+        let staged_dir = b.path().join("lockstep-staging/r3");
+        std::fs::write(staged_dir.join(&files[1].path), b"short").expect("truncate");
+        std::fs::remove_file(staged_dir.join(&files[2].path)).expect("remove");
+
+        let (staged, _) = stage_recording(&backup, &files, &destinations, &prefix).await;
+        let by_path: BTreeMap<String, Transfer> = staged
+            .expect("resumed stage")
+            .into_iter()
+            .map(|f| (f.path.to_string(), f.transfer))
+            .collect();
+        let transfer_of = |file: &BackupFile| {
+            by_path[&join(prefix.path(), &file.path).expect("path").to_string()]
+        };
+        assert_eq!(transfer_of(&files[0]), Transfer::AlreadyStaged);
+        assert_eq!(
+            transfer_of(&files[1]),
+            Transfer::Streamed,
+            "the truncated file is copied again"
+        );
+        assert_eq!(
+            transfer_of(&files[2]),
+            Transfer::Streamed,
+            "the missing file is copied"
+        );
+        assert_eq!(transfer_of(&files[3]), Transfer::AlreadyStaged);
+        assert_staged_content(&target, &prefix, &files).await;
+    }
+
+    #[tokio::test]
+    async fn verify_catches_a_size_the_backup_listing_does_not_match() {
+        let (a, b) = (
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+        );
+        let backup = StorageSpec::local(a.path()).open().expect("open");
+        let target = StorageSpec::local(b.path()).open().expect("open");
+        let mut files = write_backup(&backup, &[100, 200]).await;
+        // The listing says 250 bytes, the object holds 200.
+        files[1].size = 250;
+
+        let (result, _) = stage_recording(
+            &backup,
+            &files,
+            &[Destination {
+                end: "prod-b",
+                store: &target,
+            }],
+            &prefix("r4"),
+        )
+        .await;
+        match result {
+            Err(Error::SizeMismatch {
+                end,
+                path,
+                expected,
+                found,
+            }) => {
+                assert_eq!(end, "prod-b");
+                assert!(path.ends_with(&files[1].path), "{path}");
+                assert_eq!((expected, found), (250, 200));
+            }
+            other => panic!("expected SizeMismatch, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_backup_file_fails_naming_file_and_end() {
+        let (a, b) = (
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+        );
+        let backup = StorageSpec::local(a.path()).open().expect("open");
+        let target = StorageSpec::local(b.path()).open().expect("open");
+        let mut files = write_backup(&backup, &[100]).await;
+        files.push(BackupFile {
+            path: "binlogs/insert_log/1/2/7/7/100/77".into(),
+            size: 5,
+        });
+
+        let (result, _) = stage_recording(
+            &backup,
+            &files,
+            &[Destination {
+                end: "prod-a",
+                store: &target,
+            }],
+            &prefix("r5"),
+        )
+        .await;
+        match result {
+            Err(Error::Transfer {
+                end,
+                path,
+                source: object_store::Error::NotFound { .. },
+            }) => {
+                assert_eq!(
+                    (end.as_str(), path.as_str()),
+                    ("prod-a", "binlogs/insert_log/1/2/7/7/100/77")
+                );
+            }
+            other => panic!("expected Transfer NotFound, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn ends_sharing_a_store_are_copied_once_and_cleanup_removes_the_prefix() {
+        let dirs: Vec<_> = (0..3)
+            .map(|_| tempfile::tempdir().expect("tempdir"))
+            .collect();
+        let backup = StorageSpec::local(dirs[0].path()).open().expect("open");
+        let shared = StorageSpec::local(dirs[1].path()).open().expect("open");
+        let other = StorageSpec::local(dirs[2].path()).open().expect("open");
+        let files = write_backup(&backup, &[10, 20]).await;
+        let prefix = prefix("r6");
+        let destinations = [
+            Destination {
+                end: "target",
+                store: &shared,
+            },
+            Destination {
+                end: "secondary-1",
+                store: &shared,
+            },
+            Destination {
+                end: "secondary-2",
+                store: &other,
+            },
+        ];
+
+        let (staged, reports) = stage_recording(&backup, &files, &destinations, &prefix).await;
+        let staged = staged.expect("stage");
+        assert_eq!(
+            staged.len(),
+            3 * files.len(),
+            "one staged file per file and end"
+        );
+        assert_eq!(
+            reports.last().map(|p| p.files_total),
+            Some(2 * files.len() as u64),
+            "two stores, not three"
+        );
+        assert_staged_content(&shared, &prefix, &files).await;
+        assert_staged_content(&other, &prefix, &files).await;
+
+        assert_eq!(
+            cleanup(&destinations, &prefix, TempFiles::Keep)
+                .await
+                .expect("keep"),
+            0
+        );
+        assert!(dirs[1].path().join("lockstep-staging/r6").is_dir());
+        let deleted = cleanup(&destinations, &prefix, TempFiles::Delete)
+            .await
+            .expect("cleanup");
+        assert_eq!(deleted, 2 * files.len() as u64);
+        for dir in &dirs[1..] {
+            assert!(
+                !dir.path().join("lockstep-staging/r6").exists(),
+                "prefix removed, directories too"
+            );
+        }
+        assert!(
+            dirs[0]
+                .path()
+                .join(BACKUP_DIR)
+                .join(&files[0].path)
+                .is_file(),
+            "the backup is untouched"
+        );
+    }
+
+    #[test]
+    fn import_in_place_only_when_every_destination_is_the_backup_store() {
+        let backup = StoreId::S3 {
+            endpoint: "http://s3:9000".into(),
+            bucket: "milvus".into(),
+        };
+        let other = StoreId::S3 {
+            endpoint: "http://s3:9000".into(),
+            bucket: "milvus-b".into(),
+        };
+        let backup_dir = Path::from("backup/nightly");
+        assert_eq!(
+            import_paths(&backup, &backup_dir, &[&backup, &backup], prefix("r7")),
+            ImportPaths::InPlace {
+                backup_dir: backup_dir.clone()
+            }
+        );
+        let mixed = import_paths(&backup, &backup_dir, &[&backup, &other], prefix("r7"));
+        assert_eq!(
+            mixed,
+            ImportPaths::Staged {
+                prefix: prefix("r7")
+            }
+        );
+        assert_eq!(mixed.prefix().as_ref(), "lockstep-staging/r7");
+    }
+
+    #[test]
+    fn restore_ids_must_be_one_path_segment() {
+        for bad in ["", "..", "a/b"] {
+            assert!(matches!(
+                StagingPrefix::for_restore(&RestoreId(bad.into())),
+                Err(Error::InvalidRestoreId { .. })
+            ));
+        }
+        assert_eq!(
+            prefix("orders.0123456789ab.1").path().as_ref(),
+            "lockstep-staging/orders.0123456789ab.1"
+        );
+    }
+
+    #[tokio::test]
+    async fn s3_same_bucket_stage_moves_no_bytes_through_the_host() {
+        let Some(server) = s3_server("s3_same_bucket_stage_moves_no_bytes_through_the_host").await
+        else {
+            return;
+        };
+        let (bucket_a, bucket_b) = (unique_bucket("same-a"), unique_bucket("same-b"));
+        // milvus-backup wrote into the target's own bucket; the secondary has its own.
+        let backup = server.bucket(&bucket_a).await.open().expect("open");
+        let target = server
+            .bucket(&format!("{bucket_a}/files"))
+            .await
+            .open()
+            .expect("open");
+        let secondary = server
+            .bucket(&format!("{bucket_b}/files"))
+            .await
+            .open()
+            .expect("open");
+        let files = write_backup(&backup, &[1000, PART_SIZE + 7]).await;
+        let prefix = prefix("s3-r1");
+        let destinations = [
+            Destination {
+                end: "target",
+                store: &target,
+            },
+            Destination {
+                end: "secondary",
+                store: &secondary,
+            },
+        ];
+
+        let (staged, _) = stage_recording(&backup, &files, &destinations, &prefix).await;
+        let staged = staged.expect("stage");
+
+        let streamed = |end: &str| -> u64 {
+            staged
+                .iter()
+                .filter(|f| f.end == end && f.transfer == Transfer::Streamed)
+                .map(|f| f.size)
+                .sum()
+        };
+        assert_eq!(
+            transfers(&staged, "target"),
+            BTreeSet::from([Transfer::ServerSideCopy])
+        );
+        assert_eq!(
+            streamed("target"),
+            0,
+            "same bucket: CopyObject, zero bytes through the host"
+        );
+        assert_eq!(
+            streamed("secondary"),
+            files.iter().map(|f| f.size).sum::<u64>()
+        );
+        assert_staged_content(&target, &prefix, &files).await;
+        assert_staged_content(&secondary, &prefix, &files).await;
+
+        let (again, _) = stage_recording(&backup, &files, &destinations, &prefix).await;
+        assert!(
+            again
+                .expect("resume")
+                .iter()
+                .all(|f| f.transfer == Transfer::AlreadyStaged)
+        );
+
+        assert_eq!(
+            cleanup(&destinations, &prefix, TempFiles::Delete)
+                .await
+                .expect("cleanup"),
+            2 * files.len() as u64
+        );
+        let left: Vec<_> = secondary
+            .store
+            .list(Some(prefix.path()))
+            .try_collect::<Vec<_>>()
+            .await
+            .expect("list after cleanup");
+        assert!(left.is_empty());
+    }
+
+    #[tokio::test]
+    async fn s3_stage_from_a_local_backup_verifies_and_resumes() {
+        let Some(server) = s3_server("s3_stage_from_a_local_backup_verifies_and_resumes").await
+        else {
+            return;
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let backup = StorageSpec::local(dir.path()).open().expect("open");
+        let target = server
+            .bucket(&unique_bucket("local-to-s3"))
+            .await
+            .open()
+            .expect("open");
+        let files = write_backup(&backup, &[10, 20, 30]).await;
+        let prefix = prefix("s3-r2");
+        let destinations = [Destination {
+            end: "target",
+            store: &target,
+        }];
+
+        stage_recording(&backup, &files, &destinations, &prefix)
+            .await
+            .0
+            .expect("stage");
+        assert_staged_content(&target, &prefix, &files).await;
+        // Truncate one staged object on S3: the resumed stage copies exactly that one.
+        let truncated = join(prefix.path(), &files[1].path).expect("path");
+        target
+            .store
+            .put(&truncated, PutPayload::from_static(b"x"))
+            .await
+            .expect("overwrite");
+        let (staged, _) = stage_recording(&backup, &files, &destinations, &prefix).await;
+        let recopied: Vec<_> = staged
+            .expect("resume")
+            .into_iter()
+            .filter(|f| f.transfer != Transfer::AlreadyStaged)
+            .collect();
+        assert_eq!(recopied.len(), 1);
+        assert_eq!(recopied[0].path, truncated);
+        let _: Arc<dyn ObjectStore> = target.store.clone();
+    }
+}
