@@ -1108,7 +1108,9 @@ mod tests {
         assert_eq!(orders.partitions, vec!["_default", "p1"]);
         assert_eq!(orders.partition_num, 0);
         assert!(orders.indexes.is_empty(), "indexes only with rebuild_index");
-        let summary: Vec<(&str, &str, i64, Vec<Vec<String>>, u64, i64)> = orders
+        /// (id, vchannel, storage version, files, bytes, rows)
+        type Summary<'a> = (&'a str, &'a str, i64, Vec<Vec<String>>, u64, i64);
+        let summary: Vec<Summary<'_>> = orders
             .batches
             .iter()
             .map(|b| {
