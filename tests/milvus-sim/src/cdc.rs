@@ -189,7 +189,9 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    fn recorder() -> (Deliver, Arc<Mutex<Vec<(i64, Instant)>>>) {
+    type Seen = Arc<Mutex<Vec<(i64, Instant)>>>;
+
+    fn recorder() -> (Deliver, Seen) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();
         let deliver: Deliver = Arc::new(move |m| {

@@ -2,9 +2,9 @@
 //! group, or for binlog imports everything under each prefix. Each cluster reads its own
 //! storage, so a file missing on a secondary fails only the mirror (reference §2.4).
 //!
-//! Binlog objects use the sim's format, shared with `gen-backup`:
-//! an insert object is `MSIMINS1` + u64 LE row count + payload, a delta object is `MSIMDEL1`
-//! + u64 LE deleted-row count + payload. The field id of an insert object is the second-to-last
+//! Binlog objects use the sim's format, shared with `gen-backup`: an insert object is
+//! `MSIMINS1`, a u64 LE row count, then payload; a delta object is `MSIMDEL1`, a u64 LE
+//! deleted-row count, then payload. The field id of an insert object is the second-to-last
 //! path component (`.../insert_log/{coll}/{part}/{group}/{seg}/{field}/{logID}`).
 //!
 //! Failure reasons name the path. Milvus's exact object-not-found text depends on the storage

@@ -18,6 +18,10 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once per process; boxing buys nothing"
+)]
 enum Command {
     /// Start the clusters of a topology file; prints one JSON line per cluster.
     Up {

@@ -28,16 +28,31 @@ pub(crate) fn router(cluster: Cluster) -> Router {
         .with_state(cluster)
 }
 
-fn refuse(status: StatusCode, message: impl std::fmt::Display) -> Response {
-    (status, axum::Json(json!({ "error": message.to_string() }))).into_response()
+/// A refused control request: an HTTP status and `{"error": message}`.
+struct Refusal {
+    status: StatusCode,
+    message: String,
 }
 
-fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, Response> {
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(json!({ "error": self.message }))).into_response()
+    }
+}
+
+fn refuse(status: StatusCode, message: impl std::fmt::Display) -> Refusal {
+    Refusal {
+        status,
+        message: message.to_string(),
+    }
+}
+
+fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, Refusal> {
     serde_json::from_slice(bytes)
         .map_err(|e| refuse(StatusCode::BAD_REQUEST, format!("invalid body: {e}")))
 }
 
-fn duration(field: &str, value: &str) -> Result<std::time::Duration, Response> {
+fn duration(field: &str, value: &str) -> Result<std::time::Duration, Refusal> {
     match go_duration::parse(value) {
         Ok(go_duration::GoDuration::Forward(d)) => Ok(d),
         Ok(go_duration::GoDuration::Backward(_)) => Err(refuse(
@@ -77,7 +92,7 @@ async fn stream(
             .transpose()?;
         Ok(axum::Json(cluster.configure_stream(&target, lag, update.flow)).into_response())
     })();
-    result.unwrap_or_else(|refusal| refusal)
+    result.unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn job_fault(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
@@ -88,12 +103,13 @@ async fn job_fault(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
                 "a job cannot fail in state {}: only states before Committing can",
                 failure.state.name()
             ),
-        ),
+        )
+        .into_response(),
         Ok(failure) => {
             cluster.add_job_failure(failure);
             axum::Json(json!({})).into_response()
         }
-        Err(refusal) => refusal,
+        Err(refusal) => refusal.into_response(),
     }
 }
 
@@ -103,7 +119,7 @@ async fn api_fault(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
         cluster.add_api_fault(req.face, req.effect, d);
         Ok(axum::Json(json!({})).into_response())
     });
-    result.unwrap_or_else(|refusal| refusal)
+    result.unwrap_or_else(IntoResponse::into_response)
 }
 
 async fn clear_faults(State(cluster): State<Cluster>) -> Response {
@@ -112,43 +128,36 @@ async fn clear_faults(State(cluster): State<Cluster>) -> Response {
 }
 
 async fn delete_objects(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
-    let request = match body::<DeleteObjects>(&bytes) {
-        Ok(r) => r,
-        Err(refusal) => return refusal,
-    };
+    match remove_objects(&cluster, &bytes).await {
+        Ok(deleted) => axum::Json(deleted).into_response(),
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+async fn remove_objects(cluster: &Cluster, bytes: &Bytes) -> Result<Deleted, Refusal> {
     let store = cluster.store();
     let parse = |p: &str| {
         object_store::path::Path::parse(p.trim_start_matches('/'))
             .map_err(|e| refuse(StatusCode::BAD_REQUEST, format!("invalid path {p}: {e}")))
     };
-    let paths = match request {
-        DeleteObjects::Paths(paths) => match paths
+    let paths = match body::<DeleteObjects>(bytes)? {
+        DeleteObjects::Paths(paths) => paths
             .iter()
             .map(|p| parse(p))
-            .collect::<Result<Vec<_>, _>>()
-        {
-            Ok(p) => p,
-            Err(refusal) => return refusal,
-        },
+            .collect::<Result<Vec<_>, _>>()?,
         DeleteObjects::Prefix(prefix) => {
-            let prefix = match parse(&prefix) {
-                Ok(p) => p,
-                Err(refusal) => return refusal,
-            };
-            match store
+            let prefix = parse(&prefix)?;
+            store
                 .list(Some(&prefix))
                 .map_ok(|m| m.location)
                 .try_collect::<Vec<_>>()
                 .await
-            {
-                Ok(p) => p,
-                Err(e) => {
-                    return refuse(
+                .map_err(|e| {
+                    refuse(
                         StatusCode::BAD_REQUEST,
                         format!("cannot list {prefix}: {e}"),
-                    );
-                }
-            }
+                    )
+                })?
         }
     };
     let mut deleted = 0;
@@ -157,14 +166,14 @@ async fn delete_objects(State(cluster): State<Cluster>, bytes: Bytes) -> Respons
             Ok(()) => deleted += 1,
             Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => {
-                return refuse(
+                return Err(refuse(
                     StatusCode::BAD_REQUEST,
                     format!("cannot delete {path}: {e}"),
-                );
+                ));
             }
         }
     }
-    axum::Json(Deleted { deleted }).into_response()
+    Ok(Deleted { deleted })
 }
 
 async fn restart(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
@@ -180,6 +189,6 @@ async fn restart(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
             });
             (StatusCode::ACCEPTED, axum::Json(json!({}))).into_response()
         }
-        Err(refusal) => refusal,
+        Err(refusal) => refusal.into_response(),
     }
 }

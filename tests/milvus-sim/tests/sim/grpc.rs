@@ -1,0 +1,195 @@
+//! The gRPC subset (reference §4) as a client sees it.
+
+use milvus_proto::common::{ImportState, KeyValuePair, LoadState};
+use milvus_proto::milvus::*;
+use milvus_sim::jobs::JobState;
+
+use crate::common::*;
+
+#[tokio::test]
+async fn version_connect_and_health_report_the_configured_version() {
+    for version in ["3.0.0", "2.6.24", "v2.5.4", "master-20260806-1a2b3c4"] {
+        let sim = start(&standalone(version)).await;
+        let mut client = grpc(&sim.uri("a")).await;
+        let v = client
+            .get_version(GetVersionRequest {})
+            .await
+            .expect("answers")
+            .into_inner();
+        assert_eq!(v.version, version);
+        let c = client
+            .connect(ConnectRequest::default())
+            .await
+            .expect("answers")
+            .into_inner();
+        assert_eq!(c.server_info.expect("server info").build_tags, version);
+        assert_ne!(c.identifier, 0);
+        assert!(
+            client
+                .check_health(CheckHealthRequest {})
+                .await
+                .expect("answers")
+                .into_inner()
+                .is_healthy
+        );
+    }
+}
+
+#[tokio::test]
+async fn catalog_calls_answer_with_milvus_codes() {
+    let sim = start(&standalone("3.0.0")).await;
+    let uri = sim.uri("a");
+    let mut client = grpc(&uri).await;
+    let missing = client
+        .describe_collection(DescribeCollectionRequest {
+            collection_name: "nope".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("answers")
+        .into_inner();
+    assert_eq!(missing.status.expect("status").code, 100);
+    create_collection(&uri, "c").await;
+    let described = client
+        .describe_collection(DescribeCollectionRequest {
+            collection_name: "c".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("answers")
+        .into_inner();
+    let schema = described.schema.expect("schema");
+    assert_eq!(
+        schema.fields.iter().map(|f| f.field_id).collect::<Vec<_>>(),
+        [100, 101]
+    );
+    assert_eq!(
+        described.physical_channel_names,
+        ["a-rootcoord-dml_0", "a-rootcoord-dml_1"]
+    );
+    assert_eq!(
+        described.virtual_channel_names,
+        [format!("a-rootcoord-dml_0_{}v0", described.collection_id)]
+    );
+    assert_eq!(described.db_name, "default");
+    let has = client
+        .has_collection(HasCollectionRequest {
+            collection_name: "c".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("answers")
+        .into_inner();
+    assert!(has.value);
+    let parts = client
+        .show_partitions(ShowPartitionsRequest {
+            collection_name: "c".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("answers")
+        .into_inner();
+    assert_eq!(parts.partition_names, ["_default", "p1"]);
+    let index = client
+        .describe_index(DescribeIndexRequest {
+            collection_name: "c".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("answers")
+        .into_inner();
+    assert_eq!(index.status.expect("status").code, 700, "no index yet");
+    let shown = client
+        .show_collections(ShowCollectionsRequest::default())
+        .await
+        .expect("answers")
+        .into_inner();
+    assert_eq!(shown.collection_names, ["c"]);
+    let load = client
+        .get_load_state(GetLoadStateRequest {
+            collection_name: "c".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("answers")
+        .into_inner();
+    assert_eq!(load.state, LoadState::NotLoad as i32);
+    let dbs = client
+        .list_databases(ListDatabasesRequest::default())
+        .await
+        .expect("answers")
+        .into_inner();
+    assert_eq!(dbs.db_names, ["default"]);
+    let dup_db = client
+        .create_database(CreateDatabaseRequest {
+            db_name: "default".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("answers")
+        .into_inner();
+    assert_eq!(
+        (dup_db.code, dup_db.reason.as_str()),
+        (65535, "database already exist: default")
+    );
+}
+
+#[tokio::test]
+async fn v1_import_is_one_auto_commit_group_and_maps_states() {
+    let sim = start(&standalone("3.0.0")).await;
+    let a = sim.cluster("a");
+    create_collection(&a.uri(), "c").await;
+    let files = put_segment(&a, "bk", 8, 0).await;
+    let mut client = grpc(&a.uri()).await;
+    let response = client
+        .import(ImportRequest {
+            collection_name: "c".into(),
+            partition_name: "_default".into(),
+            files: files.to_vec(),
+            options: vec![KeyValuePair {
+                key: "backup".into(),
+                value: "true".into(),
+            }],
+            ..Default::default()
+        })
+        .await
+        .expect("answers")
+        .into_inner();
+    assert_eq!(response.status.expect("status").code, 0);
+    let task = response.tasks[0];
+    let job = wait_for(&a, task, JobState::Completed).await;
+    assert_eq!(
+        (job.files.len(), job.total_rows),
+        (1, 8),
+        "every file in one group"
+    );
+    let state = client
+        .get_import_state(GetImportStateRequest { task })
+        .await
+        .expect("answers")
+        .into_inner();
+    assert_eq!(
+        (state.state, state.row_count, state.id),
+        (ImportState::ImportCompleted as i32, 8, 0)
+    );
+    let listed = client
+        .list_import_tasks(ListImportTasksRequest {
+            collection_name: "c".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("answers")
+        .into_inner();
+    assert_eq!(listed.tasks.len(), 1);
+
+    // A manual job waiting in Uncommitted reads as ImportFailed over v1 (reference §4.4).
+    let rest = Rest::new(&a.uri());
+    let manual = rest.create_manual("c", &files[0]).await;
+    wait_for(&a, manual, JobState::Uncommitted).await;
+    let state = client
+        .get_import_state(GetImportStateRequest { task: manual })
+        .await
+        .expect("answers")
+        .into_inner();
+    assert_eq!(state.state, ImportState::ImportFailed as i32);
+}

@@ -1,0 +1,405 @@
+//! Create-time rules of the REST import API: binding, options, the replicating-cluster gate,
+//! Idempotency-Key, maxImportJobNum, timeouts, and what describe and list show.
+
+use std::path::Path;
+use std::time::Duration;
+
+use milvus_proto::schema::{CollectionSchema, FieldSchema};
+use milvus_sim::catalog::DdlOp;
+use milvus_sim::cluster::CreateImport;
+use milvus_sim::jobs::JobState;
+use milvus_sim::{Protocol, Sim, Topology};
+use object_store::{ObjectStoreExt, PutPayload, path::Path as ObjectPath};
+use serde_json::json;
+
+use crate::common::*;
+
+#[tokio::test]
+async fn binding_errors_use_codes_1801_and_1802() {
+    let sim = start(&standalone("3.0.0")).await;
+    let rest = Rest::new(&sim.uri("a"));
+    let empty = rest.post_raw("create", "", &[]).await;
+    assert_refused(
+        &empty,
+        1801,
+        "can only accept json format request, the request body should be nil, however {} is valid",
+    );
+    assert_refused(
+        &rest.post_raw("create", "{not json", &[]).await,
+        1801,
+        "can only accept json format request",
+    );
+    assert_refused(
+        &rest.post_raw("create", "[1]", &[]).await,
+        1801,
+        "cannot unmarshal array",
+    );
+    let missing = rest.post("create", json!({"files": [["a.json"]]})).await;
+    assert_refused(
+        &missing,
+        1802,
+        "Field validation for 'CollectionName' failed on the 'required' tag",
+    );
+    assert_refused(
+        &rest.post("create", json!({"collectionName": "c"})).await,
+        1802,
+        "'Files'",
+    );
+    assert_refused(&rest.post("describe", json!({})).await, 1802, "'JobID'");
+    let number = rest
+        .post(
+            "create",
+            json!({"collectionName": "c", "files": [["a.json"]], "options": {"timeout": 5}}),
+        )
+        .await;
+    assert_refused(
+        &number,
+        1801,
+        "cannot unmarshal number into Go struct field ImportReq.options of type string",
+    );
+    let bool_opt = rest.post("create", json!({"collectionName": "c", "files": [["a.json"]], "options": {"auto_commit": false}})).await;
+    assert_refused(&bool_opt, 1801, "of type string");
+    assert!(
+        sim.cluster("a").snapshot().jobs.is_empty(),
+        "no refused request created a job"
+    );
+}
+
+#[tokio::test]
+async fn option_errors_come_back_with_milvus_messages() {
+    let sim = start(&standalone("3.0.0")).await;
+    create_collection(&sim.uri("a"), "c").await;
+    let rest = Rest::new(&sim.uri("a"));
+    let cases = [
+        (
+            "",
+            json!({"backup": "true"}),
+            "partition name is required when backup=true",
+        ),
+        (
+            "_default",
+            json!({"timeout": "soon"}),
+            "parse timeout failed, err=time: invalid duration \"soon\"",
+        ),
+        (
+            "_default",
+            json!({"storage_version": "x"}),
+            "parse storage_version failed",
+        ),
+        (
+            "p1",
+            json!({"backup": "true", "storage_version": "3"}),
+            "StorageV3 backup import requires source_type=snapshot and must not specify storage_version",
+        ),
+        (
+            "_default",
+            json!({"start_ts": "x"}),
+            "parse start_ts failed",
+        ),
+        (
+            "_default",
+            json!({"source_type": "snapshot"}),
+            "source_type=snapshot requires backup=true",
+        ),
+    ];
+    for (partition, options, needle) in cases {
+        let answer = rest
+            .create("c", partition, json!([["a.json"]]), options)
+            .await;
+        assert_refused(&answer, 2100, needle);
+    }
+    assert_refused(
+        &rest
+            .create("nope", "", json!([["a.json"]]), json!({}))
+            .await,
+        100,
+        "collection not found[database=default][collection=nope]",
+    );
+    assert_refused(
+        &rest.create("c", "p9", json!([["a.json"]]), json!({})).await,
+        200,
+        "partition not found[partition=p9]",
+    );
+}
+
+#[tokio::test]
+async fn gate_refuses_import_when_the_cluster_flag_is_off() {
+    let topology = star().replace(
+        "import_in_replicating_cluster = true",
+        "import_in_replicating_cluster = false",
+    );
+    let sim = start(&topology).await;
+    create_collection(&sim.uri("a"), "c").await;
+    let answer = Rest::new(&sim.uri("a"))
+        .create(
+            "c",
+            "_default",
+            json!([["a.json"]]),
+            json!({"auto_commit": "false"}),
+        )
+        .await;
+    assert_eq!(
+        answer,
+        json!({"code": 3000, "message": "failed to validate import request: import in replicating cluster is not supported yet: unsupported operation"})
+    );
+}
+
+#[tokio::test]
+async fn gate_refuses_auto_commit_in_a_replicating_cluster() {
+    let sim = start(&star()).await;
+    create_collection(&sim.uri("a"), "c").await;
+    let answer = Rest::new(&sim.uri("a"))
+        .create("c", "_default", json!([["a.json"]]), json!({}))
+        .await;
+    assert_eq!(
+        answer,
+        json!({"code": 3000, "message": "failed to validate import request: auto_commit=true import in replicating cluster is not supported: unsupported operation"})
+    );
+}
+
+async fn key_setup(version: &str) -> (Sim, Rest) {
+    let sim = start(&standalone(version)).await;
+    create_collection(&sim.uri("a"), "c").await;
+    create_collection(&sim.uri("a"), "d").await;
+    let rest = Rest::new(&sim.uri("a"));
+    (sim, rest)
+}
+
+async fn create_with_key(rest: &Rest, collection: &str, key: &str) -> serde_json::Value {
+    let body = json!({"collectionName": collection, "files": [["missing.json"]], "options": {"auto_commit": "false"}});
+    rest.post_raw("create", &body.to_string(), &[("Idempotency-Key", key)])
+        .await
+}
+
+#[tokio::test]
+async fn idempotency_key_returns_the_same_job_even_when_it_failed() {
+    for version in ["3.0.2", "2.6.24", "master-20260806-1a2b3c4"] {
+        let (sim, rest) = key_setup(version).await;
+        let first = job_id(&create_with_key(&rest, "c", "restore-1/batch-0").await);
+        // The file does not exist, so the job fails; the key still maps to it.
+        let failed = wait_for(&sim.cluster("a"), first, JobState::Failed).await;
+        assert!(
+            failed.reason.contains("key not found[key=missing.json]"),
+            "{}",
+            failed.reason
+        );
+        assert_eq!(
+            job_id(&create_with_key(&rest, "c", "restore-1/batch-0").await),
+            first,
+            "{version}"
+        );
+        let other = job_id(&create_with_key(&rest, "d", "restore-1/batch-0").await);
+        assert_ne!(other, first, "keys are scoped to the collection");
+        assert_eq!(sim.cluster("a").snapshot().jobs.len(), 2);
+        let bad = create_with_key(&rest, "c", &"k".repeat(257)).await;
+        assert_refused(&bad, 1100, "invalid parameter");
+        assert_refused(
+            &create_with_key(&rest, "c", "tab\there").await,
+            1100,
+            "printable ASCII",
+        );
+    }
+}
+
+#[tokio::test]
+async fn idempotency_key_is_ignored_by_older_versions() {
+    for version in ["3.0.0", "3.0.1", "2.6.23", "v2.5.4"] {
+        let (sim, rest) = key_setup(version).await;
+        let first = job_id(&create_with_key(&rest, "c", "same").await);
+        let second = job_id(&create_with_key(&rest, "c", "same").await);
+        assert_ne!(first, second, "{version} ignores the header");
+        assert!(
+            job_id(&create_with_key(&rest, "c", &"k".repeat(300)).await) > 0,
+            "{version} does not validate it"
+        );
+        assert_eq!(sim.cluster("a").snapshot().jobs.len(), 3);
+    }
+}
+
+#[tokio::test]
+async fn max_import_job_num_counts_uncommitted_jobs() {
+    let topology = standalone("3.0.0").replace("id = \"a\"", "id = \"a\"\nmax_import_job_num = 2");
+    let sim = start(&topology).await;
+    let a = sim.cluster("a");
+    create_collection(&a.uri(), "c").await;
+    let files = put_segment(&a, "bk", 3, 0).await;
+    let rest = Rest::new(&a.uri());
+    let first = rest.create_manual("c", &files[0]).await;
+    let second = rest.create_manual("c", &files[0]).await;
+    wait_for(&a, first, JobState::Uncommitted).await;
+    wait_for(&a, second, JobState::Uncommitted).await;
+    let refused = rest
+        .create(
+            "c",
+            "_default",
+            json!([[files[0]]]),
+            json!({"backup": "true", "auto_commit": "false"}),
+        )
+        .await;
+    assert_refused(&refused, 2100, "The number of jobs has reached the limit");
+    assert_eq!(rest.abort(&first.to_string()).await["code"], 0);
+    rest.create_manual("c", &files[0]).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeout_fails_an_uncommitted_job_with_import_timeout() {
+    // Paused time: in-memory storage and direct calls, so no blocking I/O races the clock.
+    let topology = Topology::from_toml_str(
+        "[[cluster]]\nid = \"a\"\n[cluster.storage]\nurl = \"memory://\"\n[cluster.durations]\npending = \"1s\"\npreimport = \"1s\"\nimporting = \"1s\"\nsorting = \"1s\"\nindex_building = \"1s\"\n",
+        "t.toml",
+        Path::new("."),
+    )
+    .expect("valid");
+    let sim = Sim::start(topology).await.expect("starts");
+    let a = sim.cluster("a");
+    let schema = CollectionSchema {
+        name: "c".into(),
+        fields: vec![FieldSchema {
+            field_id: 100,
+            name: "id".into(),
+            is_primary_key: true,
+            data_type: 5,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    a.execute_ddl(DdlOp::CreateCollection {
+        db: "default".into(),
+        name: "c".into(),
+        id: 1,
+        default_partition_id: 2,
+        schema,
+        shards_num: 1,
+        consistency_level: 0,
+        properties: vec![],
+    })
+    .expect("collection created");
+    a.store()
+        .put(
+            &ObjectPath::from("rows.json"),
+            PutPayload::from_static(br#"{"rows":[{"id":1}]}"#),
+        )
+        .await
+        .expect("put");
+    let create = |timeout: &str| CreateImport {
+        db_name: String::new(),
+        collection_name: "c".into(),
+        partition_name: String::new(),
+        files: vec![vec!["rows.json".into()]],
+        options: [
+            ("auto_commit".to_owned(), "false".to_owned()),
+            ("timeout".to_owned(), timeout.to_owned()),
+        ]
+        .into(),
+        idempotency_key: None,
+        protocol: Protocol::Rest,
+    };
+    let id = a.create_import(create("1h")).expect("created");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        a.job(id).expect("job").state,
+        JobState::Uncommitted,
+        "stages take 5 s, the timeout is an hour"
+    );
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let job = a.job(id).expect("job");
+    assert_eq!(
+        (job.state, job.reason.as_str()),
+        (JobState::Failed, "import timeout")
+    );
+    assert_eq!(states(&job)[states(&job).len() - 2], JobState::Uncommitted);
+    // A job without the option never times out.
+    let forever = a
+        .create_import(CreateImport {
+            options: [("auto_commit".to_owned(), "false".to_owned())].into(),
+            ..create("")
+        })
+        .expect("created");
+    tokio::time::sleep(Duration::from_secs(30 * 24 * 3600)).await;
+    assert_eq!(a.job(forever).expect("job").state, JobState::Uncommitted);
+}
+
+#[tokio::test]
+async fn describe_and_list_show_the_fields_of_the_reference() {
+    let sim = start(&standalone("3.0.0")).await;
+    let a = sim.cluster("a");
+    create_collection(&a.uri(), "c").await;
+    let store = a.store();
+    store
+        .put(
+            &ObjectPath::from("in/a.json"),
+            PutPayload::from_static(br#"{"rows":[{"id":1},{"id":2}]}"#),
+        )
+        .await
+        .expect("put");
+    store
+        .put(
+            &ObjectPath::from("in/b.csv"),
+            PutPayload::from_static(b"id\n3\n4\n5\n"),
+        )
+        .await
+        .expect("put");
+    let rest = Rest::new(&a.uri());
+    let id = job_id(
+        &rest
+            .create("c", "", json!([["in/a.json"], ["in/b.csv"]]), json!({}))
+            .await,
+    );
+    assert!(id.to_string().len() >= 17, "Milvus-like int64 ids: {id}");
+    wait_for(&a, id, JobState::Completed).await;
+    let d = rest
+        .post("get_progress", json!({"jobId": id.to_string()}))
+        .await;
+    let data = &d["data"];
+    assert_eq!(data["jobId"], id.to_string());
+    assert_eq!(
+        (
+            data["state"].as_str(),
+            data["totalRows"].as_i64(),
+            data["importedRows"].as_i64()
+        ),
+        (Some("Completed"), Some(5), Some(5))
+    );
+    assert!(
+        data.get("reason").is_none(),
+        "reason is omitted when empty: {data}"
+    );
+    for time in [&data["createTime"], &data["completeTime"]] {
+        let text = time.as_str().expect("a string");
+        assert!(
+            text.parse::<jiff::Timestamp>().is_ok() && text.ends_with('Z') && !text.contains('.'),
+            "RFC3339: {text}"
+        );
+    }
+    let details = data["details"].as_array().expect("details");
+    assert_eq!(details.len(), 2);
+    assert_eq!(
+        (
+            details[0]["fileName"].as_str(),
+            details[1]["totalRows"].as_i64()
+        ),
+        (Some("[in/a.json]"), Some(3))
+    );
+    assert_eq!(
+        data["fileSize"].as_i64(),
+        Some(
+            details
+                .iter()
+                .map(|d| d["fileSize"].as_i64().unwrap_or(0))
+                .sum()
+        )
+    );
+
+    let bad = job_id(
+        &rest
+            .create("c", "", json!([["in/x.parquet"]]), json!({}))
+            .await,
+    );
+    wait_for(&a, bad, JobState::Failed).await;
+    let listed = rest.post("list", json!({"collectionName": "c"})).await;
+    let records = listed["data"]["records"].as_array().expect("records");
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[1]["reason"], "unsupported file type: in/x.parquet");
+    assert!(records[0].get("reason").is_none());
+    assert_eq!(a.visible_rows("", "c"), 5);
+}

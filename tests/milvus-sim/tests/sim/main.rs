@@ -1,0 +1,14 @@
+//! Integration tests of milvus-sim: clusters on loopback ports driven over REST, gRPC and the
+//! control API, one module per behaviour. Stage durations are a few milliseconds, so waits are
+//! short; tests wait for states, never for fixed times.
+
+mod common;
+
+mod binary;
+mod faults;
+mod grpc;
+mod import_rules;
+mod mirroring;
+mod replication_config;
+mod restart;
+mod two_phase;

@@ -1,0 +1,80 @@
+//! A restart keeps jobs, collections and config (as etcd does) and resumes in-flight jobs.
+
+use std::time::Duration;
+
+use milvus_sim::jobs::JobState;
+
+use crate::common::*;
+
+#[tokio::test]
+async fn restart_refuses_connections_then_keeps_jobs_and_resumes_them() {
+    let slow = star().replacen("importing = \"5ms\"", "importing = \"300ms\"", 1);
+    let sim = start(&slow).await;
+    let a = sim.cluster("a");
+    create_collection(&a.uri(), "c").await;
+    for cluster in sim.clusters() {
+        put_segment(&cluster, "bk", 6, 0).await;
+    }
+    let rest = Rest::new(&a.uri());
+    let done = rest
+        .create_manual("c", "bk/binlogs/insert_log/1/2/3/")
+        .await;
+    wait_for(&a, done, JobState::Uncommitted).await;
+    let in_flight = rest
+        .create_manual("c", "bk/binlogs/insert_log/1/2/3/")
+        .await;
+    wait_for(&a, in_flight, JobState::Importing).await;
+    let before = a.snapshot();
+
+    a.control()
+        .restart(Duration::from_millis(400))
+        .await
+        .expect("restart accepted");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let refused = reqwest::Client::new()
+        .get(format!("{}/sim/v1/state", a.uri()))
+        .send()
+        .await;
+    assert!(
+        refused.is_err_and(|e| e.is_connect()),
+        "the port refuses connections while down"
+    );
+    a.control()
+        .wait_ready(Duration::from_secs(5))
+        .await
+        .expect("back up");
+
+    let after = a.control().state().await.expect("state");
+    assert_eq!(after.collections, before.collections);
+    assert_eq!(after.role, "primary");
+    assert_eq!(after.job(done).expect("kept").state, JobState::Uncommitted);
+    wait_for(&a, in_flight, JobState::Uncommitted).await;
+    // Commit after the restart still reaches the mirrors.
+    assert_eq!(rest.commit(&done.to_string()).await["code"], 0);
+    for end in ["a", "b", "c"] {
+        wait_for(&sim.cluster(end), done, JobState::Completed).await;
+    }
+}
+
+#[tokio::test]
+async fn messages_sent_to_a_restarting_secondary_arrive_when_it_is_back() {
+    let sim = start(&star()).await;
+    create_collection(&sim.uri("a"), "c").await;
+    for cluster in sim.clusters() {
+        put_segment(&cluster, "bk", 6, 0).await;
+    }
+    let b = sim.cluster("b");
+    b.restart(Duration::ZERO)
+        .await
+        .expect("restart works in-process too");
+    let restarting = tokio::spawn({
+        let b = b.clone();
+        async move { b.restart(Duration::from_millis(300)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let id = Rest::new(&sim.uri("a"))
+        .create_manual("c", "bk/binlogs/insert_log/1/2/3/")
+        .await;
+    restarting.await.expect("joined").expect("restarted");
+    wait_for(&b, id, JobState::Uncommitted).await;
+}

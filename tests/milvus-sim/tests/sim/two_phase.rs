@@ -1,0 +1,227 @@
+//! Commit and abort semantics, one test per row of reference §2.2.
+
+use milvus_sim::jobs::JobState;
+use serde_json::json;
+
+use crate::common::*;
+
+/// A standalone cluster with one collection and one segment; returns (sim, rest, files).
+async fn setup(topology: &str) -> (milvus_sim::Sim, Rest, [String; 2]) {
+    let sim = start(topology).await;
+    let a = sim.cluster("a");
+    create_collection(&a.uri(), "c").await;
+    let files = put_segment(&a, "bk", 10, 2).await;
+    (sim, Rest::new(&a.uri()), files)
+}
+
+#[tokio::test]
+async fn manual_job_waits_uncommitted_then_commit_completes_and_is_idempotent() {
+    let slow_commit = standalone("3.0.0").replace("committing = \"5ms\"", "committing = \"300ms\"");
+    let (sim, rest, files) = setup(&slow_commit).await;
+    let a = sim.cluster("a");
+    let id = rest.create_manual("c", &files[0]).await;
+    let job = wait_for(&a, id, JobState::Uncommitted).await;
+    assert_eq!(
+        states(&job),
+        [
+            JobState::Pending,
+            JobState::PreImporting,
+            JobState::Importing,
+            JobState::Sorting,
+            JobState::IndexBuilding,
+            JobState::Uncommitted
+        ]
+    );
+    let d = rest.describe(&id.to_string()).await;
+    assert_eq!(
+        (d["data"]["state"].as_str(), d["data"]["progress"].as_i64()),
+        (Some("Uncommitted"), Some(99))
+    );
+    assert_eq!(
+        a.visible_rows("", "c"),
+        0,
+        "nothing is visible before the commit"
+    );
+
+    assert_eq!(
+        rest.commit(&id.to_string()).await["code"],
+        0,
+        "commit in Uncommitted"
+    );
+    assert_eq!(a.job(id).expect("job").state, JobState::Committing);
+    assert_eq!(
+        rest.commit(&id.to_string()).await["code"],
+        0,
+        "commit in Committing is idempotent"
+    );
+    let d = rest.describe(&id.to_string()).await;
+    assert_eq!(d["data"]["state"], "Committing");
+    wait_for(&a, id, JobState::Completed).await;
+    assert_eq!(
+        rest.commit(&id.to_string()).await,
+        json!({"code": 0, "data": {}}),
+        "commit in Completed"
+    );
+    assert_eq!(a.visible_rows("", "c"), 10);
+    let d = rest.describe(&id.to_string()).await;
+    assert_eq!(
+        (
+            d["data"]["progress"].as_i64(),
+            d["data"]["importedRows"].as_i64()
+        ),
+        (Some(100), Some(10))
+    );
+}
+
+#[tokio::test]
+async fn commit_before_uncommitted_is_refused_naming_the_state() {
+    let slow = standalone("3.0.0").replace("importing = \"5ms\"", "importing = \"30s\"");
+    let (sim, rest, files) = setup(&slow).await;
+    let id = rest.create_manual("c", &files[0]).await;
+    wait_for(&sim.cluster("a"), id, JobState::Importing).await;
+    let answer = rest.commit(&id.to_string()).await;
+    assert_refused(
+        &answer,
+        2100,
+        "is in state Importing, commit requires state Uncommitted",
+    );
+    assert_eq!(
+        sim.cluster("a").job(id).expect("job").state,
+        JobState::Importing,
+        "no state change"
+    );
+}
+
+#[tokio::test]
+async fn commit_and_abort_of_an_auto_commit_job_are_refused() {
+    let slow = standalone("3.0.0").replace("importing = \"5ms\"", "importing = \"30s\"");
+    let (_sim, rest, files) = setup(&slow).await;
+    let id = job_id(
+        &rest
+            .create(
+                "c",
+                "_default",
+                json!([[files[0]]]),
+                json!({"backup": "true"}),
+            )
+            .await,
+    );
+    assert_refused(
+        &rest.commit(&id.to_string()).await,
+        2100,
+        "manual commit/abort not allowed",
+    );
+    assert_refused(
+        &rest.abort(&id.to_string()).await,
+        2100,
+        "manual commit/abort not allowed",
+    );
+}
+
+#[tokio::test]
+async fn auto_commit_job_shows_importing_at_99_then_completes() {
+    let slow_commit = standalone("3.0.0").replace("committing = \"5ms\"", "committing = \"30s\"");
+    let (sim, rest, files) = setup(&slow_commit).await;
+    let a = sim.cluster("a");
+    let id = job_id(
+        &rest
+            .create(
+                "c",
+                "_default",
+                json!([[files[0]]]),
+                json!({"backup": "true"}),
+            )
+            .await,
+    );
+    wait_for(&a, id, JobState::Committing).await;
+    let d = rest.describe(&id.to_string()).await;
+    assert_eq!(
+        (d["data"]["state"].as_str(), d["data"]["progress"].as_i64()),
+        (Some("Importing"), Some(99))
+    );
+    assert!(
+        states(&a.job(id).expect("job")).contains(&JobState::Uncommitted),
+        "every job passes Uncommitted"
+    );
+}
+
+#[tokio::test]
+async fn commit_after_abort_is_refused() {
+    let (sim, rest, files) = setup(&standalone("3.0.0")).await;
+    let id = rest.create_manual("c", &files[0]).await;
+    wait_for(&sim.cluster("a"), id, JobState::Uncommitted).await;
+    assert_eq!(rest.abort(&id.to_string()).await["code"], 0);
+    assert_refused(&rest.commit(&id.to_string()).await, 2100, "Failed");
+    let job = sim.cluster("a").job(id).expect("job");
+    assert_eq!(
+        (job.state, job.reason.as_str()),
+        (JobState::Failed, milvus_sim::cluster::ABORTED_BY_USER)
+    );
+}
+
+#[tokio::test]
+async fn abort_after_commit_is_refused() {
+    let (sim, rest, files) = setup(&standalone("3.0.0")).await;
+    let a = sim.cluster("a");
+    let id = rest.create_manual("c", &files[0]).await;
+    wait_for(&a, id, JobState::Uncommitted).await;
+    assert_eq!(rest.commit(&id.to_string()).await["code"], 0);
+    assert_refused(
+        &rest.abort(&id.to_string()).await,
+        2100,
+        "cannot be aborted",
+    );
+    wait_for(&a, id, JobState::Completed).await;
+    assert_refused(
+        &rest.abort(&id.to_string()).await,
+        2100,
+        "is in state Completed",
+    );
+}
+
+#[tokio::test]
+async fn repeated_abort_succeeds_and_the_job_stays_failed() {
+    let slow = standalone("3.0.0").replace("importing = \"5ms\"", "importing = \"30s\"");
+    let (sim, rest, files) = setup(&slow).await;
+    let id = rest.create_manual("c", &files[0]).await;
+    wait_for(&sim.cluster("a"), id, JobState::Importing).await;
+    assert_eq!(
+        rest.abort(&id.to_string()).await["code"],
+        0,
+        "abort before Uncommitted"
+    );
+    assert_eq!(
+        rest.abort(&id.to_string()).await["code"],
+        0,
+        "repeated abort"
+    );
+    let d = rest.describe(&id.to_string()).await;
+    assert_eq!(d["data"]["state"], "Failed");
+    assert_eq!(d["data"]["reason"], milvus_sim::cluster::ABORTED_BY_USER);
+    assert_eq!(
+        (
+            d["data"]["progress"].as_i64(),
+            d["data"]["importedRows"].as_i64()
+        ),
+        (Some(0), Some(0))
+    );
+}
+
+#[tokio::test]
+async fn job_id_that_is_not_an_int64_is_code_1100() {
+    let (_sim, rest, _) = setup(&standalone("3.0.0")).await;
+    for route in ["commit", "abort"] {
+        let answer = rest.post(route, json!({"jobId": "12abc"})).await;
+        assert_refused(
+            &answer,
+            1100,
+            "invalid parameter[expected=int64 jobId][actual=12abc]",
+        );
+    }
+    assert_refused(
+        &rest.commit("448293190903759186").await,
+        2100,
+        "import job does not exist, jobID=448293190903759186",
+    );
+    assert_refused(&rest.describe("x").await, 2100, "parse job id failed");
+}
