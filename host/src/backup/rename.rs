@@ -117,32 +117,47 @@ pub struct RenameRules {
     /// `db1.*:db2.*`
     database_wildcards: BTreeMap<String, String>,
     /// `db1.c1:db2.c2` and `c1:c2`; one source may have several targets.
+    #[serde(serialize_with = "serialize_by_name")]
     collections: BTreeMap<Namespace, Vec<Namespace>>,
     /// `db1.:db2.`
     databases: BTreeMap<String, String>,
 }
 
 impl RenameRules {
-    /// Indexes parsed rules. A database may be mapped once per kind; a collection as often
-    /// as wanted (each distinct target once).
+    /// Indexes parsed rules (see [`RenameRules::add`]).
     pub fn new(rules: impl IntoIterator<Item = RenameRule>) -> Result<Self, RenameError> {
         let mut indexed = Self::default();
         for rule in rules {
-            match rule {
-                RenameRule::DatabaseWildcard { from, to } => {
-                    insert_once(&mut indexed.database_wildcards, from, to)?
-                }
-                RenameRule::Database { from, to } => insert_once(&mut indexed.databases, from, to)?,
-                RenameRule::Collection { from, to } => {
-                    let targets = indexed.collections.entry(from).or_default();
-                    if !targets.contains(&to) {
-                        targets.push(to);
-                    }
-                }
-            }
+            indexed.add(rule)?;
         }
         Ok(indexed)
     }
+
+    /// Adds one rule. A database may be mapped once per kind; a collection as often as
+    /// wanted (each distinct target once).
+    pub fn add(&mut self, rule: RenameRule) -> Result<(), RenameError> {
+        match rule {
+            RenameRule::DatabaseWildcard { from, to } => {
+                insert_once(&mut self.database_wildcards, from, to)
+            }
+            RenameRule::Database { from, to } => insert_once(&mut self.databases, from, to),
+            RenameRule::Collection { from, to } => {
+                let targets = self.collections.entry(from).or_default();
+                if !targets.contains(&to) {
+                    targets.push(to);
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Keyed by `db.collection`: serialized forms (a job's identity) need string keys.
+fn serialize_by_name<S: serde::Serializer>(
+    collections: &BTreeMap<Namespace, Vec<Namespace>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(collections.iter().map(|(from, to)| (from.to_string(), to)))
 }
 
 fn insert_once(

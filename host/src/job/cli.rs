@@ -229,3 +229,194 @@ pub(super) fn job_from_args(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use clap::Parser as _;
+
+    use super::super::testing::{env, host};
+    use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        restore: RestoreArgs,
+    }
+
+    fn args(argv: &[&str]) -> RestoreArgs {
+        Cli::try_parse_from(std::iter::once("restore").chain(argv.iter().copied()))
+            .unwrap()
+            .restore
+    }
+
+    fn from_flags(argv: &[&str]) -> Result<Job, Error> {
+        job_from_args(&args(argv), &host(), &env)
+    }
+
+    const TOML: &str = r#"
+        name = "orders_bak"
+        backup = "orders_bak"
+        target = "prod-a"
+        secondaries = ["prod-b", "http://10.0.0.9:19530"]
+        strategy = "merged"
+        [restore]
+        filter = "default.orders_r"
+        suffix = "_r"
+        rebuild_index = true
+        use_auto_index = true
+        drop_exist_collection = true
+        drop_exist_index = true
+        rbac = true
+        meta_only = true
+    "#;
+
+    #[test]
+    fn flags_make_the_same_job_as_the_toml() {
+        let toml = Job::from_str_with_env(TOML, Path::new("orders.toml"), &host(), &env).unwrap();
+        let flags = from_flags(&[
+            "-n",
+            "orders_bak",
+            "--target",
+            "prod-a",
+            "--secondaries",
+            "prod-b,http://10.0.0.9:19530",
+            "--filter",
+            "default.orders_r",
+            "-s",
+            "_r",
+            "--rebuild_index",
+            "--use_auto_index",
+            "--drop_exist_collection",
+            "--drop_exist_index",
+            "--rbac",
+            "--meta_only",
+            "--use_v2_restore",
+        ])
+        .unwrap();
+        assert_eq!(flags, toml);
+        assert_eq!(flags.id(), toml.id());
+        // Repeated --secondaries is the same as a comma-separated list.
+        let repeated = from_flags(&[
+            "-n",
+            "orders_bak",
+            "--target=prod-a",
+            "--secondaries",
+            "prod-b",
+            "--secondaries",
+            "http://10.0.0.9:19530",
+            "--filter=default.orders_r",
+            "--suffix=_r",
+            "--rebuild_index",
+            "--use_auto_index",
+            "--drop_exist_collection",
+            "--drop_exist_index",
+            "--rbac",
+            "--meta_only",
+            "--strategy=merged",
+        ])
+        .unwrap();
+        assert_eq!(repeated, toml);
+    }
+
+    #[test]
+    fn rename_flag_splits_rules_on_commas() {
+        let job = from_flags(&[
+            "-n",
+            "b",
+            "--target",
+            "prod-a",
+            "-r",
+            "db1.c1:db2.c1_new,db1.*:db3.*",
+        ])
+        .unwrap();
+        let toml = Job::from_str_with_env(
+            "backup = \"b\"\ntarget = \"prod-a\"\n[restore]\nrename = [\"db1.c1:db2.c1_new\", \"db1.*:db3.*\"]\n",
+            Path::new("b.toml"),
+            &host(),
+            &env,
+        )
+        .unwrap();
+        assert_eq!(job.restore, toml.restore);
+    }
+
+    #[test]
+    fn problems_are_located_at_their_flags() {
+        let err = from_flags(&[
+            "--target",
+            "prod-x",
+            "--strategy",
+            "v1",
+            "-s",
+            "_r",
+            "-r",
+            "a:b",
+            "--drop_exist_collection",
+            "--skip_create_collection",
+            "--filter",
+            "a-b",
+        ])
+        .unwrap_err();
+        let shown: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            vec![
+                "--strategy: unknown variant `v1`, expected `merged` or `per_seg`",
+                "-n/--name: missing field `backup`: expected the name of the backup to restore, e.g. backup = \"my_backup\"",
+                "--target: unknown cluster `prod-x`; expected a cluster of the host config (`prod-a`, `prod-b`, `prod-c`) or an http(s):// URI",
+                "--filter: invalid filter rule `a-b`: expected `db.*`, `db.collection`, `collection` or `db.`",
+                "-s/--suffix: suffix and rename cannot be set at the same time (as in milvus-backup): rename collections one way",
+                "--drop_exist_collection: drop_exist_collection and skip_create_collection cannot both be true: choose dropping the existing collection or importing into it",
+            ]
+        );
+        assert!(
+            err.to_string()
+                .starts_with("restore flags refused (6 problems):\n")
+        );
+    }
+
+    #[test]
+    fn removed_milvus_backup_flags_are_refused_with_advice() {
+        let err = from_flags(&[
+            "-n",
+            "b",
+            "--target",
+            "prod-a",
+            "-c",
+            "c1",
+            "--restore_index",
+        ])
+        .unwrap_err();
+        let shown: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            vec![
+                "-c/--collections: -c/--collections was removed from milvus-backup's restore: use --filter instead",
+                "--restore_index: --restore_index was removed from milvus-backup's restore: use --rebuild_index instead",
+            ]
+        );
+    }
+
+    #[test]
+    fn v2_restore_and_per_seg_conflict() {
+        let err = from_flags(&[
+            "-n",
+            "b",
+            "--target",
+            "prod-a",
+            "--use_v2_restore",
+            "--strategy",
+            "per_seg",
+        ])
+        .unwrap_err();
+        assert_eq!(err.problems().len(), 1);
+        assert_eq!(
+            err.problems()[0].location,
+            Location::Flag("--use_v2_restore".into())
+        );
+        let per_seg =
+            from_flags(&["-n", "b", "--target", "prod-a", "--strategy", "per_seg"]).unwrap();
+        assert_eq!(per_seg.strategy(), Strategy::PerSeg);
+    }
+}

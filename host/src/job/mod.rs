@@ -15,6 +15,8 @@ mod diagnostic;
 mod file;
 mod host;
 mod rest;
+#[cfg(test)]
+mod testing;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -107,6 +109,8 @@ impl Job {
                 None
             }
         });
+        // In the order they appear in the file.
+        problems.sort_by_key(|p| p.span.as_ref().map_or(0, |s| s.start));
         match job {
             Some(job) if problems.is_empty() => Ok(job),
             _ => Err(Error::Invalid {
@@ -322,4 +326,309 @@ pub(crate) type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use toml::Spanned;
+
+    use crate::backup::{CollectionCreation, Filter, Namespace, Renaming};
+
+    use super::testing::{data_dir, env, host};
+    use super::*;
+
+    fn job(text: &str) -> Result<Job, Error> {
+        Job::from_str_with_env(text, Path::new("jobs/test.toml"), &host(), &env)
+    }
+
+    /// Each `bad_jobs/NAME.toml` is refused with exactly the text of `NAME.expected`.
+    #[test]
+    fn bad_job_corpus_is_refused_with_the_expected_messages() {
+        let dir = data_dir().join("bad_jobs");
+        let mut jobs: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|e| e == "toml"))
+            .collect();
+        jobs.sort();
+        assert!(jobs.len() >= 20, "the corpus is there");
+        for path in jobs {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let expected = std::fs::read_to_string(path.with_extension("expected"))
+                .unwrap_or_else(|_| panic!("{} has an .expected file", path.display()));
+            let shown = Path::new("bad_jobs").join(path.file_name().unwrap());
+            let err = Job::from_str_with_env(&text, &shown, &host(), &env).unwrap_err();
+            assert_eq!(format!("{err}\n"), expected, "{}", shown.display());
+            assert!(!err.problems().is_empty());
+        }
+    }
+
+    #[test]
+    fn every_field_parses() {
+        let path = data_dir().join("jobs/full.toml");
+        let job = Job::from_file_with_env(&path, &host(), &env).unwrap();
+        assert_eq!(job.name, "orders-2026-11-29");
+
+        assert_eq!(job.backup.name, "orders_bak");
+        assert_eq!(job.backup.root, "backup");
+        assert_eq!(job.backup.storage.url.as_str(), "s3://milvus-a/files");
+        assert_eq!(
+            job.backup.location().to_string(),
+            "s3://milvus-a/files/backup/orders_bak/"
+        );
+
+        let target = &job.target;
+        assert_eq!(target.end.name.as_str(), "prod-a");
+        assert_eq!(target.end.uri.as_str(), "http://127.0.0.1:19530/");
+        assert_eq!(
+            target.end.token.as_ref().map(Secret::expose),
+            Some("root:Milvus")
+        );
+        assert_eq!(target.max_import_jobs, 2048);
+        let storage = &target.storage;
+        assert_eq!(
+            storage.endpoint.as_ref().map(Url::as_str),
+            Some("http://127.0.0.1:9000/")
+        );
+        assert_eq!(storage.region.as_deref(), Some("us-east-1"));
+        assert_eq!(storage.access_key_id_env.as_deref(), Some("MINIO_A_KEY"));
+        assert_eq!(
+            storage.secret_access_key_env.as_deref(),
+            Some("MINIO_A_SECRET")
+        );
+        assert_eq!(storage.session_token_env, None);
+        assert!(storage.allow_http);
+
+        assert_eq!(job.secondaries.len(), 2);
+        assert_eq!(job.secondaries[0].end.name.as_str(), "prod-b");
+        assert_eq!(job.secondaries[0].end.token, None);
+        assert_eq!(
+            job.secondaries[0].storage.as_ref().map(|s| s.url.as_str()),
+            Some("s3://milvus-b/files")
+        );
+        assert_eq!(
+            job.secondaries[1].end.name.as_str(),
+            "http://10.0.0.9:19530"
+        );
+        assert_eq!(job.secondaries[1].storage, None);
+
+        let restore = &job.restore;
+        assert_eq!(job.strategy(), Strategy::Merged);
+        assert_eq!(
+            restore.filter,
+            Filter::parse("default.orders_r,db2.*").unwrap()
+        );
+        assert!(restore.filter.allows(&Namespace::new("db2", "anything")));
+        assert_eq!(
+            restore.backup_filter,
+            Filter::parse("default.orders,db2.").unwrap()
+        );
+        assert_eq!(restore.renaming, Renaming::suffix("_r").unwrap());
+        assert_eq!(
+            restore.collection_creation,
+            CollectionCreation::DropAndCreate
+        );
+        assert!(!restore.meta_only);
+        assert!(restore.rebuild_index && restore.use_auto_index && restore.drop_exist_index);
+        assert!(restore.rbac && restore.keep_temp_files && restore.truncate_binlog_by_ts);
+        assert_eq!(restore.max_segments_per_job, 128);
+        assert_eq!(restore.max_shard_num, Some(4));
+        assert_eq!(
+            restore.ezk_mapping,
+            BTreeMap::from([("old-key".to_string(), "new-key".to_string())])
+        );
+
+        assert_eq!(
+            job.two_phase,
+            TwoPhase {
+                mirror_grace: Duration::from_secs(90),
+                commit_timeout: Some(Duration::from_secs(5400)),
+                completion_timeout: Some(Duration::from_secs(7200)),
+                atomicity: Atomicity::Collection,
+            }
+        );
+
+        assert_eq!(job.checks.len(), 2);
+        let probe = &job.checks[0];
+        assert_eq!(
+            probe.plugin,
+            data_dir().join("jobs/plugins/storage-probe.wasm")
+        );
+        assert_eq!(probe.phase, CheckPhase::BeforeImport);
+        assert_eq!(
+            probe.config,
+            BTreeMap::from([("sample".to_string(), "64".to_string())])
+        );
+        assert_eq!(probe.on_error, OnError::Fail);
+        assert_eq!(
+            probe.allow_hosts,
+            vec!["approvals.example:8443", "10.0.0.5"]
+        );
+        assert_eq!(
+            probe.limits,
+            CheckLimits {
+                memory_bytes: 32 << 20,
+                cpu: Duration::from_millis(500),
+                timeout: Duration::from_secs(10),
+                max_wait: Duration::from_secs(900),
+            }
+        );
+        let approval = &job.checks[1];
+        assert_eq!(approval.plugin, PathBuf::from("/opt/checks/approval.wasm"));
+        assert_eq!(approval.phase, CheckPhase::BeforeCommit);
+        assert_eq!(approval.on_error, OnError::Warn);
+        assert_eq!(
+            approval.limits,
+            CheckLimits {
+                memory_bytes: 64 << 20,
+                cpu: Duration::from_secs(1),
+                timeout: Duration::from_secs(30),
+                max_wait: Duration::from_secs(600),
+            }
+        );
+    }
+
+    #[test]
+    fn a_minimal_job_takes_the_defaults() {
+        let job = job("backup = \"orders_bak\"\ntarget = \"prod-a\"\n").unwrap();
+        assert_eq!(job.name, "test");
+        assert!(job.secondaries.is_empty());
+        assert_eq!(job.restore, RestoreOptions::default());
+        assert_eq!(
+            job.two_phase,
+            TwoPhase {
+                mirror_grace: Duration::from_secs(300),
+                commit_timeout: None,
+                completion_timeout: None,
+                atomicity: Atomicity::Restore,
+            }
+        );
+        assert!(job.checks.is_empty());
+    }
+
+    #[test]
+    fn the_id_is_the_content_not_its_writing_nor_the_name() {
+        let a = job("backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n")
+            .unwrap();
+        let b = job(
+            "# the same job, written otherwise\nname = \"other\"\nsecondaries = [ \"prod-b\" ]\n\n\
+             target = 'prod-a'\nbackup = \"orders_bak\"\nstrategy = \"merged\"\n[two_phase]\nmirror_grace = \"300s\"\n",
+        )
+        .unwrap();
+        assert_ne!(a.name, b.name);
+        assert_eq!(a.id(), b.id());
+        assert_eq!(a.id().as_str().len(), 64);
+
+        let other_token = |name: &str| {
+            if name == "PROD_A_TOKEN" {
+                Some("other".to_owned())
+            } else {
+                env(name)
+            }
+        };
+        let c = Job::from_str_with_env(
+            "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n",
+            Path::new("x.toml"),
+            &host(),
+            &other_token,
+        )
+        .unwrap();
+        assert_eq!(a.id(), c.id(), "rotating a token does not make a new job");
+
+        for changed in [
+            "backup = \"orders_bak\"\ntarget = \"prod-a\"\n",
+            "backup = \"other_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n",
+            "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n[restore]\nsuffix = \"_r\"\n",
+            "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n[two_phase]\nmirror_grace = \"301s\"\n",
+        ] {
+            assert_ne!(a.id(), job(changed).unwrap().id(), "{changed}");
+        }
+    }
+
+    #[test]
+    fn inline_target_and_default_target() {
+        let inline = job(
+            "backup = \"orders_bak\"\n[target]\nuri = \"http://10.1.1.1:19530\"\nstorage = \"minio-a\"\nmax_import_jobs = 10\n",
+        )
+        .unwrap();
+        assert_eq!(inline.target.end.name.as_str(), "http://10.1.1.1:19530");
+        assert_eq!(inline.target.end.token, None);
+        assert_eq!(inline.target.max_import_jobs, 10);
+        assert_eq!(inline.target.storage.url.as_str(), "s3://milvus-a/files");
+
+        let text = std::fs::read_to_string(data_dir().join("jobs/lockstep.toml")).unwrap();
+        let with_default = HostConfig::parse_str(
+            &format!("default_target = \"prod-b\"\n{text}"),
+            Path::new("jobs/lockstep.toml"),
+        )
+        .unwrap();
+        let job = Job::from_str_with_env(
+            "backup = \"orders_bak\"\n",
+            Path::new("j.toml"),
+            &with_default,
+            &env,
+        )
+        .unwrap();
+        assert_eq!(job.target.end.name.as_str(), "prod-b");
+        assert_eq!(
+            job.target.storage.endpoint.as_ref().map(Url::as_str),
+            Some("https://minio-b.example:9000/")
+        );
+    }
+
+    #[test]
+    fn missing_credentials_of_a_used_storage_are_named() {
+        let no_keys = |name: &str| {
+            if name.starts_with("MINIO") {
+                None
+            } else {
+                env(name)
+            }
+        };
+        let err = Job::from_str_with_env(
+            "backup = \"b\"\ntarget = \"prod-a\"\n",
+            Path::new("j.toml"),
+            &host(),
+            &no_keys,
+        )
+        .unwrap_err();
+        let messages: Vec<&str> = err.problems().iter().map(|p| p.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            vec![
+                "environment variable MINIO_A_KEY (credentials of the host's [backups] storage) is not set",
+                "environment variable MINIO_A_SECRET (credentials of the host's [backups] storage) is not set",
+                "environment variable MINIO_A_KEY (credentials of cluster prod-a's storage) is not set",
+                "environment variable MINIO_A_SECRET (credentials of cluster prod-a's storage) is not set",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unreadable_job_file_is_a_read_error() {
+        let err =
+            Job::from_file_with_env(Path::new("/nonexistent/job.toml"), &host(), &env).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                Error::Read {
+                    input: Input::JobFile(_),
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("cannot read job file /nonexistent/job.toml: ")
+        );
+    }
+
+    #[test]
+    fn job_file_parse_reports_shape_problems_alone() {
+        let err = JobFile::parse_str("backup = 1\nextra = 2\n", Path::new("j.toml")).unwrap_err();
+        assert_eq!(err.problems().len(), 2);
+        let file = JobFile::parse_str("backup = \"b\"\n", Path::new("j.toml")).unwrap();
+        assert_eq!(file.backup.map(Spanned::into_inner), Some("b".to_owned()));
+    }
 }

@@ -101,14 +101,24 @@ pub(crate) fn validate(file: JobFile, context: &Context<'_>) -> Result<Job, Vec<
     }
     let restore = restore_options(&file.restore, strategy, &mut problems);
     let two_phase = two_phase(&file.two_phase, &mut problems);
-    let checks: Vec<Option<Check>> = file
+    let checks: Option<Vec<Check>> = file
         .check
         .iter()
         .enumerate()
         .map(|(i, check)| self::check(i, check, context, &mut problems))
         .collect();
 
-    match (name, backup, target, secondaries, restore, two_phase) {
+    // A part can be missing with no problem of its own here: deserialization reported
+    // and removed it. The caller holds that problem.
+    match (
+        name,
+        backup,
+        target,
+        secondaries,
+        restore,
+        two_phase,
+        checks,
+    ) {
         (
             Some(name),
             Some(backup),
@@ -116,21 +126,16 @@ pub(crate) fn validate(file: JobFile, context: &Context<'_>) -> Result<Job, Vec<
             Some(secondaries),
             Some(restore),
             Some(two_phase),
-        ) if problems.list.is_empty() => {
-            let checks = checks
-                .into_iter()
-                .collect::<Option<Vec<_>>>()
-                .expect("no problems means every check validated");
-            Ok(Job::assemble(
-                name,
-                backup,
-                target,
-                secondaries,
-                restore,
-                two_phase,
-                checks,
-            ))
-        }
+            Some(checks),
+        ) if problems.list.is_empty() => Ok(Job::assemble(
+            name,
+            backup,
+            target,
+            secondaries,
+            restore,
+            two_phase,
+            checks,
+        )),
         _ => Err(problems.list),
     }
 }
@@ -534,35 +539,19 @@ fn parse_filter(
 }
 
 fn rename_rules(rules: &[Spanned<String>], problems: &mut Problems<'_>) -> Option<Renaming> {
-    let mut parsed = Vec::new();
+    let mut indexed = RenameRules::default();
     let mut ok = true;
     for (i, rule) in rules.iter().enumerate() {
-        match RenameRule::parse(rule.get_ref()) {
-            Ok(rule) => parsed.push(rule),
-            Err(e) => {
-                problems.push(
-                    format!("restore.rename[{i}]"),
-                    Some(rule.span()),
-                    e.to_string(),
-                );
-                ok = false;
-            }
-        }
-    }
-    if !ok {
-        return None;
-    }
-    match RenameRules::new(parsed) {
-        Ok(rules) => Some(Renaming::Rules(rules)),
-        Err(e) => {
+        if let Err(e) = RenameRule::parse(rule.get_ref()).and_then(|parsed| indexed.add(parsed)) {
             problems.push(
-                "restore.rename",
-                rules.first().map(Spanned::span),
+                format!("restore.rename[{i}]"),
+                Some(rule.span()),
                 e.to_string(),
             );
-            None
+            ok = false;
         }
     }
+    ok.then_some(Renaming::Rules(indexed))
 }
 
 fn two_phase(section: &TwoPhaseSection, problems: &mut Problems<'_>) -> Option<TwoPhase> {
@@ -615,7 +604,7 @@ fn duration(
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     jiff::fmt::friendly::SpanParser::new()
         .parse_unsigned_duration(text)
-        .map_err(|e| format!("invalid duration `{text}` ({e}): expected a duration such as \"30s\", \"5m\" or \"1h30m\""))
+        .map_err(|_| format!("invalid duration `{text}`: expected a duration such as \"30s\", \"5m\" or \"1h30m\""))
 }
 
 /// A byte size: a number followed by B, KiB, MiB, GiB, KB, MB or GB (none means bytes).
