@@ -96,8 +96,9 @@ async fn drive(cluster: Cluster, job_id: i64) {
                         if state == JobState::Importing {
                             j.imported_rows = j.total_rows;
                         }
-                        let next = state.next_stage().unwrap_or(JobState::Committing);
-                        j.enter(next);
+                        if let Some(next) = state.next_stage() {
+                            j.enter(next);
+                        }
                     });
                 }
                 StageEnd::Fail(reason) => {

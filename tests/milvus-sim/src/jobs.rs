@@ -42,7 +42,7 @@ impl JobState {
         )
     }
 
-    /// The stage after this one on the way to Uncommitted; Uncommitted waits for a commit.
+    /// The state after this one; Uncommitted moves on to Committing only once committed.
     pub fn next_stage(self) -> Option<JobState> {
         Some(match self {
             JobState::Pending => JobState::PreImporting,
@@ -50,8 +50,9 @@ impl JobState {
             JobState::Importing => JobState::Sorting,
             JobState::Sorting => JobState::IndexBuilding,
             JobState::IndexBuilding => JobState::Uncommitted,
+            JobState::Uncommitted => JobState::Committing,
             JobState::Committing => JobState::Completed,
-            JobState::Uncommitted | JobState::Completed | JobState::Failed => return None,
+            JobState::Completed | JobState::Failed => return None,
         })
     }
 

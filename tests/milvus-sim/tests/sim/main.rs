@@ -4,6 +4,7 @@
 
 mod common;
 
+mod auth;
 mod binary;
 mod faults;
 mod grpc;
@@ -11,4 +12,5 @@ mod import_rules;
 mod mirroring;
 mod replication_config;
 mod restart;
+mod scale;
 mod two_phase;
