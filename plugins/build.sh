@@ -19,7 +19,7 @@ fi
 
 echo "building Rust checks"
 cargo build --manifest-path "$here/Cargo.toml" --release --target wasm32-wasip2
-for crate in storage-probe approval-gate test-guest; do
+for crate in storage-probe approval-gate test-guest foreign-import; do
     cp "$here/target/wasm32-wasip2/release/${crate//-/_}.wasm" "$dist/$crate.wasm"
 done
 

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use wasmtime::wasmparser::{Encoding, Parser, Payload};
+use wasmtime::wasmparser::{ComponentTypeRef, Encoding, Parser, Payload};
 
 use super::Error;
 
@@ -138,7 +138,7 @@ fn host_provides(import: &str) -> bool {
                 .is_some_and(|(_, v)| v.starts_with(WASI_VERSION_PREFIX)))
 }
 
-/// Top-level import and export names of a component.
+/// Top-level import names (types left out) and export names of a component.
 fn component_surface(path: &Path, wasm: &[u8]) -> Result<(Vec<String>, Vec<String>), Error> {
     let not_component = |reason: String| Error::NotAComponent {
         path: path.to_owned(),
@@ -164,7 +164,11 @@ fn component_surface(path: &Path, wasm: &[u8]) -> Result<(Vec<String>, Vec<Strin
             Payload::ComponentImportSection(reader) if depth == 1 => {
                 for import in reader {
                     let import = import.map_err(|e| not_component(e.to_string()))?;
-                    imports.push(import.name.name.to_owned());
+                    // A world's `use` imports bare type names (`restore-context`):
+                    // types grant nothing, so only functions and instances count.
+                    if !matches!(import.ty, ComponentTypeRef::Type(_)) {
+                        imports.push(import.name.name.to_owned());
+                    }
                 }
             }
             Payload::ComponentExportSection(reader) if depth == 1 => {

@@ -1,0 +1,92 @@
+//! The compile cache: a second load deserializes what the first compiled,
+//! and an entry the host did not write (corrupted, or signed under another
+//! cache's key) is recompiled, never loaded.
+
+use std::path::{Path, PathBuf};
+
+use lockstep::plugins::{CacheOutcome, CheckGrants, Limits, Phase, PluginRuntime, Verdict};
+
+use super::support::{config, context, no_storage, plugin};
+
+fn entries(dir: &Path, extension: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("cache dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == extension))
+        .collect();
+    found.sort();
+    found
+}
+
+async fn load_and_call(cache: &Path) -> CacheOutcome {
+    let runtime = PluginRuntime::new(cache).expect("runtime");
+    let plugin = runtime
+        .load(&plugin("test-guest"), Limits::default())
+        .await
+        .expect("loads");
+    let run = plugin
+        .check(
+            &context(Phase::BeforeImport),
+            &config(&[("behaviour", "pass")]),
+            &CheckGrants::default(),
+            no_storage(),
+        )
+        .await;
+    assert_eq!(run.outcome, Ok(Verdict::Pass), "the loaded code runs");
+    plugin.cache_outcome().clone()
+}
+
+#[tokio::test]
+async fn second_load_comes_from_the_cache() {
+    let cache = tempfile::tempdir().expect("temp dir");
+    assert_eq!(load_and_call(cache.path()).await, CacheOutcome::Compiled);
+    assert_eq!(entries(cache.path(), "cwasm").len(), 1);
+    assert_eq!(load_and_call(cache.path()).await, CacheOutcome::Hit);
+}
+
+#[tokio::test]
+async fn a_corrupted_entry_is_recompiled_not_loaded() {
+    let cache = tempfile::tempdir().expect("temp dir");
+    load_and_call(cache.path()).await;
+    let entry = &entries(cache.path(), "cwasm")[0];
+    let mut bytes = std::fs::read(entry).expect("entry");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(entry, &bytes).expect("corrupt");
+
+    let outcome = load_and_call(cache.path()).await;
+    assert!(
+        matches!(&outcome, CacheOutcome::Rejected(reason) if reason.contains("signature")),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        load_and_call(cache.path()).await,
+        CacheOutcome::Hit,
+        "rewritten"
+    );
+}
+
+#[tokio::test]
+async fn an_entry_from_another_cache_is_not_trusted() {
+    let ours = tempfile::tempdir().expect("temp dir");
+    let theirs = tempfile::tempdir().expect("temp dir");
+    load_and_call(ours.path()).await;
+    load_and_call(theirs.path()).await;
+    // Same component, same wasmtime: same entry name, different signing key.
+    for extension in ["cwasm", "tag"] {
+        let foreign = &entries(theirs.path(), extension)[0];
+        let target = ours.path().join(foreign.file_name().expect("name"));
+        std::fs::copy(foreign, target).expect("plant foreign entry");
+    }
+    let outcome = load_and_call(ours.path()).await;
+    assert!(matches!(outcome, CacheOutcome::Rejected(_)), "{outcome:?}");
+}
+
+#[tokio::test]
+async fn an_unsigned_entry_is_not_trusted() {
+    let cache = tempfile::tempdir().expect("temp dir");
+    load_and_call(cache.path()).await;
+    std::fs::remove_file(&entries(cache.path(), "tag")[0]).expect("drop signature");
+    let outcome = load_and_call(cache.path()).await;
+    assert!(matches!(outcome, CacheOutcome::Rejected(_)), "{outcome:?}");
+}

@@ -1,0 +1,163 @@
+//! `run_checks`: the phase filter, `on_error`, and the failure that names the
+//! check; `inspect` and the `plugin test` helper.
+
+use std::path::Path;
+use std::time::Duration;
+
+use lockstep::plugins::{
+    Check, CheckSpec, CheckStatus, OnError, Phase, PluginRuntime, inspect, run_checks, test_check,
+};
+
+use super::support::{config, context, no_storage, plugin, runtime};
+
+async fn guest_check(
+    runtime: &PluginRuntime,
+    behaviour: &str,
+    phase: Phase,
+    on_error: OnError,
+) -> Check {
+    let spec = CheckSpec {
+        plugin: plugin("test-guest"),
+        name: Some(format!("guest-{behaviour}")),
+        phase,
+        config: config(&[("behaviour", behaviour)]),
+        on_error,
+        allow_hosts: Vec::new(),
+        max_wait_ms: 0,
+        limits: Default::default(),
+    };
+    runtime
+        .load_check(&spec, Path::new("/"))
+        .await
+        .expect("check loads")
+}
+
+#[tokio::test]
+async fn an_error_fails_the_phase_unless_on_error_is_warn() {
+    let runtime = runtime();
+    let checks = vec![
+        guest_check(&runtime, "pass", Phase::BeforeCommit, OnError::Fail).await,
+        guest_check(&runtime, "trap", Phase::BeforeCommit, OnError::Warn).await,
+        // Not this phase: must not run.
+        guest_check(&runtime, "trap", Phase::BeforeImport, OnError::Fail).await,
+    ];
+    let reports = run_checks(
+        Phase::BeforeCommit,
+        &context(Phase::BeforeCommit),
+        &checks,
+        no_storage(),
+    )
+    .await
+    .expect("warn lets the restore go on");
+    assert_eq!(reports.len(), 2);
+    assert_eq!(reports[0].status, CheckStatus::Passed);
+    assert!(
+        matches!(&reports[1].status, CheckStatus::Warned { error } if error.to_string().starts_with("trap: unreachable"))
+    );
+    assert!(reports.iter().all(|r| r.allows_restore()));
+
+    let failure = run_checks(
+        Phase::BeforeImport,
+        &context(Phase::BeforeImport),
+        &checks,
+        no_storage(),
+    )
+    .await
+    .expect_err("a trap with on_error = fail stops the restore");
+    assert_eq!(failure.check, "guest-trap");
+    assert!(
+        failure.reason.starts_with("trap: unreachable at "),
+        "{}",
+        failure.reason
+    );
+    assert_eq!(failure.reports.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_without_max_wait_fails_as_expired() {
+    let runtime = runtime();
+    let mut check = guest_check(&runtime, "retry", Phase::BeforeCommit, OnError::Fail).await;
+    check.max_wait = Duration::from_secs(2);
+    let failure = run_checks(
+        Phase::BeforeCommit,
+        &context(Phase::BeforeCommit),
+        &[check],
+        no_storage(),
+    )
+    .await
+    .expect_err("never decides");
+    let report = &failure.reports[0];
+    assert!(
+        matches!(report.status, CheckStatus::WaitExpired { .. }),
+        "{:?}",
+        report.status
+    );
+    // 100 ms minimum between attempts over 2 s of waiting.
+    assert!(
+        (20..=22).contains(&report.attempts),
+        "{} attempts",
+        report.attempts
+    );
+    assert!(
+        failure.reason.contains("told to retry"),
+        "{}",
+        failure.reason
+    );
+}
+
+#[test]
+fn inspect_shows_world_version_and_refusal() {
+    let good = inspect(&plugin("test-guest")).expect("inspects");
+    assert_eq!(good.world.as_deref(), Some("lockstep:plugin/check@0.1.0"));
+    assert_eq!(good.wit_version.as_deref(), Some("0.1.0"));
+    assert!(
+        good.imports
+            .iter()
+            .any(|i| i == "lockstep:plugin/host@0.1.0")
+    );
+    assert_eq!(good.exports, ["check"]);
+    assert_eq!(good.verdict, Ok(()));
+    let shown = good.to_string();
+    assert!(shown.contains("loadable:    yes"), "{shown}");
+
+    let bad = inspect(&plugin("foreign-import")).expect("inspects");
+    let reason = bad.verdict.expect_err("not loadable");
+    assert!(reason.contains("evil:probe/raw-socket@1.0.0"), "{reason}");
+}
+
+#[tokio::test]
+async fn plugin_test_runs_a_check_from_a_context_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for end in ["prod-a", "prod-b"] {
+        std::fs::create_dir_all(dir.path().join(end).join("staged")).expect("end dir");
+        std::fs::write(dir.path().join(end).join("staged/0.log"), b"abc").expect("file");
+    }
+    let file = serde_json::json!({
+        "context": {
+            "restore_id": "r1", "backup_name": "b", "phase": "before-import",
+            "target": {"name": "prod-a", "uri": "http://a:19530", "role": "target"},
+            "secondaries": [{"name": "prod-b", "uri": "http://b:19530", "role": "secondary"}]
+        },
+        "storage": {"prod-a": "prod-a", "prod-b": "prod-b"},
+        "staged_files": [
+            {"path": "staged/0.log", "size": 3, "batch": 0},
+            {"path": "staged/1.log", "size": 3, "batch": 0}
+        ],
+        "now": "2026-11-29T10:00:00Z"
+    });
+    let context_file = dir.path().join("ctx.json");
+    std::fs::write(&context_file, file.to_string()).expect("context file");
+    let run = test_check(&runtime(), &plugin("storage-probe"), &context_file)
+        .await
+        .expect("runs");
+    let outcome = run.outcome.expect("a verdict");
+    assert!(
+        matches!(&outcome, lockstep::plugins::Verdict::Fail { reason } if reason.contains("`prod-b` lacks 1 of 2") && reason.contains("staged/1.log")),
+        "{outcome:?}"
+    );
+    assert!(
+        run.logs
+            .iter()
+            .any(|l| l.message == "probed secondary storage")
+    );
+}

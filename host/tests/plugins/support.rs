@@ -1,0 +1,170 @@
+//! Shared pieces: plugin paths, a runtime on a shared compile cache, a restore
+//! context, local object stores per end and tiny HTTP servers on loopback.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use lockstep::plugins::{
+    CheckContext, CheckEnd, CheckHost, CheckImportJob, EndRole, Phase, PluginRuntime, StagedObject,
+    StoreCheckHost,
+};
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// The built component `name` (`plugins/dist/<name>.wasm`).
+pub fn plugin(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../plugins/dist")
+        .join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: run plugins/build.sh first (it builds every check into plugins/dist)",
+        path.display()
+    );
+    path
+}
+
+/// A runtime whose compile cache outlives the test run, so the slow first
+/// compile (the Python check takes seconds) is paid once per target dir.
+pub fn runtime() -> PluginRuntime {
+    PluginRuntime::new(Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache"))
+        .expect("runtime starts")
+}
+
+pub fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn end(name: &str, role: EndRole) -> CheckEnd {
+    CheckEnd {
+        name: name.to_owned(),
+        uri: format!("http://{name}:19530"),
+        role,
+    }
+}
+
+/// A restore onto `prod-a` replicating to `prod-b` and `prod-c`, two batches.
+pub fn context(phase: Phase) -> CheckContext {
+    CheckContext {
+        restore_id: "r-42".into(),
+        backup_name: "nightly".into(),
+        phase,
+        target: end("prod-a", EndRole::Target),
+        secondaries: vec![
+            end("prod-b", EndRole::Secondary),
+            end("prod-c", EndRole::Secondary),
+        ],
+        collections: Vec::new(),
+        jobs: (0..2)
+            .map(|batch| CheckImportJob {
+                id: String::new(),
+                batch,
+                collection: "orders".into(),
+                partition: "_default".into(),
+                states: Vec::new(),
+            })
+            .collect(),
+    }
+}
+
+/// A host with no storage at all.
+pub fn no_storage() -> Arc<dyn CheckHost> {
+    Arc::new(StoreCheckHost::new(BTreeMap::new(), Vec::new()))
+}
+
+/// One local object store per end, in a temp dir that lives as long as this.
+pub struct LocalEnds {
+    _dir: tempfile::TempDir,
+    pub stores: BTreeMap<String, Arc<dyn ObjectStore>>,
+}
+
+impl LocalEnds {
+    pub fn new(names: &[&str]) -> LocalEnds {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let stores = names
+            .iter()
+            .map(|name| {
+                let root = dir.path().join(name);
+                std::fs::create_dir_all(&root).expect("end dir");
+                let store: Arc<dyn ObjectStore> =
+                    Arc::new(LocalFileSystem::new_with_prefix(&root).expect("local store"));
+                ((*name).to_owned(), store)
+            })
+            .collect();
+        LocalEnds { _dir: dir, stores }
+    }
+
+    pub async fn put(&self, end: &str, path: &str, bytes: &'static [u8]) {
+        self.stores[end]
+            .put(&ObjectPath::from(path), PutPayload::from_static(bytes))
+            .await
+            .expect("put");
+    }
+
+    pub fn host(&self, staged: Vec<StagedObject>) -> Arc<dyn CheckHost> {
+        Arc::new(StoreCheckHost::new(self.stores.clone(), staged))
+    }
+}
+
+/// A loopback server that counts connections and answers each request with
+/// `status` and `body` — or never answers when `status` is `None`.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub connections: Arc<AtomicUsize>,
+}
+
+impl TestServer {
+    pub async fn start(status: Option<u16>, body: &'static str) -> TestServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&connections);
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let Some(status) = status else {
+                        // Hold the connection open without answering.
+                        std::future::pending::<()>().await;
+                        return;
+                    };
+                    let response = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = socket.write_all(response.as_bytes()).await;
+                });
+            }
+        });
+        TestServer { addr, connections }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn origin(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
