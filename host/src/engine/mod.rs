@@ -1,5 +1,275 @@
 //! The restore, end to end (DESIGN.md §1): preflight, plan, DDL, staging, checks, import,
 //! hold, decision, commit, completion and report. Stages take and return values; this module
 //! is the only caller of each, and owns abort and roll-forward.
+//!
+//! - [`preflight`]: every reason to refuse, found before anything is written.
+//! - `ddl`: databases, collections, partitions, indexes on the target; mirrors awaited.
+//! - `run`: one attempt, with its journal writes; `two_phase`: hold, commit, complete,
+//!   abort; `watch` and [`schedule`]: polling; `recover`: finishing what a crash left.
+//! - [`report`]: the outcome for people and scripts.
 
+mod checks;
+mod ddl;
+mod ends;
+mod per_seg;
+pub mod preflight;
+pub mod progress;
+mod recover;
+pub mod report;
+mod retry;
+mod run;
 pub mod schedule;
+mod two_phase;
+mod watch;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use tokio::sync::watch as signal;
+
+pub use ends::{EndClient, Ends};
+pub use progress::{Logged, Progress, Silent};
+pub use recover::recover;
+pub use report::Report;
+
+use crate::backup::RestorePlan;
+use crate::job::Job;
+use crate::journal::{self, Journal, Outcome, RestoreId, RestorePhase, RestoreRecord};
+use crate::storage::{self, StagingPrefix, TempFiles};
+
+/// What every restore of one process shares.
+pub struct Engine {
+    pub journal: Arc<dyn Journal>,
+    /// Where JSON and text reports are written, one pair per restore.
+    pub reports_dir: PathBuf,
+    /// The plugin compile cache.
+    pub plugin_cache: PathBuf,
+    pub progress: Arc<dyn Progress>,
+    pub interrupt: Interrupt,
+}
+
+/// Ctrl-C, as the engine sees it: before a decision it aborts the restore; after a decision
+/// it changes nothing (only forward).
+#[derive(Clone)]
+pub struct Interrupt(signal::Receiver<bool>);
+
+/// The restore was interrupted.
+#[derive(Debug, Clone, Copy)]
+pub struct Interrupted;
+
+impl Interrupt {
+    /// An interrupt and the handle that raises it.
+    pub fn new() -> (signal::Sender<bool>, Interrupt) {
+        let (tx, rx) = signal::channel(false);
+        (tx, Interrupt(rx))
+    }
+
+    /// One that never fires.
+    pub fn never() -> Interrupt {
+        let (tx, rx) = signal::channel(false);
+        // Keep the channel open forever: a dropped sender would read as "closed".
+        std::mem::forget(tx);
+        Interrupt(rx)
+    }
+
+    pub fn is_set(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Runs `fut` unless the interrupt fires first.
+    pub async fn race<T>(&self, fut: impl Future<Output = T>) -> Result<T, Interrupted> {
+        if self.is_set() {
+            return Err(Interrupted);
+        }
+        let mut rx = self.0.clone();
+        tokio::select! {
+            out = fut => Ok(out),
+            _ = rx.wait_for(|set| *set) => Err(Interrupted),
+        }
+    }
+}
+
+/// What `lockstep plan` prints: preflight passed, and this is what a run would do.
+pub struct PlanOutput {
+    pub plan: RestorePlan,
+    pub versions: Vec<(String, String)>,
+    pub import_prefix_note: String,
+}
+
+impl Engine {
+    /// Runs `job`: a no-op returning the earlier report when the same content already
+    /// committed; otherwise resolves an attempt a crash left unfinished, then (unless that
+    /// committed) runs a new attempt.
+    pub async fn run(&self, job: &Job) -> Report {
+        let ends = match Ends::for_job(job) {
+            Ok(e) => e,
+            Err(e) => return self.refused_early(job, vec![e.to_string()]).await,
+        };
+        let attempts = match self.journal.attempts(&job.name, job.id().as_str()).await {
+            Ok(a) => a,
+            Err(e) => return self.refused_early(job, vec![format!("journal: {e}")]).await,
+        };
+        if let Some(last) = attempts.last() {
+            if matches!(last.outcome, Some(Outcome::Succeeded | Outcome::Diverged))
+                && let Some(report) = last.report.as_ref().and_then(|r| serde_json::from_value::<Report>(r.clone()).ok())
+            {
+                tracing::info!(restore = %last.id, "this job content already ran; not running it again");
+                return report;
+            }
+            if last.is_unfinished() {
+                let report = recover(self, last.clone(), ends.clone(), Some(job)).await;
+                if report.outcome != Outcome::RolledBack && report.outcome != Outcome::Refused {
+                    return report;
+                }
+            }
+        }
+        let attempt = attempts.iter().map(|r| r.attempt).max().unwrap_or(0) + 1;
+        let id = RestoreId::new(&job.name, job.id().as_str(), attempt);
+        let claim = match self.journal.claim(&id).await {
+            Ok(c) => c,
+            Err(e) => return self.refused_early(job, vec![e.to_string()]).await,
+        };
+        let now = Timestamp::now();
+        let record = RestoreRecord {
+            id,
+            job_name: job.name.clone(),
+            content_hash: job.id().to_string(),
+            attempt,
+            backup: job.backup.name.clone(),
+            ends: ends.all().iter().map(EndClient::recorded).collect(),
+            mirror_grace_ms: job.two_phase.mirror_grace.as_millis() as u64,
+            keep_temp_files: job.restore.keep_temp_files,
+            phase: RestorePhase::Preflight,
+            started_at: now,
+            updated_at: now,
+            staging_prefix: None,
+            staged_ends: vec![],
+            created_collections: vec![],
+            groups: vec![],
+            outcome: None,
+            report: None,
+        };
+        run::attempt(self, job, &ends, claim.as_ref(), record).await
+    }
+
+    /// Preflight and plan, changing nothing anywhere.
+    pub async fn plan(&self, job: &Job) -> Result<PlanOutput, Vec<String>> {
+        let ends = Ends::for_job(job).map_err(|e| vec![e.to_string()])?;
+        let pf = preflight::preflight(job, &ends).await?;
+        let versions = ends.all().iter().map(|e| e.name.clone()).zip(pf.versions.iter().map(|v| v.to_string())).collect();
+        let dest: Vec<storage::OpenedStore> = run::destinations(job)
+            .iter()
+            .filter_map(|(_, spec)| spec.open().ok())
+            .collect();
+        let in_place = !dest.is_empty() && dest.iter().all(|d| d.id == pf.backup_store.id);
+        let import_prefix_note = if in_place {
+            format!("imports read the backup in place ({})", pf.backup.location)
+        } else {
+            format!(
+                "binlogs are staged under {}/<restore id>/ on {} store(s)",
+                storage::STAGING_ROOT,
+                dest.len()
+            )
+        };
+        checks::CheckSetup::load(self, job).await?;
+        Ok(PlanOutput { plan: pf.plan, versions, import_prefix_note })
+    }
+
+    /// A refusal before any journal record exists (the ends or the journal cannot be used).
+    async fn refused_early(&self, job: &Job, refusals: Vec<String>) -> Report {
+        let now = Timestamp::now();
+        Report {
+            restore_id: String::new(),
+            job_name: job.name.clone(),
+            job_id: job.id().to_string(),
+            backup: job.backup.name.clone(),
+            outcome: Outcome::Refused,
+            summary: format!("refused: {}", refusals.join("; ")),
+            started_at: now,
+            finished_at: now,
+            ends: vec![],
+            collections: vec![],
+            jobs: vec![],
+            divergences: vec![],
+            refusals,
+            checks: vec![],
+            staging: None,
+            phases: vec![],
+        }
+    }
+}
+
+/// Seals a report: outcome, finish time, journal record, JSON and text files.
+async fn finish_report(
+    engine: &Engine,
+    mut report: Report,
+    outcome: Outcome,
+    refusals: Vec<String>,
+    shared: &run::Shared<'_>,
+) -> Report {
+    report.outcome = outcome;
+    report.refusals = refusals;
+    report.finished_at = Timestamp::now();
+    if report.summary.is_empty() {
+        report.summary = format!("{outcome:?}");
+    }
+    {
+        let mut r = shared.record.lock().expect("record lock: no panics under it");
+        r.outcome = Some(outcome);
+        r.phase = RestorePhase::Finished;
+        r.report = serde_json::to_value(&report).ok();
+    }
+    if let Err(e) = shared.persist().await {
+        tracing::error!(error = %e, "could not write the final journal record");
+    }
+    engine.progress.phase(&report.restore_id, RestorePhase::Finished);
+    write_report_files(engine, &report);
+    report
+}
+
+/// `{reports_dir}/{restore_id}.json` and `.txt`, plus `{job_name}.latest.json`.
+fn write_report_files(engine: &Engine, report: &Report) {
+    if report.restore_id.is_empty() {
+        return;
+    }
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(&engine.reports_dir)?;
+        let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
+        std::fs::write(engine.reports_dir.join(format!("{}.json", report.restore_id)), &json)?;
+        std::fs::write(engine.reports_dir.join(format!("{}.txt", report.restore_id)), report.to_string())?;
+        let latest = format!("{}.latest.json", journal::RestoreId::content_prefix(&report.job_name, "").trim_end_matches('.'));
+        std::fs::write(engine.reports_dir.join(latest), &json)
+    };
+    if let Err(e) = write() {
+        tracing::error!(error = %e, dir = %engine.reports_dir.display(), "could not write the report files");
+    }
+}
+
+/// Deletes a restore's staging prefix on every destination store (or keeps it). Whether it
+/// succeeded; failures are logged, since leftover staged files cost space, not correctness.
+async fn cleanup_prefix(
+    destinations: &[(String, storage::StorageSpec)],
+    prefix: &StagingPrefix,
+    temp: TempFiles,
+) -> bool {
+    let mut opened = Vec::new();
+    for (end, spec) in destinations {
+        match spec.open() {
+            Ok(s) => opened.push((end.clone(), s)),
+            Err(e) => {
+                tracing::warn!(end, error = %e, "cannot open store to clean up staged files");
+                return false;
+            }
+        }
+    }
+    let dests: Vec<storage::Destination<'_>> =
+        opened.iter().map(|(end, store)| storage::Destination { end, store }).collect();
+    match storage::cleanup(&dests, prefix, temp).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "staged files were not all deleted");
+            false
+        }
+    }
+}

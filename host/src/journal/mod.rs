@@ -146,6 +146,8 @@ pub struct BatchRecord {
     /// The import paths, one inner list per file group; recovery matches a job whose create
     /// answer was lost by them when the target ignores Idempotency-Key.
     pub files: Vec<Vec<String>>,
+    /// The import options sent (without `auto_commit`, which the strategy decides).
+    pub options: std::collections::BTreeMap<String, String>,
     /// Written when the target answered the create. `None` with `create_sent` means the answer
     /// was lost: recovery looks the job up by its key.
     pub job_id: Option<MilvusJobId>,
@@ -161,6 +163,32 @@ pub struct CommitGroup {
     pub decision: Option<Decision>,
 }
 
+/// Whether an end is written to (the target) or only read (a secondary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Target,
+    Secondary,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::Target => "target",
+            Role::Secondary => "secondary",
+        })
+    }
+}
+
+/// An end as the record keeps it: enough to reach it again during recovery (its token is
+/// read again from the host config's environment variable, never stored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedEnd {
+    pub name: String,
+    pub role: Role,
+    pub uri: String,
+}
+
 /// Everything the journal keeps about one restore.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RestoreRecord {
@@ -168,14 +196,22 @@ pub struct RestoreRecord {
     pub job_name: String,
     pub content_hash: String,
     pub attempt: u32,
-    /// The validated job, so `recover` can resolve the restore without its file. Holds no
-    /// secrets: tokens are re-read from the environment.
-    pub job: serde_json::Value,
+    pub backup: String,
+    /// Target first, then the secondaries.
+    pub ends: Vec<RecordedEnd>,
+    /// How long a mirror may trail its target job; recovery waits as long for mirrors to
+    /// settle after an abort.
+    pub mirror_grace_ms: u64,
+    pub keep_temp_files: bool,
     pub phase: RestorePhase,
     pub started_at: Timestamp,
     pub updated_at: Timestamp,
-    /// The prefix staged files live under on each destination, for cleanup after a crash.
+    /// The prefix staged files live under, and the ends staged into, for cleanup after a
+    /// crash.
     pub staging_prefix: Option<String>,
+    pub staged_ends: Vec<String>,
+    /// Collections this restore created (db, name): dropped again if it rolls back.
+    pub created_collections: Vec<(String, String)>,
     pub groups: Vec<CommitGroup>,
     pub outcome: Option<Outcome>,
     /// The final report, as JSON, once the restore finished.
@@ -186,6 +222,11 @@ impl RestoreRecord {
     /// Still needs work: no outcome, or an outcome that did not converge.
     pub fn is_unfinished(&self) -> bool {
         matches!(self.outcome, None | Some(Outcome::Incomplete))
+    }
+
+    /// Whether any commit group was decided for commit: from then on, only forward.
+    pub fn has_commit_decision(&self) -> bool {
+        self.groups.iter().any(|g| matches!(g.decision, Some(Decision::Commit { .. })))
     }
 }
 

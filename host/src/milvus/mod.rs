@@ -40,7 +40,7 @@ impl fmt::Display for MilvusJobId {
 
 /// The external job state REST reports (reference §1.4). `Unknown` covers `None` and any
 /// name this version of lockstep does not know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub enum JobState {
     Pending,
     Importing,
@@ -129,6 +129,14 @@ impl Error {
             Error::Api { code, .. } => matches!(code, 1 | 2 | 8 | 1807 | 2101 | 10001),
             Error::Protocol { .. } => false,
         }
+    }
+
+    /// The end does not know the job: describe answers "import job does not exist" (2100,
+    /// or 2101 on newer servers). On a secondary this is also what a mirror looks like
+    /// before its ImportMsg arrived over CDC.
+    pub fn is_job_not_found(&self) -> bool {
+        matches!(self, Error::Api { code: 2100 | 2101, message, .. }
+            if message.contains("import job does not exist"))
     }
 
     /// The Milvus error code, when the end answered with one.

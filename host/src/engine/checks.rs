@@ -1,0 +1,253 @@
+//! The engine's side of plugin checks: loading the job's `[[check]]`s before anything is
+//! written (a plugin that does not match the WIT refuses the restore), building the restore
+//! context each phase sees, and handing the checks the ends' storage through a
+//! [`CheckHost`] whose credentials never reach the plugin.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use object_store::ObjectStore;
+
+use super::Engine;
+use super::preflight::Preflight;
+use super::report::{CheckEntry, Report};
+use super::run::{Shared, destinations};
+use super::two_phase::Tracker;
+use crate::backup::BinlogFile;
+use crate::job::{CheckPhase, Job, OnError};
+use crate::journal::{CommitGroup, Role};
+use crate::milvus::JobState;
+use crate::plugins::{
+    self, CheckCollection, CheckContext, CheckEnd, CheckHost, CheckImportJob, CheckReport,
+    CheckStatus, EndJobState, EndRole, Phase, PluginRuntime, StagedObject, StoreCheckHost,
+};
+
+/// The job's loaded checks and what they reported.
+pub struct CheckSetup {
+    checks: Vec<plugins::Check>,
+    reports: Mutex<Vec<CheckEntry>>,
+    staged: Mutex<Vec<StagedObject>>,
+    collections: Mutex<Vec<CheckCollection>>,
+}
+
+impl CheckSetup {
+    /// Loads every check of the job; a plugin that cannot load refuses the restore.
+    pub async fn load(engine: &Engine, job: &Job) -> Result<CheckSetup, Vec<String>> {
+        let mut setup = CheckSetup {
+            checks: Vec::new(),
+            reports: Mutex::new(Vec::new()),
+            staged: Mutex::new(Vec::new()),
+            collections: Mutex::new(Vec::new()),
+        };
+        if job.checks.is_empty() {
+            return Ok(setup);
+        }
+        let runtime = PluginRuntime::new(&engine.plugin_cache).map_err(|e| vec![e.to_string()])?;
+        let mut refusals = Vec::new();
+        for (i, c) in job.checks.iter().enumerate() {
+            let spec = plugins::CheckSpec {
+                plugin: c.plugin.clone(),
+                name: None,
+                phase: phase(c.phase),
+                config: c.config.clone(),
+                on_error: match c.on_error {
+                    OnError::Fail => plugins::OnError::Fail,
+                    OnError::Warn => plugins::OnError::Warn,
+                },
+                allow_hosts: c.allow_hosts.clone(),
+                max_wait_ms: c.limits.max_wait.as_millis() as u64,
+                limits: plugins::Limits {
+                    memory_mib: c.limits.memory_bytes.div_ceil(1 << 20),
+                    cpu_ms: c.limits.cpu.as_millis() as u64,
+                    wall_ms: c.limits.timeout.as_millis() as u64,
+                },
+            };
+            match runtime.load_check(&spec, std::path::Path::new("")).await {
+                Ok(check) => setup.checks.push(check),
+                Err(e) => refusals.push(format!("check[{i}] ({}): {e}", c.plugin.display())),
+            }
+        }
+        if refusals.is_empty() { Ok(setup) } else { Err(refusals) }
+    }
+
+    pub fn reports(&self) -> Vec<CheckEntry> {
+        self.reports.lock().expect("reports lock").clone()
+    }
+
+    fn is_empty_for(&self, p: Phase) -> bool {
+        !self.checks.iter().any(|c| c.phase == p)
+    }
+
+    async fn run_phase(
+        &self,
+        shared: &Shared<'_>,
+        job: &Job,
+        ctx: CheckContext,
+    ) -> Result<(), String> {
+        let host = self.host(job)?;
+        let result = plugins::run_checks(ctx.phase, &ctx, &self.checks, host).await;
+        let reports = match &result {
+            Ok(r) => r.clone(),
+            Err(f) => f.reports.clone(),
+        };
+        self.reports.lock().expect("reports lock").extend(reports.iter().map(entry));
+        let _ = shared;
+        result.map(|_| ()).map_err(|f| f.to_string())
+    }
+
+    fn host(&self, job: &Job) -> Result<Arc<dyn CheckHost>, String> {
+        let mut stores: BTreeMap<String, Arc<dyn ObjectStore>> = BTreeMap::new();
+        for (end, spec) in destinations(job) {
+            let opened = spec.open().map_err(|e| format!("storage of {end}: {e}"))?;
+            stores.insert(end, opened.store);
+        }
+        let staged = self.staged.lock().expect("staged lock").clone();
+        Ok(Arc::new(StoreCheckHost::new(stores, staged)))
+    }
+
+    /// Runs the before-import checks after staging.
+    pub async fn run_before_import(
+        &self,
+        shared: &Shared<'_>,
+        job: &Job,
+        pf: &Preflight,
+        staged: &[StagedObject],
+        report: &mut Report,
+    ) -> Result<(), String> {
+        *self.staged.lock().expect("staged lock") = staged.to_vec();
+        *self.collections.lock().expect("collections lock") = pf
+            .plan
+            .collections
+            .iter()
+            .map(|c| CheckCollection {
+                database: c.target.db.clone(),
+                name: c.target.collection.clone(),
+                partitions: c.partitions.clone(),
+            })
+            .collect();
+        if self.is_empty_for(Phase::BeforeImport) {
+            return Ok(());
+        }
+        let ctx = self.context(shared, job, Phase::BeforeImport, &[]);
+        let result = self.run_phase(shared, job, ctx).await;
+        report.checks = self.reports();
+        result
+    }
+
+    /// Runs the before-commit checks of one commit group, with its jobs' states.
+    pub async fn run_before_commit(
+        &self,
+        shared: &Shared<'_>,
+        job: &Job,
+        _group: usize,
+        tracker: &Tracker,
+    ) -> Result<(), String> {
+        if self.is_empty_for(Phase::BeforeCommit) {
+            return Ok(());
+        }
+        let ctx = self.context(shared, job, Phase::BeforeCommit, std::slice::from_ref(tracker));
+        self.run_phase(shared, job, ctx).await
+    }
+
+    fn context(&self, shared: &Shared<'_>, job: &Job, phase: Phase, trackers: &[Tracker]) -> CheckContext {
+        let end = |e: &super::EndClient| CheckEnd {
+            name: e.name.clone(),
+            uri: e.uri.clone(),
+            role: match e.role {
+                Role::Target => EndRole::Target,
+                Role::Secondary => EndRole::Secondary,
+            },
+        };
+        let mut jobs = Vec::new();
+        let mut index = 0u32;
+        for t in trackers {
+            for j in &t.jobs {
+                jobs.push(CheckImportJob {
+                    id: j.job_id.as_ref().map(|i| i.0.clone()).unwrap_or_default(),
+                    batch: index,
+                    collection: j.collection.clone(),
+                    partition: j.partition.clone(),
+                    states: t
+                        .end_names
+                        .iter()
+                        .zip(&j.seen)
+                        .map(|(end, s)| EndJobState {
+                            end: end.clone(),
+                            state: match s {
+                                None => plugins::JobState::Absent,
+                                Some(s) => match s.state {
+                                    JobState::Pending => plugins::JobState::Pending,
+                                    JobState::Importing => plugins::JobState::Importing,
+                                    JobState::Uncommitted => plugins::JobState::Uncommitted,
+                                    JobState::Committing => plugins::JobState::Committing,
+                                    JobState::Completed => plugins::JobState::Completed,
+                                    JobState::Failed => {
+                                        plugins::JobState::Failed(s.reason.clone().unwrap_or_default())
+                                    }
+                                    JobState::Unknown => plugins::JobState::Unknown(String::new()),
+                                },
+                            },
+                        })
+                        .collect(),
+                });
+                index += 1;
+            }
+        }
+        CheckContext {
+            restore_id: shared.record.lock().expect("record lock").id.to_string(),
+            backup_name: job.backup.name.clone(),
+            phase,
+            target: end(shared.ends.target()),
+            secondaries: shared.ends.secondaries().iter().map(end).collect(),
+            collections: self.collections.lock().expect("collections lock").clone(),
+            jobs,
+        }
+    }
+}
+
+fn phase(p: CheckPhase) -> Phase {
+    match p {
+        CheckPhase::BeforeImport => Phase::BeforeImport,
+        CheckPhase::BeforeCommit => Phase::BeforeCommit,
+    }
+}
+
+fn entry(r: &CheckReport) -> CheckEntry {
+    let (status, detail) = match &r.status {
+        CheckStatus::Passed => ("passed", None),
+        CheckStatus::Failed { reason } => ("failed", Some(reason.clone())),
+        CheckStatus::WaitExpired { waited, last_reason } => (
+            "expired",
+            Some(format!("still waiting after {}s: {last_reason}", waited.as_secs())),
+        ),
+        CheckStatus::Errored { error } => ("errored", Some(error.to_string())),
+        CheckStatus::Warned { error } => ("warned", Some(error.to_string())),
+    };
+    CheckEntry {
+        name: r.check.clone(),
+        phase: r.phase.to_string(),
+        status: status.into(),
+        detail,
+        elapsed_ms: u64::try_from(r.elapsed.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// The staged files as checks page through them: each import path with the index of the
+/// batch that reads it (batches numbered across the restore's groups, in order).
+pub fn staged_objects(import_prefix: &str, files: &[BinlogFile], groups: &[CommitGroup]) -> Vec<StagedObject> {
+    let mut prefixes: BTreeMap<String, u32> = BTreeMap::new();
+    for (index, b) in groups.iter().flat_map(|g| g.batches.iter()).enumerate() {
+        for prefix in b.files.iter().flatten() {
+            prefixes.insert(prefix.clone(), index as u32);
+        }
+    }
+    files
+        .iter()
+        .filter_map(|f| {
+            let path = format!("{import_prefix}/{}", f.path);
+            // The batch prefix is the greatest one not after the path that the path starts with.
+            let (prefix, batch) = prefixes.range(..=path.clone()).next_back()?;
+            path.starts_with(prefix).then(|| StagedObject { path: path.clone(), size: f.size, batch: *batch })
+        })
+        .collect()
+}

@@ -1,0 +1,156 @@
+//! DDL on the target only: databases, collections with their schema, partitions and indexes,
+//! as the plan says. Milvus replicates DDL to the secondaries over CDC; lockstep never sends
+//! DDL to a secondary (it would be refused), it waits until each shows the collection, since a
+//! mirror whose collection has not arrived is silently never created (reference §2.2).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::ends::{EndClient, Ends};
+use super::retry::retry;
+use crate::backup::{CollectionCreation, CollectionPlan, RestorePlan};
+use crate::milvus::{self, IndexSpec};
+
+/// How often a secondary is asked whether a collection arrived.
+const MIRROR_DDL_POLL: Duration = Duration::from_millis(100);
+
+/// What the DDL stage did, for rollback and the report.
+#[derive(Debug, Default)]
+pub struct DdlDone {
+    /// Collections this restore created (dropped again if it rolls back before its decision).
+    pub created: Vec<(String, String)>,
+}
+
+/// Creates what the plan needs on the target. `exists[i]` says whether collection `i` was
+/// there at preflight. Stops at the first error; `done` holds what was created so far.
+pub async fn apply(
+    ends: &Ends,
+    plan: &RestorePlan,
+    exists: &[bool],
+    creation: CollectionCreation,
+    deadline: Instant,
+    done: &mut DdlDone,
+) -> Result<(), milvus::Error> {
+    let target = ends.target();
+    let databases = retry(deadline, || target.grpc.list_databases()).await?;
+    for db in &plan.databases {
+        if !databases.contains(db) {
+            retry(deadline, || target.grpc.create_database(db)).await?;
+            tracing::info!(end = %target.name, db, "created database");
+        }
+    }
+    for (c, &existed) in plan.collections.iter().zip(exists) {
+        let (db, name) = (&c.target.db, &c.target.collection);
+        match (creation, existed) {
+            (CollectionCreation::UseExisting, _) => {}
+            (CollectionCreation::DropAndCreate, true) => {
+                retry(deadline, || target.grpc.drop_collection(db, name)).await?;
+                tracing::info!(end = %target.name, collection = %c.target, "dropped existing collection");
+                create_collection(target, c, deadline).await?;
+                done.created.push((db.clone(), name.clone()));
+            }
+            _ => {
+                create_collection(target, c, deadline).await?;
+                done.created.push((db.clone(), name.clone()));
+            }
+        }
+        // With a partition key, Milvus makes the partitions itself.
+        if c.partition_num == 0 {
+            let present = retry(deadline, || target.grpc.show_partitions(db, name)).await?;
+            for p in c.partitions.iter().filter(|p| !present.contains(p)) {
+                retry(deadline, || target.grpc.create_partition(db, name, p)).await?;
+            }
+        }
+        if !c.indexes.is_empty() {
+            let present = retry(deadline, || target.grpc.index_names(db, name)).await?;
+            for index in &c.indexes {
+                if !index.index_name.is_empty() && present.contains(&index.index_name) {
+                    continue;
+                }
+                let spec = IndexSpec {
+                    field_name: index.field_name.clone(),
+                    index_name: index.index_name.clone(),
+                    params: index.params.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                };
+                retry(deadline, || target.grpc.create_index(db, name, &spec)).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn create_collection(
+    target: &EndClient,
+    c: &CollectionPlan,
+    deadline: Instant,
+) -> Result<(), milvus::Error> {
+    let mut schema = c.schema.clone();
+    // Milvus adds the dynamic `$meta` field itself and refuses a schema that names one.
+    schema.fields.retain(|f| !f.is_dynamic);
+    let properties: Vec<(String, String)> =
+        c.properties.iter().map(|kv| (kv.key.clone(), kv.value.clone())).collect();
+    retry(deadline, || {
+        target.grpc.create_collection(
+            &c.target.db,
+            &c.target.collection,
+            &schema,
+            c.shards_num,
+            c.consistency_level as i32,
+            properties.clone(),
+            c.partition_num,
+        )
+    })
+    .await?;
+    tracing::info!(end = %target.name, collection = %c.target, "created collection");
+    Ok(())
+}
+
+/// Waits until every secondary shows every collection of the plan with its partitions.
+pub async fn await_mirrors(
+    ends: &Ends,
+    plan: &RestorePlan,
+    deadline: Instant,
+) -> Result<(), String> {
+    for s in ends.secondaries() {
+        for c in &plan.collections {
+            let (db, name) = (&c.target.db, &c.target.collection);
+            loop {
+                let arrived = match s.grpc.has_collection(db, name).await {
+                    Ok(true) if c.partition_num > 0 => true,
+                    Ok(true) => match s.grpc.show_partitions(db, name).await {
+                        Ok(present) => c.partitions.iter().all(|p| present.contains(p)),
+                        Err(_) => false,
+                    },
+                    _ => false,
+                };
+                if arrived {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "collection {} did not arrive on secondary {} over CDC within the mirror \
+                         grace; check the replication stream",
+                        c.target, s.name
+                    ));
+                }
+                tokio::time::sleep(MIRROR_DDL_POLL).await;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Drops the collections a rolled-back restore created, so that nothing it made stays
+/// behind and a rerun is not refused for "collection exists". Best effort: reports what it
+/// could not drop.
+pub async fn drop_created(ends: &Ends, created: &[(String, String)], deadline: Instant) -> Vec<String> {
+    let target = ends.target();
+    let mut problems = Vec::new();
+    for (db, name) in created {
+        if let Err(e) = retry(deadline, || target.grpc.drop_collection(db, name)).await {
+            problems.push(format!("could not drop {db}.{name} created by this restore: {e}"));
+        }
+    }
+    problems
+}

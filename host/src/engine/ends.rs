@@ -1,0 +1,86 @@
+//! The ends of a restore: the target and its secondaries, each with its REST and gRPC client.
+
+use crate::job::{End, Job};
+use crate::journal::{RecordedEnd, Role};
+use crate::milvus::{self, GrpcClient, RestClient};
+
+/// One cluster lockstep talks to.
+#[derive(Clone)]
+pub struct EndClient {
+    pub name: String,
+    pub role: Role,
+    pub uri: String,
+    pub rest: RestClient,
+    pub grpc: GrpcClient,
+}
+
+impl EndClient {
+    fn new(end: &End, role: Role) -> Result<EndClient, milvus::Error> {
+        let token = end.token.as_ref().map(|t| t.expose().to_string());
+        EndClient::connect(end.name.as_str(), role, end.uri.as_str(), token)
+    }
+
+    /// A client for an end known by name and URI (recovery reads them from the journal).
+    pub fn connect(
+        name: &str,
+        role: Role,
+        uri: &str,
+        token: Option<String>,
+    ) -> Result<EndClient, milvus::Error> {
+        let uri = uri.trim_end_matches('/').to_string();
+        Ok(EndClient {
+            name: name.to_string(),
+            role,
+            rest: RestClient::new(name, &uri, token.clone())?,
+            grpc: GrpcClient::new(name, &uri, token.as_deref())?,
+            uri,
+        })
+    }
+
+    pub fn recorded(&self) -> RecordedEnd {
+        RecordedEnd { name: self.name.clone(), role: self.role, uri: self.uri.clone() }
+    }
+}
+
+/// The target first, then the secondaries in the job's order. Index 0 is the target
+/// everywhere an end is referred to by position.
+#[derive(Clone)]
+pub struct Ends {
+    all: Vec<EndClient>,
+}
+
+impl Ends {
+    pub fn for_job(job: &Job) -> Result<Ends, milvus::Error> {
+        let mut all = vec![EndClient::new(&job.target.end, Role::Target)?];
+        for s in &job.secondaries {
+            all.push(EndClient::new(&s.end, Role::Secondary)?);
+        }
+        Ok(Ends { all })
+    }
+
+    /// Ends from their clients, the target first.
+    pub fn from_clients(all: Vec<EndClient>) -> Ends {
+        debug_assert!(all.first().is_some_and(|e| e.role == Role::Target));
+        Ends { all }
+    }
+
+    pub fn target(&self) -> &EndClient {
+        &self.all[0]
+    }
+
+    pub fn secondaries(&self) -> &[EndClient] {
+        &self.all[1..]
+    }
+
+    pub fn all(&self) -> &[EndClient] {
+        &self.all
+    }
+
+    pub fn len(&self) -> usize {
+        self.all.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.all.is_empty()
+    }
+}

@@ -1,0 +1,241 @@
+//! Finishing a restore a crash left behind (DESIGN.md §2, invariant 4), from its journal
+//! record alone: no commit decision on record → presumed abort of everything it may have
+//! submitted, including a job whose create answer was lost; a decision on record → roll
+//! that group forward. States are re-read from every end right before acting, since Milvus
+//! cannot check a fencing token.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use tokio::time::Instant;
+
+use super::ends::Ends;
+use super::report::{CollectionReport, EndReport, Report};
+use super::retry::retry;
+use super::run::{Shared, job_reports};
+use super::two_phase::{self, Tracked, Tracker};
+use super::{Engine, ddl, finish_report};
+use crate::job::Job;
+use crate::journal::{BatchRecord, Decision, Outcome, RestoreRecord};
+use crate::milvus::{CreateImport, MilvusJobId};
+use crate::storage::{StagingPrefix, TempFiles};
+
+/// Bound on each recovery call's retries.
+const CALL_DEADLINE: Duration = Duration::from_secs(600);
+
+/// Resolves `record`. `job` is given when `lockstep run` found the record for the same job
+/// content (its stores are then known for cleanup); `lockstep recover` passes none.
+pub async fn recover(engine: &Engine, record: RestoreRecord, ends: Ends, job: Option<&Job>) -> Report {
+    let started = Timestamp::now();
+    let claim = match engine.journal.claim(&record.id).await {
+        Ok(c) => c,
+        Err(e) => {
+            let mut report = report_of(&record, &ends, started);
+            report.outcome = Outcome::Incomplete;
+            report.summary = format!("cannot recover: {e}");
+            return report;
+        }
+    };
+    // Re-read the record under the claim: another host may have finished it meanwhile.
+    let record = match engine.journal.load(&record.id).await {
+        Ok(Some(r)) => r,
+        _ => record,
+    };
+    if !record.is_unfinished()
+        && let Some(report) = record.report.as_ref().and_then(|r| serde_json::from_value::<Report>(r.clone()).ok())
+    {
+        return report;
+    }
+    tracing::info!(restore = %record.id, phase = ?record.phase, decided = record.has_commit_decision(), "recovering");
+    let mut report = report_of(&record, &ends, started);
+    let shared = Shared::new(engine, &ends, claim.as_ref(), record.clone(), job);
+    let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
+    let deadline = Instant::now() + CALL_DEADLINE;
+    let settle = Duration::from_millis(record.mirror_grace_ms).min(Duration::from_secs(60));
+    let mut divergences = Vec::new();
+    let mut trackers = Vec::new();
+    let mut aborted_any = false;
+    let mut unsettled = Vec::new();
+    let mut forward_incomplete = false;
+
+    for (g, group) in record.groups.iter().enumerate() {
+        let mut tracker = Tracker {
+            end_names: names.clone(),
+            jobs: group
+                .batches
+                .iter()
+                .map(|b| Tracked {
+                    batch_id: b.batch_id.clone(),
+                    collection: format!("{}.{}", b.db, b.collection),
+                    partition: b.partition.clone(),
+                    rows: 0,
+                    job_id: b.job_id.clone(),
+                    seen: vec![None; names.len()],
+                })
+                .collect(),
+        };
+        let jobs: Vec<usize> = (0..tracker.jobs.len()).collect();
+        match &group.decision {
+            Some(Decision::Commit { .. }) => {
+                let mut d = two_phase::commit(&ends, &tracker, &jobs, deadline).await;
+                let (more, finished) = two_phase::complete(&ends, &mut tracker, &jobs, Some(deadline), &|_| {}).await;
+                d.extend(more);
+                divergences.extend(d);
+                forward_incomplete |= !finished;
+            }
+            _ => {
+                // Presumed abort. A batch whose create may have gone out without its answer
+                // being recorded is looked up first, so its job is aborted too.
+                for (i, b) in group.batches.iter().enumerate() {
+                    if b.job_id.is_none() && b.create_sent {
+                        tracker.jobs[i].job_id = find_lost_job(&ends, b, deadline).await;
+                        shared.record.lock().expect("record lock").groups[g].batches[i].job_id =
+                            tracker.jobs[i].job_id.clone();
+                    }
+                }
+                if let Err(e) = two_phase::abort(&ends, &mut tracker, &jobs, settle, deadline).await {
+                    unsettled.push(e);
+                }
+                aborted_any = true;
+                shared.record.lock().expect("record lock").groups[g].decision =
+                    Some(Decision::Abort { at: Timestamp::now(), reason: "recovered: no decision on record".into() });
+            }
+        }
+        trackers.push(tracker);
+    }
+    let _ = shared.persist().await;
+
+    let decided = record.has_commit_decision();
+    if !decided {
+        for problem in ddl::drop_created(&ends, &record.created_collections, deadline).await {
+            tracing::warn!(%problem, "recovery rollback");
+        }
+    }
+    let cleaned = match (&record.staging_prefix, job) {
+        (Some(_), Some(job)) if unsettled.is_empty() && !forward_incomplete => {
+            let temp = if job.restore.keep_temp_files && decided { TempFiles::Keep } else { TempFiles::Delete };
+            match StagingPrefix::for_restore(&record.id) {
+                Ok(prefix) => super::cleanup_prefix(&super::run::destinations(job), &prefix, temp).await,
+                Err(_) => false,
+            }
+        }
+        _ => false,
+    };
+    if let Some(prefix) = &record.staging_prefix
+        && !cleaned
+    {
+        tracing::warn!(%prefix, "staged files were left in place");
+    }
+
+    report.jobs = job_reports(&trackers);
+    report.divergences = divergences;
+    let (outcome, summary) = if !unsettled.is_empty() {
+        (Outcome::Incomplete, format!("recovery aborted what was submitted, but not every end settled: {}", unsettled.join("; ")))
+    } else if forward_incomplete {
+        (Outcome::Incomplete, "recovery rolled the decision forward, but not every end reported Completed yet".to_string())
+    } else if decided && aborted_any {
+        (Outcome::RolledBack, "recovered: committed groups rolled forward, undecided groups aborted".to_string())
+    } else if decided && !report.divergences.is_empty() {
+        (Outcome::Diverged, format!("recovered by rolling the commit decision forward; {} job(s) diverged", report.divergences.len()))
+    } else if decided {
+        (Outcome::Succeeded, "recovered by rolling the commit decision forward; visible on every end".to_string())
+    } else {
+        (Outcome::RolledBack, format!(
+            "recovered by presumed abort (the crash came before the commit decision, in phase {:?}); nothing is visible on any end",
+            record.phase
+        ))
+    };
+    report.summary = summary;
+    if decided {
+        for c in &mut report.collections {
+            c.committed = true;
+        }
+    }
+    if let Some(s) = report.staging.as_mut() {
+        s.cleaned_up = cleaned;
+    }
+    finish_report(engine, report, outcome, vec![], &shared).await
+}
+
+/// Finds the job a create may have made when its answer was lost: by its Idempotency-Key
+/// where the target honours it (the same key returns the same job), else by listing the
+/// collection's jobs and matching their files.
+async fn find_lost_job(ends: &Ends, b: &BatchRecord, deadline: Instant) -> Option<MilvusJobId> {
+    let target = ends.target();
+    let wanted: BTreeSet<String> = b.files.iter().map(|g| format!("[{}]", g.join(" "))).collect();
+    let listed = retry(deadline, || target.rest.list(&b.db, &b.collection)).await.ok()?;
+    for entry in listed.iter().filter(|e| !e.state.is_terminal()) {
+        if let Ok(p) = retry(deadline, || target.rest.describe(&entry.job_id)).await {
+            let groups: BTreeSet<String> = p.file_groups.into_iter().collect();
+            if groups == wanted {
+                return Some(entry.job_id.clone());
+            }
+        }
+    }
+    let version = target.grpc.version().await.ok()?;
+    if !version.honours_idempotency_key() {
+        return None;
+    }
+    // Not listed as active: the same key hands back the job if it was ever created (a
+    // failed one included), and creates one otherwise, which is then aborted with the rest.
+    let mut options = b.options.clone();
+    options.insert("auto_commit".into(), "false".into());
+    let body = CreateImport {
+        db_name: b.db.clone(),
+        collection_name: b.collection.clone(),
+        partition_name: (!b.partition.is_empty()).then(|| b.partition.clone()),
+        files: b.files.clone(),
+        options,
+    };
+    retry(deadline, || target.rest.create_import(&body, Some(&b.idempotency_key))).await.ok()
+}
+
+fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report {
+    let mut collections: Vec<CollectionReport> = Vec::new();
+    for g in &record.groups {
+        for b in &g.batches {
+            let target = format!("{}.{}", b.db, b.collection);
+            match collections.iter_mut().find(|c| c.target == target) {
+                Some(c) => c.batches += 1,
+                None => collections.push(CollectionReport {
+                    source: String::new(),
+                    target,
+                    partitions: 0,
+                    batches: 1,
+                    rows: 0,
+                    committed: false,
+                }),
+            }
+        }
+    }
+    Report {
+        restore_id: record.id.to_string(),
+        job_name: record.job_name.clone(),
+        job_id: record.content_hash.clone(),
+        backup: record.backup.clone(),
+        outcome: Outcome::Incomplete,
+        summary: String::new(),
+        started_at: started,
+        finished_at: started,
+        ends: ends
+            .all()
+            .iter()
+            .map(|e| EndReport { name: e.name.clone(), role: e.role, uri: e.uri.clone(), version: None })
+            .collect(),
+        collections,
+        jobs: vec![],
+        divergences: vec![],
+        refusals: vec![],
+        checks: vec![],
+        staging: record.staging_prefix.as_ref().map(|p| super::report::StagingReport {
+            prefix: p.clone(),
+            files: 0,
+            bytes: 0,
+            bytes_streamed: 0,
+            destinations: record.staged_ends.clone(),
+            cleaned_up: false,
+        }),
+        phases: vec![],
+    }
+}

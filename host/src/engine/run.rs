@@ -1,0 +1,775 @@
+//! One restore attempt, from preflight to report, with the journal written at every step
+//! the recovery of a crash depends on.
+//!
+//! Commit groups (the whole restore, or one per collection) run concurrently within the
+//! target's import-job budget; each goes submit → hold → before-commit checks → decide →
+//! commit → complete on its own. A failure before a group's decision fails every group that
+//! has not decided yet: they abort; decided groups roll forward.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::checks::CheckSetup;
+use super::ddl::{self, DdlDone};
+use super::ends::Ends;
+use super::preflight::{Preflight, error_chain, preflight};
+use super::report::{CollectionReport, Divergence, EndReport, Report};
+use super::retry::retry;
+use super::two_phase::{self, Tracked, Tracker};
+use super::{Engine, Interrupted, finish_report};
+use crate::backup::{ImportBatch, Strategy};
+use crate::job::{Atomicity, Job};
+use crate::journal::{
+    BatchRecord, Claim, CommitGroup, Decision, Outcome, RestoreId, RestorePhase, RestoreRecord,
+};
+use crate::milvus::{CreateImport, ServerVersion};
+use crate::storage::{self, ImportPaths, StagingPrefix};
+
+/// Import creates in flight at once on the target.
+const CREATES_IN_FLIGHT: usize = 8;
+
+/// Bound on DDL and on each control call's retries when the job sets no timeout.
+const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(600);
+
+/// What stopped a restore before its decision.
+#[derive(Debug)]
+pub(super) enum Stop {
+    /// A rule refused it; nothing was imported.
+    Refused(Vec<String>),
+    /// It failed; every submitted job is aborted.
+    Failed(String),
+}
+
+impl From<Interrupted> for Stop {
+    fn from(_: Interrupted) -> Stop {
+        Stop::Failed("interrupted before the commit decision".into())
+    }
+}
+
+/// State shared by the concurrent commit groups of one restore.
+pub(super) struct Shared<'a> {
+    pub engine: &'a Engine,
+    pub ends: &'a Ends,
+    claim: &'a dyn Claim,
+    /// The job, when the restore is run from it (not when recovered from its record).
+    job: Option<&'a Job>,
+    // No await happens while these are held.
+    pub record: Mutex<RestoreRecord>,
+    trackers: Mutex<Vec<Tracker>>,
+    /// The first pre-decision failure; undecided groups abort when they see it.
+    failure: Mutex<Option<Stop>>,
+    /// Serialises saves so a stale snapshot never overwrites a newer one.
+    save_lock: tokio::sync::Mutex<()>,
+}
+
+impl<'a> Shared<'a> {
+    pub fn new(
+        engine: &'a Engine,
+        ends: &'a Ends,
+        claim: &'a dyn Claim,
+        record: RestoreRecord,
+        job: Option<&'a Job>,
+    ) -> Shared<'a> {
+        Shared {
+            engine,
+            ends,
+            claim,
+            job,
+            record: Mutex::new(record),
+            trackers: Mutex::new(Vec::new()),
+            failure: Mutex::new(None),
+            save_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Writes the current record durably.
+    pub async fn persist(&self) -> Result<(), String> {
+        let _order = self.save_lock.lock().await;
+        let snapshot = {
+            let mut r = self.record.lock().expect("record lock: no panics under it");
+            r.updated_at = Timestamp::now();
+            r.clone()
+        };
+        self.engine
+            .journal
+            .save(self.claim, &snapshot)
+            .await
+            .map_err(|e| format!("journal: {}", error_chain(&e)))
+    }
+
+    async fn set_phase(&self, phase: RestorePhase) -> Result<(), String> {
+        {
+            let mut r = self.record.lock().expect("record lock: no panics under it");
+            if r.phase >= phase {
+                return Ok(());
+            }
+            r.phase = phase;
+        }
+        let id = self.record.lock().expect("record lock").id.to_string();
+        self.engine.progress.phase(&id, phase);
+        self.persist().await
+    }
+
+    fn fail(&self, stop: Stop) {
+        let mut f = self.failure.lock().expect("failure lock: no panics under it");
+        if f.is_none() {
+            *f = Some(stop);
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.failure.lock().expect("failure lock").is_some()
+    }
+
+    fn show(&self) {
+        let trackers = self.trackers.lock().expect("tracker lock");
+        let mut counts = trackers.first().map(|t| t.counts()).unwrap_or_default();
+        for t in trackers.iter().skip(1) {
+            for ((_, total), (_, more)) in counts.iter_mut().zip(t.counts()) {
+                for (state, n) in more {
+                    *total.entry(state).or_default() += n;
+                }
+            }
+        }
+        let id = self.record.lock().expect("record lock").id.to_string();
+        self.engine.progress.jobs(&id, &counts);
+    }
+}
+
+/// Runs a new attempt of `job` under `claim`.
+pub(super) async fn attempt(
+    engine: &Engine,
+    job: &Job,
+    ends: &Ends,
+    claim: &dyn Claim,
+    record: RestoreRecord,
+) -> Report {
+    let started = Timestamp::now();
+    let shared = Shared::new(engine, ends, claim, record, Some(job));
+    let mut report = base_report(job, ends, &shared.record.lock().expect("record lock"), started);
+    if let Err(e) = shared.persist().await {
+        return finish_report(engine, report, Outcome::Refused, vec![e], &shared).await;
+    }
+    let pf = match preflight(job, ends).await {
+        Ok(pf) => pf,
+        Err(refusals) => {
+            let summary = format!("refused by preflight: {}", refusals.join("; "));
+            report.summary = summary;
+            return finish_report(engine, report, Outcome::Refused, refusals, &shared).await;
+        }
+    };
+    for (end, v) in report.ends.iter_mut().zip(&pf.versions) {
+        end.version = Some(v.to_string());
+    }
+    let checks = match CheckSetup::load(engine, job).await {
+        Ok(c) => c,
+        Err(refusals) => {
+            report.summary = format!("refused: {}", refusals.join("; "));
+            return finish_report(engine, report, Outcome::Refused, refusals, &shared).await;
+        }
+    };
+    report.collections = pf
+        .plan
+        .collections
+        .iter()
+        .map(|c| CollectionReport {
+            source: c.source.to_string(),
+            target: c.target.to_string(),
+            partitions: c.partitions.len(),
+            batches: c.batches.len(),
+            rows: c.batches.iter().map(|b| b.rows).sum(),
+            committed: false,
+        })
+        .collect();
+    let outcome = execute(&shared, job, &pf, &checks, &mut report).await;
+    let (outcome, refusals) = match outcome {
+        Ok(outcome) => (outcome, vec![]),
+        Err(Stop::Refused(r)) => {
+            report.summary = format!("refused: {}", r.join("; "));
+            (Outcome::Refused, r)
+        }
+        Err(Stop::Failed(reason)) => {
+            report.summary = reason;
+            (Outcome::RolledBack, vec![])
+        }
+    };
+    report.jobs = job_reports(&shared.trackers.lock().expect("tracker lock"));
+    finish_report(engine, report, outcome, refusals, &shared).await
+}
+
+/// Everything after preflight. `Ok` is the outcome of a restore that got past its DDL
+/// without a pre-decision failure, or rolled back cleanly; `Err` a stop whose rollback the
+/// caller reports.
+async fn execute(
+    shared: &Shared<'_>,
+    job: &Job,
+    pf: &Preflight,
+    checks: &CheckSetup,
+    report: &mut Report,
+) -> Result<Outcome, Stop> {
+    let engine = shared.engine;
+    let ends = shared.ends;
+    let grace = job.two_phase.mirror_grace;
+    let call_deadline = || Instant::now() + job.two_phase.commit_timeout.unwrap_or(DEFAULT_CALL_DEADLINE);
+    let restore_id = shared.record.lock().expect("record lock").id.clone();
+
+    // DDL.
+    shared.set_phase(RestorePhase::Ddl).await.map_err(Stop::Failed)?;
+    let mut done = DdlDone::default();
+    let ddl = ddl::apply(ends, &pf.plan, &pf.exists, job.restore.collection_creation, call_deadline(), &mut done).await;
+    shared.record.lock().expect("record lock").created_collections = done.created.clone();
+    shared.persist().await.map_err(Stop::Failed)?;
+    if let Err(e) = ddl {
+        return rollback(shared, Stop::Failed(format!("DDL on the target failed: {e}"))).await;
+    }
+    let mirrored = engine.interrupt.race(ddl::await_mirrors(ends, &pf.plan, Instant::now() + grace)).await;
+    match mirrored {
+        Err(i) => return rollback(shared, i.into()).await,
+        Ok(Err(reason)) => return rollback(shared, Stop::Failed(reason)).await,
+        Ok(Ok(())) => {}
+    }
+    if job.restore.meta_only {
+        report.summary = "meta only: collections created on the target and present on every secondary".into();
+        for c in &mut report.collections {
+            c.committed = true;
+        }
+        return Ok(Outcome::Succeeded);
+    }
+
+    // Staging.
+    shared.set_phase(RestorePhase::Staging).await.map_err(Stop::Failed)?;
+    let staged = match engine.interrupt.race(stage(shared, job, pf, &restore_id, report)).await {
+        Err(i) => return rollback(shared, i.into()).await,
+        Ok(Err(reason)) => return rollback(shared, Stop::Failed(reason)).await,
+        Ok(Ok(s)) => s,
+    };
+
+    // Commit groups and their jobs.
+    let batches: Vec<&ImportBatch> = pf.plan.collections.iter().flat_map(|c| c.batches.iter()).collect();
+    let groups = build_groups(&restore_id, job, pf, &staged);
+    {
+        let mut r = shared.record.lock().expect("record lock");
+        r.groups = groups.clone();
+    }
+    {
+        let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
+        let mut trackers = shared.trackers.lock().expect("tracker lock");
+        let mut index = 0;
+        for (g, group) in groups.iter().enumerate() {
+            trackers.push(Tracker {
+                end_names: names.clone(),
+                jobs: group
+                    .batches
+                    .iter()
+                    .map(|b| {
+                        let batch = batches[index];
+                        index += 1;
+                        Tracked {
+                            batch_id: b.batch_id.clone(),
+                            collection: batch.target.to_string(),
+                            partition: b.partition.clone(),
+                            rows: batch.rows,
+                            job_id: None,
+                            seen: vec![None; names.len()],
+                        }
+                    })
+                    .collect(),
+            });
+        }
+    }
+    shared.persist().await.map_err(Stop::Failed)?;
+
+    // Before-import checks.
+    let ctx_staged = super::checks::staged_objects(&staged, &pf.plan.files_to_stage, &groups);
+    if let Err(reason) = checks.run_before_import(shared, job, pf, &ctx_staged, report).await {
+        return rollback(shared, Stop::Failed(reason)).await;
+    }
+
+    if job.strategy() == Strategy::PerSeg {
+        return super::per_seg::run(shared, job, &groups, report).await;
+    }
+
+    // Run the groups within the target's import-job budget.
+    shared.set_phase(RestorePhase::Importing).await.map_err(Stop::Failed)?;
+    let budget = Arc::new(Semaphore::new((job.target.max_import_jobs as usize).max(1)));
+    let results: Vec<(usize, Result<Vec<Divergence>, String>)> = futures::stream::iter(0..groups.len())
+        .map(|g| {
+            let budget = Arc::clone(&budget);
+            let need = groups[g].batches.len().max(1) as u32;
+            async move {
+                let _slots = budget.acquire_many(need).await.expect("the budget semaphore is never closed");
+                (g, run_group(shared, job, g, checks, pf).await)
+            }
+        })
+        .buffer_unordered(groups.len().max(1))
+        .collect()
+        .await;
+
+    let mut divergences = Vec::new();
+    let mut incomplete = Vec::new();
+    for (g, r) in results {
+        match r {
+            Ok(d) => divergences.extend(d),
+            Err(reason) => incomplete.push(format!("group {}: {reason}", groups[g].id)),
+        }
+    }
+    let decided: Vec<bool> = {
+        let r = shared.record.lock().expect("record lock");
+        r.groups.iter().map(|g| matches!(g.decision, Some(Decision::Commit { .. }))).collect()
+    };
+    for c in &mut report.collections {
+        c.committed = groups.iter().zip(&decided).any(|(g, d)| *d && g.batches.iter().any(|b| format!("{}.{}", b.db, b.collection) == c.target));
+    }
+    report.checks.extend(checks.reports());
+
+    if let Some(stop) = shared.failure.lock().expect("failure lock").take() {
+        // Undecided groups aborted themselves; drop what they created.
+        let undecided: Vec<usize> = (0..groups.len()).filter(|g| !decided[*g]).collect();
+        let any_decided = decided.iter().any(|d| *d);
+        report.divergences = divergences;
+        return rollback_after_abort(shared, stop, &undecided, any_decided).await;
+    }
+
+    // Every group decided: cleanup, then the outcome.
+    shared.set_phase(RestorePhase::Completing).await.map_err(Stop::Failed)?;
+    if incomplete.is_empty() {
+        if let Some(s) = report.staging.as_mut() {
+            s.cleaned_up = cleanup_staging(job, &restore_id).await;
+        }
+    }
+    report.divergences = divergences;
+    let outcome = if !incomplete.is_empty() {
+        report.summary = format!(
+            "committed, but not every end reported Completed in time: {}; `lockstep recover {restore_id}` continues it",
+            incomplete.join("; ")
+        );
+        Outcome::Incomplete
+    } else if !report.divergences.is_empty() {
+        let ends: std::collections::BTreeSet<&str> = report.divergences.iter().map(|d| d.end.as_str()).collect();
+        report.summary = format!(
+            "committed on the target; {} job(s) failed to become visible on {}",
+            report.divergences.len(),
+            ends.into_iter().collect::<Vec<_>>().join(", ")
+        );
+        Outcome::Diverged
+    } else {
+        report.summary = format!(
+            "restored {} collection(s) in {} import job(s), visible on {} end(s)",
+            report.collections.len(),
+            batches.len(),
+            ends.len()
+        );
+        Outcome::Succeeded
+    };
+    Ok(outcome)
+}
+
+/// Stages the plan's files into every end's store that is not the backup's, and picks the
+/// import prefix. Records the prefix first, so a crash mid-copy can still clean up.
+async fn stage(
+    shared: &Shared<'_>,
+    job: &Job,
+    pf: &Preflight,
+    restore_id: &RestoreId,
+    report: &mut Report,
+) -> Result<String, String> {
+    let prefix = StagingPrefix::for_restore(restore_id).map_err(|e| e.to_string())?;
+    let dest_specs = destinations(job);
+    let mut opened = Vec::new();
+    for (end, spec) in &dest_specs {
+        let store = spec.open().map_err(|e| format!("storage of {end}: {}", error_chain(&e)))?;
+        opened.push((end.clone(), store));
+    }
+    let ids: Vec<&storage::StoreId> = opened.iter().map(|(_, s)| &s.id).collect();
+    let paths = storage::import_paths(&pf.backup_store.id, &pf.backup.location.dir, &ids, prefix.clone());
+    let files: Vec<storage::BackupFile> = pf
+        .plan
+        .files_to_stage
+        .iter()
+        .map(|f| storage::BackupFile { path: f.path.clone(), size: f.size })
+        .collect();
+    let bytes: u64 = files.iter().map(|f| f.size).sum();
+    let import_prefix = paths.prefix().to_string();
+    let mut staging_report = super::report::StagingReport {
+        prefix: import_prefix.clone(),
+        files: files.len() as u64,
+        bytes,
+        bytes_streamed: 0,
+        destinations: opened.iter().map(|(e, _)| e.clone()).collect(),
+        cleaned_up: false,
+    };
+    if let ImportPaths::Staged { prefix } = &paths {
+        {
+            let mut r = shared.record.lock().expect("record lock");
+            r.staging_prefix = Some(prefix.path().to_string());
+            r.staged_ends = opened.iter().map(|(e, _)| e.clone()).collect();
+        }
+        shared.persist().await?;
+        let destinations: Vec<storage::Destination<'_>> =
+            opened.iter().map(|(end, store)| storage::Destination { end, store }).collect();
+        let source = storage::StageSource { store: &pf.backup_store, backup_dir: &pf.backup.location.dir };
+        let id = restore_id.to_string();
+        let progress = shared.engine.progress.clone();
+        let staged = storage::stage(
+            source,
+            &files,
+            &destinations,
+            prefix,
+            storage::StageOptions::default(),
+            &move |p| progress.staging(&id, p),
+        )
+        .await
+        .map_err(|e| format!("staging failed: {}", error_chain(&e)))?;
+        staging_report.bytes_streamed = staged
+            .iter()
+            .filter(|f| f.transfer == storage::Transfer::Streamed)
+            .map(|f| f.size)
+            .sum();
+    }
+    report.staging = Some(staging_report);
+    Ok(import_prefix)
+}
+
+/// The ends whose stores the ends import from: the target's, and each secondary's that the
+/// job names (a secondary known only by URI must already see the files some other way).
+pub(super) fn destinations(job: &Job) -> Vec<(String, storage::StorageSpec)> {
+    let mut out = vec![(job.target.end.name.to_string(), store_spec(&job.target.storage))];
+    for s in &job.secondaries {
+        if let Some(spec) = &s.storage {
+            out.push((s.end.name.to_string(), store_spec(spec)));
+        }
+    }
+    out
+}
+
+/// The storage module's spec for a validated job store. (The two spec types are to become
+/// one; until then this is the only place that maps between them.)
+pub(super) fn store_spec(spec: &crate::job::StorageSpec) -> storage::StorageSpec {
+    storage::StorageSpec {
+        url: spec.url.to_string(),
+        endpoint: spec.endpoint.as_ref().map(|u| u.as_str().trim_end_matches('/').to_string()),
+        region: spec.region.clone(),
+        access_key_id: None,
+        access_key_id_env: spec.access_key_id_env.clone(),
+        secret_access_key: None,
+        secret_access_key_env: spec.secret_access_key_env.clone(),
+        session_token_env: spec.session_token_env.clone(),
+        allow_http: spec.allow_http,
+    }
+}
+
+/// The commit groups of the restore: one for all batches, or one per collection.
+fn build_groups(restore_id: &RestoreId, job: &Job, pf: &Preflight, import_prefix: &str) -> Vec<CommitGroup> {
+    let record = |b: &ImportBatch| BatchRecord {
+        batch_id: b.id.to_string(),
+        db: b.target.db.clone(),
+        collection: b.target.collection.clone(),
+        partition: b.partition.clone().unwrap_or_default(),
+        idempotency_key: idempotency_key(restore_id, b.id.as_str()),
+        files: b
+            .files
+            .iter()
+            .map(|group| group.iter().map(|f| format!("{import_prefix}/{f}")).collect())
+            .collect(),
+        options: b.options(),
+        job_id: None,
+        create_sent: false,
+    };
+    match job.two_phase.atomicity {
+        Atomicity::Restore => vec![CommitGroup {
+            id: "restore".into(),
+            batches: pf.plan.collections.iter().flat_map(|c| c.batches.iter().map(record)).collect(),
+            decision: None,
+        }],
+        Atomicity::Collection => pf
+            .plan
+            .collections
+            .iter()
+            .filter(|c| !c.batches.is_empty())
+            .map(|c| CommitGroup {
+                id: c.target.to_string(),
+                batches: c.batches.iter().map(record).collect(),
+                decision: None,
+            })
+            .collect(),
+    }
+}
+
+/// `lockstep-` + 32 hex digits of sha256(restore id, batch id): printable ASCII well under
+/// Milvus's 256-byte limit, stable across a crash and a recovery of the same attempt.
+pub(super) fn idempotency_key(restore_id: &RestoreId, batch_id: &str) -> String {
+    let digest = Sha256::digest(format!("{restore_id}\n{batch_id}").as_bytes());
+    format!("lockstep-{}", &hex::encode(digest)[..32])
+}
+
+/// One commit group, submit to complete. `Ok` carries its divergences; `Err` says why the
+/// group stopped after its decision without completing (the restore is then incomplete).
+/// A pre-decision failure is recorded in `shared.failure` and the group aborts itself.
+async fn run_group(
+    shared: &Shared<'_>,
+    job: &Job,
+    g: usize,
+    checks: &CheckSetup,
+    pf: &Preflight,
+) -> Result<Vec<Divergence>, String> {
+    let ends = shared.ends;
+    let engine = shared.engine;
+    let mut tracker = shared.trackers.lock().expect("tracker lock")[g].clone();
+    let jobs: Vec<usize> = (0..tracker.jobs.len()).collect();
+    let deadline = job.two_phase.commit_timeout.map(|t| Instant::now() + t);
+    let call_deadline = Instant::now() + job.two_phase.commit_timeout.unwrap_or(DEFAULT_CALL_DEADLINE);
+    let honours_key = pf.versions.first().is_some_and(ServerVersion::honours_idempotency_key);
+
+    let pre: Result<(), Stop> = async {
+        if shared.failed() {
+            return Err(Stop::Failed("another commit group failed".into()));
+        }
+        submit(shared, g, &mut tracker, call_deadline, honours_key).await?;
+        shared.set_phase(RestorePhase::Holding).await.map_err(Stop::Failed)?;
+        loop {
+            let show = |t: &Tracker| {
+                shared.trackers.lock().expect("tracker lock")[g] = t.clone();
+                shared.show();
+            };
+            engine
+                .interrupt
+                .race(two_phase::hold(ends, &mut tracker, &jobs, job.two_phase.mirror_grace, deadline, &show))
+                .await?
+                .map_err(Stop::Failed)?;
+            if shared.failed() {
+                return Err(Stop::Failed("another commit group failed".into()));
+            }
+            checks.run_before_commit(shared, job, g, &tracker).await.map_err(Stop::Failed)?;
+            // Re-read every end right before deciding: a mirror may have failed while the
+            // checks ran, and Milvus cannot check a fencing token, only states.
+            engine
+                .interrupt
+                .race(two_phase::hold(ends, &mut tracker, &jobs, job.two_phase.mirror_grace, deadline, &show))
+                .await?
+                .map_err(Stop::Failed)?;
+            if shared.failed() {
+                return Err(Stop::Failed("another commit group failed".into()));
+            }
+            return Ok(());
+        }
+    }
+    .await;
+
+    if let Err(stop) = pre {
+        shared.fail(stop);
+        let settle = job.two_phase.mirror_grace.min(Duration::from_secs(60));
+        let aborted = two_phase::abort(ends, &mut tracker, &jobs, settle, call_deadline).await;
+        let reason = {
+            let mut r = shared.record.lock().expect("record lock");
+            let reason = match shared.failure.lock().expect("failure lock").as_ref() {
+                Some(Stop::Failed(r)) => r.clone(),
+                Some(Stop::Refused(r)) => r.join("; "),
+                None => "failed".into(),
+            };
+            r.groups[g].decision = Some(Decision::Abort { at: Timestamp::now(), reason: reason.clone() });
+            reason
+        };
+        shared.trackers.lock().expect("tracker lock")[g] = tracker;
+        let _ = shared.persist().await;
+        tracing::warn!(group = g, %reason, "aborted before the decision");
+        return aborted.map(|()| Vec::new()).map_err(|e| format!("abort did not settle: {e}"));
+    }
+
+    // The decision: durable before any commit is sent. From here on, only forward.
+    {
+        let mut r = shared.record.lock().expect("record lock");
+        r.groups[g].decision = Some(Decision::Commit { at: Timestamp::now() });
+    }
+    shared.set_phase(RestorePhase::Deciding).await?;
+    shared.persist().await?;
+    let mut divergences = two_phase::commit(ends, &tracker, &jobs, Instant::now() + DEFAULT_CALL_DEADLINE).await;
+    let completion = job.two_phase.completion_timeout.map(|t| Instant::now() + t);
+    let show = |t: &Tracker| {
+        shared.trackers.lock().expect("tracker lock")[g] = t.clone();
+        shared.show();
+    };
+    let (more, finished) = two_phase::complete(ends, &mut tracker, &jobs, completion, &show).await;
+    divergences.extend(more);
+    shared.trackers.lock().expect("tracker lock")[g] = tracker;
+    if finished { Ok(divergences) } else { Err("not every end reported Completed within the completion timeout".into()) }
+}
+
+/// Creates the group's jobs on the target. Every key is recorded as possibly sent before
+/// any create goes out, so a crash mid-submit leaves recovery a key to look each job up by.
+async fn submit(
+    shared: &Shared<'_>,
+    g: usize,
+    tracker: &mut Tracker,
+    deadline: Instant,
+    honours_key: bool,
+) -> Result<(), Stop> {
+    let batches: Vec<BatchRecord> = {
+        let mut r = shared.record.lock().expect("record lock");
+        for b in &mut r.groups[g].batches {
+            b.create_sent = true;
+        }
+        r.groups[g].batches.clone()
+    };
+    shared.persist().await.map_err(Stop::Failed)?;
+    let target = shared.ends.target();
+    let mut creates = futures::stream::iter(batches.iter().enumerate())
+        .map(|(i, b)| async move {
+            let body = CreateImport {
+                db_name: b.db.clone(),
+                collection_name: b.collection.clone(),
+                partition_name: (!b.partition.is_empty()).then(|| b.partition.clone()),
+                files: b.files.clone(),
+                options: import_options(b),
+            };
+            let key = honours_key.then_some(b.idempotency_key.as_str());
+            (i, retry(deadline, || target.rest.create_import(&body, key)).await)
+        })
+        .buffer_unordered(CREATES_IN_FLIGHT);
+    let mut first_error = None;
+    while let Some((i, result)) = creates.next().await {
+        match result {
+            Ok(id) => {
+                tracker.jobs[i].job_id = Some(id.clone());
+                shared.record.lock().expect("record lock").groups[g].batches[i].job_id = Some(id);
+            }
+            Err(e) if first_error.is_none() => first_error = Some(e),
+            Err(_) => {}
+        }
+    }
+    drop(creates);
+    shared.trackers.lock().expect("tracker lock")[g] = tracker.clone();
+    shared.persist().await.map_err(Stop::Failed)?;
+    match first_error {
+        None => Ok(()),
+        Some(e) if e.code() == Some(3000) => Err(Stop::Refused(vec![format!(
+            "{}; enable dataCoord.import.enableInReplicatingCluster on the target and every \
+             secondary (it is off by default)",
+            error_chain(&e)
+        )])),
+        Some(e) => Err(Stop::Failed(format!("import create failed: {}", error_chain(&e)))),
+    }
+}
+
+/// The batch's options plus `auto_commit=false`: the job waits Uncommitted for our commit.
+fn import_options(b: &BatchRecord) -> BTreeMap<String, String> {
+    let mut options = b.options.clone();
+    options.insert("auto_commit".into(), "false".into());
+    options
+}
+
+/// Rolls back a restore that stopped before any job was submitted: drop what the DDL
+/// created, delete what staging copied.
+async fn rollback(shared: &Shared<'_>, stop: Stop) -> Result<Outcome, Stop> {
+    let created = shared.record.lock().expect("record lock").created_collections.clone();
+    drop_and_unstage(shared, &created).await;
+    Err(stop)
+}
+
+/// Drops the collections a rolled-back restore created and deletes its staged files.
+async fn drop_and_unstage(shared: &Shared<'_>, collections: &[(String, String)]) {
+    let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
+    for problem in ddl::drop_created(shared.ends, collections, deadline).await {
+        tracing::warn!(%problem, "rollback");
+    }
+    let (id, staged) = {
+        let r = shared.record.lock().expect("record lock");
+        (r.id.clone(), r.staging_prefix.is_some())
+    };
+    if let (true, Some(job), Ok(prefix)) = (staged, shared.job, StagingPrefix::for_restore(&id)) {
+        super::cleanup_prefix(&destinations(job), &prefix, storage::TempFiles::Delete).await;
+    }
+}
+
+/// Rolls back after the undecided groups aborted. With nothing decided, the DDL is undone
+/// too; with some groups committed, their collections stay and the report says which.
+async fn rollback_after_abort(
+    shared: &Shared<'_>,
+    stop: Stop,
+    undecided: &[usize],
+    any_decided: bool,
+) -> Result<Outcome, Stop> {
+    let created = shared.record.lock().expect("record lock").created_collections.clone();
+    let undecided_collections: Vec<(String, String)> = {
+        let r = shared.record.lock().expect("record lock");
+        created
+            .into_iter()
+            .filter(|(db, c)| {
+                !any_decided
+                    || undecided.iter().any(|g| r.groups[*g].batches.iter().any(|b| &b.db == db && &b.collection == c))
+            })
+            .collect()
+    };
+    drop_and_unstage(shared, &undecided_collections).await;
+    Err(stop)
+}
+
+/// Deletes the staged files once every end completed (unless `keep_temp_files`). Whether
+/// they are gone, for the report.
+async fn cleanup_staging(job: &Job, restore_id: &RestoreId) -> bool {
+    let Ok(prefix) = StagingPrefix::for_restore(restore_id) else { return false };
+    let temp = if job.restore.keep_temp_files {
+        storage::TempFiles::Keep
+    } else {
+        storage::TempFiles::Delete
+    };
+    let cleaned = super::cleanup_prefix(&destinations(job), &prefix, temp).await;
+    cleaned && temp == storage::TempFiles::Delete
+}
+
+fn base_report(job: &Job, ends: &Ends, record: &RestoreRecord, started: Timestamp) -> Report {
+    Report {
+        restore_id: record.id.to_string(),
+        job_name: job.name.clone(),
+        job_id: job.id().to_string(),
+        backup: job.backup.name.clone(),
+        outcome: Outcome::Refused,
+        summary: String::new(),
+        started_at: started,
+        finished_at: started,
+        ends: ends
+            .all()
+            .iter()
+            .map(|e| EndReport { name: e.name.clone(), role: e.role, uri: e.uri.clone(), version: None })
+            .collect(),
+        collections: vec![],
+        jobs: vec![],
+        divergences: vec![],
+        refusals: vec![],
+        checks: vec![],
+        staging: None,
+        phases: vec![],
+    }
+}
+
+pub(super) fn job_reports(trackers: &[Tracker]) -> Vec<super::report::JobReport> {
+    trackers
+        .iter()
+        .flat_map(|t| {
+            t.jobs.iter().map(|j| super::report::JobReport {
+                batch: j.batch_id.clone(),
+                collection: j.collection.clone(),
+                partition: j.partition.clone(),
+                job_id: j.job_id.as_ref().map(|i| i.0.clone()),
+                rows: j.rows,
+                states: t
+                    .end_names
+                    .iter()
+                    .zip(&j.seen)
+                    .map(|(end, s)| super::report::EndJobState {
+                        end: end.clone(),
+                        state: s.as_ref().map(|s| s.state),
+                        reason: s.as_ref().and_then(|s| s.reason.clone()),
+                    })
+                    .collect(),
+            })
+        })
+        .collect()
+}
+

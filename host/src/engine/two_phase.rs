@@ -1,0 +1,316 @@
+//! The two phases on a set of submitted jobs: hold until every end is Uncommitted, commit on
+//! the target only, wait until every end is Completed; or, before a decision, abort and wait
+//! until no end holds an Uncommitted job. The journal and the decision itself are the
+//! caller's (`run`); this module only talks to the ends.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::time::Instant;
+
+use super::ends::Ends;
+use super::progress::JobCounts;
+use super::report::Divergence;
+use super::retry::retry;
+use super::watch::{Judgement, Pair, Sight, watch};
+use crate::milvus::{JobState, MilvusJobId};
+
+/// Commit and abort requests in flight at once.
+const CONTROL_IN_FLIGHT: usize = 16;
+
+/// How long a target job may stay Uncommitted after its commit was accepted before the
+/// commit is sent again (it is idempotent; a lost commit would otherwise wait forever).
+const RECOMMIT_AFTER: Duration = Duration::from_secs(10);
+
+/// The last thing an end said about a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub state: JobState,
+    pub progress: i64,
+    pub reason: Option<String>,
+}
+
+/// One import job as the engine follows it.
+#[derive(Debug, Clone)]
+pub struct Tracked {
+    pub batch_id: String,
+    pub collection: String,
+    pub partition: String,
+    pub rows: i64,
+    pub job_id: Option<MilvusJobId>,
+    /// Per end, target first; `None` until seen (or when the end does not know the job).
+    pub seen: Vec<Option<Seen>>,
+}
+
+/// Every job of a restore.
+#[derive(Debug, Clone)]
+pub struct Tracker {
+    pub end_names: Vec<String>,
+    pub jobs: Vec<Tracked>,
+}
+
+impl Tracker {
+    pub fn counts(&self) -> JobCounts {
+        self.end_names
+            .iter()
+            .enumerate()
+            .map(|(e, name)| {
+                let mut states = std::collections::BTreeMap::new();
+                for j in self.jobs.iter().filter(|j| j.job_id.is_some()) {
+                    if let Some(s) = &j.seen[e] {
+                        *states.entry(s.state).or_default() += 1;
+                    }
+                }
+                (name.clone(), states)
+            })
+            .collect()
+    }
+
+    /// The (job, end) pairs of `jobs` that have a job id, with the tracker index of each.
+    fn pairs(&self, jobs: &[usize], ends: usize) -> (Vec<Pair>, Vec<usize>) {
+        let mut pairs = Vec::new();
+        let mut owner = Vec::new();
+        for &j in jobs {
+            if let Some(id) = &self.jobs[j].job_id {
+                for end in 0..ends {
+                    pairs.push(Pair { job: id.clone(), end });
+                    owner.push(j);
+                }
+            }
+        }
+        (pairs, owner)
+    }
+
+    fn note(&mut self, j: usize, end: usize, sight: &Sight) {
+        match sight {
+            Sight::Seen(p) => {
+                self.jobs[j].seen[end] =
+                    Some(Seen { state: p.state, progress: p.progress, reason: p.reason.clone() })
+            }
+            Sight::Missing => self.jobs[j].seen[end] = None,
+            Sight::Unreachable(_) => {}
+        }
+    }
+}
+
+/// Waits until every end reports every job of `jobs` Uncommitted (or past it). A failed job
+/// anywhere, a mirror that trails its target job by more than `grace`, or `deadline` stops
+/// the hold with the reason. `on_change` is called as states change (progress display).
+pub async fn hold(
+    ends: &Ends,
+    tracker: &mut Tracker,
+    jobs: &[usize],
+    grace: Duration,
+    deadline: Option<Instant>,
+    on_change: &(dyn Fn(&Tracker) + Send + Sync),
+) -> Result<(), String> {
+    let (pairs, owner) = tracker.pairs(jobs, ends.len());
+    let job_count = jobs.len();
+    let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
+    // When each job's target copy became ready: the mirror grace runs from there.
+    let mut target_ready: Vec<Option<Instant>> = vec![None; tracker.jobs.len()];
+    let mut judge = |i: usize, sight: Sight, now: Instant| -> Judgement {
+        let j = owner[i];
+        let end = pairs[i].end;
+        tracker.note(j, end, &sight);
+        on_change(tracker);
+        if let Some(d) = deadline
+            && now >= d
+        {
+            return Judgement::Stop(format!(
+                "not every end reached Uncommitted within the commit timeout (job {} of {} on {})",
+                pairs[i].job, tracker.jobs[j].batch_id, names[end]
+            ));
+        }
+        let state = match &sight {
+            Sight::Seen(p) if p.state.is_ready_to_commit() => {
+                if end == 0 {
+                    target_ready[j].get_or_insert(now);
+                }
+                return Judgement::Done;
+            }
+            Sight::Seen(p) if p.state == JobState::Failed => {
+                return Judgement::Stop(format!(
+                    "job {} ({}) failed on {} {}: {}",
+                    pairs[i].job,
+                    tracker.jobs[j].batch_id,
+                    if end == 0 { "target" } else { "secondary" },
+                    names[end],
+                    p.reason.as_deref().unwrap_or("no reason given")
+                ));
+            }
+            Sight::Seen(p) => format!("{} {}%", p.state, p.progress),
+            Sight::Missing if end == 0 => {
+                return Judgement::Stop(format!(
+                    "the target {} does not know job {} ({}) it created",
+                    names[0], pairs[i].job, tracker.jobs[j].batch_id
+                ));
+            }
+            Sight::Missing => "not created yet".to_string(),
+            Sight::Unreachable(e) => format!("unreachable ({e})"),
+        };
+        match (end, target_ready[j]) {
+            (0, _) | (_, None) => Judgement::Wait,
+            (_, Some(ready)) if now.saturating_duration_since(ready) > grace => Judgement::Stop(format!(
+                "secondary {}: the mirror of job {} ({}) is still {state} {}s after the target's \
+                 copy was Uncommitted (mirror grace {}s)",
+                names[end],
+                pairs[i].job,
+                tracker.jobs[j].batch_id,
+                now.saturating_duration_since(ready).as_secs(),
+                grace.as_secs()
+            )),
+            _ => Judgement::Wait,
+        }
+    };
+    watch(ends, &pairs, job_count, &mut judge).await
+}
+
+/// Sends the commit of every job in `jobs` to the target (never to a secondary). Commit is
+/// idempotent in Uncommitted, Committing and Completed, so it is retried on any passing
+/// fault. A job whose commit the target refuses is a divergence on the target itself.
+pub async fn commit(ends: &Ends, tracker: &Tracker, jobs: &[usize], deadline: Instant) -> Vec<Divergence> {
+    let target = ends.target();
+    let results: Vec<(usize, Result<(), crate::milvus::Error>)> = futures::stream::iter(
+        jobs.iter().filter_map(|&j| tracker.jobs[j].job_id.clone().map(|id| (j, id))),
+    )
+    .map(|(j, id)| async move { (j, retry(deadline, || target.rest.commit(&id)).await) })
+    .buffer_unordered(CONTROL_IN_FLIGHT)
+    .collect()
+    .await;
+    results
+        .into_iter()
+        .filter_map(|(j, r)| {
+            r.err().map(|e| Divergence {
+                end: target.name.clone(),
+                job_id: tracker.jobs[j].job_id.as_ref().map(|i| i.0.clone()).unwrap_or_default(),
+                collection: tracker.jobs[j].collection.clone(),
+                reason: format!("the target refused the commit: {e}"),
+            })
+        })
+        .collect()
+}
+
+/// Waits until every end reports every job of `jobs` Completed, or failed for good (a
+/// divergence naming the end). Rolls forward only: a target copy that stays Uncommitted
+/// gets its commit again. Returns the divergences and whether the wait ended before
+/// `deadline` (otherwise the restore is incomplete and `recover` continues it).
+pub async fn complete(
+    ends: &Ends,
+    tracker: &mut Tracker,
+    jobs: &[usize],
+    deadline: Option<Instant>,
+    on_change: &(dyn Fn(&Tracker) + Send + Sync),
+) -> (Vec<Divergence>, bool) {
+    let (pairs, owner) = tracker.pairs(jobs, ends.len());
+    let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
+    let mut divergences = Vec::new();
+    // When each job's commit was last sent again.
+    let mut recommitted: std::collections::HashMap<MilvusJobId, Instant> = Default::default();
+    let started = Instant::now();
+    let target = ends.target().rest.clone();
+    let mut judge = |i: usize, sight: Sight, now: Instant| -> Judgement {
+        let j = owner[i];
+        let end = pairs[i].end;
+        tracker.note(j, end, &sight);
+        on_change(tracker);
+        match &sight {
+            Sight::Seen(p) if p.state == JobState::Completed => return Judgement::Done,
+            Sight::Seen(p) if p.state == JobState::Failed => {
+                divergences.push(Divergence {
+                    end: names[end].clone(),
+                    job_id: pairs[i].job.0.clone(),
+                    collection: tracker.jobs[j].collection.clone(),
+                    reason: p.reason.clone().unwrap_or_else(|| "failed".into()),
+                });
+                return Judgement::Done;
+            }
+            Sight::Seen(p) if end == 0 && p.state == JobState::Uncommitted => {
+                let last = recommitted.get(&pairs[i].job).copied().unwrap_or(started);
+                if now.saturating_duration_since(last) > RECOMMIT_AFTER {
+                    recommitted.insert(pairs[i].job.clone(), now);
+                    let (rest, id) = (target.clone(), pairs[i].job.clone());
+                    tokio::spawn(async move {
+                        if let Err(e) = rest.commit(&id).await {
+                            tracing::warn!(job = %id, error = %e, "re-sent commit failed; will retry");
+                        }
+                    });
+                }
+            }
+            _ => {}
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            return Judgement::Stop("completion timeout".into());
+        }
+        Judgement::Wait
+    };
+    let finished = watch(ends, &pairs, jobs.len(), &mut judge).await.is_ok();
+    (divergences, finished)
+}
+
+/// Aborts every job of `jobs` on the target and waits until no end holds one Uncommitted:
+/// the target's copy Failed (or unknown), each mirror Failed, or still unknown `settle`
+/// after the abort (its ImportMsg never arrived, so neither will a job). `Err` names what
+/// did not settle before `deadline`.
+pub async fn abort(
+    ends: &Ends,
+    tracker: &mut Tracker,
+    jobs: &[usize],
+    settle: Duration,
+    deadline: Instant,
+) -> Result<(), String> {
+    let target = ends.target();
+    let ids: Vec<MilvusJobId> = jobs.iter().filter_map(|&j| tracker.jobs[j].job_id.clone()).collect();
+    let refused: Vec<String> = futures::stream::iter(ids.iter())
+        .map(|id| async move { (id, retry(deadline, || target.rest.abort(id)).await) })
+        .buffer_unordered(CONTROL_IN_FLIGHT)
+        .filter_map(|(id, r)| async move {
+            match r {
+                Ok(()) => None,
+                // Already Failed or never created: nothing to release.
+                Err(e) if e.is_job_not_found() => None,
+                Err(e) => Some(format!("abort of job {id} on {}: {e}", target.name)),
+            }
+        })
+        .collect()
+        .await;
+    if !refused.is_empty() {
+        tracing::warn!(?refused, "some aborts were refused; checking their states");
+    }
+    let (pairs, owner) = tracker.pairs(jobs, ends.len());
+    let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
+    let aborted_at = Instant::now();
+    let mut stuck: Option<String> = None;
+    let mut judge = |i: usize, sight: Sight, now: Instant| -> Judgement {
+        let j = owner[i];
+        let end = pairs[i].end;
+        tracker.note(j, end, &sight);
+        let verdict = match &sight {
+            Sight::Seen(p) if p.state == JobState::Failed => Judgement::Done,
+            Sight::Missing if end == 0 => Judgement::Done,
+            Sight::Missing if now.saturating_duration_since(aborted_at) >= settle => Judgement::Done,
+            Sight::Seen(p) if p.state == JobState::Completed || p.state == JobState::Committing => {
+                // Only a commit makes a job Committing; before a decision none was sent by
+                // this restore. Report it rather than wait forever.
+                stuck = Some(format!(
+                    "job {} on {} is {} though this restore never committed it",
+                    pairs[i].job, names[end], p.state
+                ));
+                Judgement::Done
+            }
+            _ => Judgement::Wait,
+        };
+        if verdict == Judgement::Wait && now >= deadline {
+            return Judgement::Stop(format!(
+                "job {} ({}) on {} did not settle after the abort",
+                pairs[i].job, tracker.jobs[j].batch_id, names[end]
+            ));
+        }
+        verdict
+    };
+    watch(ends, &pairs, jobs.len(), &mut judge).await?;
+    match stuck {
+        Some(reason) => Err(reason),
+        None => Ok(()),
+    }
+}
