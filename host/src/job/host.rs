@@ -220,7 +220,7 @@ fn validate(
             format!(
                 "unknown cluster `{}`; expected one of: {}",
                 target.get_ref(),
-                names(file.clusters.keys())
+                names(file.clusters.keys(), "cluster")
             ),
         ));
     }
@@ -261,10 +261,11 @@ pub(crate) fn is_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
-pub(crate) fn names<'a>(names: impl Iterator<Item = &'a String>) -> String {
+/// `what`s the host config names, for "expected one of" messages.
+pub(crate) fn names<'a>(names: impl Iterator<Item = &'a String>, what: &str) -> String {
     let list: Vec<_> = names.map(|n| format!("`{n}`")).collect();
     if list.is_empty() {
-        "(none: the host config names no cluster)".to_owned()
+        format!("(none: the host config names no {what})")
     } else {
         list.join(", ")
     }
@@ -368,7 +369,7 @@ pub(crate) fn resolve_storage(
                     Some(storage.span()),
                     format!(
                         "unknown storage `{name}`; expected one of: {}",
-                        names(storages.keys())
+                        names(storages.keys(), "valid storage")
                     ),
                 ));
                 None
@@ -501,5 +502,124 @@ fn serialize_optional_url<S: serde::Serializer>(
     match url {
         Some(url) => serializer.serialize_some(url.as_str()),
         None => serializer.serialize_none(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::data_dir;
+    use super::*;
+
+    fn parse(text: &str) -> Result<HostConfig, Error> {
+        HostConfig::parse_str(text, Path::new("/etc/lockstep/lockstep.toml"))
+    }
+
+    #[test]
+    fn test_host_config_resolves_names() {
+        let path = data_dir().join("jobs/lockstep.toml");
+        let config = HostConfig::load(&path).unwrap();
+        assert_eq!(config.state_dir, data_dir().join("jobs/state"));
+        let a = &config.clusters["prod-a"];
+        assert_eq!(a.uri.as_str(), "http://127.0.0.1:19530/");
+        assert_eq!(a.token_env.as_deref(), Some("PROD_A_TOKEN"));
+        assert_eq!(a.max_import_jobs, 2048);
+        assert_eq!(a.storage.as_ref(), config.storages.get("minio-a"));
+        let b = &config.clusters["prod-b"];
+        assert_eq!(b.max_import_jobs, DEFAULT_MAX_IMPORT_JOBS);
+        assert_eq!(
+            b.storage.as_ref().map(|s| s.url.as_str()),
+            Some("s3://milvus-b/files")
+        );
+        assert!(!b.storage.as_ref().unwrap().allow_http);
+        assert_eq!(config.clusters["prod-c"].storage, None);
+        let backups = config.backups.as_ref().unwrap();
+        assert_eq!(backups.root, "backup");
+        assert_eq!(
+            backups.storage.credential_envs().collect::<Vec<_>>(),
+            vec!["MINIO_A_KEY", "MINIO_A_SECRET"]
+        );
+        assert_eq!(config.default_target, None);
+    }
+
+    #[test]
+    fn defaults_of_an_empty_config() {
+        let config = parse("").unwrap();
+        assert!(config.clusters.is_empty());
+        assert_eq!(config.backups, None);
+        assert_eq!(config.state_dir, PathBuf::from("/etc/lockstep/.lockstep"));
+        let local = parse("[backups]\nstorage = { url = \"file:///srv/backups\" }\n").unwrap();
+        assert_eq!(local.backups.unwrap().root, DEFAULT_BACKUP_ROOT);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_place() {
+        let text = r#"default_target = "prod-z"
+
+[storages.s]
+url = "gs://bucket"
+endpoint = "http://minio:9000"
+
+[clusters.a]
+uri = "grpc://10.0.0.1:19530"
+storage = "nope"
+max_import_jobs = 0
+token_env = "1TOKEN"
+
+[clusters."bad name"]
+uri = "http://10.0.0.2:19530"
+
+[clusters.c]
+storage = { url = "s3://b/r" }
+tokens = "x"
+
+[backups]
+root = "backup"
+"#;
+        let err = parse(text).unwrap_err();
+        let shown: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
+        let path = "/etc/lockstep/lockstep.toml";
+        let mut expected = vec![
+            format!(
+                "{path}:18:1: clusters.c.tokens: unknown field `tokens`, expected one of `uri`, `token_env`, `storage`, `max_import_jobs`"
+            ),
+            format!(
+                "{path}:4:7: storages.s.url: invalid storage URL `gs://bucket`: expected s3://bucket/root or file:///dir/root"
+            ),
+            format!(
+                "{path}:5:12: storages.s.endpoint: endpoint `http://minio:9000` is plain http: set allow_http = true to use it"
+            ),
+            format!(
+                "{path}:8:7: clusters.a.uri: invalid cluster URI `grpc://10.0.0.1:19530`: expected http://host:port or https://host:port"
+            ),
+            format!(
+                "{path}:9:11: clusters.a.storage: unknown storage `nope`; expected one of: (none: the host config names no valid storage)"
+            ),
+            format!(
+                "{path}:10:19: clusters.a.max_import_jobs: invalid value 0: expected a positive number of import jobs"
+            ),
+            format!(
+                "{path}:11:13: clusters.a.token_env: invalid environment variable name `1TOKEN`: expected letters, digits and `_`"
+            ),
+            format!(
+                "{path}:13:1: clusters.bad name: invalid name `bad name`: expected letters, digits, `_`, `-` or `.`"
+            ),
+            format!(
+                "{path}:16:1: clusters.c.uri: missing field `uri`: expected the cluster's address, e.g. \"http://10.0.0.1:19530\""
+            ),
+            format!(
+                "{path}:20:1: backups.storage: missing field `storage`: expected the name of a [storages.NAME] or a table with `url`"
+            ),
+            format!(
+                "{path}:1:18: default_target: unknown cluster `prod-z`; expected one of: `a`, `bad name`, `c`"
+            ),
+        ];
+        let mut shown_sorted = shown.clone();
+        shown_sorted.sort();
+        expected.sort();
+        assert_eq!(shown_sorted, expected);
+        assert!(
+            err.to_string()
+                .starts_with(&format!("host config {path} refused (11 problems):"))
+        );
     }
 }

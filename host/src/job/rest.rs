@@ -376,3 +376,171 @@ pub(super) fn restore_from_body(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::testing::{env, host};
+    use super::*;
+
+    fn from_body(body: &str) -> Result<RestRestore, Error> {
+        restore_from_body(body.as_bytes(), &host(), &env)
+    }
+
+    fn shown(err: &Error) -> Vec<String> {
+        err.problems().iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn request_makes_the_same_job_as_the_toml() {
+        let toml = Job::from_str_with_env(
+            r#"
+            name = "restore_2026_11_29"
+            backup = "orders_bak"
+            target = "prod-a"
+            secondaries = ["prod-b", "http://10.0.0.9:19530"]
+            [restore]
+            backup_filter = "db2.*,default.orders"
+            filter = "default.orders_r"
+            suffix = "_r"
+            rebuild_index = true
+            drop_exist_collection = true
+            max_shard_num = 2
+            truncate_binlog_by_ts = true
+            ezk_mapping = { old = "new" }
+            "#,
+            Path::new("j.toml"),
+            &host(),
+            &env,
+        )
+        .unwrap();
+        let rest = from_body(
+            r#"{
+                "requestId": "req-1",
+                "id": "restore_2026_11_29",
+                "backup_name": "orders_bak",
+                "target": "prod-a",
+                "secondaries": ["prod-b", "http://10.0.0.9:19530"],
+                "db_collections": {"db2": [], "default": ["orders"]},
+                "db_collections_after_rename": "{\"default\": [\"orders_r\"]}",
+                "collection_suffix": "_r",
+                "restoreIndex": true,
+                "dropExistCollection": true,
+                "skipImportDiskQuotaCheck": true,
+                "maxShardNum": 2,
+                "truncateBinlogByTs": true,
+                "ezkMapping": {"old": "new"},
+                "useV2Restore": true,
+                "async": true
+            }"#,
+        )
+        .unwrap();
+        assert_eq!(rest.job, toml);
+        assert_eq!(rest.job.id(), toml.id());
+        assert_eq!(rest.request_id.as_deref(), Some("req-1"));
+        assert_eq!(rest.response, ResponseMode::Async);
+    }
+
+    #[test]
+    fn collection_names_and_renames_map_like_milvus_backup() {
+        let rest = from_body(
+            r#"{"backup_name": "b", "target": "prod-a", "collection_names": ["c1", "db2.c2"],
+                "collection_renames": {"c1": "c9", "db2.*": "db3.*"}, "maxShardNum": 0}"#,
+        )
+        .unwrap();
+        let toml = Job::from_str_with_env(
+            "backup = \"b\"\ntarget = \"prod-a\"\n[restore]\nbackup_filter = \"c1,db2.c2\"\nrename = [\"c1:c9\", \"db2.*:db3.*\"]\n",
+            Path::new("b.toml"),
+            &host(),
+            &env,
+        )
+        .unwrap();
+        assert_eq!(rest.job.restore, toml.restore);
+        assert_eq!(rest.job.name, "b");
+        assert_eq!(rest.response, ResponseMode::Wait);
+        assert_eq!(rest.job.restore.max_shard_num, None);
+    }
+
+    #[test]
+    fn every_bad_key_is_reported_at_its_field() {
+        let err = from_body(
+            r#"{"backup_name": 7, "metaOnly": "yes", "colection_names": ["c"], "target": "prod-a",
+                "restorePlan": {"mapping": []}, "path": "other/root", "secondaries": ["prod-q"],
+                "dropExistCollection": true, "skipCreateCollection": true}"#,
+        )
+        .unwrap_err();
+        let mut problems = shown(&err);
+        problems.sort();
+        let mut expected = vec![
+            "request field `backup_name`: invalid type: integer `7`, expected a string".to_string(),
+            "request field `metaOnly`: invalid type: string \"yes\", expected a boolean".to_string(),
+            "request field `colection_names`: unknown field `colection_names`, expected one of `requestId`, `backup_name`, `collection_names`, `collection_suffix`, `collection_renames`, `async`, `bucket_name`, `path`, `db_collections`, `metaOnly`, `restoreIndex`, `useAutoIndex`, `dropExistCollection`, `dropExistIndex`, `skipCreateCollection`, `id`, `skipImportDiskQuotaCheck`, `rbac`, `maxShardNum`, `skipParams`, `useV2Restore`, `truncateBinlogByTs`, `db_collections_after_rename`, `restorePlan`, `ezkMapping`, `target`, `secondaries`, `strategy`".to_string(),
+            "request field `restorePlan`: not supported by lockstep; use collection_renames or collection_suffix with db_collections_after_rename".to_string(),
+            "request field `path`: not supported by lockstep: where backups live is the host config's [backups]".to_string(),
+            "request field `backup_name`: missing field `backup`: expected the name of the backup to restore, e.g. backup = \"my_backup\"".to_string(),
+            "request field `secondaries`: unknown cluster `prod-q`; expected a cluster of the host config (`prod-a`, `prod-b`, `prod-c`) or an http(s):// URI".to_string(),
+            "request field `dropExistCollection`: drop_exist_collection and skip_create_collection cannot both be true: choose dropping the existing collection or importing into it".to_string(),
+        ];
+        expected.sort();
+        assert_eq!(problems, expected);
+        assert!(
+            err.to_string()
+                .starts_with("restore request refused (8 problems):\n")
+        );
+    }
+
+    #[test]
+    fn malformed_json_and_bad_db_collections() {
+        let err = from_body("{\"backup_name\": \"b\",\n \"target\": }").unwrap_err();
+        assert_eq!(
+            err.problems()[0].location,
+            Location::Body {
+                line: 2,
+                column: 12
+            }
+        );
+
+        let err =
+            from_body(r#"{"backup_name": "b", "target": "prod-a", "db_collections": "{not json"}"#)
+                .unwrap_err();
+        assert_eq!(err.problems().len(), 1);
+        assert_eq!(
+            err.problems()[0].location,
+            Location::JsonField("db_collections".into())
+        );
+
+        let err =
+            from_body(r#"{"backup_name": "b", "target": "prod-a", "collection_names": ["a-b"]}"#)
+                .unwrap_err();
+        assert_eq!(
+            shown(&err),
+            vec![
+                "request field `collection_names`: invalid filter rule `a-b`: expected `db.*`, `db.collection`, `collection` or `db.`"
+            ]
+        );
+
+        let err = from_body(
+            r#"{"backup_name": "b", "target": "prod-a", "collection_names": ["c"], "db_collections": {"d": []}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.problems()[0].location,
+            Location::JsonField("db_collections".into())
+        );
+
+        let err = from_body("[1, 2]").unwrap_err();
+        assert_eq!(err.problems().len(), 1);
+    }
+
+    #[test]
+    fn null_and_empty_values_mean_unset_as_in_go() {
+        let rest = from_body(
+            r#"{"backup_name": "b", "target": "prod-a", "collection_suffix": "", "db_collections": null,
+                "collection_renames": {}, "skipParams": {}, "bucket_name": "", "restorePlan": null, "id": ""}"#,
+        )
+        .unwrap();
+        assert_eq!(rest.job.restore, crate::backup::RestoreOptions::default());
+        assert_eq!(rest.job.name, "b");
+    }
+}

@@ -244,7 +244,7 @@ fn resolve_cluster(
                     Some(span),
                     format!(
                         "unknown cluster `{name}`; expected a cluster of the host config ({}) or an http(s):// URI",
-                        host::names(context.host.clusters.keys())
+                        host::names(context.host.clusters.keys(), "cluster")
                     ),
                 );
                 return None;
@@ -726,4 +726,63 @@ fn valid_host(entry: &str) -> bool {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'*'))
         && port.is_none_or(|p| p.parse::<u16>().is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_use_jiff_friendly_format() {
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("2 hours"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["", "5", "soon", "-5m", "PT5M"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sizes_take_binary_and_decimal_units() {
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("2MB"), Ok(2_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("10 B"), Ok(10));
+        for bad in [
+            "",
+            "MiB",
+            "64 megs",
+            "1.5GiB",
+            "99999999999999999999GiB",
+            "-1MiB",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn allow_host_entries() {
+        for good in [
+            "example.com",
+            "10.0.0.5",
+            "approvals.example:8443",
+            "*.example.com",
+        ] {
+            assert!(valid_host(good), "{good}");
+        }
+        for bad in [
+            "",
+            "https://example.com",
+            "example.com/path",
+            "host:99999",
+            ":80",
+            "a b",
+        ] {
+            assert!(!valid_host(bad), "{bad}");
+        }
+    }
 }
