@@ -207,7 +207,7 @@ fn backup_source(
     })
 }
 
-/// A cluster reference resolved: its name, spec and the span that named it.
+/// A cluster reference resolved: the name lockstep reports it by, and its spec.
 struct Resolved {
     name: EndName,
     spec: host::ClusterSpec,
