@@ -3,7 +3,7 @@
 //! from the CDC stream; both apply the same [`DdlOp`], which already carries every id, so a
 //! mirrored collection keeps the primary's collection id.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use milvus_proto::common::KeyValuePair;
 use milvus_proto::schema::CollectionSchema;
@@ -82,6 +82,8 @@ impl DdlOp {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DdlOutcome {
     Applied,
+    /// A collection was dropped; its active import jobs must fail.
+    DroppedCollection(i64),
     /// Milvus answers success for a repeated identical create.
     AlreadyThere,
 }
@@ -154,6 +156,9 @@ pub fn hybrid_ts_now() -> u64 {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Catalog {
     pub databases: BTreeMap<String, Database>,
+    /// Collection id → (database, name): jobs and mirrors find collections by id.
+    #[serde(skip)]
+    by_id: HashMap<i64, (String, String)>,
 }
 
 impl Catalog {
@@ -168,7 +173,10 @@ impl Catalog {
                 collections: BTreeMap::new(),
             },
         );
-        Catalog { databases }
+        Catalog {
+            databases,
+            by_id: HashMap::new(),
+        }
     }
 
     pub fn database(&self, db: &str) -> Result<&Database, MilvusError> {
@@ -195,10 +203,8 @@ impl Catalog {
     }
 
     pub fn collection_by_id(&self, id: i64) -> Option<&Collection> {
-        self.databases
-            .values()
-            .flat_map(|d| d.collections.values())
-            .find(|c| c.id == id)
+        let (db, name) = self.by_id.get(&id)?;
+        self.databases.get(db)?.collections.get(name)
     }
 
     /// Applies `op`. `pchannels` are this cluster's own, from which vchannels are named.
@@ -299,6 +305,7 @@ impl Catalog {
                         created_ts: hybrid_ts_now(),
                     },
                 );
+                self.by_id.insert(*id, (db_name, name.clone()));
                 Ok(DdlOutcome::Applied)
             }
             DdlOp::DropCollection { db, name } => {
@@ -309,7 +316,10 @@ impl Catalog {
                     .ok_or_else(|| MilvusError::database_not_found(db))?;
                 // Milvus's DropCollection of a missing collection succeeds.
                 Ok(match database.collections.remove(name) {
-                    Some(_) => DdlOutcome::Applied,
+                    Some(dropped) => {
+                        self.by_id.remove(&dropped.id);
+                        DdlOutcome::DroppedCollection(dropped.id)
+                    }
                     None => DdlOutcome::AlreadyThere,
                 })
             }

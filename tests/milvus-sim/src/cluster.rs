@@ -602,12 +602,26 @@ impl Cluster {
     pub fn execute_ddl(&self, op: DdlOp) -> Result<DdlOutcome, MilvusError> {
         let mut state = self.lock();
         self.refuse_on_secondary(&state, op.name())?;
-        let outcome = state.catalog.apply(&op, &self.0.pchannels)?;
-        if outcome == DdlOutcome::Applied {
-            if let DdlOp::DropCollection { db, name } = &op {
-                tracing::info!(cluster = self.id(), db, name, "collection dropped");
-            }
+        let outcome = self.apply_ddl(&mut state, &op)?;
+        if outcome != DdlOutcome::AlreadyThere {
             self.broadcast(&mut state, CdcMessage::Ddl(op));
+        }
+        Ok(outcome)
+    }
+
+    /// Applies DDL from a client or the stream; a dropped collection fails its active jobs
+    /// with "collection %d dropped", as Milvus's `checkCollection` does.
+    fn apply_ddl(&self, state: &mut State, op: &DdlOp) -> Result<DdlOutcome, MilvusError> {
+        let outcome = state.catalog.apply(op, &self.0.pchannels)?;
+        if let DdlOutcome::DroppedCollection(collection_id) = outcome {
+            for entry in state.jobs.values_mut() {
+                if entry.job.collection_id == collection_id && entry.job.state.can_fail() {
+                    entry
+                        .job
+                        .fail(format!("collection {collection_id} dropped"));
+                    entry.watch.send_replace(JobState::Failed);
+                }
+            }
         }
         Ok(outcome)
     }
@@ -793,7 +807,7 @@ impl Cluster {
         );
         match message {
             CdcMessage::Ddl(op) => {
-                let result = self.lock().catalog.apply(&op, &self.0.pchannels);
+                let result = self.apply_ddl(&mut self.lock(), &op);
                 if let Err(e) = result {
                     tracing::warn!(cluster = self.id(), op = op.name(), error = %e, "replicated DDL failed");
                 }
