@@ -161,3 +161,35 @@ async fn plugin_test_runs_a_check_from_a_context_file() {
             .any(|l| l.message == "probed secondary storage")
     );
 }
+
+/// Every `[[check]]` table in `examples/plugins/*.toml` is a valid
+/// [`CheckSpec`] naming a plugin that `plugins/build.sh` builds.
+#[test]
+fn example_job_files_hold_valid_check_tables() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/plugins");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("examples/plugins") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("readable");
+        let mut table: toml::Table = toml::from_str(&text).expect("valid TOML");
+        let checks = table.remove("check").expect("has [[check]]");
+        let specs: Vec<CheckSpec> = checks
+            .try_into()
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for spec in specs {
+            spec.limits.validate("example").expect("valid limits");
+            let wasm = dir.join(&spec.plugin);
+            let name = wasm
+                .file_stem()
+                .expect("stem")
+                .to_string_lossy()
+                .into_owned();
+            plugin(&name);
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 4, "one check per example job file");
+}
