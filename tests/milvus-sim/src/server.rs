@@ -5,12 +5,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::response::IntoResponse;
 use milvus_proto::common::{
     ConnectionParam, CrossClusterTopology, MilvusCluster, ReplicateConfiguration,
 };
 use milvus_proto::milvus::milvus_service_server::MilvusServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+use tower::ServiceExt;
 
 use crate::cluster::{Availability, Cluster, Registry};
 use crate::merr::MilvusError;
@@ -171,14 +173,34 @@ impl Drop for Sim {
     }
 }
 
+/// One port, three faces: REST and control routes by path; everything else goes to gRPC when
+/// it is a gRPC request, and is a 404 as gin answers it otherwise (tonic's own fallback would
+/// answer an unknown REST path with a gRPC "unimplemented" that HTTP clients cannot read).
 fn app(cluster: &Cluster) -> axum::Router {
     let grpc = tonic::service::Routes::new(MilvusServiceServer::new(grpc::MilvusGrpc::new(
         cluster.clone(),
     )))
     .prepare()
     .into_axum_router();
-    grpc.merge(rest::router(cluster.clone()))
+    let to_grpc = move |request: axum::extract::Request| {
+        let grpc = grpc.clone();
+        async move {
+            let is_grpc = request
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+            if is_grpc {
+                let response = grpc.oneshot(request).await;
+                response.into_response()
+            } else {
+                (http::StatusCode::NOT_FOUND, "404 page not found").into_response()
+            }
+        }
+    };
+    axum::Router::new()
+        .merge(rest::router(cluster.clone()))
         .merge(control::router(cluster.clone()))
+        .fallback(to_grpc)
 }
 
 async fn start_serving(cluster: &Cluster, listener: TcpListener) {

@@ -403,3 +403,15 @@ async fn describe_and_list_show_the_fields_of_the_reference() {
     assert!(records[0].get("reason").is_none());
     assert_eq!(a.visible_rows("", "c"), 5);
 }
+
+#[tokio::test]
+async fn an_unknown_rest_route_is_a_404_not_a_grpc_answer() {
+    let sim = start(&standalone("3.0.0")).await;
+    let response = reqwest::Client::new()
+        .post(format!("{}/v2/vectordb/jobs/import/nope", sim.uri("a")))
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(response.status(), 404);
+}
