@@ -420,6 +420,13 @@ pub fn plan(backup: &Backup, options: &RestoreOptions) -> Result<RestorePlan, Er
             .sum(),
         bytes_to_stage: files_to_stage.iter().map(|f| f.size).sum(),
     };
+    tracing::debug!(
+        backup = %backup.location,
+        collections = totals.collections,
+        batches = totals.batches,
+        bytes_to_stage = totals.bytes_to_stage,
+        "planned restore"
+    );
     Ok(RestorePlan {
         databases,
         collections,
