@@ -260,10 +260,7 @@ pub async fn stage(
             .expect("progress lock is never poisoned: no panics under it"),
     );
 
-    let tasks = groups
-        .iter()
-        .enumerate()
-        .flat_map(|(g, _)| (0..files.len()).map(move |f| (g, f)));
+    let tasks = (0..groups.len()).flat_map(|g| (0..files.len()).map(move |f| (g, f)));
     let copy_one = |(g, f): (usize, usize)| {
         let (group, file) = (&groups[g], &files[f]);
         let (from, to) = (&sources[f], &targets[f]);
@@ -281,7 +278,8 @@ pub async fn stage(
                         source,
                     })?
             };
-            // A std Mutex: held for an add and a callback, never across an await.
+            // A std Mutex: held for two additions, released before the callback, never
+            // across an await.
             let snapshot = {
                 let mut state = done
                     .lock()
