@@ -67,7 +67,11 @@ impl CheckSetup {
                 Err(e) => refusals.push(format!("check[{i}] ({}): {e}", c.plugin.display())),
             }
         }
-        if refusals.is_empty() { Ok(setup) } else { Err(refusals) }
+        if refusals.is_empty() {
+            Ok(setup)
+        } else {
+            Err(refusals)
+        }
     }
 
     pub fn reports(&self) -> Vec<CheckEntry> {
@@ -90,7 +94,10 @@ impl CheckSetup {
             Ok(r) => r.clone(),
             Err(f) => f.reports.clone(),
         };
-        self.reports.lock().expect("reports lock").extend(reports.iter().map(entry));
+        self.reports
+            .lock()
+            .expect("reports lock")
+            .extend(reports.iter().map(entry));
         let _ = shared;
         result.map(|_| ()).map_err(|f| f.to_string())
     }
@@ -145,11 +152,22 @@ impl CheckSetup {
         if self.is_empty_for(Phase::BeforeCommit) {
             return Ok(());
         }
-        let ctx = self.context(shared, job, Phase::BeforeCommit, std::slice::from_ref(tracker));
+        let ctx = self.context(
+            shared,
+            job,
+            Phase::BeforeCommit,
+            std::slice::from_ref(tracker),
+        );
         self.run_phase(shared, job, ctx).await
     }
 
-    fn context(&self, shared: &Shared<'_>, job: &Job, phase: Phase, trackers: &[Tracker]) -> CheckContext {
+    fn context(
+        &self,
+        shared: &Shared<'_>,
+        job: &Job,
+        phase: Phase,
+        trackers: &[Tracker],
+    ) -> CheckContext {
         let end = |e: &super::EndClient| CheckEnd {
             name: e.name.clone(),
             uri: e.uri.clone(),
@@ -181,9 +199,9 @@ impl CheckSetup {
                                     JobState::Uncommitted => plugins::JobState::Uncommitted,
                                     JobState::Committing => plugins::JobState::Committing,
                                     JobState::Completed => plugins::JobState::Completed,
-                                    JobState::Failed => {
-                                        plugins::JobState::Failed(s.reason.clone().unwrap_or_default())
-                                    }
+                                    JobState::Failed => plugins::JobState::Failed(
+                                        s.reason.clone().unwrap_or_default(),
+                                    ),
                                     JobState::Unknown => plugins::JobState::Unknown(String::new()),
                                 },
                             },
@@ -216,9 +234,15 @@ fn entry(r: &CheckReport) -> CheckEntry {
     let (status, detail) = match &r.status {
         CheckStatus::Passed => ("passed", None),
         CheckStatus::Failed { reason } => ("failed", Some(reason.clone())),
-        CheckStatus::WaitExpired { waited, last_reason } => (
+        CheckStatus::WaitExpired {
+            waited,
+            last_reason,
+        } => (
             "expired",
-            Some(format!("still waiting after {}s: {last_reason}", waited.as_secs())),
+            Some(format!(
+                "still waiting after {}s: {last_reason}",
+                waited.as_secs()
+            )),
         ),
         CheckStatus::Errored { error } => ("errored", Some(error.to_string())),
         CheckStatus::Warned { error } => ("warned", Some(error.to_string())),
@@ -234,7 +258,11 @@ fn entry(r: &CheckReport) -> CheckEntry {
 
 /// The staged files as checks page through them: each import path with the index of the
 /// batch that reads it (batches numbered across the restore's groups, in order).
-pub fn staged_objects(import_prefix: &str, files: &[BinlogFile], groups: &[CommitGroup]) -> Vec<StagedObject> {
+pub fn staged_objects(
+    import_prefix: &str,
+    files: &[BinlogFile],
+    groups: &[CommitGroup],
+) -> Vec<StagedObject> {
     let mut prefixes: BTreeMap<String, u32> = BTreeMap::new();
     for (index, b) in groups.iter().flat_map(|g| g.batches.iter()).enumerate() {
         for prefix in b.files.iter().flatten() {
@@ -247,7 +275,11 @@ pub fn staged_objects(import_prefix: &str, files: &[BinlogFile], groups: &[Commi
             let path = format!("{import_prefix}/{}", f.path);
             // The batch prefix is the greatest one not after the path that the path starts with.
             let (prefix, batch) = prefixes.range(..=path.clone()).next_back()?;
-            path.starts_with(prefix).then(|| StagedObject { path: path.clone(), size: f.size, batch: *batch })
+            path.starts_with(prefix).then(|| StagedObject {
+                path: path.clone(),
+                size: f.size,
+                batch: *batch,
+            })
         })
         .collect()
 }

@@ -71,7 +71,11 @@ pub async fn apply(
                 let spec = IndexSpec {
                     field_name: index.field_name.clone(),
                     index_name: index.index_name.clone(),
-                    params: index.params.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    params: index
+                        .params
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
                 };
                 retry(deadline, || target.grpc.create_index(db, name, &spec)).await?;
             }
@@ -88,8 +92,11 @@ async fn create_collection(
     let mut schema = c.schema.clone();
     // Milvus adds the dynamic `$meta` field itself and refuses a schema that names one.
     schema.fields.retain(|f| !f.is_dynamic);
-    let properties: Vec<(String, String)> =
-        c.properties.iter().map(|kv| (kv.key.clone(), kv.value.clone())).collect();
+    let properties: Vec<(String, String)> = c
+        .properties
+        .iter()
+        .map(|kv| (kv.key.clone(), kv.value.clone()))
+        .collect();
     retry(deadline, || {
         target.grpc.create_collection(
             &c.target.db,
@@ -144,12 +151,18 @@ pub async fn await_mirrors(
 /// Drops the collections a rolled-back restore created, so that nothing it made stays
 /// behind and a rerun is not refused for "collection exists". Best effort: reports what it
 /// could not drop.
-pub async fn drop_created(ends: &Ends, created: &[(String, String)], deadline: Instant) -> Vec<String> {
+pub async fn drop_created(
+    ends: &Ends,
+    created: &[(String, String)],
+    deadline: Instant,
+) -> Vec<String> {
     let target = ends.target();
     let mut problems = Vec::new();
     for (db, name) in created {
         if let Err(e) = retry(deadline, || target.grpc.drop_collection(db, name)).await {
-            problems.push(format!("could not drop {db}.{name} created by this restore: {e}"));
+            problems.push(format!(
+                "could not drop {db}.{name} created by this restore: {e}"
+            ));
         }
     }
     problems

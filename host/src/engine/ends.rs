@@ -38,7 +38,11 @@ impl EndClient {
     }
 
     pub fn recorded(&self) -> RecordedEnd {
-        RecordedEnd { name: self.name.clone(), role: self.role, uri: self.uri.clone() }
+        RecordedEnd {
+            name: self.name.clone(),
+            role: self.role,
+            uri: self.uri.clone(),
+        }
     }
 }
 
@@ -54,6 +58,33 @@ impl Ends {
         let mut all = vec![EndClient::new(&job.target.end, Role::Target)?];
         for s in &job.secondaries {
             all.push(EndClient::new(&s.end, Role::Secondary)?);
+        }
+        Ok(Ends { all })
+    }
+
+    /// Ends as a journal record names them, with tokens from the host config's clusters of
+    /// the same name (an end given by URI alone has none).
+    pub fn from_recorded(
+        recorded: &[RecordedEnd],
+        host: &crate::job::HostConfig,
+    ) -> Result<Ends, RecoverError> {
+        let mut all = Vec::new();
+        for e in recorded {
+            let token = match host
+                .clusters
+                .get(&e.name)
+                .and_then(|c| c.token_env.as_ref())
+            {
+                Some(var) => Some(std::env::var(var).map_err(|_| RecoverError::MissingToken {
+                    end: e.name.clone(),
+                    variable: var.clone(),
+                })?),
+                None => None,
+            };
+            all.push(EndClient::connect(&e.name, e.role, &e.uri, token)?);
+        }
+        if all.first().is_none_or(|e| e.role != Role::Target) {
+            return Err(RecoverError::NoTarget);
         }
         Ok(Ends { all })
     }
@@ -83,4 +114,15 @@ impl Ends {
     pub fn is_empty(&self) -> bool {
         self.all.is_empty()
     }
+}
+
+/// Why a recorded restore's ends cannot be reached again.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoverError {
+    #[error("end {end}: its token variable {variable} is not set")]
+    MissingToken { end: String, variable: String },
+    #[error("the journal record names no target")]
+    NoTarget,
+    #[error(transparent)]
+    Client(#[from] milvus::Error),
 }

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use tokio::sync::watch as signal;
 
-pub use ends::{EndClient, Ends};
+pub use ends::{EndClient, Ends, RecoverError};
 pub use progress::{Logged, Progress, Silent};
 pub use recover::recover;
 pub use report::Report;
@@ -112,7 +112,10 @@ impl Engine {
         };
         if let Some(last) = attempts.last() {
             if matches!(last.outcome, Some(Outcome::Succeeded | Outcome::Diverged))
-                && let Some(report) = last.report.as_ref().and_then(|r| serde_json::from_value::<Report>(r.clone()).ok())
+                && let Some(report) = last
+                    .report
+                    .as_ref()
+                    .and_then(|r| serde_json::from_value::<Report>(r.clone()).ok())
             {
                 tracing::info!(restore = %last.id, "this job content already ran; not running it again");
                 return report;
@@ -157,7 +160,12 @@ impl Engine {
     pub async fn plan(&self, job: &Job) -> Result<PlanOutput, Vec<String>> {
         let ends = Ends::for_job(job).map_err(|e| vec![e.to_string()])?;
         let pf = preflight::preflight(job, &ends).await?;
-        let versions = ends.all().iter().map(|e| e.name.clone()).zip(pf.versions.iter().map(|v| v.to_string())).collect();
+        let versions = ends
+            .all()
+            .iter()
+            .map(|e| e.name.clone())
+            .zip(pf.versions.iter().map(|v| v.to_string()))
+            .collect();
         let dest: Vec<storage::OpenedStore> = run::destinations(job)
             .iter()
             .filter_map(|(_, spec)| spec.open().ok())
@@ -173,7 +181,11 @@ impl Engine {
             )
         };
         checks::CheckSetup::load(self, job).await?;
-        Ok(PlanOutput { plan: pf.plan, versions, import_prefix_note })
+        Ok(PlanOutput {
+            plan: pf.plan,
+            versions,
+            import_prefix_note,
+        })
     }
 
     /// A refusal before any journal record exists (the ends or the journal cannot be used).
@@ -215,7 +227,10 @@ async fn finish_report(
         report.summary = format!("{outcome:?}");
     }
     {
-        let mut r = shared.record.lock().expect("record lock: no panics under it");
+        let mut r = shared
+            .record
+            .lock()
+            .expect("record lock: no panics under it");
         r.outcome = Some(outcome);
         r.phase = RestorePhase::Finished;
         r.report = serde_json::to_value(&report).ok();
@@ -223,7 +238,9 @@ async fn finish_report(
     if let Err(e) = shared.persist().await {
         tracing::error!(error = %e, "could not write the final journal record");
     }
-    engine.progress.phase(&report.restore_id, RestorePhase::Finished);
+    engine
+        .progress
+        .phase(&report.restore_id, RestorePhase::Finished);
     write_report_files(engine, &report);
     report
 }
@@ -236,9 +253,22 @@ fn write_report_files(engine: &Engine, report: &Report) {
     let write = || -> std::io::Result<()> {
         std::fs::create_dir_all(&engine.reports_dir)?;
         let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
-        std::fs::write(engine.reports_dir.join(format!("{}.json", report.restore_id)), &json)?;
-        std::fs::write(engine.reports_dir.join(format!("{}.txt", report.restore_id)), report.to_string())?;
-        let latest = format!("{}.latest.json", journal::RestoreId::content_prefix(&report.job_name, "").trim_end_matches('.'));
+        std::fs::write(
+            engine
+                .reports_dir
+                .join(format!("{}.json", report.restore_id)),
+            &json,
+        )?;
+        std::fs::write(
+            engine
+                .reports_dir
+                .join(format!("{}.txt", report.restore_id)),
+            report.to_string(),
+        )?;
+        let latest = format!(
+            "{}.latest.json",
+            journal::RestoreId::content_prefix(&report.job_name, "").trim_end_matches('.')
+        );
         std::fs::write(engine.reports_dir.join(latest), &json)
     };
     if let Err(e) = write() {
@@ -263,8 +293,10 @@ async fn cleanup_prefix(
             }
         }
     }
-    let dests: Vec<storage::Destination<'_>> =
-        opened.iter().map(|(end, store)| storage::Destination { end, store }).collect();
+    let dests: Vec<storage::Destination<'_>> = opened
+        .iter()
+        .map(|(end, store)| storage::Destination { end, store })
+        .collect();
     match storage::cleanup(&dests, prefix, temp).await {
         Ok(_) => true,
         Err(e) => {

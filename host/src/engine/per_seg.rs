@@ -16,6 +16,15 @@ use crate::journal::{CommitGroup, Outcome};
 /// v1 imports in flight at once (milvus-backup bounds them with `importJobs`).
 const IMPORTS_IN_FLIGHT: usize = 8;
 
+/// One v1 import: a segment's file group into its partition.
+struct V1Import<'a> {
+    db: &'a str,
+    collection: &'a str,
+    partition: &'a str,
+    files: Vec<String>,
+    options: Vec<(String, String)>,
+}
+
 pub async fn run(
     shared: &Shared<'_>,
     _job: &Job,
@@ -24,27 +33,43 @@ pub async fn run(
 ) -> Result<Outcome, Stop> {
     let target = shared.ends.target();
     // One v1 job per file group: `[insert_prefix, delta_prefix or ""]`, or `[delta]` for L0.
-    let units: Vec<(&str, &str, &str, Vec<String>, Vec<(String, String)>)> = groups
+    let units: Vec<V1Import<'_>> = groups
         .iter()
         .flat_map(|g| g.batches.iter())
         .flat_map(|b| {
-            let options: Vec<(String, String)> =
-                b.options.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let options: Vec<(String, String)> = b
+                .options
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
             b.files.iter().map(move |files| {
                 let mut files = files.clone();
                 if files.len() == 1 && b.options.contains_key("backup") {
                     files.push(String::new());
                 }
-                (b.db.as_str(), b.collection.as_str(), b.partition.as_str(), files, options.clone())
+                V1Import {
+                    db: &b.db,
+                    collection: &b.collection,
+                    partition: &b.partition,
+                    files,
+                    options: options.clone(),
+                }
             })
         })
         .collect();
     let total = units.len();
     let results: Vec<Result<i64, String>> = futures::stream::iter(units)
-        .map(|(db, collection, partition, files, options)| async move {
+        .map(|unit| async move {
+            let files = unit.files;
             let task = target
                 .grpc
-                .import_v1(db, collection, partition, files.clone(), options)
+                .import_v1(
+                    unit.db,
+                    unit.collection,
+                    unit.partition,
+                    files.clone(),
+                    unit.options,
+                )
                 .await
                 .map_err(|e| format!("import of {files:?}: {e}"))?;
             loop {
@@ -68,7 +93,10 @@ pub async fn run(
         .buffer_unordered(IMPORTS_IN_FLIGHT)
         .collect()
         .await;
-    let failures: Vec<String> = results.iter().filter_map(|r| r.as_ref().err().cloned()).collect();
+    let failures: Vec<String> = results
+        .iter()
+        .filter_map(|r| r.as_ref().err().cloned())
+        .collect();
     let rows: i64 = results.iter().filter_map(|r| r.as_ref().ok()).sum();
     if failures.is_empty() {
         for c in &mut report.collections {

@@ -88,11 +88,11 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
     if let Some(plan) = &planned {
         check_budget(job, ends, plan, &mut refusals).await;
         let target = ends.target();
-        let answers = join_all(
-            plan.collections
-                .iter()
-                .map(|c| target.grpc.has_collection(&c.target.db, &c.target.collection)),
-        )
+        let answers = join_all(plan.collections.iter().map(|c| {
+            target
+                .grpc
+                .has_collection(&c.target.db, &c.target.collection)
+        }))
         .await;
         for (c, answer) in plan.collections.iter().zip(answers) {
             match answer {
@@ -126,9 +126,13 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
     }
 
     match (refusals.is_empty(), backup_store, read, planned) {
-        (true, Some(backup_store), Some(backup), Some(plan)) => {
-            Ok(Preflight { versions: known, backup_store, backup, plan, exists })
-        }
+        (true, Some(backup_store), Some(backup), Some(plan)) => Ok(Preflight {
+            versions: known,
+            backup_store,
+            backup,
+            plan,
+            exists,
+        }),
         _ => Err(refusals),
     }
 }
@@ -136,12 +140,20 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
 /// The replication rules (reference milvus-api.md §3.4): with secondaries, the target must be
 /// the primary of a replicating star and the secondaries exactly its targets; without them,
 /// the target must not replicate; `per_seg` (auto-commit) never meets replication.
-async fn check_topology(job: &Job, ends: &Ends, target_version: &ServerVersion, refusals: &mut Vec<String>) {
+async fn check_topology(
+    job: &Job,
+    ends: &Ends,
+    target_version: &ServerVersion,
+    refusals: &mut Vec<String>,
+) {
     let target = ends.target();
     let topology = match target.grpc.replicate_configuration().await {
         Ok(c) => Topology::new(c),
         Err(e) => {
-            refusals.push(format!("cannot read the replication configuration of {}: {e}", target.name));
+            refusals.push(format!(
+                "cannot read the replication configuration of {}: {e}",
+                target.name
+            ));
             return;
         }
     };
@@ -173,7 +185,9 @@ async fn check_topology(job: &Job, ends: &Ends, target_version: &ServerVersion, 
         }
         return;
     }
-    let me = topology.find(None, &target.uri).or_else(|| topology.primary());
+    let me = topology
+        .find(None, &target.uri)
+        .or_else(|| topology.primary());
     let Some(me) = me else {
         refusals.push(format!(
             "the replication configuration of {} has no single primary; fix the topology first",
@@ -193,12 +207,17 @@ async fn check_topology(job: &Job, ends: &Ends, target_version: &ServerVersion, 
     }
     let targets = topology.targets_of(&me.cluster_id);
     let uri_of = |c: &milvus_proto::common::MilvusCluster| {
-        c.connection_param.as_ref().map(|p| p.uri.clone()).unwrap_or_default()
+        c.connection_param
+            .as_ref()
+            .map(|p| p.uri.clone())
+            .unwrap_or_default()
     };
     if job.secondaries.is_empty() {
         if target_version.supports_two_phase_import() {
-            let list: Vec<String> =
-                targets.iter().map(|c| format!("{} ({})", c.cluster_id, uri_of(c))).collect();
+            let list: Vec<String> = targets
+                .iter()
+                .map(|c| format!("{} ({})", c.cluster_id, uri_of(c)))
+                .collect();
             refusals.push(format!(
                 "target {} replicates to {}; name them as secondaries (secondaries = [...] or \
                  --secondaries) so the restore holds every mirror Uncommitted before the commit",
@@ -216,8 +235,10 @@ async fn check_topology(job: &Job, ends: &Ends, target_version: &ServerVersion, 
     }
     for s in ends.secondaries() {
         if !targets.iter().any(|c| same_endpoint(&uri_of(c), &s.uri)) {
-            let list: Vec<String> =
-                targets.iter().map(|c| format!("{} at {}", c.cluster_id, uri_of(c))).collect();
+            let list: Vec<String> = targets
+                .iter()
+                .map(|c| format!("{} at {}", c.cluster_id, uri_of(c)))
+                .collect();
             refusals.push(format!(
                 "secondary {} ({}) is not a replication target of {} (cluster {}); its targets are: \
                  {}",
@@ -230,7 +251,11 @@ async fn check_topology(job: &Job, ends: &Ends, target_version: &ServerVersion, 
         }
     }
     for c in &targets {
-        if !ends.secondaries().iter().any(|s| same_endpoint(&uri_of(c), &s.uri)) {
+        if !ends
+            .secondaries()
+            .iter()
+            .any(|s| same_endpoint(&uri_of(c), &s.uri))
+        {
             refusals.push(format!(
                 "{} also replicates to cluster {} at {}, which the job does not name; every \
                  secondary must be held Uncommitted before the commit, so add it to secondaries",
@@ -252,12 +277,20 @@ async fn check_budget(job: &Job, ends: &Ends, plan: &RestorePlan, refusals: &mut
     let active = match target.rest.list("", "").await {
         Ok(jobs) => jobs.iter().filter(|j| !j.state.is_terminal()).count(),
         Err(e) => {
-            refusals.push(format!("cannot list the import jobs active on {}: {e}", target.name));
+            refusals.push(format!(
+                "cannot list the import jobs active on {}: {e}",
+                target.name
+            ));
             return;
         }
     };
     let limit = job.target.max_import_jobs as usize;
-    let largest = plan.collections.iter().map(|c| c.batches.len()).max().unwrap_or(0);
+    let largest = plan
+        .collections
+        .iter()
+        .map(|c| c.batches.len())
+        .max()
+        .unwrap_or(0);
     let held = match job.two_phase.atomicity {
         Atomicity::Restore => plan.totals.batches,
         Atomicity::Collection => largest,

@@ -42,7 +42,7 @@ impl Progress for Logged {
     }
 
     fn staging(&self, restore: &str, p: StageProgress) {
-        if p.files_done == p.files_total || p.files_done % 256 == 0 {
+        if p.files_done == p.files_total || p.files_done.is_multiple_of(256) {
             tracing::info!(
                 restore,
                 bytes = p.bytes_done,
@@ -56,7 +56,10 @@ impl Progress for Logged {
 
     fn jobs(&self, restore: &str, counts: &JobCounts) {
         let line = format_counts(counts);
-        let mut last = self.last.lock().expect("progress lock is never poisoned: no panics under it");
+        let mut last = self
+            .last
+            .lock()
+            .expect("progress lock is never poisoned: no panics under it");
         if last.get(restore) != Some(&line) {
             tracing::info!(restore, jobs = %line, "jobs");
             last.insert(restore.to_string(), line);
@@ -70,7 +73,14 @@ pub fn format_counts(counts: &JobCounts) -> String {
         .iter()
         .map(|(end, states)| {
             let s: Vec<String> = states.iter().map(|(st, n)| format!("{st}={n}")).collect();
-            format!("{end}: {}", if s.is_empty() { "-".to_string() } else { s.join(" ") })
+            format!(
+                "{end}: {}",
+                if s.is_empty() {
+                    "-".to_string()
+                } else {
+                    s.join(" ")
+                }
+            )
         })
         .collect::<Vec<_>>()
         .join(" · ")

@@ -26,7 +26,12 @@ const CALL_DEADLINE: Duration = Duration::from_secs(600);
 
 /// Resolves `record`. `job` is given when `lockstep run` found the record for the same job
 /// content (its stores are then known for cleanup); `lockstep recover` passes none.
-pub async fn recover(engine: &Engine, record: RestoreRecord, ends: Ends, job: Option<&Job>) -> Report {
+pub async fn recover(
+    engine: &Engine,
+    record: RestoreRecord,
+    ends: Ends,
+    job: Option<&Job>,
+) -> Report {
     let started = Timestamp::now();
     let claim = match engine.journal.claim(&record.id).await {
         Ok(c) => c,
@@ -43,7 +48,10 @@ pub async fn recover(engine: &Engine, record: RestoreRecord, ends: Ends, job: Op
         _ => record,
     };
     if !record.is_unfinished()
-        && let Some(report) = record.report.as_ref().and_then(|r| serde_json::from_value::<Report>(r.clone()).ok())
+        && let Some(report) = record
+            .report
+            .as_ref()
+            .and_then(|r| serde_json::from_value::<Report>(r.clone()).ok())
     {
         return report;
     }
@@ -79,7 +87,8 @@ pub async fn recover(engine: &Engine, record: RestoreRecord, ends: Ends, job: Op
         match &group.decision {
             Some(Decision::Commit { .. }) => {
                 let mut d = two_phase::commit(&ends, &tracker, &jobs, deadline).await;
-                let (more, finished) = two_phase::complete(&ends, &mut tracker, &jobs, Some(deadline), &|_| {}).await;
+                let (more, finished) =
+                    two_phase::complete(&ends, &mut tracker, &jobs, Some(deadline), &|_| {}).await;
                 d.extend(more);
                 divergences.extend(d);
                 forward_incomplete |= !finished;
@@ -94,12 +103,16 @@ pub async fn recover(engine: &Engine, record: RestoreRecord, ends: Ends, job: Op
                             tracker.jobs[i].job_id.clone();
                     }
                 }
-                if let Err(e) = two_phase::abort(&ends, &mut tracker, &jobs, settle, deadline).await {
+                if let Err(e) = two_phase::abort(&ends, &mut tracker, &jobs, settle, deadline).await
+                {
                     unsettled.push(e);
                 }
                 aborted_any = true;
                 shared.record.lock().expect("record lock").groups[g].decision =
-                    Some(Decision::Abort { at: Timestamp::now(), reason: "recovered: no decision on record".into() });
+                    Some(Decision::Abort {
+                        at: Timestamp::now(),
+                        reason: "recovered: no decision on record".into(),
+                    });
             }
         }
         trackers.push(tracker);
@@ -114,9 +127,15 @@ pub async fn recover(engine: &Engine, record: RestoreRecord, ends: Ends, job: Op
     }
     let cleaned = match (&record.staging_prefix, job) {
         (Some(_), Some(job)) if unsettled.is_empty() && !forward_incomplete => {
-            let temp = if job.restore.keep_temp_files && decided { TempFiles::Keep } else { TempFiles::Delete };
+            let temp = if job.restore.keep_temp_files && decided {
+                TempFiles::Keep
+            } else {
+                TempFiles::Delete
+            };
             match StagingPrefix::for_restore(&record.id) {
-                Ok(prefix) => super::cleanup_prefix(&super::run::destinations(job), &prefix, temp).await,
+                Ok(prefix) => {
+                    super::cleanup_prefix(&super::run::destinations(job), &prefix, temp).await
+                }
                 Err(_) => false,
             }
         }
@@ -131,20 +150,45 @@ pub async fn recover(engine: &Engine, record: RestoreRecord, ends: Ends, job: Op
     report.jobs = job_reports(&trackers);
     report.divergences = divergences;
     let (outcome, summary) = if !unsettled.is_empty() {
-        (Outcome::Incomplete, format!("recovery aborted what was submitted, but not every end settled: {}", unsettled.join("; ")))
+        (
+            Outcome::Incomplete,
+            format!(
+                "recovery aborted what was submitted, but not every end settled: {}",
+                unsettled.join("; ")
+            ),
+        )
     } else if forward_incomplete {
-        (Outcome::Incomplete, "recovery rolled the decision forward, but not every end reported Completed yet".to_string())
+        (
+            Outcome::Incomplete,
+            "recovery rolled the decision forward, but not every end reported Completed yet"
+                .to_string(),
+        )
     } else if decided && aborted_any {
-        (Outcome::RolledBack, "recovered: committed groups rolled forward, undecided groups aborted".to_string())
+        (
+            Outcome::RolledBack,
+            "recovered: committed groups rolled forward, undecided groups aborted".to_string(),
+        )
     } else if decided && !report.divergences.is_empty() {
-        (Outcome::Diverged, format!("recovered by rolling the commit decision forward; {} job(s) diverged", report.divergences.len()))
+        (
+            Outcome::Diverged,
+            format!(
+                "recovered by rolling the commit decision forward; {} job(s) diverged",
+                report.divergences.len()
+            ),
+        )
     } else if decided {
-        (Outcome::Succeeded, "recovered by rolling the commit decision forward; visible on every end".to_string())
+        (
+            Outcome::Succeeded,
+            "recovered by rolling the commit decision forward; visible on every end".to_string(),
+        )
     } else {
-        (Outcome::RolledBack, format!(
-            "recovered by presumed abort (the crash came before the commit decision, in phase {:?}); nothing is visible on any end",
-            record.phase
-        ))
+        (
+            Outcome::RolledBack,
+            format!(
+                "recovered by presumed abort (the crash came before the commit decision, in phase {:?}); nothing is visible on any end",
+                record.phase
+            ),
+        )
     };
     report.summary = summary;
     if decided {
@@ -163,8 +207,14 @@ pub async fn recover(engine: &Engine, record: RestoreRecord, ends: Ends, job: Op
 /// collection's jobs and matching their files.
 async fn find_lost_job(ends: &Ends, b: &BatchRecord, deadline: Instant) -> Option<MilvusJobId> {
     let target = ends.target();
-    let wanted: BTreeSet<String> = b.files.iter().map(|g| format!("[{}]", g.join(" "))).collect();
-    let listed = retry(deadline, || target.rest.list(&b.db, &b.collection)).await.ok()?;
+    let wanted: BTreeSet<String> = b
+        .files
+        .iter()
+        .map(|g| format!("[{}]", g.join(" ")))
+        .collect();
+    let listed = retry(deadline, || target.rest.list(&b.db, &b.collection))
+        .await
+        .ok()?;
     for entry in listed.iter().filter(|e| !e.state.is_terminal()) {
         if let Ok(p) = retry(deadline, || target.rest.describe(&entry.job_id)).await {
             let groups: BTreeSet<String> = p.file_groups.into_iter().collect();
@@ -188,7 +238,11 @@ async fn find_lost_job(ends: &Ends, b: &BatchRecord, deadline: Instant) -> Optio
         files: b.files.clone(),
         options,
     };
-    retry(deadline, || target.rest.create_import(&body, Some(&b.idempotency_key))).await.ok()
+    retry(deadline, || {
+        target.rest.create_import(&body, Some(&b.idempotency_key))
+    })
+    .await
+    .ok()
 }
 
 fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report {
@@ -221,21 +275,29 @@ fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report 
         ends: ends
             .all()
             .iter()
-            .map(|e| EndReport { name: e.name.clone(), role: e.role, uri: e.uri.clone(), version: None })
+            .map(|e| EndReport {
+                name: e.name.clone(),
+                role: e.role,
+                uri: e.uri.clone(),
+                version: None,
+            })
             .collect(),
         collections,
         jobs: vec![],
         divergences: vec![],
         refusals: vec![],
         checks: vec![],
-        staging: record.staging_prefix.as_ref().map(|p| super::report::StagingReport {
-            prefix: p.clone(),
-            files: 0,
-            bytes: 0,
-            bytes_streamed: 0,
-            destinations: record.staged_ends.clone(),
-            cleaned_up: false,
-        }),
+        staging: record
+            .staging_prefix
+            .as_ref()
+            .map(|p| super::report::StagingReport {
+                prefix: p.clone(),
+                files: 0,
+                bytes: 0,
+                bytes_streamed: 0,
+                destinations: record.staged_ends.clone(),
+                cleaned_up: false,
+            }),
         phases: vec![],
     }
 }

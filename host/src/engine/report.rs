@@ -8,8 +8,8 @@ use std::fmt::{self, Write as _};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::journal::Role;
 use crate::journal::Outcome;
+use crate::journal::Role;
 use crate::milvus::JobState;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,7 +121,10 @@ impl Report {
         for job in &self.jobs {
             for s in &job.states {
                 let state = s.state.map_or("unknown".to_string(), |s| s.to_string());
-                *out.entry(s.end.clone()).or_default().entry(state).or_default() += 1;
+                *out.entry(s.end.clone())
+                    .or_default()
+                    .entry(state)
+                    .or_default() += 1;
             }
         }
         out
@@ -140,9 +143,18 @@ impl fmt::Display for Report {
             Outcome::Incomplete => "INCOMPLETE (run `lockstep recover`)",
         };
         writeln!(f, "restore {}  [{verdict}]", self.restore_id)?;
-        writeln!(f, "  job {} (backup {}), exit code {}", self.job_name, self.backup, self.exit_code())?;
+        writeln!(
+            f,
+            "  job {} (backup {}), exit code {}",
+            self.job_name,
+            self.backup,
+            self.exit_code()
+        )?;
         writeln!(f, "  {}", self.summary)?;
-        let secs = self.finished_at.duration_since(self.started_at).as_secs_f64();
+        let secs = self
+            .finished_at
+            .duration_since(self.started_at)
+            .as_secs_f64();
         writeln!(f, "  started {} · took {secs:.1}s", self.started_at)?;
         for reason in &self.refusals {
             writeln!(f, "  refused: {reason}")?;
@@ -152,7 +164,10 @@ impl fmt::Display for Report {
             let states = self.states_per_end();
             for end in &self.ends {
                 let counts = states.get(&end.name).map_or(String::new(), |m| {
-                    m.iter().map(|(s, n)| format!("{s}={n}")).collect::<Vec<_>>().join(" ")
+                    m.iter()
+                        .map(|(s, n)| format!("{s}={n}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
                 });
                 writeln!(
                     f,
@@ -175,7 +190,11 @@ impl fmt::Display for Report {
                     c.partitions,
                     c.batches,
                     c.rows,
-                    if c.committed { "committed" } else { "not committed" },
+                    if c.committed {
+                        "committed"
+                    } else {
+                        "not committed"
+                    },
                 )?;
             }
         }
@@ -206,15 +225,27 @@ impl fmt::Display for Report {
             }
         }
         if !self.divergences.is_empty() {
-            writeln!(f, "\nDIVERGENCES (committed on the target, not visible on these ends)")?;
+            writeln!(
+                f,
+                "\nDIVERGENCES (committed on the target, not visible on these ends)"
+            )?;
             for d in &self.divergences {
-                writeln!(f, "  {} job {} ({}): {}", d.end, d.job_id, d.collection, d.reason)?;
+                writeln!(
+                    f,
+                    "  {} job {} ({}): {}",
+                    d.end, d.job_id, d.collection, d.reason
+                )?;
             }
         }
         let unusual: Vec<&JobReport> = self
             .jobs
             .iter()
-            .filter(|j| self.jobs.len() <= 20 || j.states.iter().any(|s| s.state != Some(JobState::Completed)))
+            .filter(|j| {
+                self.jobs.len() <= 20
+                    || j.states
+                        .iter()
+                        .any(|s| s.state != Some(JobState::Completed))
+            })
             .collect();
         if !unusual.is_empty() {
             writeln!(f, "\njobs")?;

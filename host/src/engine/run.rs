@@ -118,7 +118,10 @@ impl<'a> Shared<'a> {
     }
 
     fn fail(&self, stop: Stop) {
-        let mut f = self.failure.lock().expect("failure lock: no panics under it");
+        let mut f = self
+            .failure
+            .lock()
+            .expect("failure lock: no panics under it");
         if f.is_none() {
             *f = Some(stop);
         }
@@ -153,7 +156,12 @@ pub(super) async fn attempt(
 ) -> Report {
     let started = Timestamp::now();
     let shared = Shared::new(engine, ends, claim, record, Some(job));
-    let mut report = base_report(job, ends, &shared.record.lock().expect("record lock"), started);
+    let mut report = base_report(
+        job,
+        ends,
+        &shared.record.lock().expect("record lock"),
+        started,
+    );
     if let Err(e) = shared.persist().await {
         return finish_report(engine, report, Outcome::Refused, vec![e], &shared).await;
     }
@@ -217,26 +225,55 @@ async fn execute(
     let engine = shared.engine;
     let ends = shared.ends;
     let grace = job.two_phase.mirror_grace;
-    let call_deadline = || Instant::now() + job.two_phase.commit_timeout.unwrap_or(DEFAULT_CALL_DEADLINE);
+    let call_deadline = || {
+        Instant::now()
+            + job
+                .two_phase
+                .commit_timeout
+                .unwrap_or(DEFAULT_CALL_DEADLINE)
+    };
     let restore_id = shared.record.lock().expect("record lock").id.clone();
 
     // DDL.
-    shared.set_phase(RestorePhase::Ddl).await.map_err(Stop::Failed)?;
+    shared
+        .set_phase(RestorePhase::Ddl)
+        .await
+        .map_err(Stop::Failed)?;
     let mut done = DdlDone::default();
-    let ddl = ddl::apply(ends, &pf.plan, &pf.exists, job.restore.collection_creation, call_deadline(), &mut done).await;
-    shared.record.lock().expect("record lock").created_collections = done.created.clone();
+    let ddl = ddl::apply(
+        ends,
+        &pf.plan,
+        &pf.exists,
+        job.restore.collection_creation,
+        call_deadline(),
+        &mut done,
+    )
+    .await;
+    shared
+        .record
+        .lock()
+        .expect("record lock")
+        .created_collections = done.created.clone();
     shared.persist().await.map_err(Stop::Failed)?;
     if let Err(e) = ddl {
-        return rollback(shared, Stop::Failed(format!("DDL on the target failed: {e}"))).await;
+        return rollback(
+            shared,
+            Stop::Failed(format!("DDL on the target failed: {e}")),
+        )
+        .await;
     }
-    let mirrored = engine.interrupt.race(ddl::await_mirrors(ends, &pf.plan, Instant::now() + grace)).await;
+    let mirrored = engine
+        .interrupt
+        .race(ddl::await_mirrors(ends, &pf.plan, Instant::now() + grace))
+        .await;
     match mirrored {
         Err(i) => return rollback(shared, i.into()).await,
         Ok(Err(reason)) => return rollback(shared, Stop::Failed(reason)).await,
         Ok(Ok(())) => {}
     }
     if job.restore.meta_only {
-        report.summary = "meta only: collections created on the target and present on every secondary".into();
+        report.summary =
+            "meta only: collections created on the target and present on every secondary".into();
         for c in &mut report.collections {
             c.committed = true;
         }
@@ -244,15 +281,27 @@ async fn execute(
     }
 
     // Staging.
-    shared.set_phase(RestorePhase::Staging).await.map_err(Stop::Failed)?;
-    let staged = match engine.interrupt.race(stage(shared, job, pf, &restore_id, report)).await {
+    shared
+        .set_phase(RestorePhase::Staging)
+        .await
+        .map_err(Stop::Failed)?;
+    let staged = match engine
+        .interrupt
+        .race(stage(shared, job, pf, &restore_id, report))
+        .await
+    {
         Err(i) => return rollback(shared, i.into()).await,
         Ok(Err(reason)) => return rollback(shared, Stop::Failed(reason)).await,
         Ok(Ok(s)) => s,
     };
 
     // Commit groups and their jobs.
-    let batches: Vec<&ImportBatch> = pf.plan.collections.iter().flat_map(|c| c.batches.iter()).collect();
+    let batches: Vec<&ImportBatch> = pf
+        .plan
+        .collections
+        .iter()
+        .flat_map(|c| c.batches.iter())
+        .collect();
     let groups = build_groups(&restore_id, job, pf, &staged);
     {
         let mut r = shared.record.lock().expect("record lock");
@@ -262,7 +311,7 @@ async fn execute(
         let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
         let mut trackers = shared.trackers.lock().expect("tracker lock");
         let mut index = 0;
-        for (g, group) in groups.iter().enumerate() {
+        for group in groups.iter() {
             trackers.push(Tracker {
                 end_names: names.clone(),
                 jobs: group
@@ -288,7 +337,10 @@ async fn execute(
 
     // Before-import checks.
     let ctx_staged = super::checks::staged_objects(&staged, &pf.plan.files_to_stage, &groups);
-    if let Err(reason) = checks.run_before_import(shared, job, pf, &ctx_staged, report).await {
+    if let Err(reason) = checks
+        .run_before_import(shared, job, pf, &ctx_staged, report)
+        .await
+    {
         return rollback(shared, Stop::Failed(reason)).await;
     }
 
@@ -297,20 +349,27 @@ async fn execute(
     }
 
     // Run the groups within the target's import-job budget.
-    shared.set_phase(RestorePhase::Importing).await.map_err(Stop::Failed)?;
+    shared
+        .set_phase(RestorePhase::Importing)
+        .await
+        .map_err(Stop::Failed)?;
     let budget = Arc::new(Semaphore::new((job.target.max_import_jobs as usize).max(1)));
-    let results: Vec<(usize, Result<Vec<Divergence>, String>)> = futures::stream::iter(0..groups.len())
-        .map(|g| {
-            let budget = Arc::clone(&budget);
-            let need = groups[g].batches.len().max(1) as u32;
-            async move {
-                let _slots = budget.acquire_many(need).await.expect("the budget semaphore is never closed");
-                (g, run_group(shared, job, g, checks, pf).await)
-            }
-        })
-        .buffer_unordered(groups.len().max(1))
-        .collect()
-        .await;
+    let results: Vec<(usize, Result<Vec<Divergence>, String>)> =
+        futures::stream::iter(0..groups.len())
+            .map(|g| {
+                let budget = Arc::clone(&budget);
+                let need = groups[g].batches.len().max(1) as u32;
+                async move {
+                    let _slots = budget
+                        .acquire_many(need)
+                        .await
+                        .expect("the budget semaphore is never closed");
+                    (g, run_group(shared, job, g, checks, pf).await)
+                }
+            })
+            .buffer_unordered(groups.len().max(1))
+            .collect()
+            .await;
 
     let mut divergences = Vec::new();
     let mut incomplete = Vec::new();
@@ -322,14 +381,23 @@ async fn execute(
     }
     let decided: Vec<bool> = {
         let r = shared.record.lock().expect("record lock");
-        r.groups.iter().map(|g| matches!(g.decision, Some(Decision::Commit { .. }))).collect()
+        r.groups
+            .iter()
+            .map(|g| matches!(g.decision, Some(Decision::Commit { .. })))
+            .collect()
     };
     for c in &mut report.collections {
-        c.committed = groups.iter().zip(&decided).any(|(g, d)| *d && g.batches.iter().any(|b| format!("{}.{}", b.db, b.collection) == c.target));
+        c.committed = groups.iter().zip(&decided).any(|(g, d)| {
+            *d && g
+                .batches
+                .iter()
+                .any(|b| format!("{}.{}", b.db, b.collection) == c.target)
+        });
     }
     report.checks.extend(checks.reports());
 
-    if let Some(stop) = shared.failure.lock().expect("failure lock").take() {
+    let failure = shared.failure.lock().expect("failure lock").take();
+    if let Some(stop) = failure {
         // Undecided groups aborted themselves; drop what they created.
         let undecided: Vec<usize> = (0..groups.len()).filter(|g| !decided[*g]).collect();
         let any_decided = decided.iter().any(|d| *d);
@@ -338,11 +406,14 @@ async fn execute(
     }
 
     // Every group decided: cleanup, then the outcome.
-    shared.set_phase(RestorePhase::Completing).await.map_err(Stop::Failed)?;
-    if incomplete.is_empty() {
-        if let Some(s) = report.staging.as_mut() {
-            s.cleaned_up = cleanup_staging(job, &restore_id).await;
-        }
+    shared
+        .set_phase(RestorePhase::Completing)
+        .await
+        .map_err(Stop::Failed)?;
+    if incomplete.is_empty()
+        && let Some(s) = report.staging.as_mut()
+    {
+        s.cleaned_up = cleanup_staging(job, &restore_id).await;
     }
     report.divergences = divergences;
     let outcome = if !incomplete.is_empty() {
@@ -352,7 +423,8 @@ async fn execute(
         );
         Outcome::Incomplete
     } else if !report.divergences.is_empty() {
-        let ends: std::collections::BTreeSet<&str> = report.divergences.iter().map(|d| d.end.as_str()).collect();
+        let ends: std::collections::BTreeSet<&str> =
+            report.divergences.iter().map(|d| d.end.as_str()).collect();
         report.summary = format!(
             "committed on the target; {} job(s) failed to become visible on {}",
             report.divergences.len(),
@@ -384,16 +456,26 @@ async fn stage(
     let dest_specs = destinations(job);
     let mut opened = Vec::new();
     for (end, spec) in &dest_specs {
-        let store = spec.open().map_err(|e| format!("storage of {end}: {}", error_chain(&e)))?;
+        let store = spec
+            .open()
+            .map_err(|e| format!("storage of {end}: {}", error_chain(&e)))?;
         opened.push((end.clone(), store));
     }
     let ids: Vec<&storage::StoreId> = opened.iter().map(|(_, s)| &s.id).collect();
-    let paths = storage::import_paths(&pf.backup_store.id, &pf.backup.location.dir, &ids, prefix.clone());
+    let paths = storage::import_paths(
+        &pf.backup_store.id,
+        &pf.backup.location.dir,
+        &ids,
+        prefix.clone(),
+    );
     let files: Vec<storage::BackupFile> = pf
         .plan
         .files_to_stage
         .iter()
-        .map(|f| storage::BackupFile { path: f.path.clone(), size: f.size })
+        .map(|f| storage::BackupFile {
+            path: f.path.clone(),
+            size: f.size,
+        })
         .collect();
     let bytes: u64 = files.iter().map(|f| f.size).sum();
     let import_prefix = paths.prefix().to_string();
@@ -412,9 +494,14 @@ async fn stage(
             r.staged_ends = opened.iter().map(|(e, _)| e.clone()).collect();
         }
         shared.persist().await?;
-        let destinations: Vec<storage::Destination<'_>> =
-            opened.iter().map(|(end, store)| storage::Destination { end, store }).collect();
-        let source = storage::StageSource { store: &pf.backup_store, backup_dir: &pf.backup.location.dir };
+        let destinations: Vec<storage::Destination<'_>> = opened
+            .iter()
+            .map(|(end, store)| storage::Destination { end, store })
+            .collect();
+        let source = storage::StageSource {
+            store: &pf.backup_store,
+            backup_dir: &pf.backup.location.dir,
+        };
         let id = restore_id.to_string();
         let progress = shared.engine.progress.clone();
         let staged = storage::stage(
@@ -440,7 +527,10 @@ async fn stage(
 /// The ends whose stores the ends import from: the target's, and each secondary's that the
 /// job names (a secondary known only by URI must already see the files some other way).
 pub(super) fn destinations(job: &Job) -> Vec<(String, storage::StorageSpec)> {
-    let mut out = vec![(job.target.end.name.to_string(), store_spec(&job.target.storage))];
+    let mut out = vec![(
+        job.target.end.name.to_string(),
+        store_spec(&job.target.storage),
+    )];
     for s in &job.secondaries {
         if let Some(spec) = &s.storage {
             out.push((s.end.name.to_string(), store_spec(spec)));
@@ -454,7 +544,10 @@ pub(super) fn destinations(job: &Job) -> Vec<(String, storage::StorageSpec)> {
 pub(super) fn store_spec(spec: &crate::job::StorageSpec) -> storage::StorageSpec {
     storage::StorageSpec {
         url: spec.url.to_string(),
-        endpoint: spec.endpoint.as_ref().map(|u| u.as_str().trim_end_matches('/').to_string()),
+        endpoint: spec
+            .endpoint
+            .as_ref()
+            .map(|u| u.as_str().trim_end_matches('/').to_string()),
         region: spec.region.clone(),
         access_key_id: None,
         access_key_id_env: spec.access_key_id_env.clone(),
@@ -466,7 +559,12 @@ pub(super) fn store_spec(spec: &crate::job::StorageSpec) -> storage::StorageSpec
 }
 
 /// The commit groups of the restore: one for all batches, or one per collection.
-fn build_groups(restore_id: &RestoreId, job: &Job, pf: &Preflight, import_prefix: &str) -> Vec<CommitGroup> {
+fn build_groups(
+    restore_id: &RestoreId,
+    job: &Job,
+    pf: &Preflight,
+    import_prefix: &str,
+) -> Vec<CommitGroup> {
     let record = |b: &ImportBatch| BatchRecord {
         batch_id: b.id.to_string(),
         db: b.target.db.clone(),
@@ -476,7 +574,12 @@ fn build_groups(restore_id: &RestoreId, job: &Job, pf: &Preflight, import_prefix
         files: b
             .files
             .iter()
-            .map(|group| group.iter().map(|f| format!("{import_prefix}/{f}")).collect())
+            .map(|group| {
+                group
+                    .iter()
+                    .map(|f| format!("{import_prefix}/{f}"))
+                    .collect()
+            })
             .collect(),
         options: b.options(),
         job_id: None,
@@ -485,7 +588,12 @@ fn build_groups(restore_id: &RestoreId, job: &Job, pf: &Preflight, import_prefix
     match job.two_phase.atomicity {
         Atomicity::Restore => vec![CommitGroup {
             id: "restore".into(),
-            batches: pf.plan.collections.iter().flat_map(|c| c.batches.iter().map(record)).collect(),
+            batches: pf
+                .plan
+                .collections
+                .iter()
+                .flat_map(|c| c.batches.iter().map(record))
+                .collect(),
             decision: None,
         }],
         Atomicity::Collection => pf
@@ -524,41 +632,51 @@ async fn run_group(
     let mut tracker = shared.trackers.lock().expect("tracker lock")[g].clone();
     let jobs: Vec<usize> = (0..tracker.jobs.len()).collect();
     let deadline = job.two_phase.commit_timeout.map(|t| Instant::now() + t);
-    let call_deadline = Instant::now() + job.two_phase.commit_timeout.unwrap_or(DEFAULT_CALL_DEADLINE);
-    let honours_key = pf.versions.first().is_some_and(ServerVersion::honours_idempotency_key);
+    let call_deadline = Instant::now()
+        + job
+            .two_phase
+            .commit_timeout
+            .unwrap_or(DEFAULT_CALL_DEADLINE);
+    let honours_key = pf
+        .versions
+        .first()
+        .is_some_and(ServerVersion::honours_idempotency_key);
 
     let pre: Result<(), Stop> = async {
         if shared.failed() {
             return Err(Stop::Failed("another commit group failed".into()));
         }
         submit(shared, g, &mut tracker, call_deadline, honours_key).await?;
-        shared.set_phase(RestorePhase::Holding).await.map_err(Stop::Failed)?;
-        loop {
+        shared
+            .set_phase(RestorePhase::Holding)
+            .await
+            .map_err(Stop::Failed)?;
+        let hold = async |tracker: &mut Tracker| -> Result<(), Stop> {
             let show = |t: &Tracker| {
                 shared.trackers.lock().expect("tracker lock")[g] = t.clone();
                 shared.show();
             };
+            let grace = job.two_phase.mirror_grace;
             engine
                 .interrupt
-                .race(two_phase::hold(ends, &mut tracker, &jobs, job.two_phase.mirror_grace, deadline, &show))
+                .race(two_phase::hold(
+                    ends, tracker, &jobs, grace, deadline, &show,
+                ))
                 .await?
                 .map_err(Stop::Failed)?;
             if shared.failed() {
                 return Err(Stop::Failed("another commit group failed".into()));
             }
-            checks.run_before_commit(shared, job, g, &tracker).await.map_err(Stop::Failed)?;
-            // Re-read every end right before deciding: a mirror may have failed while the
-            // checks ran, and Milvus cannot check a fencing token, only states.
-            engine
-                .interrupt
-                .race(two_phase::hold(ends, &mut tracker, &jobs, job.two_phase.mirror_grace, deadline, &show))
-                .await?
-                .map_err(Stop::Failed)?;
-            if shared.failed() {
-                return Err(Stop::Failed("another commit group failed".into()));
-            }
-            return Ok(());
-        }
+            Ok(())
+        };
+        hold(&mut tracker).await?;
+        checks
+            .run_before_commit(shared, job, g, &tracker)
+            .await
+            .map_err(Stop::Failed)?;
+        // Re-read every end right before deciding: a mirror may have failed while the
+        // checks ran, and Milvus cannot check a fencing token, only states.
+        hold(&mut tracker).await
     }
     .await;
 
@@ -573,23 +691,36 @@ async fn run_group(
                 Some(Stop::Refused(r)) => r.join("; "),
                 None => "failed".into(),
             };
-            r.groups[g].decision = Some(Decision::Abort { at: Timestamp::now(), reason: reason.clone() });
+            r.groups[g].decision = Some(Decision::Abort {
+                at: Timestamp::now(),
+                reason: reason.clone(),
+            });
             reason
         };
         shared.trackers.lock().expect("tracker lock")[g] = tracker;
         let _ = shared.persist().await;
         tracing::warn!(group = g, %reason, "aborted before the decision");
-        return aborted.map(|()| Vec::new()).map_err(|e| format!("abort did not settle: {e}"));
+        return aborted
+            .map(|()| Vec::new())
+            .map_err(|e| format!("abort did not settle: {e}"));
     }
 
     // The decision: durable before any commit is sent. From here on, only forward.
     {
         let mut r = shared.record.lock().expect("record lock");
-        r.groups[g].decision = Some(Decision::Commit { at: Timestamp::now() });
+        r.groups[g].decision = Some(Decision::Commit {
+            at: Timestamp::now(),
+        });
     }
     shared.set_phase(RestorePhase::Deciding).await?;
     shared.persist().await?;
-    let mut divergences = two_phase::commit(ends, &tracker, &jobs, Instant::now() + DEFAULT_CALL_DEADLINE).await;
+    let mut divergences = two_phase::commit(
+        ends,
+        &tracker,
+        &jobs,
+        Instant::now() + DEFAULT_CALL_DEADLINE,
+    )
+    .await;
     let completion = job.two_phase.completion_timeout.map(|t| Instant::now() + t);
     let show = |t: &Tracker| {
         shared.trackers.lock().expect("tracker lock")[g] = t.clone();
@@ -598,7 +729,11 @@ async fn run_group(
     let (more, finished) = two_phase::complete(ends, &mut tracker, &jobs, completion, &show).await;
     divergences.extend(more);
     shared.trackers.lock().expect("tracker lock")[g] = tracker;
-    if finished { Ok(divergences) } else { Err("not every end reported Completed within the completion timeout".into()) }
+    if finished {
+        Ok(divergences)
+    } else {
+        Err("not every end reported Completed within the completion timeout".into())
+    }
 }
 
 /// Creates the group's jobs on the target. Every key is recorded as possibly sent before
@@ -629,7 +764,10 @@ async fn submit(
                 options: import_options(b),
             };
             let key = honours_key.then_some(b.idempotency_key.as_str());
-            (i, retry(deadline, || target.rest.create_import(&body, key)).await)
+            (
+                i,
+                retry(deadline, || target.rest.create_import(&body, key)).await,
+            )
         })
         .buffer_unordered(CREATES_IN_FLIGHT);
     let mut first_error = None;
@@ -653,7 +791,10 @@ async fn submit(
              secondary (it is off by default)",
             error_chain(&e)
         )])),
-        Some(e) => Err(Stop::Failed(format!("import create failed: {}", error_chain(&e)))),
+        Some(e) => Err(Stop::Failed(format!(
+            "import create failed: {}",
+            error_chain(&e)
+        ))),
     }
 }
 
@@ -667,7 +808,12 @@ fn import_options(b: &BatchRecord) -> BTreeMap<String, String> {
 /// Rolls back a restore that stopped before any job was submitted: drop what the DDL
 /// created, delete what staging copied.
 async fn rollback(shared: &Shared<'_>, stop: Stop) -> Result<Outcome, Stop> {
-    let created = shared.record.lock().expect("record lock").created_collections.clone();
+    let created = shared
+        .record
+        .lock()
+        .expect("record lock")
+        .created_collections
+        .clone();
     drop_and_unstage(shared, &created).await;
     Err(stop)
 }
@@ -695,14 +841,24 @@ async fn rollback_after_abort(
     undecided: &[usize],
     any_decided: bool,
 ) -> Result<Outcome, Stop> {
-    let created = shared.record.lock().expect("record lock").created_collections.clone();
+    let created = shared
+        .record
+        .lock()
+        .expect("record lock")
+        .created_collections
+        .clone();
     let undecided_collections: Vec<(String, String)> = {
         let r = shared.record.lock().expect("record lock");
         created
             .into_iter()
             .filter(|(db, c)| {
                 !any_decided
-                    || undecided.iter().any(|g| r.groups[*g].batches.iter().any(|b| &b.db == db && &b.collection == c))
+                    || undecided.iter().any(|g| {
+                        r.groups[*g]
+                            .batches
+                            .iter()
+                            .any(|b| &b.db == db && &b.collection == c)
+                    })
             })
             .collect()
     };
@@ -713,7 +869,9 @@ async fn rollback_after_abort(
 /// Deletes the staged files once every end completed (unless `keep_temp_files`). Whether
 /// they are gone, for the report.
 async fn cleanup_staging(job: &Job, restore_id: &RestoreId) -> bool {
-    let Ok(prefix) = StagingPrefix::for_restore(restore_id) else { return false };
+    let Ok(prefix) = StagingPrefix::for_restore(restore_id) else {
+        return false;
+    };
     let temp = if job.restore.keep_temp_files {
         storage::TempFiles::Keep
     } else {
@@ -736,7 +894,12 @@ fn base_report(job: &Job, ends: &Ends, record: &RestoreRecord, started: Timestam
         ends: ends
             .all()
             .iter()
-            .map(|e| EndReport { name: e.name.clone(), role: e.role, uri: e.uri.clone(), version: None })
+            .map(|e| EndReport {
+                name: e.name.clone(),
+                role: e.role,
+                uri: e.uri.clone(),
+                version: None,
+            })
             .collect(),
         collections: vec![],
         jobs: vec![],
@@ -772,4 +935,3 @@ pub(super) fn job_reports(trackers: &[Tracker]) -> Vec<super::report::JobReport>
         })
         .collect()
 }
-

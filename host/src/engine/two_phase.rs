@@ -73,7 +73,10 @@ impl Tracker {
         for &j in jobs {
             if let Some(id) = &self.jobs[j].job_id {
                 for end in 0..ends {
-                    pairs.push(Pair { job: id.clone(), end });
+                    pairs.push(Pair {
+                        job: id.clone(),
+                        end,
+                    });
                     owner.push(j);
                 }
             }
@@ -84,8 +87,11 @@ impl Tracker {
     fn note(&mut self, j: usize, end: usize, sight: &Sight) {
         match sight {
             Sight::Seen(p) => {
-                self.jobs[j].seen[end] =
-                    Some(Seen { state: p.state, progress: p.progress, reason: p.reason.clone() })
+                self.jobs[j].seen[end] = Some(Seen {
+                    state: p.state,
+                    progress: p.progress,
+                    reason: p.reason.clone(),
+                })
             }
             Sight::Missing => self.jobs[j].seen[end] = None,
             Sight::Unreachable(_) => {}
@@ -151,15 +157,17 @@ pub async fn hold(
         };
         match (end, target_ready[j]) {
             (0, _) | (_, None) => Judgement::Wait,
-            (_, Some(ready)) if now.saturating_duration_since(ready) > grace => Judgement::Stop(format!(
-                "secondary {}: the mirror of job {} ({}) is still {state} {}s after the target's \
+            (_, Some(ready)) if now.saturating_duration_since(ready) > grace => {
+                Judgement::Stop(format!(
+                    "secondary {}: the mirror of job {} ({}) is still {state} {}s after the target's \
                  copy was Uncommitted (mirror grace {}s)",
-                names[end],
-                pairs[i].job,
-                tracker.jobs[j].batch_id,
-                now.saturating_duration_since(ready).as_secs(),
-                grace.as_secs()
-            )),
+                    names[end],
+                    pairs[i].job,
+                    tracker.jobs[j].batch_id,
+                    now.saturating_duration_since(ready).as_secs(),
+                    grace.as_secs()
+                ))
+            }
             _ => Judgement::Wait,
         }
     };
@@ -169,10 +177,16 @@ pub async fn hold(
 /// Sends the commit of every job in `jobs` to the target (never to a secondary). Commit is
 /// idempotent in Uncommitted, Committing and Completed, so it is retried on any passing
 /// fault. A job whose commit the target refuses is a divergence on the target itself.
-pub async fn commit(ends: &Ends, tracker: &Tracker, jobs: &[usize], deadline: Instant) -> Vec<Divergence> {
+pub async fn commit(
+    ends: &Ends,
+    tracker: &Tracker,
+    jobs: &[usize],
+    deadline: Instant,
+) -> Vec<Divergence> {
     let target = ends.target();
     let results: Vec<(usize, Result<(), crate::milvus::Error>)> = futures::stream::iter(
-        jobs.iter().filter_map(|&j| tracker.jobs[j].job_id.clone().map(|id| (j, id))),
+        jobs.iter()
+            .filter_map(|&j| tracker.jobs[j].job_id.clone().map(|id| (j, id))),
     )
     .map(|(j, id)| async move { (j, retry(deadline, || target.rest.commit(&id)).await) })
     .buffer_unordered(CONTROL_IN_FLIGHT)
@@ -183,7 +197,11 @@ pub async fn commit(ends: &Ends, tracker: &Tracker, jobs: &[usize], deadline: In
         .filter_map(|(j, r)| {
             r.err().map(|e| Divergence {
                 end: target.name.clone(),
-                job_id: tracker.jobs[j].job_id.as_ref().map(|i| i.0.clone()).unwrap_or_default(),
+                job_id: tracker.jobs[j]
+                    .job_id
+                    .as_ref()
+                    .map(|i| i.0.clone())
+                    .unwrap_or_default(),
                 collection: tracker.jobs[j].collection.clone(),
                 reason: format!("the target refused the commit: {e}"),
             })
@@ -260,7 +278,10 @@ pub async fn abort(
     deadline: Instant,
 ) -> Result<(), String> {
     let target = ends.target();
-    let ids: Vec<MilvusJobId> = jobs.iter().filter_map(|&j| tracker.jobs[j].job_id.clone()).collect();
+    let ids: Vec<MilvusJobId> = jobs
+        .iter()
+        .filter_map(|&j| tracker.jobs[j].job_id.clone())
+        .collect();
     let refused: Vec<String> = futures::stream::iter(ids.iter())
         .map(|id| async move { (id, retry(deadline, || target.rest.abort(id)).await) })
         .buffer_unordered(CONTROL_IN_FLIGHT)
@@ -288,7 +309,9 @@ pub async fn abort(
         let verdict = match &sight {
             Sight::Seen(p) if p.state == JobState::Failed => Judgement::Done,
             Sight::Missing if end == 0 => Judgement::Done,
-            Sight::Missing if now.saturating_duration_since(aborted_at) >= settle => Judgement::Done,
+            Sight::Missing if now.saturating_duration_since(aborted_at) >= settle => {
+                Judgement::Done
+            }
             Sight::Seen(p) if p.state == JobState::Completed || p.state == JobState::Committing => {
                 // Only a commit makes a job Committing; before a decision none was sent by
                 // this restore. Report it rather than wait forever.

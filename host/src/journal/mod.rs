@@ -226,7 +226,9 @@ impl RestoreRecord {
 
     /// Whether any commit group was decided for commit: from then on, only forward.
     pub fn has_commit_decision(&self) -> bool {
-        self.groups.iter().any(|g| matches!(g.decision, Some(Decision::Commit { .. })))
+        self.groups
+            .iter()
+            .any(|g| matches!(g.decision, Some(Decision::Commit { .. })))
     }
 }
 

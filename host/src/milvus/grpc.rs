@@ -4,11 +4,11 @@
 //! A `common.Status` with a non-zero `code` is an error; transport failures (the end is away
 //! or restarting) are [`Error::Unreachable`] so the caller's retry applies.
 
+use base64::Engine as _;
 use milvus_proto::common::{ImportState, KeyValuePair, ReplicateConfiguration, Status};
 use milvus_proto::milvus::milvus_service_client::MilvusServiceClient;
 use milvus_proto::milvus::*;
 use milvus_proto::schema::CollectionSchema;
-use base64::Engine as _;
 use prost::Message;
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;

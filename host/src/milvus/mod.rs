@@ -40,7 +40,9 @@ impl fmt::Display for MilvusJobId {
 
 /// The external job state REST reports (reference §1.4). `Unknown` covers `None` and any
 /// name this version of lockstep does not know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum JobState {
     Pending,
     Importing,

@@ -1,0 +1,335 @@
+//! Commands, output and exit codes of the `lockstep` binary.
+
+mod demo;
+mod output;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+
+use lockstep::engine::{self, Engine, Interrupt, Report};
+use lockstep::job::{HostConfig, Job, RestoreArgs};
+use lockstep::journal::embedded::FileJournal;
+use lockstep::journal::{Outcome, RestoreId};
+
+pub use output::OutputFormat;
+
+/// Restore milvus-backup backups into a CDC-replicating Milvus so the data becomes visible
+/// at the same logical point on every end.
+#[derive(Debug, Parser)]
+#[command(name = "lockstep", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Host config: clusters, storages, where backups live, the state directory.
+    /// Default: ./lockstep.toml when it exists.
+    #[arg(long, global = true, env = "LOCKSTEP_CONFIG")]
+    config: Option<PathBuf>,
+    /// Journal and reports directory (overrides the host config's state_dir).
+    #[arg(long, global = true, env = "LOCKSTEP_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Log lines as text or JSON (to stderr).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// The final report as a table for people or JSON for scripts (to stdout).
+    #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Text)]
+    output: OutputFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+// Parsed once per process; the size of the restore flags does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run job files (or every *.toml in directories), several at once; exit with the
+    /// worst outcome.
+    Run {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Restores running at once.
+        #[arg(long, default_value_t = 2)]
+        max_parallel: usize,
+    },
+    /// Restore a backup, with milvus-backup's restore flags plus --target, --secondaries
+    /// and --strategy.
+    Restore(RestoreArgs),
+    /// Run preflight and print what a run would do; changes nothing anywhere.
+    Plan { file: PathBuf },
+    /// Show restores from the journal: all of them, or one in full.
+    Status { id: Option<String> },
+    /// Finish restores a crash left unfinished: abort without a decision, roll forward
+    /// with one.
+    Recover { id: Option<String> },
+    /// Start milvus-sim in process (a primary and two secondaries), generate a backup and
+    /// restore it with two-phase commit.
+    Demo(demo::DemoArgs),
+    /// Develop plugin checks without a cluster.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum PluginCommand {
+    /// The component's world, imports, exports, WIT version and size.
+    Inspect { file: PathBuf },
+    /// Run the check once against a context file; print the verdict, logs and time taken.
+    Test {
+        file: PathBuf,
+        #[arg(long)]
+        context: PathBuf,
+    },
+}
+
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKSTEP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,lockstep=info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_target(false).init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Runs a command; returns the process exit code.
+pub async fn dispatch(cli: Cli) -> i32 {
+    let output = cli.output;
+    match run_command(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            output::error(output, &e);
+            // Bad input and setup problems are refusals: nothing was done.
+            Outcome::Refused.exit_code()
+        }
+    }
+}
+
+async fn run_command(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Demo(args) => return demo::run(args, cli.output).await,
+        Command::Plugin(cmd) => {
+            return plugin_command(cmd, cli.output, &state_dir_for(&cli.state_dir, None)).await;
+        }
+        _ => {}
+    }
+    let host = load_host_config(cli.config.as_deref(), cli.state_dir.as_deref())?;
+    let engine = build_engine(&host.state_dir, output::progress_for(cli.output))?;
+    match cli.command {
+        Command::Run {
+            paths,
+            max_parallel,
+        } => {
+            let files = job_files(&paths)?;
+            run_files(&engine, &host, &files, max_parallel, cli.output).await
+        }
+        Command::Restore(args) => {
+            let job = Job::from_cli(&args, &host).map_err(anyhow::Error::new)?;
+            let report = engine.run(&job).await;
+            output::report(cli.output, &report);
+            Ok(report.exit_code())
+        }
+        Command::Plan { file } => {
+            let job = Job::from_file(&file, &host).map_err(anyhow::Error::new)?;
+            match engine.plan(&job).await {
+                Ok(plan) => {
+                    output::plan(cli.output, &job, &plan);
+                    Ok(0)
+                }
+                Err(refusals) => {
+                    output::refusals(cli.output, &job, &refusals);
+                    Ok(Outcome::Refused.exit_code())
+                }
+            }
+        }
+        Command::Status { id } => status(&engine, id.as_deref(), cli.output).await,
+        Command::Recover { id } => recover(&engine, &host, id.as_deref(), cli.output).await,
+        Command::Demo(_) | Command::Plugin(_) => unreachable!("handled above"),
+    }
+}
+
+/// The host config from `--config`, ./lockstep.toml, or none (inline URIs only).
+fn load_host_config(path: Option<&Path>, state_dir: Option<&Path>) -> anyhow::Result<HostConfig> {
+    let default = Path::new("lockstep.toml");
+    let mut host = match path {
+        Some(p) => HostConfig::load(p).map_err(anyhow::Error::new)?,
+        None if default.exists() => HostConfig::load(default).map_err(anyhow::Error::new)?,
+        None => HostConfig::empty(PathBuf::from(lockstep::job::DEFAULT_STATE_DIR)),
+    };
+    if let Some(dir) = state_dir {
+        host.state_dir = dir.to_path_buf();
+    }
+    Ok(host)
+}
+
+fn state_dir_for(flag: &Option<PathBuf>, host: Option<&HostConfig>) -> PathBuf {
+    flag.clone()
+        .or_else(|| host.map(|h| h.state_dir.clone()))
+        .unwrap_or_else(|| PathBuf::from(lockstep::job::DEFAULT_STATE_DIR))
+}
+
+pub fn build_engine(
+    state_dir: &Path,
+    progress: Arc<dyn engine::Progress>,
+) -> anyhow::Result<Engine> {
+    let journal = FileJournal::open(state_dir)
+        .with_context(|| format!("opening the journal in {}", state_dir.display()))?;
+    let (raise, interrupt) = Interrupt::new();
+    // First Ctrl-C: abort before a decision (after one, nothing changes: only forward).
+    // Second: leave now; the journal lets `lockstep recover` finish.
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            tracing::warn!(
+                "interrupted: aborting restores that have not decided (Ctrl-C again to leave now)"
+            );
+            let _ = raise.send(true);
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(Outcome::Incomplete.exit_code());
+            }
+        }
+    });
+    Ok(Engine {
+        journal: Arc::new(journal),
+        reports_dir: state_dir.join("reports"),
+        plugin_cache: state_dir.join("plugin-cache"),
+        progress,
+        interrupt,
+    })
+}
+
+/// Job files named, or every `*.toml` directly in a named directory, sorted.
+fn job_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("reading {}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|x| x == "toml") && f.is_file())
+                .collect();
+            found.sort();
+            files.extend(found);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    anyhow::ensure!(!files.is_empty(), "no job files found in {paths:?}");
+    Ok(files)
+}
+
+/// Validates every file first (a bad one is refused and nothing of it runs), then runs the
+/// valid ones with bounded parallelism; one summary, the worst exit code.
+async fn run_files(
+    engine: &Engine,
+    host: &HostConfig,
+    files: &[PathBuf],
+    max_parallel: usize,
+    format: OutputFormat,
+) -> anyhow::Result<i32> {
+    use futures::StreamExt as _;
+    let mut worst = Outcome::Succeeded;
+    let mut jobs = Vec::new();
+    let mut refused = Vec::new();
+    for f in files {
+        match Job::from_file(f, host) {
+            Ok(job) => jobs.push(job),
+            Err(e) => {
+                worst = worst.worst(Outcome::Refused);
+                refused.push((f.clone(), e.to_string()));
+            }
+        }
+    }
+    for (f, e) in &refused {
+        output::refused_file(format, f, e);
+    }
+    let reports: Vec<Report> = futures::stream::iter(jobs.iter())
+        .map(|job| engine.run(job))
+        .buffer_unordered(max_parallel.max(1))
+        .collect()
+        .await;
+    for r in &reports {
+        worst = worst.worst(r.outcome);
+    }
+    output::reports(format, &reports, &refused);
+    Ok(worst.exit_code())
+}
+
+async fn status(engine: &Engine, id: Option<&str>, format: OutputFormat) -> anyhow::Result<i32> {
+    match id {
+        Some(id) => {
+            let record = engine
+                .journal
+                .load(&RestoreId(id.to_string()))
+                .await?
+                .with_context(|| format!("no restore {id} in the journal"))?;
+            output::record(format, &record);
+        }
+        None => {
+            let records = engine.journal.list().await?;
+            output::records(format, &records);
+        }
+    }
+    Ok(0)
+}
+
+/// Resolves unfinished restores (one, or every one), reaching their ends through the URIs
+/// in the journal and the host config's tokens.
+async fn recover(
+    engine: &Engine,
+    host: &HostConfig,
+    id: Option<&str>,
+    format: OutputFormat,
+) -> anyhow::Result<i32> {
+    let records = match id {
+        Some(id) => vec![
+            engine
+                .journal
+                .load(&RestoreId(id.to_string()))
+                .await?
+                .with_context(|| format!("no restore {id} in the journal"))?,
+        ],
+        None => engine
+            .journal
+            .list()
+            .await?
+            .into_iter()
+            .filter(|r| r.is_unfinished())
+            .collect(),
+    };
+    let mut worst = Outcome::Succeeded;
+    let mut reports = Vec::new();
+    for record in records {
+        let ends = engine::Ends::from_recorded(&record.ends, host)?;
+        let report = engine::recover(engine, record, ends, None).await;
+        worst = worst.worst(report.outcome);
+        reports.push(report);
+    }
+    output::reports(format, &reports, &[]);
+    Ok(worst.exit_code())
+}
+
+async fn plugin_command(
+    cmd: PluginCommand,
+    format: OutputFormat,
+    state_dir: &Path,
+) -> anyhow::Result<i32> {
+    match cmd {
+        PluginCommand::Inspect { file } => {
+            let inspection = lockstep::plugins::inspect(&file)?;
+            output::inspection(format, &inspection);
+            Ok(0)
+        }
+        PluginCommand::Test { file, context } => {
+            let runtime = lockstep::plugins::PluginRuntime::new(state_dir.join("plugin-cache"))?;
+            let run = lockstep::plugins::test_check(&runtime, &file, &context).await?;
+            Ok(output::check_run(format, &run))
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! What the CLI prints: reports as text or JSON on stdout, progress on stderr (bars on a
+//! TTY, log lines otherwise). Only this module prints.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal as _;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::ValueEnum;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use lockstep::engine::progress::{JobCounts, format_counts};
+use lockstep::engine::{self, PlanOutput, Report};
+use lockstep::job::Job;
+use lockstep::journal::{RestorePhase, RestoreRecord};
+use lockstep::plugins::{CheckRun, Inspection, Verdict};
+use lockstep::storage::StageProgress;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+fn print_json(value: &impl serde::Serialize) {
+    match serde_json::to_string_pretty(value) {
+        Ok(s) => println!("{s}"),
+        Err(e) => eprintln!("lockstep: cannot encode the output as JSON: {e}"),
+    }
+}
+
+pub fn error(format: OutputFormat, e: &anyhow::Error) {
+    match format {
+        OutputFormat::Text => eprintln!("lockstep: {e:#}"),
+        OutputFormat::Json => {
+            print_json(&json!({ "outcome": "refused", "error": format!("{e:#}") }))
+        }
+    }
+}
+
+pub fn report(format: OutputFormat, report: &Report) {
+    match format {
+        OutputFormat::Text => println!("{report}"),
+        OutputFormat::Json => print_json(report),
+    }
+}
+
+pub fn reports(format: OutputFormat, reports: &[Report], refused: &[(std::path::PathBuf, String)]) {
+    match format {
+        OutputFormat::Text => {
+            for r in reports {
+                println!("{r}");
+            }
+            if reports.len() + refused.len() > 1 {
+                println!("summary: {} restore(s)", reports.len() + refused.len());
+                for (f, _) in refused {
+                    println!("  {:<40} refused (bad job file)", f.display());
+                }
+                for r in reports {
+                    println!(
+                        "  {:<40} {:?} (exit {})",
+                        r.job_name,
+                        r.outcome,
+                        r.exit_code()
+                    );
+                }
+            }
+        }
+        OutputFormat::Json => print_json(&json!({
+            "reports": reports,
+            "refused_files": refused.iter().map(|(f, e)| json!({"file": f, "error": e})).collect::<Vec<_>>(),
+        })),
+    }
+}
+
+pub fn refused_file(format: OutputFormat, file: &Path, error: &str) {
+    if format == OutputFormat::Text {
+        eprintln!("lockstep: {error}");
+    } else {
+        tracing::warn!(file = %file.display(), %error, "job file refused");
+    }
+}
+
+pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
+    let p = &plan.plan;
+    match format {
+        OutputFormat::Json => print_json(&json!({
+            "job": job.name,
+            "backup": job.backup.name,
+            "ends": plan.versions.iter().map(|(n, v)| json!({"name": n, "version": v})).collect::<Vec<_>>(),
+            "totals": p.totals,
+            "staging": plan.import_prefix_note,
+            "collections": p.collections.iter().map(|c| json!({
+                "source": c.source.to_string(),
+                "target": c.target.to_string(),
+                "partitions": c.partitions,
+                "indexes": c.indexes.len(),
+                "batches": c.batches.iter().map(|b| json!({
+                    "id": b.id.to_string(), "kind": format!("{:?}", b.kind),
+                    "partition": b.partition, "segments": b.files.len(), "bytes": b.bytes, "rows": b.rows,
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "checks": job.checks.iter().map(|c| json!({"plugin": c.plugin, "phase": format!("{:?}", c.phase)})).collect::<Vec<_>>(),
+        })),
+        OutputFormat::Text => {
+            println!(
+                "plan for job {} (backup {}): preflight passed, nothing was changed",
+                job.name, job.backup.name
+            );
+            for (name, version) in &plan.versions {
+                println!("  end {name}: Milvus {version}");
+            }
+            let t = &p.totals;
+            println!(
+                "  {} database(s), {} collection(s), {} partition(s), {} import job(s), {} rows, {} bytes to stage",
+                t.databases, t.collections, t.partitions, t.batches, t.rows, t.bytes_to_stage
+            );
+            println!("  {}", plan.import_prefix_note);
+            println!(
+                "  atomicity: {:?}; mirror grace {}s",
+                job.two_phase.atomicity,
+                job.two_phase.mirror_grace.as_secs()
+            );
+            for c in &p.collections {
+                println!(
+                    "  {} ← {}: {} partition(s), {} index(es), {} batch(es), {} bytes",
+                    c.target,
+                    c.source,
+                    c.partitions.len(),
+                    c.indexes.len(),
+                    c.batches.len(),
+                    c.batches.iter().map(|b| b.bytes).sum::<u64>()
+                );
+            }
+            for c in &job.checks {
+                println!("  check {} at {:?}", c.plugin.display(), c.phase);
+            }
+        }
+    }
+}
+
+pub fn refusals(format: OutputFormat, job: &Job, refusals: &[String]) {
+    match format {
+        OutputFormat::Json => {
+            print_json(&json!({"job": job.name, "outcome": "refused", "refusals": refusals}))
+        }
+        OutputFormat::Text => {
+            println!(
+                "job {} refused by preflight; nothing was changed:",
+                job.name
+            );
+            for r in refusals {
+                println!("  - {r}");
+            }
+        }
+    }
+}
+
+pub fn record(format: OutputFormat, record: &RestoreRecord) {
+    match format {
+        OutputFormat::Json => print_json(record),
+        OutputFormat::Text => match record
+            .report
+            .as_ref()
+            .and_then(|r| serde_json::from_value::<Report>(r.clone()).ok())
+        {
+            Some(r) => println!("{r}"),
+            None => {
+                println!(
+                    "restore {} ({}), attempt {}",
+                    record.id, record.job_name, record.attempt
+                );
+                println!(
+                    "  phase {:?}, outcome {:?}, updated {}",
+                    record.phase, record.outcome, record.updated_at
+                );
+                for g in &record.groups {
+                    let submitted = g.batches.iter().filter(|b| b.job_id.is_some()).count();
+                    println!(
+                        "  group {}: {submitted}/{} jobs submitted, decision {:?}",
+                        g.id,
+                        g.batches.len(),
+                        g.decision
+                    );
+                }
+            }
+        },
+    }
+}
+
+pub fn records(format: OutputFormat, records: &[RestoreRecord]) {
+    match format {
+        OutputFormat::Json => print_json(
+            &records
+                .iter()
+                .map(|r| {
+                    json!({
+                        "id": r.id, "job": r.job_name, "phase": r.phase, "outcome": r.outcome,
+                        "started_at": r.started_at, "updated_at": r.updated_at,
+                    })
+                })
+                .collect::<Vec<_>>(),
+        ),
+        OutputFormat::Text => {
+            if records.is_empty() {
+                println!("no restores in the journal");
+            }
+            for r in records {
+                let outcome = r
+                    .outcome
+                    .map_or("unfinished".to_string(), |o| format!("{o:?}"));
+                println!(
+                    "{:<52} {:<12} {:<12} {}",
+                    r.id.to_string(),
+                    format!("{:?}", r.phase),
+                    outcome,
+                    r.updated_at
+                );
+            }
+        }
+    }
+}
+
+pub fn inspection(format: OutputFormat, inspection: &Inspection) {
+    match format {
+        OutputFormat::Text => println!("{inspection}"),
+        OutputFormat::Json => print_json(&json!({ "inspection": inspection.to_string() })),
+    }
+}
+
+/// Prints a plugin test run; exit 0 for pass, 1 for fail or error, 0 for retry-after
+/// (a valid answer).
+pub fn check_run(format: OutputFormat, run: &CheckRun) -> i32 {
+    let (verdict, code) = match &run.outcome {
+        Ok(Verdict::Pass) => ("pass".to_string(), 0),
+        Ok(Verdict::Fail { reason }) => (format!("fail: {reason}"), 1),
+        Ok(Verdict::RetryAfter { after, reason }) => {
+            (format!("retry-after {}ms: {reason}", after.as_millis()), 0)
+        }
+        Err(e) => (format!("error: {e}"), 1),
+    };
+    match format {
+        OutputFormat::Json => print_json(&json!({
+            "verdict": verdict,
+            "elapsed_us": run.elapsed.as_micros() as u64,
+            "logs": run.logs.iter().map(|l| json!({"level": format!("{:?}", l.level), "source": format!("{:?}", l.source), "message": l.message, "fields": l.fields})).collect::<Vec<_>>(),
+            "dropped_logs": run.dropped_logs,
+        })),
+        OutputFormat::Text => {
+            println!("verdict: {verdict}");
+            println!("time: {:.3} ms", run.elapsed.as_secs_f64() * 1000.0);
+            for l in &run.logs {
+                println!(
+                    "  [{:?} {:?}] {} {:?}",
+                    l.level, l.source, l.message, l.fields
+                );
+            }
+            if run.dropped_logs > 0 {
+                println!("  … {} log lines dropped", run.dropped_logs);
+            }
+        }
+    }
+    code
+}
+
+/// Bars on an interactive stderr, log lines otherwise (and always with JSON output, whose
+/// stdout is for the report).
+pub fn progress_for(format: OutputFormat) -> Arc<dyn engine::Progress> {
+    if format == OutputFormat::Text && std::io::stderr().is_terminal() {
+        Arc::new(Bars::default())
+    } else {
+        Arc::new(engine::Logged::default())
+    }
+}
+
+/// Per restore: a spinner with its phase and job states, and a byte bar while staging.
+#[derive(Default)]
+struct Bars {
+    multi: MultiProgress,
+    // No await happens under this lock.
+    restores: Mutex<BTreeMap<String, (ProgressBar, Option<ProgressBar>)>>,
+}
+
+impl Bars {
+    fn with<R>(
+        &self,
+        restore: &str,
+        f: impl FnOnce(&MultiProgress, &mut (ProgressBar, Option<ProgressBar>)) -> R,
+    ) -> R {
+        let mut restores = self
+            .restores
+            .lock()
+            .expect("progress lock: no panics under it");
+        let entry = restores.entry(restore.to_string()).or_insert_with(|| {
+            let bar = self.multi.add(ProgressBar::new_spinner());
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {prefix} {msg}").expect("static template"),
+            );
+            bar.set_prefix(restore.to_string());
+            bar.enable_steady_tick(Duration::from_millis(120));
+            (bar, None)
+        });
+        f(&self.multi, entry)
+    }
+}
+
+impl engine::Progress for Bars {
+    fn phase(&self, restore: &str, phase: RestorePhase) {
+        self.with(restore, |_, (bar, bytes)| {
+            if phase == RestorePhase::Finished {
+                bar.finish_and_clear();
+                if let Some(b) = bytes.take() {
+                    b.finish_and_clear();
+                }
+            } else {
+                bar.set_message(format!("{phase:?}"));
+            }
+        });
+    }
+
+    fn staging(&self, restore: &str, p: StageProgress) {
+        self.with(restore, |multi, (_, bytes)| {
+            let bar = bytes.get_or_insert_with(|| {
+                let b = multi.add(ProgressBar::new(p.bytes_total));
+                b.set_style(
+                    ProgressStyle::with_template(
+                        "  staging {bar:30} {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+                    )
+                    .expect("static template"),
+                );
+                b
+            });
+            bar.set_position(p.bytes_done);
+            bar.set_message(format!("{}/{} files", p.files_done, p.files_total));
+            if p.files_done == p.files_total {
+                bar.finish();
+            }
+        });
+    }
+
+    fn jobs(&self, restore: &str, counts: &JobCounts) {
+        self.with(restore, |_, (bar, _)| {
+            bar.set_message(format_counts(counts))
+        });
+    }
+}
