@@ -6,7 +6,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use wasmtime::wasmparser::{ComponentTypeRef, Encoding, Parser, Payload};
+use wasmtime::wasmparser::{Chunk, ComponentTypeRef, Encoding, Parser, Payload};
 
 use super::Error;
 
@@ -139,6 +139,9 @@ fn host_provides(import: &str) -> bool {
 }
 
 /// Top-level import names (types left out) and export names of a component.
+/// Nested modules and components are skipped unread: they are most of the
+/// bytes (an 18 MB Python check is nearly all interpreter) and none of the
+/// component's own surface.
 fn component_surface(path: &Path, wasm: &[u8]) -> Result<(Vec<String>, Vec<String>), Error> {
     let not_component = |reason: String| Error::NotAComponent {
         path: path.to_owned(),
@@ -146,22 +149,36 @@ fn component_surface(path: &Path, wasm: &[u8]) -> Result<(Vec<String>, Vec<Strin
     };
     let mut imports = Vec::new();
     let mut exports = Vec::new();
-    // Nested modules and components each open with a Version payload and
-    // close with End; only depth 1 is the component's own surface.
-    let mut depth = 0usize;
-    for payload in Parser::new(0).parse_all(wasm) {
-        let payload = payload.map_err(|e| not_component(e.to_string()))?;
-        match payload {
-            Payload::Version { encoding, .. } => {
-                if depth == 0 && encoding != Encoding::Component {
-                    return Err(not_component(
-                        "it is a core module; build it as a component (wasm32-wasip2, or wasm-tools component new)".into(),
-                    ));
-                }
-                depth += 1;
+    let mut parser = Parser::new(0);
+    let mut rest = wasm;
+    loop {
+        let (consumed, payload) = match parser
+            .parse(rest, true)
+            .map_err(|e| not_component(e.to_string()))?
+        {
+            Chunk::Parsed { consumed, payload } => (consumed, payload),
+            Chunk::NeedMoreData(_) => {
+                return Err(not_component("the file ends mid-section".into()));
             }
-            Payload::End(_) => depth = depth.saturating_sub(1),
-            Payload::ComponentImportSection(reader) if depth == 1 => {
+        };
+        rest = &rest[consumed..];
+        match payload {
+            Payload::Version { encoding, .. } if encoding != Encoding::Component => {
+                return Err(not_component(
+                    "it is a core module; build it as a component (wasm32-wasip2, or wasm-tools component new)".into(),
+                ));
+            }
+            Payload::ModuleSection {
+                unchecked_range, ..
+            }
+            | Payload::ComponentSection {
+                unchecked_range, ..
+            } => {
+                rest = wasm
+                    .get(unchecked_range.end..)
+                    .ok_or_else(|| not_component("a nested section runs past the end".into()))?;
+            }
+            Payload::ComponentImportSection(reader) => {
                 for import in reader {
                     let import = import.map_err(|e| not_component(e.to_string()))?;
                     // A world's `use` imports bare type names (`restore-context`):
@@ -171,16 +188,16 @@ fn component_surface(path: &Path, wasm: &[u8]) -> Result<(Vec<String>, Vec<Strin
                     }
                 }
             }
-            Payload::ComponentExportSection(reader) if depth == 1 => {
+            Payload::ComponentExportSection(reader) => {
                 for export in reader {
                     let export = export.map_err(|e| not_component(e.to_string()))?;
                     exports.push(export.name.name.to_owned());
                 }
             }
+            Payload::End(_) => return Ok((imports, exports)),
             _ => {}
         }
     }
-    Ok((imports, exports))
 }
 
 #[cfg(test)]
