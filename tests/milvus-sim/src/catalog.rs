@@ -6,17 +6,25 @@
 use std::collections::{BTreeMap, HashMap};
 
 use milvus_proto::common::KeyValuePair;
-use milvus_proto::schema::CollectionSchema;
+use milvus_proto::schema::{CollectionSchema, DataType};
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
 use crate::jobs::Stamp;
 use crate::merr::{MilvusError, code};
+use crate::options::ImportSource;
 
 pub const DEFAULT_DB: &str = "default";
+/// `common.defaultPartitionName`: the one partition of a collection without a partition key,
+/// and the stem `_default_{i}` of a partition-key collection's partitions.
 pub const DEFAULT_PARTITION: &str = "_default";
 /// Milvus numbers user fields from 100 (`common.StartOfUserFieldID`).
 const START_OF_USER_FIELD_ID: i64 = 100;
+/// `common.DefaultPartitionsWithPartitionKey`: the partitions a partition-key collection gets
+/// when CreateCollection sends `num_partitions = 0`.
+pub const DEFAULT_PARTITIONS_WITH_PARTITION_KEY: i64 = 16;
+/// `rootCoord.maxPartitionNum` default.
+const MAX_PARTITION_NUM: i64 = 1024;
 
 /// A DDL operation with every id decided, as it is applied and as it is replicated.
 #[derive(Debug, Clone)]
@@ -32,7 +40,9 @@ pub enum DdlOp {
         db: String,
         name: String,
         id: i64,
-        default_partition_id: i64,
+        /// The partitions the collection starts with: `_default`, or `_default_{i}` for each
+        /// of `num_partitions` with a partition key.
+        partitions: Vec<NewPartition>,
         /// Field ids already assigned.
         schema: CollectionSchema,
         shards_num: i32,
@@ -75,6 +85,53 @@ impl DdlOp {
             DdlOp::CreateIndex { .. } => "CreateIndex",
             DdlOp::LoadCollection { .. } => "LoadCollection",
         }
+    }
+}
+
+/// A partition a new collection starts with, its id decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewPartition {
+    pub id: i64,
+    pub name: String,
+}
+
+/// A CreateCollection request once its face decoded it: what the client asked for, before any
+/// id is decided. [`NewCollection::into_op`] checks it as Milvus's proxy and rootcoord do.
+#[derive(Debug, Clone)]
+pub struct NewCollection {
+    pub db: String,
+    pub name: String,
+    /// As the client sent it: ids may be 0, no `$meta` field.
+    pub schema: CollectionSchema,
+    pub shards_num: i32,
+    pub consistency_level: i32,
+    pub properties: Vec<KeyValuePair>,
+    /// `num_partitions`: only allowed with a partition key; 0 asks for Milvus's default 16.
+    pub num_partitions: i64,
+}
+
+impl NewCollection {
+    /// Validates the request and decides every id (`next_id` hands them out), giving the op
+    /// that is applied on this cluster and replicated to its secondaries.
+    pub fn into_op(self, mut next_id: impl FnMut() -> i64) -> Result<DdlOp, MilvusError> {
+        let partition_names = initial_partition_names(&self.schema, self.num_partitions)?;
+        let schema = prepare_schema(self.schema, &self.name)?;
+        Ok(DdlOp::CreateCollection {
+            db: db_or_default(&self.db).to_owned(),
+            name: self.name,
+            id: next_id(),
+            partitions: partition_names
+                .into_iter()
+                .map(|name| NewPartition {
+                    id: next_id(),
+                    name,
+                })
+                .collect(),
+            schema,
+            shards_num: self.shards_num,
+            consistency_level: self.consistency_level,
+            properties: self.properties,
+        })
     }
 }
 
@@ -129,6 +186,31 @@ impl Collection {
 
     pub fn partition(&self, name: &str) -> Option<&Partition> {
         self.partitions.iter().find(|p| p.name == name)
+    }
+
+    /// Partition-key mode: Milvus routes rows to the `_default_{i}` partitions itself.
+    pub fn has_partition_key(&self) -> bool {
+        self.schema.fields.iter().any(|f| f.is_partition_key)
+    }
+
+    /// The proxy's partition rules for an import naming `partition` (empty: none), as
+    /// `importTask.PreExecute` applies them: backup and L0 imports name an existing partition;
+    /// other imports of a partition-key collection must not name one, since Milvus routes their
+    /// rows by key.
+    pub fn check_import_partition(
+        &self,
+        partition: &str,
+        source: ImportSource,
+    ) -> Result<(), MilvusError> {
+        if source == ImportSource::RowFiles && self.has_partition_key() && !partition.is_empty() {
+            return Err(MilvusError::import_failed(
+                "not allow to set partition name for collection with partition key",
+            ));
+        }
+        if !partition.is_empty() && self.partition(partition).is_none() {
+            return Err(MilvusError::partition_not_found(partition));
+        }
+        Ok(())
     }
 }
 
@@ -254,7 +336,7 @@ impl Catalog {
                 db,
                 name,
                 id,
-                default_partition_id,
+                partitions,
                 schema,
                 shards_num,
                 consistency_level,
@@ -294,11 +376,14 @@ impl Catalog {
                         consistency_level: *consistency_level,
                         properties: properties.clone(),
                         virtual_channels,
-                        partitions: vec![Partition {
-                            id: *default_partition_id,
-                            name: DEFAULT_PARTITION.to_owned(),
-                            created: now,
-                        }],
+                        partitions: partitions
+                            .iter()
+                            .map(|p| Partition {
+                                id: p.id,
+                                name: p.name.clone(),
+                                created: now,
+                            })
+                            .collect(),
                         indexes: Vec::new(),
                         loaded: false,
                         created: now,
@@ -330,6 +415,13 @@ impl Catalog {
                 id,
             } => {
                 let c = self.collection_mut(db, collection)?;
+                if c.has_partition_key() {
+                    // The proxy's createPartitionTask: a plain error, so code 65535.
+                    return Err(MilvusError::new(
+                        code::UNEXPECTED,
+                        "disable create partition if partition key mode is used",
+                    ));
+                }
                 if c.partition(name).is_some() {
                     return Ok(DdlOutcome::AlreadyThere);
                 }
@@ -402,18 +494,22 @@ pub fn db_or_default(db: &str) -> &str {
     if db.is_empty() { DEFAULT_DB } else { db }
 }
 
-/// Decodes a CreateCollection schema and gives fields without an id the next user field id,
-/// as rootcoord does; the schema's name is the collection's.
-pub fn prepare_schema(
-    bytes: &[u8],
-    collection_name: &str,
-) -> Result<CollectionSchema, MilvusError> {
-    let mut schema = CollectionSchema::decode(bytes).map_err(|e| {
+/// Decodes the schema bytes of a CreateCollection request.
+pub fn decode_schema(bytes: &[u8]) -> Result<CollectionSchema, MilvusError> {
+    CollectionSchema::decode(bytes).map_err(|e| {
         MilvusError::new(
             code::PARAMETER_INVALID,
             format!("failed to unmarshal collection schema: {e}"),
         )
-    })?;
+    })
+}
+
+/// Gives fields without an id the next user field id, as rootcoord does; the schema's name is
+/// the collection's.
+fn prepare_schema(
+    mut schema: CollectionSchema,
+    collection_name: &str,
+) -> Result<CollectionSchema, MilvusError> {
     if schema.name.is_empty() {
         schema.name = collection_name.to_owned();
     } else if schema.name != collection_name {
@@ -443,4 +539,66 @@ pub fn prepare_schema(
         }
     }
     Ok(schema)
+}
+
+/// The partitions a new collection starts with, after the proxy's `validatePartitionKey` and
+/// rootcoord's `assignPartitionIDs`: `_default` without a partition key; with one,
+/// `_default_0` … `_default_{n-1}` for `num_partitions` n (16 when 0 is sent) and no
+/// `_default`. Messages are Milvus's; its plain Go errors answer code 65535.
+fn initial_partition_names(
+    schema: &CollectionSchema,
+    num_partitions: i64,
+) -> Result<Vec<String>, MilvusError> {
+    let plain = |msg: String| MilvusError::new(code::UNEXPECTED, msg);
+    let invalid = |msg: String| {
+        MilvusError::new(code::PARAMETER_INVALID, format!("{msg}: invalid parameter"))
+    };
+    let mut key_field: Option<&str> = None;
+    for field in schema.fields.iter().filter(|f| f.is_partition_key) {
+        if let Some(first) = key_field {
+            return Err(plain(format!(
+                "there are more than one partition key, field name = {first}, {}",
+                field.name
+            )));
+        }
+        if field.is_primary_key {
+            return Err(plain(
+                "the partition key field must not be primary field".into(),
+            ));
+        }
+        if field.nullable {
+            return Err(invalid("partition key field not support nullable".into()));
+        }
+        if field.data_type != DataType::Int64 as i32 && field.data_type != DataType::VarChar as i32
+        {
+            return Err(plain(
+                "the data type of partition key should be Int64 or VarChar".into(),
+            ));
+        }
+        if num_partitions < 0 {
+            return Err(plain(
+                "the specified partitions should be greater than 0 if partition key is used".into(),
+            ));
+        }
+        if num_partitions > MAX_PARTITION_NUM {
+            return Err(invalid(format!(
+                "partition number ({num_partitions}) exceeds max configuration ({MAX_PARTITION_NUM})"
+            )));
+        }
+        key_field = Some(&field.name);
+    }
+    match key_field {
+        None if num_partitions != 0 => Err(plain(
+            "num_partitions should only be specified with partition key field enabled".into(),
+        )),
+        None => Ok(vec![DEFAULT_PARTITION.to_owned()]),
+        Some(_) => {
+            let n = if num_partitions == 0 {
+                DEFAULT_PARTITIONS_WITH_PARTITION_KEY
+            } else {
+                num_partitions
+            };
+            Ok((0..n).map(|i| format!("{DEFAULT_PARTITION}_{i}")).collect())
+        }
+    }
 }

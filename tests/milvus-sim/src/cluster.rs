@@ -22,7 +22,7 @@ use object_store::ObjectStore;
 use tokio::sync::{Notify, watch};
 
 use crate::Protocol;
-use crate::catalog::{Catalog, DdlOp, DdlOutcome};
+use crate::catalog::{Catalog, DdlOp, DdlOutcome, NewCollection};
 use crate::cdc::{CdcMessage, CdcStream, Deliver, Flow, MirrorImport, StreamSnapshot};
 use crate::control::{ClusterSnapshot, CollectionSnapshot, CompletedImport, RequestRecord};
 use crate::faults::{ApiEffect, Faults};
@@ -309,9 +309,8 @@ impl Cluster {
             .catalog
             .collection(&req.db_name, &req.collection_name)?;
         let (collection_id, db_name) = (collection.id, collection.db_name.clone());
-        if !req.partition_name.is_empty() && collection.partition(&req.partition_name).is_none() {
-            return Err(MilvusError::partition_not_found(&req.partition_name));
-        }
+        collection
+            .check_import_partition(&req.partition_name, options::import_source(&req.options))?;
         if req.files.is_empty() {
             return Err(MilvusError::import_failed("import request is empty"));
         }
@@ -596,6 +595,12 @@ impl Cluster {
     }
 
     // ------------------------------------------------------------------ DDL
+
+    /// CreateCollection from a client: checked, ids decided, applied and replicated.
+    pub fn create_collection(&self, request: NewCollection) -> Result<DdlOutcome, MilvusError> {
+        let op = request.into_op(|| self.next_id())?;
+        self.execute_ddl(op)
+    }
 
     /// Applies a client's DDL (ids already allocated) and replicates it when it changed
     /// anything; refused on a secondary, where DDL only arrives through the stream.

@@ -18,7 +18,7 @@ use milvus_proto::milvus::*;
 use tonic::{Request, Response};
 
 use crate::Protocol;
-use crate::catalog::{Collection, DdlOp, db_or_default, prepare_schema};
+use crate::catalog::{Collection, DdlOp, NewCollection, db_or_default, decode_schema};
 use crate::cluster::{Cluster, CreateImport};
 use crate::faults::ApiEffect;
 use crate::jobs::{ExternalState, ImportJob};
@@ -234,17 +234,15 @@ impl MilvusService for MilvusGrpc {
         request: Request<CreateCollectionRequest>,
     ) -> Result<Response<Status>, tonic::Status> {
         self.serve("CreateCollection", request, |cluster, req| {
-            let schema = prepare_schema(&req.schema, &req.collection_name)?;
             cluster
-                .execute_ddl(DdlOp::CreateCollection {
-                    db: db_or_default(&req.db_name).to_owned(),
+                .create_collection(NewCollection {
+                    db: req.db_name,
                     name: req.collection_name,
-                    id: cluster.next_id(),
-                    default_partition_id: cluster.next_id(),
-                    schema,
+                    schema: decode_schema(&req.schema)?,
                     shards_num: req.shards_num,
                     consistency_level: req.consistency_level,
                     properties: req.properties,
+                    num_partitions: req.num_partitions,
                 })
                 .map(ok_status)
         })

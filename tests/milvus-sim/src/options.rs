@@ -87,6 +87,19 @@ fn is_true(options: &BTreeMap<String, String>, key: &str) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
+/// What the file groups hold, from the `l0_import` and `backup` flags alone (Milvus's
+/// `IsL0Import`/`IsBackup`): the proxy decides its partition rules on this before the options
+/// are checked.
+pub fn import_source(options: &BTreeMap<String, String>) -> ImportSource {
+    if is_true(options, "l0_import") {
+        ImportSource::L0Deltas
+    } else if is_true(options, "backup") {
+        ImportSource::Binlogs
+    } else {
+        ImportSource::RowFiles
+    }
+}
+
 /// Parses and checks `options` of a create request whose partition is `partition_name`.
 pub fn parse(
     options: &BTreeMap<String, String>,
@@ -180,16 +193,9 @@ pub fn parse(
             "start_ts shouldn't be larger than end_ts",
         ));
     }
-    let source = if l0_import {
-        ImportSource::L0Deltas
-    } else if backup {
-        ImportSource::Binlogs
-    } else {
-        ImportSource::RowFiles
-    };
     Ok(ImportOptions {
         commit,
-        source,
+        source: import_source(options),
         timeout,
         storage_version: storage_version.unwrap_or_default(),
         start_ts,

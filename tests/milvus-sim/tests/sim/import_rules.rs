@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use milvus_proto::schema::{CollectionSchema, FieldSchema};
-use milvus_sim::catalog::DdlOp;
+use milvus_sim::catalog::NewCollection;
 use milvus_sim::cluster::CreateImport;
 use milvus_sim::jobs::JobState;
 use milvus_sim::{Protocol, Sim, Topology};
@@ -263,15 +263,14 @@ async fn timeout_fails_an_uncommitted_job_with_import_timeout() {
         }],
         ..Default::default()
     };
-    a.execute_ddl(DdlOp::CreateCollection {
+    a.create_collection(NewCollection {
         db: "default".into(),
         name: "c".into(),
-        id: 1,
-        default_partition_id: 2,
         schema,
         shards_num: 1,
         consistency_level: 0,
         properties: vec![],
+        num_partitions: 0,
     })
     .expect("collection created");
     a.store()

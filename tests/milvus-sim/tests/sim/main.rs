@@ -10,6 +10,7 @@ mod faults;
 mod grpc;
 mod import_rules;
 mod mirroring;
+mod partition_key;
 mod replication_config;
 mod restart;
 mod scale;

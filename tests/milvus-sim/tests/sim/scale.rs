@@ -4,7 +4,7 @@
 
 use milvus_proto::schema::{CollectionSchema, FieldSchema};
 use milvus_sim::Protocol;
-use milvus_sim::catalog::DdlOp;
+use milvus_sim::catalog::{DdlOp, NewCollection};
 use milvus_sim::cluster::CreateImport;
 use milvus_sim::jobs::JobState;
 use object_store::{ObjectStoreExt, PutPayload, path::Path as ObjectPath};
@@ -50,15 +50,14 @@ async fn a_thousand_collections_of_four_partitions_import_and_commit_on_both_end
             }],
             ..Default::default()
         };
-        a.execute_ddl(DdlOp::CreateCollection {
+        a.create_collection(NewCollection {
             db: "default".into(),
             name: name.clone(),
-            id: a.next_id(),
-            default_partition_id: a.next_id(),
             schema,
             shards_num: 1,
             consistency_level: 0,
             properties: vec![],
+            num_partitions: 0,
         })
         .expect("collection");
         for p in 1..PARTITIONS {
