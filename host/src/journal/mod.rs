@@ -11,6 +11,7 @@
 //! host that lost its claim cannot overwrite another host's record.
 
 pub mod embedded;
+pub mod etcd;
 
 use std::fmt;
 

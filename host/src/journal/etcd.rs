@@ -1,0 +1,523 @@
+//! The journal a fleet shares: restore records in etcd, claims held by etcd leases.
+//!
+//! Keys under the prefix of `etcd://HOST:PORT/prefix`:
+//! - `{prefix}/claim/{restore id}`: who works on the restore, attached to that host's lease.
+//!   It disappears when the lease is revoked (the claim dropped) or expires (the host died or
+//!   lost etcd for longer than the TTL), which is what lets another host take the restore
+//!   over.
+//! - `{prefix}/record/{restore id}`: the [`RestoreRecord`] as JSON, without a lease (a record
+//!   outlives every host). Each save is a transaction that writes it only if the claim key
+//!   still carries the saver's lease, so a host whose lease expired (a long pause, a
+//!   partition) cannot overwrite the record of the host that took over: its save fails with
+//!   [`Error::ClaimLost`].
+//!
+//! A lease proves nothing to Milvus, which cannot check a fencing token; the engine re-reads
+//! every end's job states right before it commits or aborts (reference reliability.md §3),
+//! and a takeover re-reads the record under its new claim before acting.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use super::{Claim, Error, Journal, RestoreId, RestoreRecord, Result};
+
+/// How long a claim outlives its host's last renewal. Another host takes an unfinished
+/// restore over this long after its holder died; shorter means quicker takeovers but a
+/// claim lost to any pause (GC, a slow disk, a partition) longer than it.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+
+/// Bound on connecting and on each request, so a dead etcd fails a save instead of hanging
+/// a restore.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where the journal lives: `etcd://HOST:PORT[,HOST:PORT...]/prefix`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdLocation {
+    /// `http://HOST:PORT` for each member.
+    pub endpoints: Vec<String>,
+    /// Key prefix without a trailing slash, e.g. `/lockstep`.
+    pub prefix: String,
+}
+
+/// Why an `etcd://` location was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LocationError {
+    #[error("journal `{0}`: expected etcd://HOST:PORT/prefix")]
+    NotEtcd(String),
+    #[error("journal `{0}`: no HOST:PORT before the prefix")]
+    NoEndpoint(String),
+    #[error(
+        "journal `{0}`: expected a key prefix after HOST:PORT, e.g. etcd://127.0.0.1:2379/lockstep"
+    )]
+    NoPrefix(String),
+}
+
+impl EtcdLocation {
+    pub fn parse(url: &str) -> Result<EtcdLocation, LocationError> {
+        let rest = url
+            .strip_prefix("etcd://")
+            .ok_or_else(|| LocationError::NotEtcd(url.to_string()))?;
+        let (hosts, prefix) = rest
+            .split_once('/')
+            .ok_or_else(|| LocationError::NoPrefix(url.to_string()))?;
+        let prefix = prefix.trim_matches('/');
+        if prefix.is_empty() {
+            return Err(LocationError::NoPrefix(url.to_string()));
+        }
+        let endpoints: Vec<String> = hosts
+            .split(',')
+            .filter(|h| !h.is_empty())
+            .map(|h| format!("http://{h}"))
+            .collect();
+        if endpoints.is_empty() {
+            return Err(LocationError::NoEndpoint(url.to_string()));
+        }
+        Ok(EtcdLocation {
+            endpoints,
+            prefix: format!("/{prefix}"),
+        })
+    }
+}
+
+/// Who holds a claim: shown to people in `Busy`, and read by a host to recognise a claim it
+/// dropped itself but whose lease revocation has not landed yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Holder {
+    host: String,
+    pid: u32,
+    /// Random per journal instance: two processes on one host never share it.
+    instance: String,
+}
+
+impl Holder {
+    fn describe(&self) -> String {
+        format!("lockstep process {} on {}", self.pid, self.host)
+    }
+}
+
+/// A claim this process holds: the lease it lives under and whether that lease is known
+/// to be gone.
+struct Held {
+    lease: i64,
+    lost: Arc<AtomicBool>,
+}
+
+/// The etcd journal. Cheap to clone: one client, shared state.
+#[derive(Clone)]
+pub struct EtcdJournal {
+    client: Client,
+    prefix: String,
+    ttl: Duration,
+    me: Holder,
+    // No await happens while this is held.
+    held: Arc<Mutex<HashMap<RestoreId, Held>>>,
+}
+
+struct EtcdClaim {
+    id: RestoreId,
+    lease: i64,
+    held: Arc<Mutex<HashMap<RestoreId, Held>>>,
+    client: Client,
+    keep_alive: tokio::task::JoinHandle<()>,
+}
+
+impl Claim for EtcdClaim {
+    fn restore_id(&self) -> &RestoreId {
+        &self.id
+    }
+}
+
+impl Drop for EtcdClaim {
+    /// Stops renewing and revokes the lease, so the claim key goes at once rather than
+    /// after the TTL.
+    fn drop(&mut self) {
+        self.keep_alive.abort();
+        self.held
+            .lock()
+            .expect("held-claims lock: no panics under it")
+            .remove(&self.id);
+        let mut client = self.client.clone();
+        let lease = self.lease;
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = client.lease_revoke(lease).await {
+                    tracing::debug!(lease, error = %e, "lease revoke failed; it expires by itself");
+                }
+            });
+        }
+    }
+}
+
+fn backend(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Backend(format!("etcd {what}: {e}"))
+}
+
+impl EtcdJournal {
+    /// Connects to the members of `location`.
+    pub async fn connect(location: &EtcdLocation) -> Result<EtcdJournal> {
+        Self::connect_with_ttl(location, DEFAULT_LEASE_TTL).await
+    }
+
+    /// Connects with a lease TTL other than [`DEFAULT_LEASE_TTL`] (whole seconds, at least 2).
+    pub async fn connect_with_ttl(location: &EtcdLocation, ttl: Duration) -> Result<EtcdJournal> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(REQUEST_TIMEOUT)
+            .with_timeout(REQUEST_TIMEOUT);
+        let client = Client::connect(&location.endpoints, Some(options))
+            .await
+            .map_err(|e| backend(&format!("connect {}", location.endpoints.join(",")), e))?;
+        let journal = EtcdJournal {
+            client,
+            prefix: location.prefix.clone(),
+            ttl: ttl.max(Duration::from_secs(2)),
+            me: Holder {
+                host: host_name(),
+                pid: std::process::id(),
+                instance: hex::encode(rand_bytes()),
+            },
+            held: Arc::default(),
+        };
+        // Fail now, not at the first restore, when etcd is not there.
+        journal
+            .client
+            .clone()
+            .get(
+                journal.record_key_prefix(),
+                Some(GetOptions::new().with_count_only()),
+            )
+            .await
+            .map_err(|e| backend("status", e))?;
+        Ok(journal)
+    }
+
+    fn claim_key(&self, id: &RestoreId) -> String {
+        format!("{}/claim/{id}", self.prefix)
+    }
+
+    fn record_key(&self, id: &RestoreId) -> String {
+        format!("{}/record/{id}", self.prefix)
+    }
+
+    fn record_key_prefix(&self) -> String {
+        format!("{}/record/", self.prefix)
+    }
+
+    async fn claim_async(&self, id: RestoreId) -> Result<Box<dyn Claim>> {
+        let mut client = self.client.clone();
+        let key = self.claim_key(&id);
+        let holder = serde_json::to_string(&self.me).expect("a holder serializes");
+        let lease = client
+            .lease_grant(self.ttl.as_secs() as i64, None)
+            .await
+            .map_err(|e| backend("lease grant", e))?
+            .id();
+        let put = TxnOp::put(
+            key.as_str(),
+            holder.as_str(),
+            Some(PutOptions::new().with_lease(lease)),
+        );
+        // Free: nobody holds the key.
+        let free = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([put.clone()])
+            .or_else([TxnOp::get(key.as_str(), None)]);
+        let answer = client.txn(free).await.map_err(|e| backend("claim", e))?;
+        let mut won = answer.succeeded();
+        if !won {
+            let existing = answer.op_responses().into_iter().find_map(|r| match r {
+                TxnOpResponse::Get(mut g) => g.take_kvs().into_iter().next(),
+                _ => None,
+            });
+            let theirs = existing
+                .as_ref()
+                .and_then(|kv| serde_json::from_slice::<Holder>(kv.value()).ok());
+            let stale_own = theirs.as_ref() == Some(&self.me)
+                && !self
+                    .held
+                    .lock()
+                    .expect("held-claims lock: no panics under it")
+                    .contains_key(&id);
+            // A claim this journal dropped whose revocation has not landed yet: take it back
+            // if nothing changed it since it was read.
+            if stale_own && let Some(kv) = existing {
+                let retake = Txn::new()
+                    .when([Compare::mod_revision(
+                        key.as_str(),
+                        CompareOp::Equal,
+                        kv.mod_revision(),
+                    )])
+                    .and_then([put]);
+                won = client
+                    .txn(retake)
+                    .await
+                    .map_err(|e| backend("claim", e))?
+                    .succeeded();
+            }
+            if !won {
+                let _ = client.lease_revoke(lease).await;
+                return Err(Error::Busy {
+                    id,
+                    holder: theirs.map_or_else(|| "another lockstep host".into(), |h| h.describe()),
+                });
+            }
+        }
+        let lost = Arc::new(AtomicBool::new(false));
+        self.held
+            .lock()
+            .expect("held-claims lock: no panics under it")
+            .insert(
+                id.clone(),
+                Held {
+                    lease,
+                    lost: Arc::clone(&lost),
+                },
+            );
+        let keep_alive = tokio::spawn(keep_alive(
+            client.clone(),
+            lease,
+            self.ttl,
+            lost,
+            id.clone(),
+        ));
+        Ok(Box::new(EtcdClaim {
+            id,
+            lease,
+            held: Arc::clone(&self.held),
+            client,
+            keep_alive,
+        }))
+    }
+
+    async fn save_async(&self, claim: &dyn Claim, record: &RestoreRecord) -> Result<()> {
+        if claim.restore_id() != &record.id {
+            return Err(Error::ClaimLost(record.id.clone()));
+        }
+        let lease = {
+            let held = self
+                .held
+                .lock()
+                .expect("held-claims lock: no panics under it");
+            match held.get(&record.id) {
+                Some(h) if !h.lost.load(Ordering::SeqCst) => h.lease,
+                _ => return Err(Error::ClaimLost(record.id.clone())),
+            }
+        };
+        let json = serde_json::to_vec(record).map_err(|source| Error::Corrupt {
+            path: self.record_key(&record.id),
+            source,
+        })?;
+        // Written only while the claim key carries this host's lease: the check happens in
+        // etcd, atomically with the write.
+        let txn = Txn::new()
+            .when([Compare::lease(
+                self.claim_key(&record.id),
+                CompareOp::Equal,
+                lease,
+            )])
+            .and_then([TxnOp::put(self.record_key(&record.id), json, None)]);
+        let answer = self
+            .client
+            .clone()
+            .txn(txn)
+            .await
+            .map_err(|e| backend("save", e))?;
+        if !answer.succeeded() {
+            return Err(Error::ClaimLost(record.id.clone()));
+        }
+        #[cfg(feature = "fault-injection")]
+        fault_after_save(record);
+        Ok(())
+    }
+
+    async fn load_async(&self, id: &RestoreId) -> Result<Option<RestoreRecord>> {
+        let key = self.record_key(id);
+        let answer = self
+            .client
+            .clone()
+            .get(key.as_str(), None)
+            .await
+            .map_err(|e| backend("get", e))?;
+        match answer.kvs().first() {
+            None => Ok(None),
+            Some(kv) => parse(&key, kv.value()).map(Some),
+        }
+    }
+
+    async fn scan(&self, id_prefix: &str) -> Result<Vec<RestoreRecord>> {
+        let key = format!("{}{id_prefix}", self.record_key_prefix());
+        let answer = self
+            .client
+            .clone()
+            .get(key.as_str(), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(|e| backend("list", e))?;
+        let mut records = answer
+            .kvs()
+            .iter()
+            .map(|kv| parse(&String::from_utf8_lossy(kv.key()), kv.value()))
+            .collect::<Result<Vec<_>>>()?;
+        records.sort_by_key(|r| (r.started_at, r.attempt));
+        Ok(records)
+    }
+}
+
+fn parse(key: &str, bytes: &[u8]) -> Result<RestoreRecord> {
+    serde_json::from_slice(bytes).map_err(|source| Error::Corrupt {
+        path: format!("etcd key {key}"),
+        source,
+    })
+}
+
+/// Renews `lease` every third of its TTL until aborted. When etcd answers that the lease is
+/// gone (TTL 0), or no renewal got through for a whole TTL, the claim is marked lost: every
+/// later save under it fails, since another host may already hold the restore.
+async fn keep_alive(
+    mut client: Client,
+    lease: i64,
+    ttl: Duration,
+    lost: Arc<AtomicBool>,
+    id: RestoreId,
+) {
+    let every = ttl / 3;
+    let mut last_renewed = tokio::time::Instant::now();
+    let mut channel = None;
+    loop {
+        if channel.is_none() {
+            channel = client.lease_keep_alive(lease).await.ok();
+        }
+        let renewed = match channel.as_mut() {
+            Some((keeper, stream)) => match keeper.keep_alive().await {
+                Ok(()) => match tokio::time::timeout(REQUEST_TIMEOUT, stream.message()).await {
+                    Ok(Ok(Some(answer))) if answer.ttl() > 0 => true,
+                    Ok(Ok(Some(_))) => {
+                        tracing::error!(restore = %id, lease, "the claim's lease expired; this host no longer holds the restore");
+                        lost.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                    _ => false,
+                },
+                Err(_) => false,
+            },
+            None => false,
+        };
+        if renewed {
+            last_renewed = tokio::time::Instant::now();
+        } else {
+            channel = None;
+            if last_renewed.elapsed() >= ttl {
+                tracing::error!(restore = %id, lease, "no lease renewal got through for a whole TTL; the claim is lost");
+                lost.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// With the `fault-injection` feature, `LOCKSTEP_FAULT=kill-after-decision` makes the process
+/// die the instant a record holding a commit decision is durable: the crash the fleet tests
+/// need a takeover to roll forward from.
+#[cfg(feature = "fault-injection")]
+fn fault_after_save(record: &RestoreRecord) {
+    if record.has_commit_decision()
+        && std::env::var("LOCKSTEP_FAULT").as_deref() == Ok("kill-after-decision")
+    {
+        tracing::error!(restore = %record.id, "fault injection: dying right after the decision");
+        std::process::abort();
+    }
+}
+
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".into())
+}
+
+/// 8 random bytes from the OS, through the `ring` the host already links.
+fn rand_bytes() -> [u8; 8] {
+    use ring::rand::SecureRandom as _;
+    let mut bytes = [0u8; 8];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .expect("the OS random source is available");
+    bytes
+}
+
+impl Journal for EtcdJournal {
+    fn claim(&self, id: &RestoreId) -> BoxFuture<'_, Result<Box<dyn Claim>>> {
+        Box::pin(self.claim_async(id.clone()))
+    }
+
+    fn save<'a>(
+        &'a self,
+        claim: &'a dyn Claim,
+        record: &'a RestoreRecord,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.save_async(claim, record))
+    }
+
+    fn load<'a>(&'a self, id: &'a RestoreId) -> BoxFuture<'a, Result<Option<RestoreRecord>>> {
+        Box::pin(self.load_async(id))
+    }
+
+    fn attempts<'a>(
+        &'a self,
+        job_name: &'a str,
+        content_hash: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<RestoreRecord>>> {
+        Box::pin(async move {
+            self.scan(&RestoreId::content_prefix(job_name, content_hash))
+                .await
+        })
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<RestoreRecord>>> {
+        Box::pin(self.scan(""))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_parse_and_bad_ones_say_what_was_expected() {
+        assert_eq!(
+            EtcdLocation::parse("etcd://127.0.0.1:2379/lockstep/prod").unwrap(),
+            EtcdLocation {
+                endpoints: vec!["http://127.0.0.1:2379".into()],
+                prefix: "/lockstep/prod".into(),
+            }
+        );
+        assert_eq!(
+            EtcdLocation::parse("etcd://a:1,b:2/x/").unwrap().endpoints,
+            ["http://a:1", "http://b:2"]
+        );
+        assert!(matches!(
+            EtcdLocation::parse("http://a:1/x"),
+            Err(LocationError::NotEtcd(_))
+        ));
+        assert!(matches!(
+            EtcdLocation::parse("etcd://a:1"),
+            Err(LocationError::NoPrefix(_))
+        ));
+        assert!(matches!(
+            EtcdLocation::parse("etcd://a:1/"),
+            Err(LocationError::NoPrefix(_))
+        ));
+        assert!(matches!(
+            EtcdLocation::parse("etcd:///x"),
+            Err(LocationError::NoEndpoint(_))
+        ));
+    }
+}

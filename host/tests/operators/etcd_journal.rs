@@ -1,0 +1,158 @@
+//! The etcd journal against a real etcd: exclusive claims across hosts, saves fenced by the
+//! claim's lease, records that outlive every claim, takeover after a lease is gone.
+
+use std::time::Duration;
+
+use etcd_client::Client;
+use jiff::Timestamp;
+use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
+use lockstep::journal::{Error, Journal, Outcome, RestoreId, RestorePhase, RestoreRecord};
+
+use crate::support::etcd;
+
+fn record(id: &RestoreId, attempt: u32) -> RestoreRecord {
+    RestoreRecord {
+        id: id.clone(),
+        job_name: "orders".into(),
+        content_hash: "abcdef0123456789".into(),
+        attempt,
+        backup: "b".into(),
+        ends: vec![],
+        mirror_grace_ms: 1000,
+        keep_temp_files: false,
+        phase: RestorePhase::Preflight,
+        started_at: Timestamp::from_second(1_700_000_000 + i64::from(attempt)).unwrap(),
+        updated_at: Timestamp::now(),
+        staging_prefix: None,
+        staged_ends: vec![],
+        created_collections: vec![],
+        groups: vec![],
+        outcome: None,
+        report: None,
+    }
+}
+
+async fn journal(url: &str) -> EtcdJournal {
+    let location = EtcdLocation::parse(url).unwrap();
+    EtcdJournal::connect_with_ttl(&location, Duration::from_secs(2))
+        .await
+        .expect("etcd journal connects")
+}
+
+#[tokio::test]
+async fn claims_are_exclusive_across_hosts_and_records_outlive_them() {
+    let Some(etcd) = etcd() else { return };
+    let url = etcd.journal_url("exclusive");
+    let (a, b) = (journal(&url).await, journal(&url).await);
+    let id = RestoreId::new("orders", "abcdef0123456789", 1);
+
+    let claim = a.claim(&id).await.unwrap();
+    match b.claim(&id).await {
+        Err(Error::Busy { holder, .. }) => {
+            assert!(holder.contains(&std::process::id().to_string()), "{holder}")
+        }
+        other => panic!("expected Busy, got {:?}", other.map(|_| ())),
+    }
+    let mut r = record(&id, 1);
+    a.save(claim.as_ref(), &r).await.unwrap();
+    r.outcome = Some(Outcome::Succeeded);
+    a.save(claim.as_ref(), &r).await.unwrap();
+    drop(claim);
+
+    // Another host reads it back, and may claim it once the holder let go.
+    assert_eq!(b.load(&id).await.unwrap(), Some(r.clone()));
+    let claim = super::support::eventually(Duration::from_secs(5), "the dropped claim", || async {
+        b.claim(&id).await.ok()
+    })
+    .await;
+    drop(claim);
+
+    let id2 = RestoreId::new("orders", "abcdef0123456789", 2);
+    let other = RestoreId::new("orders", "ffff00000000", 1);
+    for (id, attempt) in [(&id2, 2), (&other, 1)] {
+        let claim = a.claim(id).await.unwrap();
+        a.save(claim.as_ref(), &record(id, attempt)).await.unwrap();
+    }
+    let attempts = b.attempts("orders", "abcdef0123456789").await.unwrap();
+    assert_eq!(
+        attempts.iter().map(|r| r.attempt).collect::<Vec<_>>(),
+        [1, 2]
+    );
+    assert_eq!(b.list().await.unwrap().len(), 3);
+    assert_eq!(b.load(&RestoreId("nope".into())).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_dropped_claim_can_be_taken_again_at_once_by_the_same_host() {
+    let Some(etcd) = etcd() else { return };
+    let a = journal(&etcd.journal_url("retake")).await;
+    let id = RestoreId::new("orders", "abcdef0123456789", 1);
+    for _ in 0..3 {
+        let claim = a
+            .claim(&id)
+            .await
+            .expect("claimable right after its own drop");
+        a.save(claim.as_ref(), &record(&id, 1)).await.unwrap();
+    }
+}
+
+/// The lease going away (expiry after a pause, or revocation) ends the right to write: the
+/// old holder's save fails with ClaimLost even after another host took over and wrote.
+#[tokio::test]
+async fn a_save_after_the_lease_is_gone_fails_with_claim_lost() {
+    let Some(etcd) = etcd() else { return };
+    let url = etcd.journal_url("lost");
+    let (a, b) = (journal(&url).await, journal(&url).await);
+    let id = RestoreId::new("orders", "abcdef0123456789", 1);
+    let claim = a.claim(&id).await.unwrap();
+    a.save(claim.as_ref(), &record(&id, 1)).await.unwrap();
+
+    // Revoke a's lease behind its back, as its expiry would.
+    let location = EtcdLocation::parse(&url).unwrap();
+    let mut raw = Client::connect(&location.endpoints, None).await.unwrap();
+    let key = format!("{}/claim/{id}", location.prefix);
+    let lease = raw.get(key.as_str(), None).await.unwrap().kvs()[0].lease();
+    raw.lease_revoke(lease).await.unwrap();
+
+    let mut newer = record(&id, 1);
+    newer.phase = RestorePhase::Holding;
+    let taken = b.claim(&id).await.expect("free once the lease is gone");
+    b.save(taken.as_ref(), &newer).await.unwrap();
+
+    let mut stale = record(&id, 1);
+    stale.phase = RestorePhase::Importing;
+    match a.save(claim.as_ref(), &stale).await {
+        Err(Error::ClaimLost(lost)) => assert_eq!(lost, id),
+        other => panic!("expected ClaimLost, got {other:?}"),
+    }
+    assert_eq!(
+        a.load(&id).await.unwrap().unwrap().phase,
+        RestorePhase::Holding
+    );
+}
+
+/// A held claim survives many TTLs because it is renewed. (A host that stops renewing, being
+/// killed, is taken over after the TTL: the fleet tests kill real processes.)
+#[tokio::test]
+async fn a_claim_is_renewed_while_held() {
+    let Some(etcd) = etcd() else { return };
+    let url = etcd.journal_url("renew");
+    let (a, b) = (journal(&url).await, journal(&url).await);
+    let id = RestoreId::new("orders", "abcdef0123456789", 1);
+    let claim = a.claim(&id).await.unwrap();
+    // Three TTLs of 2s.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(matches!(b.claim(&id).await, Err(Error::Busy { .. })));
+    a.save(claim.as_ref(), &record(&id, 1)).await.unwrap();
+}
+
+#[tokio::test]
+async fn connecting_to_nothing_fails_with_the_endpoint_named() {
+    let port = crate::support::free_port();
+    let location = EtcdLocation::parse(&format!("etcd://127.0.0.1:{port}/x")).unwrap();
+    let err = match EtcdJournal::connect(&location).await {
+        Ok(_) => panic!("nothing listens on {port}"),
+        Err(e) => e,
+    };
+    assert!(err.to_string().contains(&port.to_string()), "{err}");
+}
