@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use milvus_proto::common::KeyValuePair;
-use milvus_proto::schema::{CollectionSchema, DataType};
+use milvus_proto::schema::{CollectionSchema, DataType, FieldSchema, ValueField, value_field};
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +20,8 @@ pub const DEFAULT_DB: &str = "default";
 pub const DEFAULT_PARTITION: &str = "_default";
 /// Milvus numbers user fields from 100 (`common.StartOfUserFieldID`).
 const START_OF_USER_FIELD_ID: i64 = 100;
+/// `common.MetaFieldName`: the JSON field holding a dynamic-schema collection's extra keys.
+pub const META_FIELD_NAME: &str = "$meta";
 /// `common.DefaultPartitionsWithPartitionKey`: the partitions a partition-key collection gets
 /// when CreateCollection sends `num_partitions = 0`.
 pub const DEFAULT_PARTITIONS_WITH_PARTITION_KEY: i64 = 16;
@@ -114,6 +116,7 @@ impl NewCollection {
     /// Validates the request and decides every id (`next_id` hands them out), giving the op
     /// that is applied on this cluster and replicated to its secondaries.
     pub fn into_op(self, mut next_id: impl FnMut() -> i64) -> Result<DdlOp, MilvusError> {
+        refuse_explicit_dynamic_field(&self.schema)?;
         let partition_names = initial_partition_names(&self.schema, self.num_partitions)?;
         let schema = prepare_schema(self.schema, &self.name)?;
         Ok(DdlOp::CreateCollection {
@@ -504,8 +507,8 @@ pub fn decode_schema(bytes: &[u8]) -> Result<CollectionSchema, MilvusError> {
     })
 }
 
-/// Gives fields without an id the next user field id, as rootcoord does; the schema's name is
-/// the collection's.
+/// Gives fields without an id the next user field id and appends the dynamic `$meta` field
+/// when the schema enables it, as rootcoord does; the schema's name is the collection's.
 fn prepare_schema(
     mut schema: CollectionSchema,
     collection_name: &str,
@@ -538,7 +541,38 @@ fn prepare_schema(
             next += 1;
         }
     }
+    if schema.enable_dynamic_field {
+        schema.fields.push(dynamic_field(next));
+    }
     Ok(schema)
+}
+
+/// The proxy's `validateDynamicField`: only Milvus itself adds the dynamic field.
+fn refuse_explicit_dynamic_field(schema: &CollectionSchema) -> Result<(), MilvusError> {
+    if schema.fields.iter().any(|f| f.is_dynamic) {
+        return Err(MilvusError::new(
+            code::PARAMETER_INVALID,
+            "cannot explicitly set a field as a dynamic field: invalid parameter",
+        ));
+    }
+    Ok(())
+}
+
+/// The `$meta` field rootcoord's `appendDynamicField` adds to a schema with
+/// `enable_dynamic_field`, numbered after the user fields.
+fn dynamic_field(field_id: i64) -> FieldSchema {
+    FieldSchema {
+        field_id,
+        name: META_FIELD_NAME.to_owned(),
+        description: "dynamic schema".to_owned(),
+        data_type: DataType::Json as i32,
+        is_dynamic: true,
+        nullable: true,
+        default_value: Some(ValueField {
+            data: Some(value_field::Data::BytesData(b"{}".to_vec())),
+        }),
+        ..FieldSchema::default()
+    }
 }
 
 /// The partitions a new collection starts with, after the proxy's `validatePartitionKey` and

@@ -24,7 +24,9 @@ use tokio::sync::{Notify, watch};
 use crate::Protocol;
 use crate::catalog::{Catalog, DdlOp, DdlOutcome, NewCollection};
 use crate::cdc::{CdcMessage, CdcStream, Deliver, Flow, MirrorImport, StreamSnapshot};
-use crate::control::{ClusterSnapshot, CollectionSnapshot, CompletedImport, RequestRecord};
+use crate::control::{
+    ClusterSnapshot, CollectionSnapshot, CompletedImport, FieldSnapshot, RequestRecord,
+};
 use crate::faults::{ApiEffect, Faults};
 use crate::jobs::{ImportJob, JobOrigin, JobState, Stamp};
 use crate::merr::MilvusError;
@@ -940,6 +942,16 @@ impl Cluster {
                     db_name: c.db_name.clone(),
                     name: c.name.clone(),
                     id: c.id,
+                    fields: c
+                        .schema
+                        .fields
+                        .iter()
+                        .map(|f| FieldSnapshot {
+                            field_id: f.field_id,
+                            name: f.name.clone(),
+                            is_dynamic: f.is_dynamic,
+                        })
+                        .collect(),
                     partitions: c.partitions.iter().map(|p| p.name.clone()).collect(),
                     indexes: c.indexes.iter().map(|i| i.index_name.clone()).collect(),
                     loaded: c.loaded,

@@ -170,10 +170,15 @@ fn kv(pairs: &BTreeMap<String, String>) -> Vec<KeyValuePair> {
         .collect()
 }
 
+/// DescribeCollection as the proxy answers it: the stored schema without the dynamic `$meta`
+/// field (its `describeCollectionTask` skips `IsDynamic` fields; `enable_dynamic_field` tells
+/// a client that the collection has one).
 fn describe(cluster: &Cluster, c: &Collection, db_id: i64) -> DescribeCollectionResponse {
+    let mut schema = c.schema.clone();
+    schema.fields.retain(|f| !f.is_dynamic);
     DescribeCollectionResponse {
         status: Some(merr::success()),
-        schema: Some(c.schema.clone()),
+        schema: Some(schema),
         collection_id: c.id,
         virtual_channel_names: c.virtual_channels.clone(),
         physical_channel_names: cluster.pchannels().to_vec(),

@@ -97,11 +97,22 @@ pub struct CompletedImport {
     pub manifest: Vec<ManifestEntry>,
 }
 
+/// A field of a collection's stored schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldSnapshot {
+    pub field_id: i64,
+    pub name: String,
+    pub is_dynamic: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CollectionSnapshot {
     pub db_name: String,
     pub name: String,
     pub id: i64,
+    /// The stored schema's fields, the dynamic `$meta` included (DescribeCollection hides it,
+    /// as Milvus's proxy does).
+    pub fields: Vec<FieldSnapshot>,
     pub partitions: Vec<String>,
     pub indexes: Vec<String>,
     pub loaded: bool,

@@ -3,6 +3,7 @@
 use milvus_proto::common::{ImportState, KeyValuePair, LoadState};
 use milvus_proto::milvus::*;
 use milvus_sim::jobs::JobState;
+use prost::Message;
 
 use crate::common::*;
 
@@ -192,4 +193,96 @@ async fn v1_import_is_one_auto_commit_group_and_maps_states() {
         .expect("answers")
         .into_inner();
     assert_eq!(state.state, ImportState::ImportFailed as i32);
+}
+
+#[tokio::test]
+async fn a_dynamic_schema_stores_meta_which_describe_hides_and_an_explicit_one_is_refused() {
+    let sim = start(&standalone("3.0.0")).await;
+    let a = sim.cluster("a");
+    let mut client = grpc(&a.uri()).await;
+    let mut request = create_collection_request("dyn");
+    let mut schema = milvus_proto::schema::CollectionSchema::decode(request.schema.as_slice())
+        .expect("the helper's schema decodes");
+    schema.enable_dynamic_field = true;
+    request.schema = schema.encode_to_vec();
+    for attempt in ["first", "identical again"] {
+        let status = client
+            .create_collection(request.clone())
+            .await
+            .expect("answers")
+            .into_inner();
+        assert_eq!(status.code, 0, "{attempt}: {status:?}");
+    }
+
+    let stored = a.snapshot();
+    let fields: Vec<_> = stored
+        .collection("default", "dyn")
+        .expect("created")
+        .fields
+        .iter()
+        .map(|f| (f.field_id, f.name.as_str(), f.is_dynamic))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            (100, "id", false),
+            (101, "vector", false),
+            (102, "$meta", true)
+        ]
+    );
+    let meta =
+        a.with_catalog(|c| c.collection("", "dyn").expect("created").schema.fields[2].clone());
+    assert_eq!(
+        (meta.data_type, meta.nullable, meta.description.as_str()),
+        (
+            milvus_proto::schema::DataType::Json as i32,
+            true,
+            "dynamic schema"
+        )
+    );
+
+    let described = client
+        .describe_collection(DescribeCollectionRequest {
+            collection_name: "dyn".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("answers")
+        .into_inner()
+        .schema
+        .expect("schema");
+    assert!(described.enable_dynamic_field);
+    assert_eq!(
+        described
+            .fields
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect::<Vec<_>>(),
+        ["id", "vector"],
+        "the proxy's DescribeCollection skips the dynamic field"
+    );
+
+    schema.name = "explicit".into();
+    schema.fields.push(milvus_proto::schema::FieldSchema {
+        name: "$meta".into(),
+        data_type: milvus_proto::schema::DataType::Json as i32,
+        is_dynamic: true,
+        ..Default::default()
+    });
+    let refused = client
+        .create_collection(CreateCollectionRequest {
+            collection_name: "explicit".into(),
+            schema: schema.encode_to_vec(),
+            ..Default::default()
+        })
+        .await
+        .expect("answers")
+        .into_inner();
+    assert_eq!(
+        (refused.code, refused.reason.as_str()),
+        (
+            1100,
+            "cannot explicitly set a field as a dynamic field: invalid parameter"
+        )
+    );
 }
