@@ -21,6 +21,7 @@ use crate::plugins::{
     self, CheckCollection, CheckContext, CheckEnd, CheckHost, CheckImportJob, CheckReport,
     CheckStatus, EndJobState, EndRole, Phase, PluginRuntime, StagedObject, StoreCheckHost,
 };
+use crate::storage;
 
 /// The job's loaded checks and what they reported.
 pub struct CheckSetup {
@@ -105,7 +106,7 @@ impl CheckSetup {
     fn host(&self, job: &Job) -> Result<Arc<dyn CheckHost>, String> {
         let mut stores: BTreeMap<String, Arc<dyn ObjectStore>> = BTreeMap::new();
         for (end, spec) in destinations(job) {
-            let opened = spec.open().map_err(|e| format!("storage of {end}: {e}"))?;
+            let opened = storage::open(spec).map_err(|e| format!("storage of {end}: {e}"))?;
             stores.insert(end, opened.store);
         }
         let staged = self.staged.lock().expect("staged lock").clone();

@@ -34,7 +34,7 @@ pub use recover::recover;
 pub use report::Report;
 
 use crate::backup::RestorePlan;
-use crate::job::Job;
+use crate::job::{Job, StorageSpec};
 use crate::journal::{self, Journal, Outcome, RestoreId, RestorePhase, RestoreRecord};
 use crate::storage::{self, StagingPrefix, TempFiles};
 
@@ -168,7 +168,7 @@ impl Engine {
             .collect();
         let dest: Vec<storage::OpenedStore> = run::destinations(job)
             .iter()
-            .filter_map(|(_, spec)| spec.open().ok())
+            .filter_map(|(_, spec)| storage::open(spec).ok())
             .collect();
         let in_place = !dest.is_empty() && dest.iter().all(|d| d.id == pf.backup_store.id);
         let import_prefix_note = if in_place {
@@ -279,13 +279,13 @@ fn write_report_files(engine: &Engine, report: &Report) {
 /// Deletes a restore's staging prefix on every destination store (or keeps it). Whether it
 /// succeeded; failures are logged, since leftover staged files cost space, not correctness.
 async fn cleanup_prefix(
-    destinations: &[(String, storage::StorageSpec)],
+    destinations: &[(String, &StorageSpec)],
     prefix: &StagingPrefix,
     temp: TempFiles,
 ) -> bool {
     let mut opened = Vec::new();
     for (end, spec) in destinations {
-        match spec.open() {
+        match storage::open(spec) {
             Ok(s) => opened.push((end.clone(), s)),
             Err(e) => {
                 tracing::warn!(end, error = %e, "cannot open store to clean up staged files");

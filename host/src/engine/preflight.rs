@@ -10,7 +10,7 @@ use super::ends::Ends;
 use crate::backup::{self, Backup, CollectionCreation, RestorePlan, Strategy};
 use crate::job::{Atomicity, Job};
 use crate::milvus::{ServerVersion, Topology, topology::same_endpoint};
-use crate::storage::OpenedStore;
+use crate::storage::{self, OpenedStore};
 
 /// What preflight learned, for the stages that follow.
 pub struct Preflight {
@@ -58,7 +58,7 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
     check_topology(job, ends, &known[0], &mut refusals).await;
 
     // The backup and its plan.
-    let backup_store = match super::run::store_spec(&job.backup.storage).open() {
+    let backup_store = match storage::open(&job.backup.storage) {
         Ok(s) => Some(s),
         Err(e) => {
             refusals.push(format!("backup storage {}: {e}", job.backup.storage.url));

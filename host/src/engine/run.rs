@@ -25,7 +25,7 @@ use super::retry::retry;
 use super::two_phase::{self, Tracked, Tracker};
 use super::{Engine, Interrupted, finish_report};
 use crate::backup::{ImportBatch, Strategy};
-use crate::job::{Atomicity, Job};
+use crate::job::{Atomicity, Job, StorageSpec};
 use crate::journal::{
     BatchRecord, Claim, CommitGroup, Decision, Outcome, RestoreId, RestorePhase, RestoreRecord,
 };
@@ -456,9 +456,8 @@ async fn stage(
     let dest_specs = destinations(job);
     let mut opened = Vec::new();
     for (end, spec) in &dest_specs {
-        let store = spec
-            .open()
-            .map_err(|e| format!("storage of {end}: {}", error_chain(&e)))?;
+        let store =
+            storage::open(spec).map_err(|e| format!("storage of {end}: {}", error_chain(&e)))?;
         opened.push((end.clone(), store));
     }
     let ids: Vec<&storage::StoreId> = opened.iter().map(|(_, s)| &s.id).collect();
@@ -526,36 +525,14 @@ async fn stage(
 
 /// The ends whose stores the ends import from: the target's, and each secondary's that the
 /// job names (a secondary known only by URI must already see the files some other way).
-pub(super) fn destinations(job: &Job) -> Vec<(String, storage::StorageSpec)> {
-    let mut out = vec![(
-        job.target.end.name.to_string(),
-        store_spec(&job.target.storage),
-    )];
+pub(super) fn destinations(job: &Job) -> Vec<(String, &StorageSpec)> {
+    let mut out = vec![(job.target.end.name.to_string(), &job.target.storage)];
     for s in &job.secondaries {
         if let Some(spec) = &s.storage {
-            out.push((s.end.name.to_string(), store_spec(spec)));
+            out.push((s.end.name.to_string(), spec));
         }
     }
     out
-}
-
-/// The storage module's spec for a validated job store. (The two spec types are to become
-/// one; until then this is the only place that maps between them.)
-pub(super) fn store_spec(spec: &crate::job::StorageSpec) -> storage::StorageSpec {
-    storage::StorageSpec {
-        url: spec.url.to_string(),
-        endpoint: spec
-            .endpoint
-            .as_ref()
-            .map(|u| u.as_str().trim_end_matches('/').to_string()),
-        region: spec.region.clone(),
-        access_key_id: None,
-        access_key_id_env: spec.access_key_id_env.clone(),
-        secret_access_key: None,
-        secret_access_key_env: spec.secret_access_key_env.clone(),
-        session_token_env: spec.session_token_env.clone(),
-        allow_http: spec.allow_http,
-    }
 }
 
 /// The commit groups of the restore: one for all batches, or one per collection.

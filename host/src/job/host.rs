@@ -69,8 +69,10 @@ pub struct BackupsFile {
     pub root: Option<Spanned<String>>,
 }
 
-/// An object store, validated. Credentials stay in the environment: only the variable
-/// names are kept, and validation checks that those a job needs are set.
+/// An object store, validated: the one description of a store that jobs, the engine and
+/// `storage::open` share. Credentials stay in the environment: only the variable names are
+/// kept (validation checks that those a job needs are set; `storage::open` reads them), so a
+/// journal record or report that holds a spec holds no secret.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StorageSpec {
     /// `s3://bucket/root` or `file:///dir/root`.
@@ -86,6 +88,22 @@ pub struct StorageSpec {
 }
 
 impl StorageSpec {
+    /// A local directory as a store, with nothing else set; a relative `dir` is taken
+    /// relative to the working directory.
+    pub fn local(dir: &Path) -> std::io::Result<StorageSpec> {
+        let dir = std::path::absolute(dir)?;
+        let url = Url::from_file_path(&dir).expect("an absolute path is a valid file URL");
+        Ok(StorageSpec {
+            url,
+            endpoint: None,
+            region: None,
+            access_key_id_env: None,
+            secret_access_key_env: None,
+            session_token_env: None,
+            allow_http: false,
+        })
+    }
+
     /// The environment variables this store's credentials are read from.
     pub fn credential_envs(&self) -> impl Iterator<Item = &str> {
         [
@@ -402,7 +420,10 @@ fn storage_spec(
                 {
                     Some(parsed)
                 }
-                Ok(parsed) if parsed.scheme() == "file" => Some(parsed),
+                // `file://host/dir` parses, but names no local directory.
+                Ok(parsed) if parsed.scheme() == "file" && parsed.to_file_path().is_ok() => {
+                    Some(parsed)
+                }
                 _ => {
                     problems.push(RawProblem::new(
                     format!("{field}.url"),
@@ -549,6 +570,24 @@ mod tests {
         assert_eq!(config.state_dir, PathBuf::from("/etc/lockstep/.lockstep"));
         let local = parse("[backups]\nstorage = { url = \"file:///srv/backups\" }\n").unwrap();
         assert_eq!(local.backups.unwrap().root, DEFAULT_BACKUP_ROOT);
+    }
+
+    #[test]
+    fn storage_urls_name_a_bucket_or_a_local_directory() {
+        let err = parse("[storages.s]\nurl = \"file://server/share\"\n").unwrap_err();
+        let shown: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "/etc/lockstep/lockstep.toml:2:7: storages.s.url: invalid storage URL `file://server/share`: expected s3://bucket/root or file:///dir/root"
+            ]
+        );
+        let config = parse("[storages.s]\nurl = \"file:///srv/backups\"\n").unwrap();
+        assert_eq!(
+            config.storages["s"],
+            StorageSpec::local(Path::new("/srv/backups")).unwrap(),
+            "a spec built for a directory equals the validated file URL"
+        );
     }
 
     #[test]

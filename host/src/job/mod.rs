@@ -324,7 +324,8 @@ pub struct CheckLimits {
 /// How validation reads environment variables; tests pass their own.
 pub(crate) type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
-fn process_env(name: &str) -> Option<String> {
+/// Reads a variable of this process's environment (validation's and `storage::open`'s).
+pub(crate) fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 

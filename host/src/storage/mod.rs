@@ -1,13 +1,13 @@
-//! Object storage per end: opening each end's store from its [`StorageSpec`], staging a
-//! backup's binlogs into the destinations' stores, cleaning them up, and probes (head,
-//! paged list) for the plugin host.
+//! Object storage per end: opening each end's store from its validated
+//! [`StorageSpec`](crate::job::StorageSpec), staging a backup's binlogs into the
+//! destinations' stores, cleaning them up, and probes (head, paged list) for the plugin host.
 //!
 //! This module moves and checks bytes; it does not decide when. The engine picks the
 //! import paths with [`import_paths`], calls [`stage`] before importing and [`cleanup`]
 //! once every end reports Completed. Which files belong to the backup comes from
 //! `backup` (the listing); which ends exist comes from `job`.
 //!
-//! - `open`: [`StorageSpec`] → [`OpenedStore`], and [`StoreId`] for "same store" decisions.
+//! - `open`: [`open`] a spec into an [`OpenedStore`]; [`StoreId`] for "same store" decisions.
 //! - `stage`: [`stage`], [`cleanup`], [`import_paths`].
 //! - `probe`: [`EndStores`] heads and pages.
 
@@ -15,9 +15,9 @@ mod open;
 mod probe;
 mod stage;
 #[cfg(test)]
-mod test_s3;
+mod test_stores;
 
-pub use open::{OpenedStore, StorageSpec, StoreId};
+pub use open::{OpenedStore, StoreId, open};
 pub use probe::{EndStores, ListPage};
 pub use stage::{
     BackupFile, DEFAULT_CONCURRENCY, Destination, ImportPaths, PART_SIZE, STAGING_ROOT,
@@ -36,8 +36,6 @@ pub enum Error {
         field: &'static str,
         variable: String,
     },
-    #[error("storage credential {field} is given both inline and as `{field}_env`; keep one")]
-    ConflictingCredential { field: &'static str },
     #[error("cannot open object store `{url}`")]
     Open {
         url: String,

@@ -87,13 +87,13 @@ impl EndStores {
 mod tests {
     use object_store::PutPayload;
 
-    use super::super::StorageSpec;
+    use super::super::test_stores::local;
     use super::*;
 
     #[tokio::test]
     async fn heads_and_pages_through_a_named_end() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let opened = StorageSpec::local(dir.path()).open().expect("open");
+        let opened = local(dir.path());
         for name in ["p/c", "p/a", "p/b", "p/d/e", "q/a"] {
             opened
                 .store

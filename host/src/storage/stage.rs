@@ -428,8 +428,8 @@ mod tests {
 
     use object_store::PutPayload;
 
-    use super::super::StorageSpec;
-    use super::super::test_s3::{s3_server, unique_bucket};
+    use super::super::test_stores::local;
+    use super::super::test_stores::{s3_server, unique_bucket};
     use super::*;
 
     const BACKUP_DIR: &str = "backup/nightly";
@@ -546,8 +546,8 @@ mod tests {
             tempfile::tempdir().expect("tempdir"),
             tempfile::tempdir().expect("tempdir"),
         );
-        let backup = StorageSpec::local(a.path()).open().expect("open");
-        let target = StorageSpec::local(b.path()).open().expect("open");
+        let backup = local(a.path());
+        let target = local(b.path());
         let files = write_backup(&backup, &[10, 0, PART_SIZE * 2 + 5]).await;
         let prefix = prefix("r1");
 
@@ -599,14 +599,11 @@ mod tests {
     async fn copies_server_side_within_one_store() {
         use std::os::unix::fs::MetadataExt as _;
         let dir = tempfile::tempdir().expect("tempdir");
-        let backup = StorageSpec::local(dir.path()).open().expect("open");
+        let backup = local(dir.path());
         // The target names the same directory another way: it is the same store.
-        let target = StorageSpec {
-            url: format!("file://{}/.", dir.path().display()),
-            ..StorageSpec::default()
-        }
-        .open()
-        .expect("open");
+        let links = tempfile::tempdir().expect("tempdir");
+        std::os::unix::fs::symlink(dir.path(), links.path().join("store")).expect("symlink");
+        let target = local(&links.path().join("store"));
         assert_eq!(backup.id, target.id);
         let files = write_backup(&backup, &[100, 200]).await;
         let prefix = prefix("r2");
@@ -642,8 +639,8 @@ mod tests {
             tempfile::tempdir().expect("tempdir"),
             tempfile::tempdir().expect("tempdir"),
         );
-        let backup = StorageSpec::local(a.path()).open().expect("open");
-        let target = StorageSpec::local(b.path()).open().expect("open");
+        let backup = local(a.path());
+        let target = local(b.path());
         let files = write_backup(&backup, &[100, 200, 300]).await;
         let prefix = prefix("r3");
         let destinations = [Destination {
@@ -690,8 +687,8 @@ mod tests {
             tempfile::tempdir().expect("tempdir"),
             tempfile::tempdir().expect("tempdir"),
         );
-        let backup = StorageSpec::local(a.path()).open().expect("open");
-        let target = StorageSpec::local(b.path()).open().expect("open");
+        let backup = local(a.path());
+        let target = local(b.path());
         let mut files = write_backup(&backup, &[100, 200]).await;
         // The listing says 250 bytes, the object holds 200.
         files[1].size = 250;
@@ -727,8 +724,8 @@ mod tests {
             tempfile::tempdir().expect("tempdir"),
             tempfile::tempdir().expect("tempdir"),
         );
-        let backup = StorageSpec::local(a.path()).open().expect("open");
-        let target = StorageSpec::local(b.path()).open().expect("open");
+        let backup = local(a.path());
+        let target = local(b.path());
         let mut files = write_backup(&backup, &[100]).await;
         files.push(BackupFile {
             path: "binlogs/insert_log/1/2/7/7/100/77".into(),
@@ -765,9 +762,9 @@ mod tests {
         let dirs: Vec<_> = (0..3)
             .map(|_| tempfile::tempdir().expect("tempdir"))
             .collect();
-        let backup = StorageSpec::local(dirs[0].path()).open().expect("open");
-        let shared = StorageSpec::local(dirs[1].path()).open().expect("open");
-        let other = StorageSpec::local(dirs[2].path()).open().expect("open");
+        let backup = local(dirs[0].path());
+        let shared = local(dirs[1].path());
+        let other = local(dirs[2].path());
         let files = write_backup(&backup, &[10, 20]).await;
         let prefix = prefix("r6");
         let destinations = [
@@ -876,17 +873,9 @@ mod tests {
         };
         let (bucket_a, bucket_b) = (unique_bucket("same-a"), unique_bucket("same-b"));
         // milvus-backup wrote into the target's own bucket; the secondary has its own.
-        let backup = server.bucket(&bucket_a).await.open().expect("open");
-        let target = server
-            .bucket(&format!("{bucket_a}/files"))
-            .await
-            .open()
-            .expect("open");
-        let secondary = server
-            .bucket(&format!("{bucket_b}/files"))
-            .await
-            .open()
-            .expect("open");
+        let backup = server.bucket(&bucket_a).await;
+        let target = server.bucket(&format!("{bucket_a}/files")).await;
+        let secondary = server.bucket(&format!("{bucket_b}/files")).await;
         let files = write_backup(&backup, &[1000, PART_SIZE + 7]).await;
         let prefix = prefix("s3-r1");
         let destinations = [
@@ -956,12 +945,8 @@ mod tests {
             return;
         };
         let dir = tempfile::tempdir().expect("tempdir");
-        let backup = StorageSpec::local(dir.path()).open().expect("open");
-        let target = server
-            .bucket(&unique_bucket("local-to-s3"))
-            .await
-            .open()
-            .expect("open");
+        let backup = local(dir.path());
+        let target = server.bucket(&unique_bucket("local-to-s3")).await;
         let files = write_backup(&backup, &[10, 20, 30]).await;
         let prefix = prefix("s3-r2");
         let destinations = [Destination {

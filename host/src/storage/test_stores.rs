@@ -1,4 +1,5 @@
-//! A real S3 server for the storage tests: `moto` from PyPI.
+//! Real stores for the storage tests: a local directory, and a real S3 server (`moto` from
+//! PyPI).
 //!
 //! The S3 tests run when `LOCKSTEP_TEST_S3_ENDPOINT` is set (CI sets it). If a server
 //! answers there it is used; otherwise the test starts its own `moto_server` on a free
@@ -9,9 +10,16 @@ use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::StorageSpec;
+use url::Url;
+
+use super::open::{OpenedStore, open, open_with_env};
+use crate::job::StorageSpec;
 
 const ENDPOINT_VAR: &str = "LOCKSTEP_TEST_S3_ENDPOINT";
+/// The variables the test specs name for their credentials; moto takes any value, and the
+/// tests hand these to the store through their own environment, not the process's.
+const KEY_VAR: &str = "LOCKSTEP_TEST_S3_KEY";
+const SECRET_VAR: &str = "LOCKSTEP_TEST_S3_SECRET";
 /// How long moto may take to start listening (it imports a lot of Python).
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -32,8 +40,8 @@ impl Drop for S3Server {
 }
 
 impl S3Server {
-    /// A spec for `s3://{bucket_and_root}` on this server, creating the bucket.
-    pub async fn bucket(&self, bucket_and_root: &str) -> StorageSpec {
+    /// `s3://{bucket_and_root}` on this server, opened, creating the bucket.
+    pub async fn bucket(&self, bucket_and_root: &str) -> OpenedStore {
         let bucket = bucket_and_root
             .split('/')
             .next()
@@ -48,15 +56,27 @@ impl S3Server {
             status.is_success() || status.as_u16() == 409,
             "create bucket {bucket}: {status}"
         );
-        StorageSpec {
-            url: format!("s3://{bucket_and_root}"),
-            endpoint: Some(self.endpoint.clone()),
-            access_key_id: Some("testing".into()),
-            secret_access_key: Some("testing".into()),
+        let spec = StorageSpec {
+            url: Url::parse(&format!("s3://{bucket_and_root}")).expect("bucket names a URL"),
+            endpoint: Some(Url::parse(&self.endpoint).expect("endpoint is a URL")),
+            region: None,
+            access_key_id_env: Some(KEY_VAR.into()),
+            secret_access_key_env: Some(SECRET_VAR.into()),
+            session_token_env: None,
             allow_http: true,
-            ..StorageSpec::default()
-        }
+        };
+        let env = |name: &str| {
+            [KEY_VAR, SECRET_VAR]
+                .contains(&name)
+                .then(|| "testing".to_owned())
+        };
+        open_with_env(&spec, &env).expect("open the moto bucket")
     }
+}
+
+/// A local directory, opened as a store.
+pub fn local(dir: &std::path::Path) -> OpenedStore {
+    open(&StorageSpec::local(dir).expect("a temp dir is a valid path")).expect("open")
 }
 
 /// A bucket name no other test run uses.
