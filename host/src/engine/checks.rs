@@ -79,8 +79,9 @@ impl CheckSetup {
         self.reports.lock().expect("reports lock").clone()
     }
 
-    fn is_empty_for(&self, p: Phase) -> bool {
-        !self.checks.iter().any(|c| c.phase == p)
+    /// Whether the job has checks in this phase.
+    pub fn has(&self, p: Phase) -> bool {
+        self.checks.iter().any(|c| c.phase == p)
     }
 
     async fn run_phase(
@@ -133,7 +134,7 @@ impl CheckSetup {
                 partitions: c.partitions.clone(),
             })
             .collect();
-        if self.is_empty_for(Phase::BeforeImport) {
+        if !self.has(Phase::BeforeImport) {
             return Ok(());
         }
         let ctx = self.context(shared, job, Phase::BeforeImport, &[]);
@@ -150,7 +151,7 @@ impl CheckSetup {
         _group: usize,
         tracker: &Tracker,
     ) -> Result<(), String> {
-        if self.is_empty_for(Phase::BeforeCommit) {
+        if !self.has(Phase::BeforeCommit) {
             return Ok(());
         }
         let ctx = self.context(

@@ -11,6 +11,7 @@
 mod checks;
 mod ddl;
 mod ends;
+pub mod faults;
 mod per_seg;
 pub mod preflight;
 pub mod progress;
@@ -208,6 +209,7 @@ impl Engine {
             checks: vec![],
             staging: None,
             phases: vec![],
+            reaction_ms: None,
         }
     }
 }
@@ -222,6 +224,11 @@ async fn finish_report(
 ) -> Report {
     report.outcome = outcome;
     report.refusals = refusals;
+    report.reaction_ms = shared
+        .reaction
+        .lock()
+        .expect("reaction lock")
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     report.finished_at = Timestamp::now();
     if report.summary.is_empty() {
         report.summary = format!("{outcome:?}");

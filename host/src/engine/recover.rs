@@ -299,5 +299,6 @@ fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report 
                 cleaned_up: false,
             }),
         phases: vec![],
+        reaction_ms: None,
     }
 }

@@ -35,6 +35,9 @@ pub struct Report {
     pub staging: Option<StagingReport>,
     /// Seconds spent in each phase, in order.
     pub phases: Vec<PhaseTime>,
+    /// Milliseconds from the last end reported ready (Uncommitted) to the commit going out,
+    /// the decision's durable write included; the slowest commit group's.
+    pub reaction_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

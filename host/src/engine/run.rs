@@ -22,14 +22,16 @@ use super::ends::Ends;
 use super::preflight::{Preflight, error_chain, preflight};
 use super::report::{CollectionReport, Divergence, EndReport, Report};
 use super::retry::retry;
+use super::schedule::FirstLook;
 use super::two_phase::{self, Tracked, Tracker};
-use super::{Engine, Interrupted, finish_report};
+use super::{Engine, Interrupted, faults, finish_report};
 use crate::backup::{ImportBatch, Strategy};
 use crate::job::{Atomicity, Job, StorageSpec};
 use crate::journal::{
     BatchRecord, Claim, CommitGroup, Decision, Outcome, RestoreId, RestorePhase, RestoreRecord,
 };
 use crate::milvus::{CreateImport, ServerVersion};
+use crate::plugins::Phase;
 use crate::storage::{self, ImportPaths, StagingPrefix};
 
 /// Import creates in flight at once on the target.
@@ -67,6 +69,8 @@ pub(super) struct Shared<'a> {
     failure: Mutex<Option<Stop>>,
     /// Serialises saves so a stale snapshot never overwrites a newer one.
     save_lock: tokio::sync::Mutex<()>,
+    /// From the last ready sighting to the commit going out (decision write included).
+    pub reaction: Mutex<Option<Duration>>,
 }
 
 impl<'a> Shared<'a> {
@@ -86,6 +90,7 @@ impl<'a> Shared<'a> {
             trackers: Mutex::new(Vec::new()),
             failure: Mutex::new(None),
             save_lock: tokio::sync::Mutex::new(()),
+            reaction: Mutex::new(None),
         }
     }
 
@@ -115,6 +120,12 @@ impl<'a> Shared<'a> {
         let id = self.record.lock().expect("record lock").id.to_string();
         self.engine.progress.phase(&id, phase);
         self.persist().await
+    }
+
+    /// Keeps the slowest time from "every end ready" to "commit sent" across groups.
+    fn note_reaction(&self, reaction: Duration) {
+        let mut r = self.reaction.lock().expect("reaction lock");
+        *r = Some(r.map_or(reaction, |old| old.max(reaction)));
     }
 
     fn fail(&self, stop: Stop) {
@@ -255,6 +266,7 @@ async fn execute(
         .expect("record lock")
         .created_collections = done.created.clone();
     shared.persist().await.map_err(Stop::Failed)?;
+    faults::crash_point("after-ddl");
     if let Err(e) = ddl {
         return rollback(
             shared,
@@ -294,6 +306,8 @@ async fn execute(
         Ok(Err(reason)) => return rollback(shared, Stop::Failed(reason)).await,
         Ok(Ok(s)) => s,
     };
+
+    faults::crash_point("after-stage");
 
     // Commit groups and their jobs.
     let batches: Vec<&ImportBatch> = pf
@@ -628,7 +642,7 @@ async fn run_group(
             .set_phase(RestorePhase::Holding)
             .await
             .map_err(Stop::Failed)?;
-        let hold = async |tracker: &mut Tracker| -> Result<(), Stop> {
+        let hold = async |tracker: &mut Tracker, first: FirstLook| -> Result<(), Stop> {
             let show = |t: &Tracker| {
                 shared.trackers.lock().expect("tracker lock")[g] = t.clone();
                 shared.show();
@@ -637,7 +651,7 @@ async fn run_group(
             engine
                 .interrupt
                 .race(two_phase::hold(
-                    ends, tracker, &jobs, grace, deadline, &show,
+                    ends, tracker, &jobs, grace, deadline, first, &show,
                 ))
                 .await?
                 .map_err(Stop::Failed)?;
@@ -646,14 +660,18 @@ async fn run_group(
             }
             Ok(())
         };
-        hold(&mut tracker).await?;
-        checks
-            .run_before_commit(shared, job, g, &tracker)
-            .await
-            .map_err(Stop::Failed)?;
-        // Re-read every end right before deciding: a mirror may have failed while the
-        // checks ran, and Milvus cannot check a fencing token, only states.
-        hold(&mut tracker).await
+        hold(&mut tracker, FirstLook::Spread).await?;
+        if checks.has(Phase::BeforeCommit) {
+            checks
+                .run_before_commit(shared, job, g, &tracker)
+                .await
+                .map_err(Stop::Failed)?;
+            // Re-read every end right before deciding: a mirror may have failed while the
+            // checks ran (an approval can take hours), and Milvus cannot check a fencing
+            // token, only states. Without checks the hold's own sightings are that fresh.
+            hold(&mut tracker, FirstLook::Now).await?;
+        }
+        Ok(())
     }
     .await;
 
@@ -682,6 +700,7 @@ async fn run_group(
             .map_err(|e| format!("abort did not settle: {e}"));
     }
 
+    let ready_at = Instant::now();
     // The decision: durable before any commit is sent. From here on, only forward.
     {
         let mut r = shared.record.lock().expect("record lock");
@@ -691,6 +710,8 @@ async fn run_group(
     }
     shared.set_phase(RestorePhase::Deciding).await?;
     shared.persist().await?;
+    faults::crash_point("after-decision");
+    shared.note_reaction(ready_at.elapsed());
     let mut divergences = two_phase::commit(
         ends,
         &tracker,
@@ -698,6 +719,7 @@ async fn run_group(
         Instant::now() + DEFAULT_CALL_DEADLINE,
     )
     .await;
+    faults::crash_point("after-commit");
     let completion = job.two_phase.completion_timeout.map(|t| Instant::now() + t);
     let show = |t: &Tracker| {
         shared.trackers.lock().expect("tracker lock")[g] = t.clone();
@@ -730,6 +752,7 @@ async fn submit(
         r.groups[g].batches.clone()
     };
     shared.persist().await.map_err(Stop::Failed)?;
+    faults::crash_point("after-intent");
     let target = shared.ends.target();
     let mut creates = futures::stream::iter(batches.iter().enumerate())
         .map(|(i, b)| async move {
@@ -761,6 +784,7 @@ async fn submit(
     drop(creates);
     shared.trackers.lock().expect("tracker lock")[g] = tracker.clone();
     shared.persist().await.map_err(Stop::Failed)?;
+    faults::crash_point("after-submit");
     match first_error {
         None => Ok(()),
         Some(e) if e.code() == Some(3000) => Err(Stop::Refused(vec![format!(
@@ -885,6 +909,7 @@ fn base_report(job: &Job, ends: &Ends, record: &RestoreRecord, started: Timestam
         checks: vec![],
         staging: None,
         phases: vec![],
+        reaction_ms: None,
     }
 }
 

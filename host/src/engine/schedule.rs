@@ -34,6 +34,16 @@ const BURST_PER_JOB: f64 = 12.0;
 /// The progress Milvus reports for Uncommitted and Committing (§1.4); Completed is 100.
 const READY_PROGRESS: i64 = 99;
 
+/// When a new schedule first asks each pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstLook {
+    /// Jobs just created: their first transition is at least a stage away, so the first looks
+    /// wait [`FIRST_INTERVAL`], spread so a thousand jobs do not arrive as one burst.
+    Spread,
+    /// States just seen and about to be acted on (the re-read before a decision): ask now.
+    Now,
+}
+
 /// One observation of a pair.
 #[derive(Debug, Clone, Copy)]
 struct Sample {
@@ -64,14 +74,16 @@ pub struct Schedule {
 
 impl Schedule {
     /// A schedule for `pairs` pairs that belong to `jobs` jobs (a job has one pair per end).
-    pub fn new(pairs: usize, jobs: usize, now: Instant) -> Schedule {
+    pub fn new(pairs: usize, jobs: usize, now: Instant, first: FirstLook) -> Schedule {
         let jobs = jobs.max(1) as f64;
         let entries = (0..pairs)
             .map(|i| Entry {
                 first: None,
                 last: None,
-                // Spread the first looks so a thousand new jobs do not arrive as one burst.
-                next_at: now + FIRST_INTERVAL.mul_f64((i % 16) as f64 / 16.0 + 1.0),
+                next_at: match first {
+                    FirstLook::Spread => now + FIRST_INTERVAL.mul_f64((i % 16) as f64 / 16.0 + 1.0),
+                    FirstLook::Now => now,
+                },
                 overdue_polls: 0,
                 active: true,
             })
@@ -193,7 +205,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn first_looks_are_spread_and_soon() {
         let now = Instant::now();
-        let mut s = Schedule::new(32, 32, now);
+        let mut s = Schedule::new(32, 32, now, FirstLook::Spread);
         let next = s.due(now).unwrap_err();
         assert!(next - now >= FIRST_INTERVAL && next - now < FIRST_INTERVAL * 2);
         let later = now + FIRST_INTERVAL * 2;
@@ -203,7 +215,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_pair_polls_faster_as_its_transition_nears() {
         let t0 = Instant::now();
-        let mut s = Schedule::new(1, 1, t0);
+        let mut s = Schedule::new(1, 1, t0, FirstLook::Spread);
         s.observe(0, 10, t0);
         // 10 → 50 in 4 s: 49 points left take ~4.9 s, so the next look is ~2.45 s away.
         let t1 = t0 + Duration::from_secs(4);
@@ -227,7 +239,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stalled_pair_backs_off_to_the_ceiling() {
         let t0 = Instant::now();
-        let mut s = Schedule::new(1, 1, t0);
+        let mut s = Schedule::new(1, 1, t0, FirstLook::Spread);
         let mut t = t0;
         for _ in 0..10 {
             s.observe(0, 40, t);
@@ -243,7 +255,7 @@ mod tests {
     async fn the_budget_caps_the_long_run_rate() {
         // 10 jobs, every pair always due: over 100 s the calls stay within rate × time + burst.
         let t0 = Instant::now();
-        let mut s = Schedule::new(30, 10, t0);
+        let mut s = Schedule::new(30, 10, t0, FirstLook::Spread);
         let mut calls = 0usize;
         let mut t = t0;
         while t < t0 + Duration::from_secs(100) {
@@ -266,7 +278,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn finished_pairs_are_not_polled() {
         let t0 = Instant::now();
-        let mut s = Schedule::new(2, 1, t0);
+        let mut s = Schedule::new(2, 1, t0, FirstLook::Spread);
         s.finish(0);
         let due = s.due(t0 + Duration::from_secs(1)).unwrap();
         assert_eq!(due, vec![1]);

@@ -12,6 +12,7 @@ use super::ends::Ends;
 use super::progress::JobCounts;
 use super::report::Divergence;
 use super::retry::retry;
+use super::schedule::FirstLook;
 use super::watch::{Judgement, Pair, Sight, watch};
 use crate::milvus::{JobState, MilvusJobId};
 
@@ -108,6 +109,7 @@ pub async fn hold(
     jobs: &[usize],
     grace: Duration,
     deadline: Option<Instant>,
+    first: FirstLook,
     on_change: &(dyn Fn(&Tracker) + Send + Sync),
 ) -> Result<(), String> {
     let (pairs, owner) = tracker.pairs(jobs, ends.len());
@@ -133,6 +135,8 @@ pub async fn hold(
                 if end == 0 {
                     target_ready[j].get_or_insert(now);
                 }
+                // Some job is held Uncommitted somewhere, not yet everywhere.
+                super::faults::crash_point("holding");
                 return Judgement::Done;
             }
             Sight::Seen(p) if p.state == JobState::Failed => {
@@ -171,7 +175,7 @@ pub async fn hold(
             _ => Judgement::Wait,
         }
     };
-    watch(ends, &pairs, job_count, &mut judge).await
+    watch(ends, &pairs, job_count, first, &mut judge).await
 }
 
 /// Sends the commit of every job in `jobs` to the target (never to a secondary). Commit is
@@ -262,7 +266,9 @@ pub async fn complete(
         }
         Judgement::Wait
     };
-    let finished = watch(ends, &pairs, jobs.len(), &mut judge).await.is_ok();
+    let finished = watch(ends, &pairs, jobs.len(), FirstLook::Spread, &mut judge)
+        .await
+        .is_ok();
     (divergences, finished)
 }
 
@@ -331,7 +337,7 @@ pub async fn abort(
         }
         verdict
     };
-    watch(ends, &pairs, jobs.len(), &mut judge).await?;
+    watch(ends, &pairs, jobs.len(), FirstLook::Now, &mut judge).await?;
     match stuck {
         Some(reason) => Err(reason),
         None => Ok(()),

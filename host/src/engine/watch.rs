@@ -8,7 +8,7 @@ use futures::StreamExt;
 use tokio::time::Instant;
 
 use super::ends::Ends;
-use super::schedule::Schedule;
+use super::schedule::{FirstLook, Schedule};
 use crate::milvus::{self, ImportProgress, MilvusJobId};
 
 /// Describe calls in flight at once across all ends.
@@ -48,9 +48,10 @@ pub async fn watch(
     ends: &Ends,
     pairs: &[Pair],
     jobs: usize,
+    first: FirstLook,
     judge: &mut (dyn FnMut(usize, Sight, Instant) -> Judgement + Send),
 ) -> Result<(), String> {
-    let mut schedule = Schedule::new(pairs.len(), jobs, Instant::now());
+    let mut schedule = Schedule::new(pairs.len(), jobs, Instant::now(), first);
     let mut remaining = pairs.len();
     while remaining > 0 {
         let due = match schedule.due(Instant::now()) {

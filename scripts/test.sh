@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The test suite: the plugin components, every crate's tests (unit, integration, end to end
+# against milvus-sim), and the pytest suite with the real pymilvus. `.ci/run` installs what
+# this needs and starts moto and etcd first; on a machine where that was done once, run this.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash plugins/build.sh
+# The end-to-end tests and the pytest suite run the built binaries.
+cargo build --workspace --bins
+cargo nextest run --workspace --no-fail-fast
+.venv/bin/pytest -q tests/milvus-sim/pytest
