@@ -1,1 +1,410 @@
-//! Helpers shared by the end-to-end tests (see tests/).
+//! The world end-to-end tests run in: milvus-sim clusters in this process (a target and its
+//! secondaries, each on its own storage), a backup generated in milvus-backup's layout, a host
+//! config and job files on disk, and the real `lockstep` binary run as a child process.
+//!
+//! Tests read what happened from milvus-sim's own state (`/sim/v1/state`): jobs with their
+//! state histories, visible rows and manifests, and the request log.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use milvus_sim::fixtures::{BackupSpec, GeneratedBackup, SchemaMix, generate};
+use milvus_sim::jobs::JobState;
+use milvus_sim::topology::{ClusterSpec, ReplicationSpec, StageDurations, StorageSpec};
+use milvus_sim::{ClusterSnapshot, Sim, Topology};
+use object_store::local::LocalFileSystem;
+use tempfile::TempDir;
+
+/// What kind of world to build. `Default` is the happy one: a 3.0.2 target replicating to two
+/// secondaries with the import gate on, fast stages, a small plain backup.
+#[derive(Debug, Clone)]
+pub struct WorldSpec {
+    pub secondaries: usize,
+    pub target_version: String,
+    pub secondary_version: String,
+    /// `dataCoord.import.enableInReplicatingCluster` on every cluster.
+    pub gate_on: bool,
+    /// Whether the target replicates to the secondaries at all.
+    pub replicating: bool,
+    pub stream_lag: Duration,
+    /// Each import stage's duration on the target and on the secondaries.
+    pub target_stage: Duration,
+    pub secondary_stage: Duration,
+    pub max_import_job_num: usize,
+    /// Whether the host config gives the secondaries their storage (so lockstep stages
+    /// into it). Without it a secondary cannot read the files it is asked to import.
+    pub secondary_storage_known: bool,
+    /// The last this-many secondaries run but are not in the target's replication topology.
+    pub unreplicated: usize,
+    pub backup: BackupSpec,
+}
+
+impl Default for WorldSpec {
+    fn default() -> Self {
+        WorldSpec {
+            secondaries: 2,
+            target_version: "3.0.2".into(),
+            secondary_version: "3.0.2".into(),
+            gate_on: true,
+            replicating: true,
+            stream_lag: Duration::from_millis(50),
+            target_stage: Duration::from_millis(30),
+            secondary_stage: Duration::from_millis(30),
+            max_import_job_num: 1024,
+            secondary_storage_known: true,
+            unreplicated: 0,
+            backup: BackupSpec {
+                name: "e2e_backup".into(),
+                collections: 2,
+                partitions: 2,
+                segments_per_partition: 2,
+                rows_per_segment: 100,
+                bytes_per_binlog: 512,
+                schema: SchemaMix::Plain,
+                ..BackupSpec::default()
+            },
+        }
+    }
+}
+
+/// A running world. Dropping it stops the clusters and removes the files.
+pub struct World {
+    pub dir: TempDir,
+    pub sim: Sim,
+    pub backup: GeneratedBackup,
+    pub spec: WorldSpec,
+}
+
+/// The target is always `t`, the secondaries `s1`, `s2`, …
+pub const TARGET: &str = "t";
+
+pub fn secondary(i: usize) -> String {
+    format!("s{}", i + 1)
+}
+
+/// What one `lockstep` run left.
+#[derive(Debug)]
+pub struct RunResult {
+    pub code: i32,
+    /// The JSON report (`--output json`), or `Null` when stdout held none.
+    pub report: serde_json::Value,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl RunResult {
+    pub fn outcome(&self) -> &str {
+        self.report["outcome"].as_str().unwrap_or("")
+    }
+
+    pub fn summary(&self) -> &str {
+        self.report["summary"].as_str().unwrap_or("")
+    }
+
+    /// Everything the run said, for assertion messages.
+    pub fn explain(&self) -> String {
+        format!(
+            "exit {}\nstdout:\n{}\nstderr:\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+impl World {
+    pub async fn start(spec: WorldSpec) -> anyhow::Result<World> {
+        let dir = tempfile::tempdir()?;
+        let mut clusters = Vec::new();
+        let stage = |d: Duration| StageDurations::uniform(d);
+        let mut target = ClusterSpec::new(TARGET);
+        target.version = spec.target_version.clone();
+        target.import_in_replicating_cluster = spec.gate_on;
+        target.storage = StorageSpec::Local(dir.path().join("storage").join(TARGET));
+        target.durations = stage(spec.target_stage);
+        target.max_import_job_num = spec.max_import_job_num;
+        clusters.push(target);
+        for i in 0..spec.secondaries {
+            let mut s = ClusterSpec::new(secondary(i));
+            s.version = spec.secondary_version.clone();
+            s.import_in_replicating_cluster = spec.gate_on;
+            s.storage = StorageSpec::Local(dir.path().join("storage").join(secondary(i)));
+            s.durations = stage(spec.secondary_stage);
+            s.max_import_job_num = spec.max_import_job_num;
+            clusters.push(s);
+        }
+        let replication = (spec.replicating && spec.secondaries > 0).then(|| ReplicationSpec {
+            primary: TARGET.into(),
+            secondaries: (0..spec.secondaries - spec.unreplicated.min(spec.secondaries))
+                .map(secondary)
+                .collect(),
+            stream_lag: spec.stream_lag,
+        });
+        let sim = Sim::start(Topology {
+            clusters,
+            replication,
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("starting milvus-sim: {e}"))?;
+        let backups = dir.path().join("backups");
+        std::fs::create_dir_all(&backups)?;
+        let store = Arc::new(LocalFileSystem::new_with_prefix(&backups)?);
+        let backup = generate(
+            &spec.backup,
+            store,
+            &object_store::path::Path::from("backup"),
+        )
+        .await
+        .context("generating the backup")?;
+        let world = World {
+            dir,
+            sim,
+            backup,
+            spec,
+        };
+        world.write_host_config()?;
+        Ok(world)
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn ends(&self) -> Vec<String> {
+        std::iter::once(TARGET.to_string())
+            .chain((0..self.spec.secondaries).map(secondary))
+            .collect()
+    }
+
+    fn write_host_config(&self) -> anyhow::Result<()> {
+        let mut text = format!(
+            "state_dir = \"state\"\n\n[backups]\nstorage = {{ url = \"file://{}\" }}\nroot = \"backup\"\n",
+            self.path("backups").display()
+        );
+        for end in self.ends() {
+            text.push_str(&format!(
+                "\n[clusters.{end}]\nuri = \"{}\"\n",
+                self.sim.uri(&end)
+            ));
+            if self.spec.max_import_job_num != 1024 {
+                text.push_str(&format!(
+                    "max_import_jobs = {}\n",
+                    self.spec.max_import_job_num
+                ));
+            }
+            if end == TARGET || self.spec.secondary_storage_known {
+                text.push_str(&format!(
+                    "storage = {{ url = \"file://{}\" }}\n",
+                    self.path("storage").join(&end).display()
+                ));
+            }
+        }
+        std::fs::write(self.path("lockstep.toml"), text)?;
+        Ok(())
+    }
+
+    /// A job file restoring the world's backup into the target with every secondary, plus
+    /// `extra` TOML (tables such as `[restore]` or `[two_phase]`).
+    pub fn job(&self, name: &str, extra: &str) -> anyhow::Result<PathBuf> {
+        let secondaries: Vec<String> = (0..self.spec.secondaries)
+            .map(|i| format!("\"{}\"", secondary(i)))
+            .collect();
+        let text = format!(
+            "backup = \"{}\"\ntarget = \"{TARGET}\"\nsecondaries = [{}]\n{extra}\n",
+            self.spec.backup.name,
+            secondaries.join(", ")
+        );
+        self.write_job(name, &text)
+    }
+
+    pub fn write_job(&self, name: &str, text: &str) -> anyhow::Result<PathBuf> {
+        let path = self.path("jobs").join(format!("{name}.toml"));
+        std::fs::create_dir_all(path.parent().expect("jobs/"))?;
+        std::fs::write(&path, text)?;
+        Ok(path)
+    }
+
+    /// The `lockstep` binary with this world's host config, JSON output and `env`.
+    pub fn lockstep(&self, args: &[&str], env: &[(&str, &str)]) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(lockstep_bin());
+        cmd.arg("--config")
+            .arg(self.path("lockstep.toml"))
+            .arg("--output")
+            .arg("json");
+        cmd.args(args);
+        cmd.current_dir(self.dir.path());
+        cmd.env("LOCKSTEP_LOG", "warn,lockstep=debug");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    }
+
+    /// Runs `lockstep ARGS` to its end.
+    pub async fn run(&self, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<RunResult> {
+        let out = tokio::time::timeout(Duration::from_secs(180), self.lockstep(args, env).output())
+            .await
+            .context("lockstep did not finish within 180 s")??;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut report: serde_json::Value =
+            serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
+        // `run` prints a batch (`{reports, refused_files}`); tests run one job at a time.
+        if let Some(first) = report.get("reports").and_then(|r| r.get(0)).cloned() {
+            report = first;
+        }
+        Ok(RunResult {
+            code: out.status.code().unwrap_or(-1),
+            report,
+            stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    pub async fn state(&self, end: &str) -> anyhow::Result<ClusterSnapshot> {
+        self.sim
+            .cluster(end)
+            .control()
+            .state()
+            .await
+            .map_err(|e| anyhow::anyhow!("state of {end}: {e}"))
+    }
+
+    /// Invariant 2 and 4's end state: no job Uncommitted (or on its way there) on any end.
+    pub async fn assert_nothing_held(&self) -> anyhow::Result<()> {
+        for end in self.ends() {
+            let state = self.state(&end).await?;
+            for job in &state.jobs {
+                if !matches!(job.state, JobState::Completed | JobState::Failed) {
+                    bail!(
+                        "{end} still holds job {} in {:?} ({})",
+                        job.job_id,
+                        job.state,
+                        job.collection_name
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Visible rows (inserted minus deleted) per collection on `end`.
+    pub async fn visible(&self, end: &str) -> anyhow::Result<BTreeMap<String, i64>> {
+        let state = self.state(end).await?;
+        Ok(state
+            .collections
+            .iter()
+            .filter(|c| c.visible_rows > 0 || !c.completed_imports.is_empty())
+            .map(|c| {
+                (
+                    format!("{}.{}", c.db_name, c.name),
+                    c.visible_rows - c.visible_deleted_rows,
+                )
+            })
+            .collect())
+    }
+
+    /// What `end` imported into `collection` (Completed jobs only), as (path under
+    /// `binlogs/`, size, crc32c).
+    pub async fn imported(
+        &self,
+        end: &str,
+        db: &str,
+        collection: &str,
+    ) -> anyhow::Result<BTreeSet<(String, u64, u32)>> {
+        let state = self.state(end).await?;
+        let c = state
+            .collection(db, collection)
+            .with_context(|| format!("{end} has no {db}.{collection}"))?;
+        Ok(c.completed_imports
+            .iter()
+            .flat_map(|i| i.manifest.iter())
+            .map(|m| (binlog_relative(&m.path), m.size, m.crc32c))
+            .collect())
+    }
+
+    /// What the backup holds for the source collection with id `collection_id`, in the same
+    /// form as [`World::imported`].
+    pub fn backed_up(&self, collection_id: i64) -> BTreeSet<(String, u64, u32)> {
+        self.backup
+            .logs
+            .iter()
+            .filter(|l| l.relative_path.contains(&format!("/{collection_id}/")))
+            .map(|l| (binlog_relative(&l.relative_path), l.size, l.crc32c))
+            .collect()
+    }
+
+    /// Requests to `route_suffix` that `end` received.
+    pub async fn requests(&self, end: &str, route_suffix: &str) -> anyhow::Result<usize> {
+        Ok(self.state(end).await?.requests_to(route_suffix).len())
+    }
+
+    /// Whether any end received a write: DDL, import create, commit or abort.
+    pub async fn writes_received(&self) -> anyhow::Result<Vec<String>> {
+        const WRITES: &[&str] = &[
+            "import/create",
+            "import/commit",
+            "import/abort",
+            "/CreateCollection",
+            "/CreateDatabase",
+            "/CreatePartition",
+            "/CreateIndex",
+            "/DropCollection",
+        ];
+        let mut seen = Vec::new();
+        for end in self.ends() {
+            let state = self.state(&end).await?;
+            for r in &state.requests {
+                if WRITES.iter().any(|w| r.route.ends_with(w)) {
+                    seen.push(format!("{end} {}", r.route));
+                }
+            }
+        }
+        Ok(seen)
+    }
+}
+
+/// `.../binlogs/insert_log/...` → `insert_log/...`: the part of a path staging keeps.
+fn binlog_relative(path: &str) -> String {
+    path.split_once("binlogs/")
+        .map_or(path.to_string(), |(_, rest)| rest.to_string())
+}
+
+/// The `lockstep` binary next to this test executable (`target/<profile>/lockstep`).
+pub fn lockstep_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary has a path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>");
+    let bin = dir.join("lockstep");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --workspace --bins` first",
+        bin.display()
+    );
+    bin
+}
+
+/// Polls `cond` every 20 ms for up to `limit`.
+pub async fn eventually<F, Fut>(limit: Duration, mut cond: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if cond().await? {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("condition not met within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

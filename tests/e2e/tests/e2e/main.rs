@@ -1,0 +1,5 @@
+//! End-to-end tests: the `lockstep` binary against milvus-sim, one module per behaviour.
+
+mod invariants;
+mod refusals;
+mod two_phase;

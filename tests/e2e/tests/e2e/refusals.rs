@@ -1,0 +1,208 @@
+//! Every preflight refusal: exit 2, a message that says why, and nothing written on any end.
+
+use e2e::{World, WorldSpec};
+
+/// Runs `job` and checks it was refused before anything was written anywhere.
+async fn refused(world: &World, job: &std::path::Path, why: &[&str]) -> anyhow::Result<String> {
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 2, "{}", run.explain());
+    let text = format!("{}\n{}", run.stdout, run.stderr);
+    for w in why {
+        assert!(text.contains(w), "refusal does not say {w:?}:\n{text}");
+    }
+    let writes = world.writes_received().await?;
+    assert!(writes.is_empty(), "a refused restore wrote: {writes:?}");
+    Ok(text)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_below_3_0_with_secondaries() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec {
+        target_version: "2.6.24".into(),
+        ..WorldSpec::default()
+    })
+    .await?;
+    let job = world.job("old-target", "")?;
+    refused(&world, &job, &["2.6.24", "3.0 or newer"]).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secondary_below_3_0() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec {
+        secondary_version: "v2.5.4".into(),
+        ..WorldSpec::default()
+    })
+    .await?;
+    let job = world.job("old-secondary", "")?;
+    refused(&world, &job, &["v2.5.4", "s1"]).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replicating_target_without_secondaries() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let job = world.write_job(
+        "no-secondaries",
+        &format!("backup = \"{}\"\ntarget = \"t\"\n", world.spec.backup.name),
+    )?;
+    refused(&world, &job, &["replicates to", "secondaries"]).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn per_seg_with_secondaries() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let job = world.job("per-seg", "strategy = \"per_seg\"\n")?;
+    refused(&world, &job, &["per_seg"]).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn per_seg_on_a_replicating_target() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let job = world.write_job(
+        "per-seg-alone",
+        &format!(
+            "backup = \"{}\"\ntarget = \"t\"\nstrategy = \"per_seg\"\n",
+            world.spec.backup.name
+        ),
+    )?;
+    refused(&world, &job, &["per_seg", "replicat"]).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secondary_that_is_not_a_replication_target() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec {
+        unreplicated: 1,
+        ..WorldSpec::default()
+    })
+    .await?;
+    let job = world.job("stranger", "")?;
+    refused(&world, &job, &["s2", "is not a replication target"]).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replication_target_the_job_does_not_name() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let job = world.write_job(
+        "one-of-two",
+        &format!(
+            "backup = \"{}\"\ntarget = \"t\"\nsecondaries = [\"s1\"]\n",
+            world.spec.backup.name
+        ),
+    )?;
+    refused(&world, &job, &["also replicates to", "s2"]).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_budget_too_small_for_restore_level_atomicity() -> anyhow::Result<()> {
+    // 14 jobs in all, 7 in the largest collection: restore-level atomicity cannot fit 10,
+    // collection-level can.
+    let world = World::start(WorldSpec {
+        max_import_job_num: 10,
+        ..WorldSpec::default()
+    })
+    .await?;
+    let job = world.job("too-big", "")?;
+    refused(
+        &world,
+        &job,
+        &[
+            "maxImportJobNum",
+            "set [two_phase] atomicity",
+            "largest collection needs 7 jobs",
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_backup() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let job = world.write_job(
+        "missing",
+        "backup = \"no_such_backup\"\ntarget = \"t\"\nsecondaries = [\"s1\", \"s2\"]\n",
+    )?;
+    refused(&world, &job, &["no_such_backup", "not found"]).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_end() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let config = std::fs::read_to_string(world.path("lockstep.toml"))?;
+    let s2 = world.sim.uri("s2");
+    std::fs::write(
+        world.path("lockstep.toml"),
+        config.replace(&s2, &format!("http://127.0.0.1:{closed}")),
+    )?;
+    let job = world.job("unreachable", "")?;
+    refused(&world, &job, &["s2", "unreachable"]).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_job_file_names_file_line_and_field() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let job = world.job(
+        "typo",
+        "[two_phase]\nmirror_grace = \"5m\"\natomicty = \"collection\"\n",
+    )?;
+    refused(
+        &world,
+        &job,
+        &["typo.toml:6:1", "two_phase.atomicty", "expected one of"],
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_existing_collection_without_drop_or_skip() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let first = world.job("first", "")?;
+    let run = world.run(&["run", first.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 0, "{}", run.explain());
+    let writes_before = world.writes_received().await?.len();
+    // Other content (a different grace), same target collections.
+    let second = world.job("second", "[two_phase]\nmirror_grace = \"1m\"\n")?;
+    let run = world.run(&["run", second.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 2, "{}", run.explain());
+    assert!(run.stdout.contains("already exists"), "{}", run.explain());
+    assert_eq!(
+        world.writes_received().await?.len(),
+        writes_before,
+        "the refused run wrote"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_import_gate_off_on_the_target() -> anyhow::Result<()> {
+    // Milvus exposes dataCoord.import.enableInReplicatingCluster only through the create it
+    // refuses (code 3000), so lockstep learns it at its first create, before any job exists,
+    // and undoes its DDL: nothing is left on any end.
+    let world = World::start(WorldSpec {
+        gate_on: false,
+        ..WorldSpec::default()
+    })
+    .await?;
+    let job = world.job("gated", "")?;
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 2, "{}", run.explain());
+    assert!(
+        run.stdout.contains("enableInReplicatingCluster"),
+        "{}",
+        run.explain()
+    );
+    crate::invariants::nothing_restored(&world).await
+}

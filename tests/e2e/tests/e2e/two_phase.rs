@@ -1,0 +1,144 @@
+//! The two-phase restore: happy path, lag within the grace, failures before the decision.
+
+use std::time::Duration;
+
+use e2e::{TARGET, World, WorldSpec, secondary};
+use milvus_sim::faults::{JobFailure, JobSelector};
+use milvus_sim::jobs::JobState;
+
+use crate::invariants::{commits_followed_every_uncommitted, nothing_restored};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn happy_path_makes_the_backup_visible_on_every_end() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let job = world.job("orders", "")?;
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 0, "{}", run.explain());
+    assert_eq!(run.outcome(), "succeeded");
+
+    world.assert_nothing_held().await?;
+    commits_followed_every_uncommitted(&world).await?;
+    // Every end imported exactly the backup's binlogs, byte for byte (size and crc32c).
+    for c in &world.backup.info.collection_backups {
+        let want = world.backed_up(c.collection_id);
+        assert!(!want.is_empty());
+        for end in world.ends() {
+            let got = world.imported(&end, "default", &c.collection_name).await?;
+            assert_eq!(
+                got, want,
+                "{end}: {} imported other files than the backup holds",
+                c.collection_name
+            );
+        }
+    }
+    let expected = (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64;
+    for end in world.ends() {
+        let visible: i64 = world.visible(&end).await?.values().sum();
+        assert_eq!(visible, expected, "{end}");
+    }
+    // Commit went to the target once per job; secondaries got none (checked above).
+    let jobs = run.report["jobs"].as_array().map_or(0, Vec::len);
+    assert_eq!(world.requests(TARGET, "import/commit").await?, jobs);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mirror_lagging_inside_the_grace_is_waited_for() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec {
+        stream_lag: Duration::from_millis(1500),
+        ..WorldSpec::default()
+    })
+    .await?;
+    let job = world.job("lagging", "[two_phase]\nmirror_grace = \"20s\"\n")?;
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 0, "{}", run.explain());
+    commits_followed_every_uncommitted(&world).await?;
+    // The mirror really trailed: its Uncommitted came well after the target's.
+    let target = world.state(TARGET).await?;
+    let mirror = world.state(&secondary(0)).await?;
+    let j = &target.jobs[0];
+    let at = |jobs: &milvus_sim::ClusterSnapshot| {
+        jobs.job(j.job_id)
+            .and_then(|j| j.history.iter().find(|h| h.state == JobState::Uncommitted))
+            .map(|h| h.at.unix_ms)
+            .expect("Uncommitted in its history")
+    };
+    assert!(at(&mirror) - at(&target) >= 1000, "the mirror did not lag");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mirror_failing_before_the_commit_rolls_everything_back() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let failing = secondary(1);
+    world
+        .sim
+        .cluster(&failing)
+        .control()
+        .fail_job(&JobFailure {
+            job: JobSelector::Next,
+            state: JobState::Importing,
+            reason: "disk full".into(),
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let job = world.job("doomed", "")?;
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 1, "{}", run.explain());
+    assert_eq!(run.outcome(), "rolled_back");
+    assert!(
+        run.summary().contains(&failing) && run.summary().contains("disk full"),
+        "{}",
+        run.summary()
+    );
+    assert_eq!(
+        world.requests(TARGET, "import/commit").await?,
+        0,
+        "nothing may be committed"
+    );
+    nothing_restored(&world).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secondary_that_cannot_read_the_files_stops_the_restore_before_any_commit()
+-> anyhow::Result<()> {
+    // The host config does not say where the secondaries' storage is, so nothing is staged
+    // there and their mirrors fail to find the files.
+    let world = World::start(WorldSpec {
+        secondary_storage_known: false,
+        ..WorldSpec::default()
+    })
+    .await?;
+    let job = world.job("unstaged", "")?;
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 1, "{}", run.explain());
+    assert!(run.summary().contains("secondary"), "{}", run.summary());
+    assert!(
+        run.summary().contains("s1") || run.summary().contains("s2"),
+        "{}",
+        run.summary()
+    );
+    assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
+    nothing_restored(&world).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_content_after_success_is_a_no_op() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let job = world.job("twice", "")?;
+    let first = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(first.code, 0, "{}", first.explain());
+    let creates = world.requests(TARGET, "import/create").await?;
+    let second = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(second.code, 0, "{}", second.explain());
+    assert_eq!(
+        second.report["restore_id"], first.report["restore_id"],
+        "the earlier report is returned"
+    );
+    assert_eq!(
+        world.requests(TARGET, "import/create").await?,
+        creates,
+        "nothing ran again"
+    );
+    Ok(())
+}
