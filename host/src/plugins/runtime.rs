@@ -113,6 +113,40 @@ pub struct CheckRun {
     pub elapsed: Duration,
 }
 
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::Pass => f.write_str("pass"),
+            Verdict::Fail { reason } => write!(f, "fail: {reason}"),
+            Verdict::RetryAfter { after, reason } => {
+                write!(f, "retry after {} ms: {reason}", after.as_millis())
+            }
+        }
+    }
+}
+
+/// What `lockstep plugin test` prints: the verdict or error, the time the
+/// call took, then every log line.
+impl std::fmt::Display for CheckRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.outcome {
+            Ok(verdict) => writeln!(f, "verdict: {verdict}")?,
+            Err(error) => writeln!(f, "error:   {error}")?,
+        }
+        write!(f, "time:    {:.3} ms", self.elapsed.as_secs_f64() * 1000.0)?;
+        for line in &self.logs {
+            write!(f, "\n{:<5} [{}] {}", line.level, line.source, line.message)?;
+            for (key, value) in &line.fields {
+                write!(f, " {key}={value}")?;
+            }
+        }
+        if self.dropped_logs > 0 {
+            write!(f, "\n({} more log lines dropped)", self.dropped_logs)?;
+        }
+        Ok(())
+    }
+}
+
 /// Bytes of guest stdout and stderr kept per call.
 const OUTPUT_CAPTURE: usize = 64 * 1024;
 

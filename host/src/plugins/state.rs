@@ -23,6 +23,18 @@ pub enum LogLevel {
     Error,
 }
 
+impl std::fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(match self {
+            LogLevel::Trace => "trace",
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+        })
+    }
+}
+
 /// Where a log line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogSource {
@@ -32,6 +44,16 @@ pub enum LogSource {
     Stdout,
     /// The guest's stderr.
     Stderr,
+}
+
+impl std::fmt::Display for LogSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LogSource::Host => "log",
+            LogSource::Stdout => "stdout",
+            LogSource::Stderr => "stderr",
+        })
+    }
 }
 
 /// One line a check logged.
@@ -308,17 +330,13 @@ pub(crate) fn emit(check: &str, restore_id: &str, line: &LogLine) {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(" ");
-    let source = match line.source {
-        LogSource::Host => "log",
-        LogSource::Stdout => "stdout",
-        LogSource::Stderr => "stderr",
-    };
+    let source = line.source.to_string();
     match line.level {
-        LogLevel::Trace => tracing::trace!(check, restore_id, source, fields, "{}", line.message),
-        LogLevel::Debug => tracing::debug!(check, restore_id, source, fields, "{}", line.message),
-        LogLevel::Info => tracing::info!(check, restore_id, source, fields, "{}", line.message),
-        LogLevel::Warn => tracing::warn!(check, restore_id, source, fields, "{}", line.message),
-        LogLevel::Error => tracing::error!(check, restore_id, source, fields, "{}", line.message),
+        LogLevel::Trace => tracing::trace!(check, restore_id, %source, fields, "{}", line.message),
+        LogLevel::Debug => tracing::debug!(check, restore_id, %source, fields, "{}", line.message),
+        LogLevel::Info => tracing::info!(check, restore_id, %source, fields, "{}", line.message),
+        LogLevel::Warn => tracing::warn!(check, restore_id, %source, fields, "{}", line.message),
+        LogLevel::Error => tracing::error!(check, restore_id, %source, fields, "{}", line.message),
     }
 }
 
