@@ -2,10 +2,10 @@
 //! group, or for binlog imports everything under each prefix. Each cluster reads its own
 //! storage, so a file missing on a secondary fails only the mirror (reference §2.4).
 //!
-//! Binlog objects use the sim's format, shared with `gen-backup`: an insert object is
-//! `MSIMINS1`, a u64 LE row count, then payload; a delta object is `MSIMDEL1`, a u64 LE
-//! deleted-row count, then payload. The field id of an insert object is the second-to-last
-//! path component (`.../insert_log/{coll}/{part}/{group}/{seg}/{field}/{logID}`).
+//! Binlog objects use the sim's format, defined once in [`crate::fixtures::binlog`] (which
+//! `gen-backup` writes): a header naming the log kind and its row count, then payload. The
+//! field id of an insert object is the second-to-last path component
+//! (`.../insert_log/{coll}/{part}/{group}/{seg}/{field}/{logID}`).
 //!
 //! Failure reasons name the path. Milvus's exact object-not-found text depends on the storage
 //! backend; "key not found[key=...]" is merr's `ErrIoKeyNotFound` wording, and "no binlog to
@@ -16,12 +16,9 @@ use std::collections::BTreeMap;
 use futures::TryStreamExt;
 use object_store::{ObjectStore, ObjectStoreExt, path::Path};
 
+use crate::fixtures::binlog::{LogContent, read_header};
 use crate::jobs::{GroupResult, ManifestEntry};
 use crate::options::ImportSource;
-
-pub const INSERT_MAGIC: &[u8; 8] = b"MSIMINS1";
-pub const DELTA_MAGIC: &[u8; 8] = b"MSIMDEL1";
-const HEADER_LEN: usize = 16;
 
 /// Why a job could not read its files; the Display text is the job's failure reason.
 #[derive(Debug, thiserror::Error)]
@@ -98,26 +95,33 @@ async fn list(store: &dyn ObjectStore, prefix: &str) -> Result<Vec<Path>, ReadEr
     Ok(paths)
 }
 
-/// Checks a binlog header and returns its row count.
-fn binlog_rows(path: &Path, bytes: &[u8], magic: &[u8; 8]) -> Result<i64, ReadError> {
+/// Which log a binlog prefix must hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExpectedLog {
+    Insert,
+    Delta,
+}
+
+/// Reads a binlog header and returns its row count (deletes for a delta log), refusing an
+/// object that is not the `expected` kind of log.
+fn binlog_rows(path: &Path, bytes: &[u8], expected: ExpectedLog) -> Result<i64, ReadError> {
     let bad = |detail: String| ReadError::BadBinlog {
         path: path.to_string(),
         detail,
     };
-    if bytes.len() < HEADER_LEN {
-        return Err(bad(format!(
-            "object is {} bytes, shorter than the {HEADER_LEN}-byte header",
-            bytes.len()
-        )));
-    }
-    if &bytes[..8] != magic {
-        return Err(bad(format!(
-            "bad magic {:?}, expected {}",
-            String::from_utf8_lossy(&bytes[..8]),
-            String::from_utf8_lossy(magic)
-        )));
-    }
-    let count = u64::from_le_bytes(bytes[8..HEADER_LEN].try_into().expect("slice is 8 bytes"));
+    let count = match (
+        read_header(bytes).map_err(|e| bad(e.to_string()))?,
+        expected,
+    ) {
+        (LogContent::Insert { rows }, ExpectedLog::Insert) => rows,
+        (LogContent::Delta { deletes }, ExpectedLog::Delta) => deletes,
+        (LogContent::Delta { .. }, ExpectedLog::Insert) => {
+            return Err(bad("a delta log where an insert log was expected".into()));
+        }
+        (LogContent::Insert { .. }, ExpectedLog::Delta) => {
+            return Err(bad("an insert log where a delta log was expected".into()));
+        }
+    };
     i64::try_from(count).map_err(|_| bad(format!("row count {count} does not fit in int64")))
 }
 
@@ -179,7 +183,7 @@ async fn read_binlog_group(
         let mut rows_by_field: BTreeMap<i64, i64> = BTreeMap::new();
         for path in list(store, insert_prefix).await? {
             let bytes = get(store, &path).await?;
-            let rows = binlog_rows(&path, &bytes, INSERT_MAGIC)?;
+            let rows = binlog_rows(&path, &bytes, ExpectedLog::Insert)?;
             let parts: Vec<_> = path.parts().collect();
             let field_id = parts
                 .len()
@@ -201,7 +205,7 @@ async fn read_binlog_group(
     if let Some(prefix) = delta_prefix {
         for path in list(store, prefix).await? {
             let bytes = get(store, &path).await?;
-            result.deleted_rows += binlog_rows(&path, &bytes, DELTA_MAGIC)?;
+            result.deleted_rows += binlog_rows(&path, &bytes, ExpectedLog::Delta)?;
             result.size += bytes.len() as u64;
             manifest.push(manifest_entry(&path, &bytes));
         }
@@ -258,18 +262,10 @@ fn csv_rows(bytes: &[u8]) -> Result<i64, String> {
     Ok(lines as i64 - 1)
 }
 
-/// Writes one binlog object in the sim's format; tests and `gen-backup` use it.
-pub fn encode_binlog(magic: &[u8; 8], rows: u64, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
-    out.extend_from_slice(magic);
-    out.extend_from_slice(&rows.to_le_bytes());
-    out.extend_from_slice(payload);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::binlog::{encode_delta, encode_insert};
     use object_store::{PutPayload, memory::InMemory};
 
     async fn put(store: &InMemory, path: &str, bytes: Vec<u8>) {
@@ -283,28 +279,13 @@ mod tests {
     async fn binlog_group_counts_primary_key_rows_and_deletes() {
         let store = InMemory::new();
         let ins = "bk/binlogs/insert_log/1/2/3";
-        put(
-            &store,
-            &format!("{ins}/30/100/1"),
-            encode_binlog(INSERT_MAGIC, 7, b"a"),
-        )
-        .await;
-        put(
-            &store,
-            &format!("{ins}/30/100/2"),
-            encode_binlog(INSERT_MAGIC, 5, b"b"),
-        )
-        .await;
-        put(
-            &store,
-            &format!("{ins}/30/101/3"),
-            encode_binlog(INSERT_MAGIC, 12, b"vectors"),
-        )
-        .await;
+        put(&store, &format!("{ins}/30/100/1"), encode_insert(7, 1, 1)).await;
+        put(&store, &format!("{ins}/30/100/2"), encode_insert(5, 1, 2)).await;
+        put(&store, &format!("{ins}/30/101/3"), encode_insert(12, 7, 3)).await;
         put(
             &store,
             "bk/binlogs/delta_log/1/2/3/30/9",
-            encode_binlog(DELTA_MAGIC, 2, b""),
+            encode_delta(&[(1, 10), (2, 11)]),
         )
         .await;
         let groups = vec![vec![
@@ -317,7 +298,7 @@ mod tests {
         assert_eq!((out.rows, out.deleted_rows, out.manifest.len()), (12, 2, 4));
         assert_eq!(
             out.manifest[0].crc32c,
-            crc32c::crc32c(&encode_binlog(INSERT_MAGIC, 7, b"a"))
+            crc32c::crc32c(&encode_insert(7, 1, 1))
         );
         // Without a known primary key the smallest field id counts.
         let out = read_groups(&store, ImportSource::Binlogs, &groups, None)
@@ -346,11 +327,22 @@ mod tests {
                 .starts_with("failed to parse binlog bad/1/100/1:"),
             "{short}"
         );
-        put(&store, "x/1/100/1", encode_binlog(DELTA_MAGIC, 1, b"")).await;
-        let magic = read_groups(&store, ImportSource::Binlogs, &[vec!["x".into()]], None)
+        put(&store, "x/1/100/1", encode_delta(&[(1, 10)])).await;
+        let kind = read_groups(&store, ImportSource::Binlogs, &[vec!["x".into()]], None)
             .await
-            .expect_err("wrong magic");
-        assert!(magic.to_string().contains("bad magic"), "{magic}");
+            .expect_err("a delta log under an insert prefix");
+        assert_eq!(
+            kind.to_string(),
+            "failed to parse binlog x/1/100/1: a delta log where an insert log was expected"
+        );
+        put(&store, "p/1/100/1", b"PAR1 not a sim binlog".to_vec()).await;
+        let magic = read_groups(&store, ImportSource::Binlogs, &[vec!["p".into()]], None)
+            .await
+            .expect_err("foreign magic");
+        assert_eq!(
+            magic.to_string(),
+            r#"failed to parse binlog p/1/100/1: log object starts with "PAR1 not", not "MSIMINS1" or "MSIMDEL1""#
+        );
         let not_found = read_groups(
             &store,
             ImportSource::RowFiles,

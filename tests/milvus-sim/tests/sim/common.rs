@@ -6,7 +6,7 @@ use std::time::Duration;
 use milvus_proto::milvus::milvus_service_client::MilvusServiceClient;
 use milvus_proto::milvus::{CreateCollectionRequest, CreatePartitionRequest};
 use milvus_proto::schema::{CollectionSchema, DataType, FieldSchema};
-use milvus_sim::import_reader::{DELTA_MAGIC, INSERT_MAGIC, encode_binlog};
+use milvus_sim::fixtures::binlog::{encode_delta, encode_insert};
 use milvus_sim::jobs::{ImportJob, JobState};
 use milvus_sim::{Cluster, Sim, Topology};
 use object_store::{ObjectStoreExt, PutPayload, path::Path as ObjectPath};
@@ -197,21 +197,12 @@ pub async fn put_segment(cluster: &Cluster, prefix: &str, rows: u64, deleted: u6
     let insert = format!("{prefix}/binlogs/insert_log/1/2/3");
     let delta = format!("{prefix}/binlogs/delta_log/1/2/3");
     let objects = [
-        (
-            format!("{insert}/30/100/1"),
-            encode_binlog(INSERT_MAGIC, rows - 1, b"pk-a"),
-        ),
-        (
-            format!("{insert}/30/100/2"),
-            encode_binlog(INSERT_MAGIC, 1, b"pk-b"),
-        ),
-        (
-            format!("{insert}/30/101/3"),
-            encode_binlog(INSERT_MAGIC, rows, b"vectors"),
-        ),
+        (format!("{insert}/30/100/1"), encode_insert(rows - 1, 4, 1)),
+        (format!("{insert}/30/100/2"), encode_insert(1, 4, 2)),
+        (format!("{insert}/30/101/3"), encode_insert(rows, 7, 3)),
         (
             format!("{delta}/30/4"),
-            encode_binlog(DELTA_MAGIC, deleted, b"deletes"),
+            encode_delta(&(0..deleted as i64).map(|pk| (pk, 1)).collect::<Vec<_>>()),
         ),
     ];
     for (path, bytes) in objects {

@@ -25,11 +25,7 @@ async fn a_thousand_collections_of_four_partitions_import_and_commit_on_both_end
     let sim = start(&topology).await;
     let (a, b) = (sim.cluster("a"), sim.cluster("b"));
     for cluster in [&a, &b] {
-        let bytes = milvus_sim::import_reader::encode_binlog(
-            milvus_sim::import_reader::INSERT_MAGIC,
-            10,
-            b"",
-        );
+        let bytes = milvus_sim::fixtures::binlog::encode_insert(10, 0, 0);
         cluster
             .store()
             .put(&ObjectPath::from("bk/100/1"), PutPayload::from(bytes))
