@@ -32,6 +32,7 @@ use crate::jobs::{ImportJob, JobOrigin, JobState, Stamp};
 use crate::merr::MilvusError;
 use crate::options::{self, CommitMode};
 use crate::replication::{self, Role};
+use crate::request_log::RequestLog;
 use crate::topology::ClusterSpec;
 use crate::version::ServerVersion;
 
@@ -116,7 +117,7 @@ pub(crate) struct State {
     pub idempotency: HashMap<(i64, String), i64>,
     pub replicate_config: Option<ReplicateConfiguration>,
     pub faults: Faults,
-    pub requests: Vec<RequestRecord>,
+    pub requests: RequestLog,
     pub streams: BTreeMap<String, CdcStream>,
     pub drivers: HashMap<i64, tokio::task::AbortHandle>,
 }
@@ -153,6 +154,7 @@ impl Cluster {
         let first_id = (jiff::Timestamp::now().as_millisecond().max(0)) << 18;
         let ids = AtomicI64::new(first_id);
         let catalog = Catalog::new(1);
+        let requests = RequestLog::new(spec.request_log_capacity);
         Cluster(Arc::new(Shared {
             version: ServerVersion::parse(&spec.version),
             pchannels: spec.pchannel_names(),
@@ -165,7 +167,7 @@ impl Cluster {
                 idempotency: HashMap::new(),
                 replicate_config: None,
                 faults: Faults::default(),
-                requests: Vec::new(),
+                requests,
                 streams: BTreeMap::new(),
                 drivers: HashMap::new(),
             }),
@@ -986,7 +988,8 @@ impl Cluster {
             jobs: state.jobs.values().map(|e| e.job.clone()).collect(),
             streams: state.streams.values().map(CdcStream::snapshot).collect(),
             pending_job_failures: state.faults.pending_job_failures(),
-            requests: state.requests.clone(),
+            requests: state.requests.records().cloned().collect(),
+            requests_dropped: state.requests.dropped(),
         }
     }
 }

@@ -27,6 +27,7 @@
 //! - [`replication`]: the ReplicateConfiguration rules and roles.
 //! - [`rest`], [`grpc`], [`control`]: the three faces of a cluster's port.
 //! - [`faults`]: injected job failures and API faults.
+//! - [`request_log`]: the bounded record of requests each cluster answered.
 //! - [`merr`], [`go_duration`], [`version`], [`storage`]: Milvus's error codes, Go durations,
 //!   version rules, object storage.
 //! - [`fixtures`]: `gen-backup`, backups in milvus-backup's layout.
@@ -45,6 +46,7 @@ pub mod jobs;
 pub mod merr;
 pub mod options;
 pub mod replication;
+pub mod request_log;
 pub mod rest;
 pub mod server;
 pub mod storage;

@@ -34,6 +34,9 @@ use crate::go_duration::{self, GoDuration};
 pub const DEFAULT_VERSION: &str = "3.0.0";
 /// Milvus's `dataCoord.import.maxImportJobNum` default.
 pub const DEFAULT_MAX_IMPORT_JOB_NUM: usize = 1024;
+/// Requests a cluster's log keeps when the file does not say: enough for any test to count
+/// calls, few enough (tens of MB) that a long benchmark cannot grow the sim without bound.
+pub const DEFAULT_REQUEST_LOG_CAPACITY: usize = 100_000;
 /// Pchannels per cluster when the file does not say; Milvus's default dml channel count is 16,
 /// but the sim keeps two so descriptions stay short. Every cluster of a topology must agree.
 pub const DEFAULT_PCHANNELS: u32 = 2;
@@ -63,6 +66,7 @@ struct ClusterFile {
     import_in_replicating_cluster: bool,
     pchannels: Option<Spanned<u32>>,
     max_import_job_num: Option<usize>,
+    request_log_capacity: Option<usize>,
     token: Option<String>,
     #[serde(default)]
     durations: DurationsFile,
@@ -126,6 +130,8 @@ pub struct ClusterSpec {
     pub pchannels: u32,
     /// `dataCoord.import.maxImportJobNum`: active jobs (Uncommitted included) allowed at once.
     pub max_import_job_num: usize,
+    /// Requests the cluster's log keeps (the oldest are dropped and counted); default 100,000.
+    pub request_log_capacity: usize,
     /// When set, REST needs `Authorization: Bearer <token>` and gRPC an `authorization` header.
     pub token: Option<String>,
     pub durations: StageDurations,
@@ -142,6 +148,7 @@ impl ClusterSpec {
             import_in_replicating_cluster: false,
             pchannels: DEFAULT_PCHANNELS,
             max_import_job_num: DEFAULT_MAX_IMPORT_JOB_NUM,
+            request_log_capacity: DEFAULT_REQUEST_LOG_CAPACITY,
             token: None,
             durations: StageDurations::default(),
         }
@@ -404,6 +411,9 @@ impl Checker<'_> {
                 import_in_replicating_cluster: c.import_in_replicating_cluster,
                 pchannels,
                 max_import_job_num: c.max_import_job_num.unwrap_or(DEFAULT_MAX_IMPORT_JOB_NUM),
+                request_log_capacity: c
+                    .request_log_capacity
+                    .unwrap_or(DEFAULT_REQUEST_LOG_CAPACITY),
                 token: c.token,
                 durations,
             });
@@ -591,6 +601,7 @@ mod tests {
         assert_eq!(a.storage, StorageSpec::TempDir);
         assert!(!a.import_in_replicating_cluster);
         assert_eq!(a.max_import_job_num, 1024);
+        assert_eq!(a.request_log_capacity, 100_000);
         assert_eq!(
             a.pchannel_names(),
             ["a-rootcoord-dml_0", "a-rootcoord-dml_1"]

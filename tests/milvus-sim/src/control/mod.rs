@@ -136,7 +136,10 @@ pub struct ClusterSnapshot {
     pub jobs: Vec<ImportJob>,
     pub streams: Vec<StreamSnapshot>,
     pub pending_job_failures: Vec<JobFailure>,
+    /// The most recent requests, oldest first: at most the cluster's `request_log_capacity`.
     pub requests: Vec<RequestRecord>,
+    /// Older requests that no longer fit in the log.
+    pub requests_dropped: u64,
 }
 
 impl ClusterSnapshot {

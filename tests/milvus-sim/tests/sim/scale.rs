@@ -105,3 +105,30 @@ async fn a_thousand_collections_of_four_partitions_import_and_commit_on_both_end
             .all(|c| c.partitions.len() == PARTITIONS && c.visible_rows == 40)
     );
 }
+
+#[tokio::test]
+async fn the_request_log_keeps_the_newest_records_and_counts_the_rest() {
+    let sim = start("[[cluster]]\nid = \"a\"\nrequest_log_capacity = 3\n").await;
+    let mut client = grpc(&sim.uri("a")).await;
+    client
+        .get_version(milvus_proto::milvus::GetVersionRequest {})
+        .await
+        .expect("answers");
+    for _ in 0..4 {
+        client
+            .check_health(milvus_proto::milvus::CheckHealthRequest {})
+            .await
+            .expect("answers");
+    }
+    let state = sim.cluster("a").control().state().await.expect("state");
+    assert_eq!(state.requests.len(), 3);
+    assert!(
+        state
+            .requests
+            .iter()
+            .all(|r| r.route.ends_with("/CheckHealth")),
+        "the oldest record (GetVersion) fell off: {:?}",
+        state.requests
+    );
+    assert_eq!(state.requests_dropped, 2);
+}
