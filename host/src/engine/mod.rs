@@ -233,6 +233,7 @@ async fn finish_report(
     if report.summary.is_empty() {
         report.summary = format!("{outcome:?}");
     }
+    faults::crash_point("before-report");
     {
         let mut r = shared
             .record

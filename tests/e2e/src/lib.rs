@@ -71,6 +71,15 @@ impl Default for WorldSpec {
     }
 }
 
+impl WorldSpec {
+    /// The default world with a backup of `n` collections.
+    pub fn with_collections(n: u32) -> WorldSpec {
+        let mut spec = WorldSpec::default();
+        spec.backup.collections = n;
+        spec
+    }
+}
+
 /// A running world. Dropping it stops the clusters and removes the files.
 pub struct World {
     pub dir: TempDir,

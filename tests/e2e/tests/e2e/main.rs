@@ -1,5 +1,7 @@
 //! End-to-end tests: the `lockstep` binary against milvus-sim, one module per behaviour.
 
+mod atomicity;
+mod crash;
 mod invariants;
 mod refusals;
 mod two_phase;

@@ -1,0 +1,93 @@
+//! Restore-level atomicity: one collection failing leaves no collection visible anywhere;
+//! collection-level atomicity commits collection by collection within the job budget.
+
+use e2e::{TARGET, World, WorldSpec};
+use milvus_sim::faults::{JobFailure, JobSelector};
+use milvus_sim::jobs::JobState;
+
+use crate::invariants::{commits_followed_every_uncommitted, nothing_restored};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_collection_failing_leaves_no_other_collection_visible() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::with_collections(3)).await?;
+    // The target's job that is created last fails just as it would become Uncommitted:
+    // by then the other collections' jobs are held Uncommitted, and must be aborted.
+    let target = world.sim.cluster(TARGET).control();
+    let job = world.job("all-or-nothing", "")?;
+    let child = world
+        .lockstep(&["run", job.to_str().unwrap()], &[])
+        .spawn()?;
+    e2e::eventually(std::time::Duration::from_secs(30), || async {
+        Ok(world.state(TARGET).await?.jobs.len() >= 2)
+    })
+    .await?;
+    let last = world
+        .state(TARGET)
+        .await?
+        .jobs
+        .iter()
+        .map(|j| j.job_id)
+        .max()
+        .expect("a job");
+    target
+        .fail_job(&JobFailure {
+            job: JobSelector::Id(last),
+            state: JobState::Uncommitted,
+            reason: "segment corrupt".into(),
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let out = child.wait_with_output().await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("segment corrupt"), "{stdout}");
+    let state = world.state(TARGET).await?;
+    let held_then_aborted = state
+        .jobs
+        .iter()
+        .filter(|j| j.job_id != last && j.history.iter().any(|h| h.state == JobState::Uncommitted))
+        .count();
+    assert!(
+        held_then_aborted > 0,
+        "no other job was held Uncommitted: the test proved nothing"
+    );
+    nothing_restored(&world).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn collection_atomicity_commits_in_waves_within_the_budget() -> anyhow::Result<()> {
+    // 3 collections of 7 jobs; a budget of 10 holds one collection at a time.
+    let world = World::start(WorldSpec {
+        max_import_job_num: 10,
+        ..WorldSpec::with_collections(3)
+    })
+    .await?;
+    let job = world.job("waves", "[two_phase]\natomicity = \"collection\"\n")?;
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 0, "{}", run.explain());
+    commits_followed_every_uncommitted(&world).await?;
+    world.assert_nothing_held().await?;
+    // Never more jobs active on the target than the budget.
+    let state = world.state(TARGET).await?;
+    let mut events: Vec<(i64, i32)> = Vec::new();
+    for j in &state.jobs {
+        events.push((j.created.unix_ms, 1));
+        if let Some(done) = &j.completed {
+            events.push((done.unix_ms, -1));
+        }
+    }
+    events.sort();
+    let mut active = 0;
+    let mut peak = 0;
+    for (_, d) in events {
+        active += d;
+        peak = peak.max(active);
+    }
+    assert!(peak <= 10, "{peak} jobs active at once on a budget of 10");
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! Invariant 4: a lockstep process killed at any phase boundary, then run again, converges:
+//! the restore ends visible on every end exactly once (no double import), and no end keeps
+//! an Uncommitted job. Crash points come from the engine's `fault-injection` feature.
+
+use e2e::{TARGET, World, WorldSpec};
+use milvus_sim::jobs::JobState;
+
+use crate::invariants::commits_followed_every_uncommitted;
+
+async fn killed_at_then_run_again(point: &str) -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let job = world.job("crashy", "")?;
+    let job = job.to_str().unwrap();
+    let crashed = world
+        .run(&["run", job], &[("LOCKSTEP_CRASH_AT", point)])
+        .await?;
+    assert_ne!(
+        crashed.code,
+        0,
+        "the crash point {point} was not reached:\n{}",
+        crashed.explain()
+    );
+    assert!(
+        crashed.report.is_null(),
+        "a killed process prints no report:\n{}",
+        crashed.explain()
+    );
+
+    let again = world.run(&["run", job], &[]).await?;
+    assert_eq!(
+        again.code,
+        0,
+        "after a crash at {point}:\n{}",
+        again.explain()
+    );
+    world.assert_nothing_held().await?;
+    commits_followed_every_uncommitted(&world).await?;
+    // Exactly the backup's rows on every end: nothing imported twice.
+    let expected = (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64;
+    for end in world.ends() {
+        let visible: i64 = world.visible(&end).await?.values().sum();
+        assert_eq!(visible, expected, "{end} after a crash at {point}");
+    }
+    // Every job the target ever had is Completed (committed once) or Failed (aborted).
+    let target = world.state(TARGET).await?;
+    let completed = target
+        .jobs
+        .iter()
+        .filter(|j| j.state == JobState::Completed)
+        .count();
+    let batches = again.report["jobs"].as_array().map_or(0, Vec::len);
+    assert_eq!(
+        completed, batches,
+        "one committed job per batch after a crash at {point}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_after_ddl() -> anyhow::Result<()> {
+    killed_at_then_run_again("after-ddl").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_after_staging() -> anyhow::Result<()> {
+    killed_at_then_run_again("after-stage").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_after_recording_the_keys_before_any_create() -> anyhow::Result<()> {
+    killed_at_then_run_again("after-intent").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_after_submitting() -> anyhow::Result<()> {
+    killed_at_then_run_again("after-submit").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_while_holding() -> anyhow::Result<()> {
+    killed_at_then_run_again("holding").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_right_after_the_decision() -> anyhow::Result<()> {
+    killed_at_then_run_again("after-decision").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_after_committing() -> anyhow::Result<()> {
+    killed_at_then_run_again("after-commit").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_before_the_report() -> anyhow::Result<()> {
+    killed_at_then_run_again("before-report").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn recover_alone_aborts_a_restore_killed_before_its_decision() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let job = world.job("held", "")?;
+    let crashed = world
+        .run(
+            &["run", job.to_str().unwrap()],
+            &[("LOCKSTEP_CRASH_AT", "holding")],
+        )
+        .await?;
+    assert_ne!(crashed.code, 0, "{}", crashed.explain());
+    let recovered = world.run(&["recover"], &[]).await?;
+    assert_eq!(
+        recovered.code,
+        1,
+        "presumed abort is a rollback:\n{}",
+        recovered.explain()
+    );
+    assert_eq!(recovered.outcome(), "rolled_back");
+    crate::invariants::nothing_restored(&world).await?;
+    assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn recover_alone_rolls_a_decided_restore_forward() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let job = world.job("decided", "")?;
+    let crashed = world
+        .run(
+            &["run", job.to_str().unwrap()],
+            &[("LOCKSTEP_CRASH_AT", "after-decision")],
+        )
+        .await?;
+    assert_ne!(crashed.code, 0, "{}", crashed.explain());
+    assert_eq!(
+        world.requests(TARGET, "import/commit").await?,
+        0,
+        "killed before any commit went out"
+    );
+    let recovered = world.run(&["recover"], &[]).await?;
+    assert_eq!(recovered.code, 0, "{}", recovered.explain());
+    world.assert_nothing_held().await?;
+    commits_followed_every_uncommitted(&world).await?;
+    let expected = (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64;
+    for end in world.ends() {
+        assert_eq!(
+            world.visible(&end).await?.values().sum::<i64>(),
+            expected,
+            "{end}"
+        );
+    }
+    Ok(())
+}
