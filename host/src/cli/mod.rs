@@ -1,6 +1,7 @@
 //! Commands, output and exit codes of the `lockstep` binary.
 
 mod demo;
+mod operate;
 mod output;
 
 use std::path::{Path, PathBuf};
@@ -28,6 +29,10 @@ pub struct Cli {
     /// Journal and reports directory (overrides the host config's state_dir).
     #[arg(long, global = true, env = "LOCKSTEP_STATE_DIR")]
     state_dir: Option<PathBuf>,
+    /// The journal: embedded in the state directory (default), or shared by a fleet at
+    /// etcd://HOST:PORT/prefix.
+    #[arg(long, global = true, env = "LOCKSTEP_JOURNAL")]
+    journal: Option<String>,
     /// Log lines as text or JSON (to stderr).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -73,6 +78,11 @@ enum Command {
     /// Develop plugin checks without a cluster.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Watch a directory of job files: each new or changed one runs once; a deleted one
+    /// cancels its restore unless decided. Reports in DIR/.lockstep/ unless --state-dir.
+    Watch(operate::WatchArgs),
+    /// Serve the milvus-backup-compatible REST API (and optionally watch a directory).
+    Serve(operate::ServeArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -118,10 +128,13 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         Command::Plugin(cmd) => {
             return plugin_command(cmd, cli.output, &state_dir_for(&cli.state_dir, None)).await;
         }
+        Command::Watch(ref args) => return operate::run_watch(&cli, args).await,
+        Command::Serve(ref args) => return operate::run_serve(&cli, args).await,
         _ => {}
     }
     let host = load_host_config(cli.config.as_deref(), cli.state_dir.as_deref())?;
-    let engine = build_engine(&host.state_dir, output::progress_for(cli.output))?;
+    let journal = open_journal(cli.journal.as_deref(), &host.state_dir).await?;
+    let engine = engine_with(journal, &host.state_dir, output::progress_for(cli.output));
     match cli.command {
         Command::Run {
             paths,
@@ -151,7 +164,9 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Status { id } => status(&engine, id.as_deref(), cli.output).await,
         Command::Recover { id } => recover(&engine, &host, id.as_deref(), cli.output).await,
-        Command::Demo(_) | Command::Plugin(_) => unreachable!("handled above"),
+        Command::Demo(_) | Command::Plugin(_) | Command::Watch(_) | Command::Serve(_) => {
+            unreachable!("handled above")
+        }
     }
 }
 
@@ -181,6 +196,34 @@ pub fn build_engine(
 ) -> anyhow::Result<Engine> {
     let journal = FileJournal::open(state_dir)
         .with_context(|| format!("opening the journal in {}", state_dir.display()))?;
+    Ok(engine_with(Arc::new(journal), state_dir, progress))
+}
+
+/// The journal `--journal` names: etcd for `etcd://...`, else the embedded one in the
+/// state directory.
+pub async fn open_journal(
+    location: Option<&str>,
+    state_dir: &Path,
+) -> anyhow::Result<Arc<dyn lockstep::journal::Journal>> {
+    use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
+    Ok(match location {
+        Some(url) => {
+            let location = EtcdLocation::parse(url)?;
+            Arc::new(EtcdJournal::connect(&location).await?)
+        }
+        None => Arc::new(
+            FileJournal::open(state_dir)
+                .with_context(|| format!("opening the journal in {}", state_dir.display()))?,
+        ),
+    })
+}
+
+/// An engine over `journal` whose interrupt is Ctrl-C.
+pub fn engine_with(
+    journal: Arc<dyn lockstep::journal::Journal>,
+    state_dir: &Path,
+    progress: Arc<dyn engine::Progress>,
+) -> Engine {
     let (raise, interrupt) = Interrupt::new();
     // First Ctrl-C: abort before a decision (after one, nothing changes: only forward).
     // Second: leave now; the journal lets `lockstep recover` finish.
@@ -195,13 +238,13 @@ pub fn build_engine(
             }
         }
     });
-    Ok(Engine {
-        journal: Arc::new(journal),
+    Engine {
+        journal,
         reports_dir: state_dir.join("reports"),
         plugin_cache: state_dir.join("plugin-cache"),
         progress,
         interrupt,
-    })
+    }
 }
 
 /// Job files named, or every `*.toml` directly in a named directory, sorted.

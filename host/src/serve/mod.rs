@@ -1,1 +1,24 @@
-//! See the crate docs for what this module owns.
+//! lockstep as a long-running service: a watched job directory and the REST API, both
+//! running restores through one [`Runner`] over one journal (embedded, or etcd for a
+//! fleet). The engine does each restore; this module decides which restores to run, when,
+//! how many at once, and which to cancel, and answers what the journal says about them.
+//!
+//! - [`runner`]: starting, deduplicating, cancelling and recovering restores; the fleet's
+//!   takeover of restores whose host died.
+//! - [`watch`]: the directory watcher (notify + a debouncer, used only as a trigger to
+//!   re-list the directory).
+//! - [`api`]: milvus-backup-compatible REST routes, health, metrics, the OpenAPI document.
+//! - [`progress`]: the live view of running restores, for `get_restore` and `/metrics`.
+//! - [`reports`]: the report files and the `latest` links.
+
+pub mod api;
+mod metrics;
+pub mod openapi;
+pub mod progress;
+pub mod reports;
+pub mod runner;
+pub mod watch;
+
+pub use progress::LiveProgress;
+pub use runner::{Rerun, RestoreHandle, Runner};
+pub use watch::{WatchOptions, watch};

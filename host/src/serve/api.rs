@@ -1,0 +1,495 @@
+//! The REST API, compatible with milvus-backup's server where it overlaps (reference
+//! milvus-backup.md §4): `POST /api/v1/restore` with its request fields (plus `target`,
+//! `secondaries` and `strategy`), `GET /api/v1/get_restore?id=`, and the `{requestId, code,
+//! msg, data}` envelope with its codes, HTTP 200 for every answer but a body that is not
+//! JSON (HTTP 400 `{"error": ...}`, as gin answers). Unlike milvus-backup, state is the
+//! journal's, so it survives a restart and is the same on every host of a fleet.
+//!
+//! Added: `GET /api/v1/list_restores`, `GET /healthz`, `GET /metrics` and the OpenAPI
+//! document at `/api/v1/openapi.json`. Every route but `/healthz` requires
+//! `Authorization: Bearer <token>` when a token is configured; the CLI refuses to listen
+//! off loopback without one.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::runner::{Ended, Rerun, Runner, recorded_report};
+use super::watch::WatchStats;
+use crate::engine::Report;
+use crate::job::{Job, Location, ResponseMode};
+use crate::journal::{Decision, Outcome, RestoreId, RestorePhase, RestoreRecord};
+
+/// milvus-backup's `ResponseCode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum Code {
+    Success = 0,
+    NoPermission = 2,
+    Fail = 3,
+    ParameterError = 400,
+}
+
+/// milvus-backup's restore task states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum StateCode {
+    Initial = 0,
+    Executing = 1,
+    Success = 2,
+    Fail = 3,
+}
+
+/// Every route, for the OpenAPI test: (method, path).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", "/api/v1/restore"),
+    ("get", "/api/v1/get_restore"),
+    ("get", "/api/v1/list_restores"),
+    ("get", "/api/v1/openapi.json"),
+    ("get", "/healthz"),
+    ("get", "/metrics"),
+];
+
+/// What the handlers share.
+pub struct ApiState {
+    pub runner: Arc<Runner>,
+    /// The bearer token clients must send; `None` only on loopback.
+    pub token: Option<String>,
+    /// The watcher's counters when `serve` also watches a directory.
+    pub watch: Option<Arc<WatchStats>>,
+}
+
+/// The envelope every `/api/v1` answer has.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Envelope<T> {
+    #[serde(rename = "requestId")]
+    pub request_id: String,
+    pub code: i32,
+    pub msg: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<T>,
+}
+
+/// A restore as milvus-backup's `get_restore` shows one, plus lockstep's own fields.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RestoreView {
+    /// The restore id (`{name}.{hash12}.{attempt}`), or the job identity (`{name}.{hash12}`)
+    /// while it waits for its turn.
+    pub id: String,
+    pub state_code: i32,
+    #[serde(rename = "errorMessage")]
+    pub error_message: String,
+    /// Unix seconds; 0 when not started/ended.
+    pub start_time: i64,
+    pub end_time: i64,
+    /// 0..=100.
+    pub progress: i32,
+    pub collection_restore_tasks: Vec<CollectionView>,
+    pub job_name: String,
+    pub outcome: Option<Outcome>,
+    pub phase: Option<RestorePhase>,
+    /// The final report, once finished.
+    pub report: Option<Report>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CollectionView {
+    /// Always "", as milvus-backup answers.
+    pub id: String,
+    pub state_code: i32,
+    #[serde(rename = "errorMessage")]
+    pub error_message: String,
+    pub start_time: i64,
+    pub end_time: i64,
+    pub progress: i32,
+    pub target_db_name: String,
+    pub target_collection_name: String,
+}
+
+pub fn router(state: Arc<ApiState>) -> Router {
+    let guarded = Router::new()
+        .route("/api/v1/restore", post(restore))
+        .route("/api/v1/get_restore", get(get_restore))
+        .route("/api/v1/list_restores", get(list_restores))
+        .route("/api/v1/openapi.json", get(openapi))
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&state), auth));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .merge(guarded)
+        .with_state(state)
+}
+
+async fn auth(State(state): State<Arc<ApiState>>, request: Request, next: Next) -> Response {
+    let Some(token) = &state.token else {
+        return next.run(request).await;
+    };
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let ok = given.is_some_and(|g| same_secret(g.as_bytes(), token.as_bytes()));
+    if ok {
+        return next.run(request).await;
+    }
+    let body = Envelope::<()> {
+        request_id: request_id(None),
+        code: Code::NoPermission as i32,
+        msg: "missing or wrong bearer token (Authorization: Bearer <token>)".into(),
+        data: None,
+    };
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        axum::Json(body),
+    )
+        .into_response()
+}
+
+/// Compares in time that depends only on the lengths, so the token cannot be guessed byte by
+/// byte from response times.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn request_id(given: Option<String>) -> String {
+    given.filter(|r| !r.is_empty()).unwrap_or_else(|| {
+        use ring::rand::SecureRandom as _;
+        let mut b = [0u8; 16];
+        ring::rand::SystemRandom::new()
+            .fill(&mut b)
+            .expect("the OS random source is available");
+        hex::encode(b)
+    })
+}
+
+fn envelope<T: Serialize>(
+    request_id: String,
+    code: Code,
+    msg: impl Into<String>,
+    data: Option<T>,
+) -> Response {
+    axum::Json(Envelope {
+        request_id,
+        code: code as i32,
+        msg: msg.into(),
+        data,
+    })
+    .into_response()
+}
+
+async fn restore(State(state): State<Arc<ApiState>>, headers: HeaderMap, body: Bytes) -> Response {
+    let host = state.runner.host().clone();
+    let parsed = tokio::task::spawn_blocking(move || Job::from_rest(&body, &host))
+        .await
+        .expect("validation does not panic");
+    let rest = match parsed {
+        Ok(rest) => rest,
+        Err(e) => {
+            let header_id = headers
+                .get("request_id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            if e.problems()
+                .iter()
+                .any(|p| matches!(p.location, Location::Body { .. }))
+            {
+                // Not JSON at all: gin's binding error, HTTP 400.
+                return (
+                    StatusCode::BAD_REQUEST,
+                    axum::Json(json!({ "error": e.to_string() })),
+                )
+                    .into_response();
+            }
+            return envelope::<()>(
+                request_id(header_id),
+                Code::ParameterError,
+                e.to_string(),
+                None,
+            );
+        }
+    };
+    let request_id = request_id(rest.request_id.clone());
+    let handle = state
+        .runner
+        .start(rest.job.clone(), Rerun::AfterFailure, vec![]);
+    match rest.response {
+        ResponseMode::Async => envelope(
+            request_id,
+            Code::Success,
+            "restore backup is executing asynchronously",
+            Some(queued_view(&handle.identity, &rest.job.name)),
+        ),
+        ResponseMode::Wait => match handle.ended().await {
+            Ended::Report(report) => {
+                let view = match state
+                    .runner
+                    .journal()
+                    .load(&RestoreId(report.restore_id.clone()))
+                    .await
+                {
+                    Ok(Some(record)) => view_of(&state, &record),
+                    _ => view_of_report(&report),
+                };
+                let (code, msg) = if report.outcome == Outcome::Succeeded {
+                    (Code::Success, "success".to_string())
+                } else {
+                    (Code::Fail, report.summary.clone())
+                };
+                envelope(request_id, code, msg, Some(view))
+            }
+            Ended::NothingRan => envelope::<()>(
+                request_id,
+                Code::Fail,
+                "the restore was cancelled before it started (the server is stopping)",
+                None,
+            ),
+        },
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct IdQuery {
+    id: Option<String>,
+}
+
+async fn get_restore(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    Query(query): Query<IdQuery>,
+) -> Response {
+    let rid = request_id(
+        headers
+            .get("request_id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+    );
+    let Some(id) = query.id.filter(|i| !i.is_empty()) else {
+        return envelope::<()>(rid, Code::ParameterError, "id is required", None);
+    };
+    match find(&state, &id).await {
+        Ok(Some(view)) => envelope(rid, Code::Success, "success", Some(view)),
+        Ok(None) => envelope::<()>(rid, Code::Fail, format!("task not found: {id}"), None),
+        Err(e) => envelope::<()>(rid, Code::Fail, format!("journal: {e}"), None),
+    }
+}
+
+/// A restore id; else a job identity (`{name}.{hash12}`) or a job name, whose newest
+/// attempt is shown; else a job waiting for its turn here.
+async fn find(state: &ApiState, id: &str) -> crate::journal::Result<Option<RestoreView>> {
+    let journal = state.runner.journal();
+    if let Some(record) = journal.load(&RestoreId(id.to_string())).await? {
+        return Ok(Some(view_of(state, &record)));
+    }
+    let prefix = format!("{id}.");
+    let newest = journal
+        .list()
+        .await?
+        .into_iter()
+        .filter(|r| r.id.0.starts_with(&prefix) || r.job_name == id)
+        .max_by_key(|r| (r.started_at, r.attempt));
+    if let Some(record) = newest {
+        return Ok(Some(view_of(state, &record)));
+    }
+    Ok(state
+        .runner
+        .active()
+        .into_iter()
+        .find(|identity| identity.trim_end_matches('.') == id)
+        .map(|identity| queued_view(&identity, "")))
+}
+
+async fn list_restores(State(state): State<Arc<ApiState>>, headers: HeaderMap) -> Response {
+    let rid = request_id(
+        headers
+            .get("request_id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+    );
+    match state.runner.journal().list().await {
+        Ok(mut records) => {
+            records.reverse();
+            let views: Vec<RestoreView> = records.iter().map(|r| view_of(&state, r)).collect();
+            envelope(rid, Code::Success, "success", Some(views))
+        }
+        Err(e) => envelope::<()>(rid, Code::Fail, format!("journal: {e}"), None),
+    }
+}
+
+async fn openapi() -> Response {
+    axum::Json(super::openapi::document()).into_response()
+}
+
+async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
+    let records = state.runner.journal().list().await.unwrap_or_default();
+    let text = super::metrics::render(&records, state.runner.progress(), state.watch.as_deref());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+fn queued_view(identity: &str, job_name: &str) -> RestoreView {
+    RestoreView {
+        id: identity.trim_end_matches('.').to_string(),
+        state_code: StateCode::Initial as i32,
+        error_message: String::new(),
+        start_time: 0,
+        end_time: 0,
+        progress: 0,
+        collection_restore_tasks: vec![],
+        job_name: job_name.to_string(),
+        outcome: None,
+        phase: None,
+        report: None,
+    }
+}
+
+fn state_code(outcome: Option<Outcome>) -> StateCode {
+    match outcome {
+        None | Some(Outcome::Incomplete) => StateCode::Executing,
+        Some(Outcome::Succeeded) => StateCode::Success,
+        Some(Outcome::Refused | Outcome::RolledBack | Outcome::Diverged) => StateCode::Fail,
+    }
+}
+
+/// Progress in percent from the phase (and, while holding, the share of jobs seen ready on
+/// every end); at least 1 once started and 100 when succeeded, as milvus-backup shows it.
+fn progress(record: &RestoreRecord, live: Option<&super::progress::Live>) -> i32 {
+    use crate::milvus::JobState;
+    if record.outcome == Some(Outcome::Succeeded) {
+        return 100;
+    }
+    let phase = live.and_then(|l| l.phase).unwrap_or(record.phase);
+    let pct = match phase {
+        RestorePhase::Preflight => 1.0,
+        RestorePhase::Ddl => 5.0,
+        RestorePhase::Staging => {
+            let share = live
+                .and_then(|l| l.staging)
+                .filter(|s| s.bytes_total > 0)
+                .map_or(0.0, |s| s.bytes_done as f64 / s.bytes_total as f64);
+            5.0 + 25.0 * share
+        }
+        RestorePhase::Importing | RestorePhase::Holding => {
+            let (ready, total) = live.map_or((0, 0), |l| {
+                l.jobs.iter().fold((0, 0), |(r, t), (_, states)| {
+                    let ready: usize = states
+                        .iter()
+                        .filter(|(s, _)| {
+                            matches!(
+                                s,
+                                JobState::Uncommitted | JobState::Committing | JobState::Completed
+                            )
+                        })
+                        .map(|(_, n)| n)
+                        .sum();
+                    (r + ready, t + states.values().sum::<usize>())
+                })
+            });
+            30.0 + if total > 0 {
+                60.0 * ready as f64 / total as f64
+            } else {
+                0.0
+            }
+        }
+        RestorePhase::Deciding => 90.0,
+        RestorePhase::Completing => 95.0,
+        RestorePhase::Finished => 99.0,
+    };
+    (pct as i32).clamp(1, 100)
+}
+
+fn view_of(state: &ApiState, record: &RestoreRecord) -> RestoreView {
+    let live = state.runner.progress().get(&record.id.0);
+    let report = recorded_report(record);
+    let code = state_code(record.outcome);
+    let end_time = if record.outcome.is_some() {
+        record.updated_at.as_second()
+    } else {
+        0
+    };
+    let error_message = match (&report, code) {
+        (Some(r), StateCode::Fail) => r.summary.clone(),
+        _ => String::new(),
+    };
+    let mut collections: BTreeMap<(String, String), CollectionView> = BTreeMap::new();
+    for group in &record.groups {
+        let (state_code, error) = match (&group.decision, record.outcome) {
+            (Some(Decision::Commit { .. }), Some(Outcome::Succeeded)) => {
+                (StateCode::Success, String::new())
+            }
+            (Some(Decision::Abort { reason, .. }), _) => (StateCode::Fail, reason.clone()),
+            (_, Some(Outcome::Refused | Outcome::RolledBack)) => {
+                (StateCode::Fail, error_message.clone())
+            }
+            _ => (StateCode::Executing, String::new()),
+        };
+        for b in &group.batches {
+            collections
+                .entry((b.db.clone(), b.collection.clone()))
+                .or_insert_with(|| CollectionView {
+                    id: String::new(),
+                    state_code: state_code as i32,
+                    error_message: error.clone(),
+                    start_time: record.started_at.as_second(),
+                    end_time,
+                    progress: if state_code == StateCode::Success {
+                        100
+                    } else {
+                        progress(record, live.as_ref())
+                    },
+                    target_db_name: b.db.clone(),
+                    target_collection_name: b.collection.clone(),
+                });
+        }
+    }
+    RestoreView {
+        id: record.id.0.clone(),
+        state_code: code as i32,
+        error_message,
+        start_time: record.started_at.as_second(),
+        end_time,
+        progress: progress(record, live.as_ref()),
+        collection_restore_tasks: collections.into_values().collect(),
+        job_name: record.job_name.clone(),
+        outcome: record.outcome,
+        phase: Some(record.phase),
+        report,
+    }
+}
+
+/// A view from a report alone (a refusal before any journal record).
+fn view_of_report(report: &Report) -> RestoreView {
+    RestoreView {
+        id: report.restore_id.clone(),
+        state_code: state_code(Some(report.outcome)) as i32,
+        error_message: report.summary.clone(),
+        start_time: report.started_at.as_second(),
+        end_time: report.finished_at.as_second(),
+        progress: if report.outcome == Outcome::Succeeded {
+            100
+        } else {
+            1
+        },
+        collection_restore_tasks: vec![],
+        job_name: report.job_name.clone(),
+        outcome: Some(report.outcome),
+        phase: Some(RestorePhase::Finished),
+        report: Some(report.clone()),
+    }
+}

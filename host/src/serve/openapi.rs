@@ -1,0 +1,158 @@
+//! The OpenAPI 3.0 description of [`super::api`], served at `/api/v1/openapi.json`. Written
+//! by hand next to the handlers; the API tests check that it lists exactly the routes the
+//! router serves and that every answer they get matches the schema it names.
+
+use serde_json::{Value, json};
+
+/// The document.
+pub fn document() -> Value {
+    let envelope = |data: Value| {
+        json!({
+            "type": "object",
+            "required": ["requestId", "code", "msg"],
+            "properties": {
+                "requestId": {"type": "string"},
+                "code": {"type": "integer", "description": "0 Success, 2 No_Permission, 3 Fail, 400 Parameter_Error (milvus-backup's ResponseCode)"},
+                "msg": {"type": "string"},
+                "data": data,
+            }
+        })
+    };
+    let ok = |schema: Value, what: &str| json!({"description": what, "content": {"application/json": {"schema": schema}}});
+    let unauthorized = ok(envelope(json!({})), "No or wrong bearer token (code 2)");
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "lockstep",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Restores milvus-backup backups into a CDC-replicating Milvus with two-phase import. The restore routes take milvus-backup's request fields and answer with its {requestId, code, msg, data} envelope.",
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "RestoreRequest": restore_request(),
+                "RestoreView": restore_view(),
+                "CollectionView": collection_view(),
+            }
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/api/v1/restore": {"post": {
+                "summary": "Restore a backup (sync, or async with \"async\": true)",
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RestoreRequest"}}}},
+                "responses": {
+                    "200": ok(envelope(json!({"$ref": "#/components/schemas/RestoreView"})), "The restore (code 0), a refused request (code 400), or a failed restore (code 3)"),
+                    "400": ok(json!({"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}), "The body is not JSON"),
+                    "401": unauthorized.clone(),
+                }
+            }},
+            "/api/v1/get_restore": {"get": {
+                "summary": "A restore by restore id, job identity (name.hash12) or job name (newest attempt)",
+                "parameters": [
+                    {"name": "id", "in": "query", "required": true, "schema": {"type": "string"}},
+                    {"name": "request_id", "in": "header", "required": false, "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": ok(envelope(json!({"$ref": "#/components/schemas/RestoreView"})), "The restore (code 0), no id (code 400) or not found (code 3)"),
+                    "401": unauthorized.clone(),
+                }
+            }},
+            "/api/v1/list_restores": {"get": {
+                "summary": "Every restore in the journal, newest first",
+                "responses": {
+                    "200": ok(envelope(json!({"type": "array", "items": {"$ref": "#/components/schemas/RestoreView"}})), "The restores"),
+                    "401": unauthorized.clone(),
+                }
+            }},
+            "/api/v1/openapi.json": {"get": {
+                "summary": "This document",
+                "responses": {
+                    "200": ok(json!({"type": "object", "required": ["openapi", "paths"]}), "The OpenAPI document"),
+                    "401": unauthorized.clone(),
+                }
+            }},
+            "/healthz": {"get": {
+                "summary": "Liveness; never needs a token",
+                "security": [],
+                "responses": {"200": {"description": "ok", "content": {"text/plain": {"schema": {"type": "string"}}}}}
+            }},
+            "/metrics": {"get": {
+                "summary": "Prometheus text: restores by outcome, import jobs per end and state, reaction-time histogram, staged bytes",
+                "responses": {
+                    "200": {"description": "Prometheus text format 0.0.4", "content": {"text/plain": {"schema": {"type": "string"}}}},
+                    "401": unauthorized,
+                }
+            }},
+        }
+    })
+}
+
+fn restore_request() -> Value {
+    let s = json!({"type": "string"});
+    let b = json!({"type": "boolean"});
+    json!({
+        "type": "object",
+        "required": ["backup_name"],
+        "additionalProperties": false,
+        "properties": {
+            "requestId": s, "backup_name": s,
+            "collection_names": {"type": "array", "items": s},
+            "collection_suffix": s,
+            "collection_renames": {"type": "object", "additionalProperties": s},
+            "async": b,
+            "bucket_name": {"type": "string", "description": "refused when not empty: backups live where the host config says"},
+            "path": {"type": "string", "description": "refused when not empty"},
+            "db_collections": {"description": "{\"db\": [\"collection\", ...]} as an object or a string holding one"},
+            "metaOnly": b, "restoreIndex": b, "useAutoIndex": b, "dropExistCollection": b,
+            "dropExistIndex": b, "skipCreateCollection": b,
+            "id": {"type": "string", "description": "the job's name"},
+            "skipImportDiskQuotaCheck": b, "rbac": b,
+            "maxShardNum": {"type": "integer"},
+            "skipParams": {"description": "refused when not empty"},
+            "useV2Restore": b, "truncateBinlogByTs": b,
+            "db_collections_after_rename": {"description": "as db_collections, applied after renaming"},
+            "restorePlan": {"description": "refused when set"},
+            "ezkMapping": {"type": "object", "additionalProperties": s},
+            "target": {"type": "string", "description": "a cluster of the host config or an http(s):// URI"},
+            "secondaries": {"type": "array", "items": s, "description": "cluster names or URIs"},
+            "strategy": {"type": "string", "enum": ["merged", "per_seg"]},
+        }
+    })
+}
+
+fn restore_view() -> Value {
+    json!({
+        "type": "object",
+        "required": ["id", "state_code", "errorMessage", "start_time", "end_time", "progress", "collection_restore_tasks", "job_name"],
+        "properties": {
+            "id": {"type": "string"},
+            "state_code": {"type": "integer", "description": "0 INITIAL, 1 EXECUTING, 2 SUCCESS, 3 FAIL"},
+            "errorMessage": {"type": "string"},
+            "start_time": {"type": "integer"},
+            "end_time": {"type": "integer"},
+            "progress": {"type": "integer"},
+            "collection_restore_tasks": {"type": "array", "items": {"$ref": "#/components/schemas/CollectionView"}},
+            "job_name": {"type": "string"},
+            "outcome": {"type": "string", "nullable": true, "enum": ["succeeded", "refused", "rolled_back", "diverged", "incomplete", null]},
+            "phase": {"type": "string", "nullable": true},
+            "report": {"type": "object", "nullable": true},
+        }
+    })
+}
+
+fn collection_view() -> Value {
+    json!({
+        "type": "object",
+        "required": ["id", "state_code", "errorMessage", "start_time", "end_time", "progress", "target_db_name", "target_collection_name"],
+        "properties": {
+            "id": {"type": "string"},
+            "state_code": {"type": "integer"},
+            "errorMessage": {"type": "string"},
+            "start_time": {"type": "integer"},
+            "end_time": {"type": "integer"},
+            "progress": {"type": "integer"},
+            "target_db_name": {"type": "string"},
+            "target_collection_name": {"type": "string"},
+        }
+    })
+}

@@ -1,0 +1,485 @@
+//! Which restores run, when, and how many at once. Both the watched directory and the API
+//! hand jobs to one [`Runner`]; the journal, not memory, decides whether a job content
+//! already ran, so a restart or another host of the fleet sees the same answer.
+//!
+//! A job's identity is its name plus its content hash (the journal's
+//! [`RestoreId::content_prefix`]). One identity has at most one task in a process, whoever
+//! asked for it; across the fleet, the journal's claims make one host act and the others
+//! wait: a host that finds the claim taken re-checks every [`RECHECK_EVERY`] until the
+//! restore finished or the claim is free again (its holder died and the lease expired), and
+//! then recovers it. A sweep every [`SWEEP_EVERY`] does the same for unfinished restores no
+//! job here asks for (submitted through another host's API, or whose file was deleted).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::{Semaphore, watch};
+
+use super::LiveProgress;
+use super::reports;
+use crate::engine::{self, Ends, Engine, Interrupt, Progress, Report};
+use crate::job::{HostConfig, Job};
+use crate::journal::{self, Journal, Outcome, RestoreId, RestoreRecord};
+
+/// How often a host waiting on another host's claim looks again: a takeover happens within
+/// this of the lease's expiry.
+pub const RECHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// How often unfinished restores nobody here asked for are looked for.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// Whether a job content that ran and failed runs again when asked again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rerun {
+    /// Never: the same content runs once whatever its outcome (job files: to run it again,
+    /// change it).
+    Never,
+    /// After a rollback or refusal a new attempt runs (API requests, as `lockstep run`).
+    AfterFailure,
+}
+
+/// How a restore task ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ended {
+    /// The report of the restore (run here, recovered here, or found in the journal).
+    Report(Box<Report>),
+    /// Cancelled before anything ran.
+    NothingRan,
+}
+
+/// A caller's view of a restore task: its identity and its end.
+#[derive(Clone)]
+pub struct RestoreHandle {
+    pub identity: String,
+    ended: watch::Receiver<Option<Ended>>,
+}
+
+impl RestoreHandle {
+    /// Waits for the task's end.
+    pub async fn ended(&self) -> Ended {
+        let mut rx = self.ended.clone();
+        loop {
+            if let Some(ended) = rx.borrow_and_update().clone() {
+                return ended;
+            }
+            if rx.changed().await.is_err() {
+                // The task is gone without saying how it ended: it panicked.
+                return Ended::NothingRan;
+            }
+        }
+    }
+
+    /// The end, if it came.
+    pub fn try_ended(&self) -> Option<Ended> {
+        self.ended.borrow().clone()
+    }
+}
+
+struct Active {
+    generation: u64,
+    /// Raises the restore's own interrupt: cancels it if it has not decided.
+    cancel: watch::Sender<bool>,
+    wanted_by: usize,
+    handle: RestoreHandle,
+}
+
+/// What the journal says to do next for a job.
+enum Step {
+    Done(Option<Report>),
+    /// Another process holds the claim.
+    Wait,
+    Recover(Box<RestoreRecord>),
+    Run,
+}
+
+/// Runs restores for a watcher and an API over one journal.
+pub struct Runner {
+    journal: Arc<dyn Journal>,
+    host: HostConfig,
+    reports_dir: PathBuf,
+    plugin_cache: PathBuf,
+    progress: Arc<LiveProgress>,
+    /// The process-wide interrupt (Ctrl-C, SIGTERM), forwarded into every restore.
+    shutdown: Interrupt,
+    slots: Arc<Semaphore>,
+    // No await happens while this is held.
+    active: Mutex<HashMap<String, Active>>,
+    generations: std::sync::atomic::AtomicU64,
+}
+
+impl Runner {
+    pub fn new(
+        journal: Arc<dyn Journal>,
+        host: HostConfig,
+        state_dir: PathBuf,
+        progress: Arc<LiveProgress>,
+        shutdown: Interrupt,
+        max_parallel: usize,
+    ) -> Arc<Runner> {
+        Arc::new(Runner {
+            journal,
+            host,
+            reports_dir: state_dir.join("reports"),
+            plugin_cache: state_dir.join("plugin-cache"),
+            progress,
+            shutdown,
+            slots: Arc::new(Semaphore::new(max_parallel.max(1))),
+            active: Mutex::default(),
+            generations: Default::default(),
+        })
+    }
+
+    pub fn journal(&self) -> &Arc<dyn Journal> {
+        &self.journal
+    }
+
+    pub fn host(&self) -> &HostConfig {
+        &self.host
+    }
+
+    pub fn reports_dir(&self) -> &std::path::Path {
+        &self.reports_dir
+    }
+
+    pub fn progress(&self) -> &Arc<LiveProgress> {
+        &self.progress
+    }
+
+    /// Identities with a task in this process now.
+    pub fn active(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Active>> {
+        self.active
+            .lock()
+            .expect("active restores lock: no panics under it")
+    }
+
+    /// Asks for `job` to run (once; see [`Rerun`]), after every restore in `after` ended.
+    /// Asking again for an identity that has a task joins that task.
+    pub fn start(
+        self: &Arc<Self>,
+        job: Job,
+        rerun: Rerun,
+        after: Vec<RestoreHandle>,
+    ) -> RestoreHandle {
+        let identity = RestoreId::content_prefix(&job.name, job.id().as_str());
+        self.begin(identity, |runner, interrupt| {
+            Box::pin(async move {
+                for earlier in after {
+                    earlier.ended().await;
+                }
+                runner.drive(job, rerun, interrupt).await
+            })
+        })
+    }
+
+    /// Says that one asker no longer wants `handle`'s restore (its job file was deleted or
+    /// replaced). When nobody does, the restore is cancelled: aborted if it has not reached
+    /// its decision, left to finish if it has.
+    pub fn release(&self, handle: &RestoreHandle) {
+        let mut active = self.lock();
+        if let Some(a) = active.get_mut(&handle.identity) {
+            a.wanted_by = a.wanted_by.saturating_sub(1);
+            if a.wanted_by == 0 {
+                tracing::info!(job = %handle.identity, "no longer wanted: cancelling unless decided");
+                let _ = a.cancel.send(true);
+            }
+        }
+    }
+
+    // The work is boxed as `dyn Send` where it is written: in this generic function rustc
+    // cannot prove async blocks that borrow across awaits Send (rust-lang/rust#102211).
+    fn begin(
+        self: &Arc<Self>,
+        identity: String,
+        work: impl FnOnce(Arc<Runner>, Interrupt) -> BoxFuture<'static, Ended>,
+    ) -> RestoreHandle {
+        let mut active = self.lock();
+        if let Some(a) = active.get_mut(&identity) {
+            a.wanted_by += 1;
+            return a.handle.clone();
+        }
+        let (cancel, interrupt) = Interrupt::new();
+        let (ended_tx, ended_rx) = watch::channel(None);
+        let handle = RestoreHandle {
+            identity: identity.clone(),
+            ended: ended_rx,
+        };
+        let generation = self
+            .generations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        active.insert(
+            identity.clone(),
+            Active {
+                generation,
+                cancel: cancel.clone(),
+                wanted_by: 1,
+                handle: handle.clone(),
+            },
+        );
+        drop(active);
+        // Ctrl-C reaches every restore through its own interrupt.
+        let shutdown = self.shutdown.clone();
+        let forward = tokio::spawn(async move {
+            if shutdown.race(std::future::pending::<()>()).await.is_err() {
+                let _ = cancel.send(true);
+            }
+        });
+        let fut = work(Arc::clone(self), interrupt);
+        let runner = Arc::clone(self);
+        tokio::spawn(async move {
+            let ended = fut.await;
+            forward.abort();
+            {
+                let mut active = runner.lock();
+                if active
+                    .get(&identity)
+                    .is_some_and(|a| a.generation == generation)
+                {
+                    active.remove(&identity);
+                }
+            }
+            let _ = ended_tx.send(Some(ended));
+        });
+        handle
+    }
+
+    fn engine(&self, interrupt: Interrupt) -> Engine {
+        Engine {
+            journal: Arc::clone(&self.journal),
+            reports_dir: self.reports_dir.clone(),
+            plugin_cache: self.plugin_cache.clone(),
+            progress: Arc::clone(&self.progress) as Arc<dyn Progress>,
+            interrupt,
+        }
+    }
+
+    /// The life of one job's task: wait for a slot, ask the journal what to do, do it.
+    fn drive(
+        self: Arc<Self>,
+        job: Job,
+        rerun: Rerun,
+        interrupt: Interrupt,
+    ) -> BoxFuture<'static, Ended> {
+        Box::pin(async move {
+            loop {
+                let Ok(slot) = interrupt
+                    .race(Arc::clone(&self.slots).acquire_owned())
+                    .await
+                else {
+                    return Ended::NothingRan;
+                };
+                let _slot = slot.expect("the slots semaphore is never closed");
+                let step = match self.next_step(&job, rerun).await {
+                    Ok(step) => step,
+                    Err(e) => {
+                        tracing::warn!(job = %job.name, error = %e, "journal unavailable; trying again");
+                        Step::Wait
+                    }
+                };
+                match step {
+                    Step::Done(report) => {
+                        return report.map_or(Ended::NothingRan, |r| Ended::Report(Box::new(r)));
+                    }
+                    Step::Wait => {
+                        drop(_slot);
+                        if interrupt
+                            .race(tokio::time::sleep(RECHECK_EVERY))
+                            .await
+                            .is_err()
+                        {
+                            return Ended::NothingRan;
+                        }
+                    }
+                    Step::Recover(record) => {
+                        let report = match Ends::for_job(&job) {
+                            Ok(ends) => recover_on_own_thread(
+                                self.engine(interrupt.clone()),
+                                *record,
+                                ends,
+                                Some(job.clone()),
+                            )
+                            .await
+                            .expect("a recovery does not panic"),
+                            Err(e) => {
+                                tracing::warn!(job = %job.name, error = %e, "cannot reach the ends to recover; trying again");
+                                drop(_slot);
+                                tokio::time::sleep(RECHECK_EVERY).await;
+                                continue;
+                            }
+                        };
+                        self.link_latest(&report);
+                        // Loop: the journal now says whether anything is left to do.
+                    }
+                    Step::Run => {
+                        if interrupt.is_set() {
+                            return Ended::NothingRan;
+                        }
+                        let report = run_on_own_thread(self.engine(interrupt.clone()), job.clone())
+                            .await
+                            .expect("a restore does not panic");
+                        if report.restore_id.is_empty() {
+                            // Refused before any record: either another host claimed the same
+                            // attempt a moment ago (the journal now has it), or a real refusal.
+                            let started_elsewhere = self
+                                .journal
+                                .attempts(&job.name, job.id().as_str())
+                                .await
+                                .is_ok_and(|a| !a.is_empty());
+                            if started_elsewhere {
+                                continue;
+                            }
+                            let mut report = report;
+                            report.restore_id = format!(
+                                "{}refused",
+                                RestoreId::content_prefix(&job.name, job.id().as_str())
+                            );
+                            if let Err(e) = reports::write(&self.reports_dir, &report) {
+                                tracing::error!(error = %e, "could not write the report");
+                            }
+                            return Ended::Report(Box::new(report));
+                        }
+                        self.link_latest(&report);
+                        return Ended::Report(Box::new(report));
+                    }
+                }
+            }
+        })
+    }
+
+    fn link_latest(&self, report: &Report) {
+        if let Err(e) = reports::link_latest(&self.reports_dir, report) {
+            tracing::error!(error = %e, "could not link the latest report");
+        }
+    }
+
+    async fn next_step(&self, job: &Job, rerun: Rerun) -> journal::Result<Step> {
+        let attempts = self.journal.attempts(&job.name, job.id().as_str()).await?;
+        let next_attempt = match attempts.last() {
+            Some(last) if last.is_unfinished() => {
+                return Ok(match self.probe(&last.id).await? {
+                    true => Step::Recover(Box::new(last.clone())),
+                    false => Step::Wait,
+                });
+            }
+            Some(last) => {
+                let succeeded =
+                    matches!(last.outcome, Some(Outcome::Succeeded | Outcome::Diverged));
+                if rerun == Rerun::Never || succeeded {
+                    tracing::info!(restore = %last.id, outcome = ?last.outcome, "this job content already ran; not running it again");
+                    return Ok(Step::Done(recorded_report(last)));
+                }
+                last.attempt + 1
+            }
+            None => 1,
+        };
+        let id = RestoreId::new(&job.name, job.id().as_str(), next_attempt);
+        Ok(match self.probe(&id).await? {
+            true => Step::Run,
+            false => Step::Wait,
+        })
+    }
+
+    /// Whether nobody holds `id`'s claim (taking and dropping it at once).
+    async fn probe(&self, id: &RestoreId) -> journal::Result<bool> {
+        match self.journal.claim(id).await {
+            Ok(claim) => {
+                drop(claim);
+                Ok(true)
+            }
+            Err(journal::Error::Busy { holder, .. }) => {
+                tracing::debug!(restore = %id, %holder, "claimed elsewhere; waiting");
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Recovers, every [`SWEEP_EVERY`], unfinished restores that no task here works on and
+    /// whose claim is free: their host died, and no job file or request here asks for them.
+    pub async fn sweep(self: Arc<Self>) {
+        loop {
+            if self
+                .shutdown
+                .race(tokio::time::sleep(SWEEP_EVERY))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let records = match self.journal.list().await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "sweep: cannot list the journal");
+                    continue;
+                }
+            };
+            for record in records.into_iter().filter(RestoreRecord::is_unfinished) {
+                let identity = RestoreId::content_prefix(&record.job_name, &record.content_hash);
+                if self.lock().contains_key(&identity) {
+                    continue;
+                }
+                match self.probe(&record.id).await {
+                    Ok(true) => {}
+                    _ => continue,
+                }
+                tracing::info!(restore = %record.id, "taking over an unfinished restore nobody holds");
+                self.begin(identity, |runner, interrupt| Box::pin(async move {
+                    let ends = match Ends::from_recorded(&record.ends, &runner.host) {
+                        Ok(ends) => ends,
+                        Err(e) => {
+                            tracing::warn!(restore = %record.id, error = %e, "cannot reach the recorded ends");
+                            return Ended::NothingRan;
+                        }
+                    };
+                    let report = recover_on_own_thread(runner.engine(interrupt), record, ends, None)
+                        .await
+                        .expect("a recovery does not panic");
+                    runner.link_latest(&report);
+                    Ended::Report(Box::new(report))
+                }));
+            }
+        }
+    }
+}
+
+/// Runs an engine future on a blocking-pool thread of the same runtime. The engine's
+/// futures are not `Send` as rustc sees them (closures over borrowed ids inside them hit
+/// rust-lang/rust#102211), so they cannot be spawned; made and driven on their own thread
+/// with `block_on`, they still use the runtime's timers and sockets.
+// Returns the join handle, whose type does not mention the engine's future, so callers'
+// futures stay provably Send.
+fn on_own_thread<F, Fut>(make: F) -> tokio::task::JoinHandle<Report>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Report>,
+{
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || runtime.block_on(make()))
+}
+
+fn run_on_own_thread(engine: Engine, job: Job) -> tokio::task::JoinHandle<Report> {
+    on_own_thread(move || async move { engine.run(&job).await })
+}
+
+fn recover_on_own_thread(
+    engine: Engine,
+    record: RestoreRecord,
+    ends: Ends,
+    job: Option<Job>,
+) -> tokio::task::JoinHandle<Report> {
+    on_own_thread(move || async move { engine::recover(&engine, record, ends, job.as_ref()).await })
+}
+
+/// The report a finished record holds.
+pub fn recorded_report(record: &RestoreRecord) -> Option<Report> {
+    record
+        .report
+        .as_ref()
+        .and_then(|r| serde_json::from_value(r.clone()).ok())
+}
