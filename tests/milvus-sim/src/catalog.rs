@@ -27,6 +27,10 @@ pub const META_FIELD_NAME: &str = "$meta";
 pub const DEFAULT_PARTITIONS_WITH_PARTITION_KEY: i64 = 16;
 /// `rootCoord.maxPartitionNum` default.
 const MAX_PARTITION_NUM: i64 = 1024;
+/// `common.DefaultShardsNum`: the shards of a collection created with `shards_num = 0`.
+const DEFAULT_SHARDS_NUM: i32 = 1;
+/// `proxy.maxShardNum` default.
+const MAX_SHARD_NUM: i32 = 16;
 
 /// A DDL operation with every id decided, as it is applied and as it is replicated.
 #[derive(Debug, Clone)]
@@ -47,7 +51,10 @@ pub enum DdlOp {
         partitions: Vec<NewPartition>,
         /// Field ids already assigned.
         schema: CollectionSchema,
-        shards_num: i32,
+        /// One pchannel per shard, as an index into each cluster's own pchannels: CDC maps a
+        /// primary's pchannel i to its secondaries' pchannel i (why replicating clusters have
+        /// the same pchannel count), so a mirror's vchannels sit on its own cluster.
+        shard_pchannels: Vec<usize>,
         consistency_level: i32,
         properties: Vec<KeyValuePair>,
     },
@@ -113,9 +120,17 @@ pub struct NewCollection {
 }
 
 impl NewCollection {
-    /// Validates the request and decides every id (`next_id` hands them out), giving the op
-    /// that is applied on this cluster and replicated to its secondaries.
-    pub fn into_op(self, mut next_id: impl FnMut() -> i64) -> Result<DdlOp, MilvusError> {
+    /// Validates the request and decides every id (`next_id` hands them out) and each shard's
+    /// pchannel (`next_pchannel` hands out a round-robin counter over the cluster's
+    /// `pchannel_count` pchannels), giving the op that is applied on this cluster and
+    /// replicated to its secondaries.
+    pub fn into_op(
+        self,
+        pchannel_count: usize,
+        mut next_id: impl FnMut() -> i64,
+        mut next_pchannel: impl FnMut() -> usize,
+    ) -> Result<DdlOp, MilvusError> {
+        let shards = shard_count(self.shards_num, pchannel_count)?;
         refuse_explicit_dynamic_field(&self.schema)?;
         let partition_names = initial_partition_names(&self.schema, self.num_partitions)?;
         let schema = prepare_schema(self.schema, &self.name)?;
@@ -131,7 +146,9 @@ impl NewCollection {
                 })
                 .collect(),
             schema,
-            shards_num: self.shards_num,
+            shard_pchannels: (0..shards)
+                .map(|_| next_pchannel() % pchannel_count)
+                .collect(),
             consistency_level: self.consistency_level,
             properties: self.properties,
         })
@@ -168,7 +185,10 @@ pub struct Collection {
     pub consistency_level: i32,
     #[serde(skip)]
     pub properties: Vec<KeyValuePair>,
+    /// One per shard, `<pchannel>_<collection id>v<shard>`.
     pub virtual_channels: Vec<String>,
+    /// The pchannel of each shard: this cluster's own, chosen round-robin.
+    pub physical_channels: Vec<String>,
     pub partitions: Vec<Partition>,
     pub indexes: Vec<Index>,
     pub loaded: bool,
@@ -341,7 +361,7 @@ impl Catalog {
                 id,
                 partitions,
                 schema,
-                shards_num,
+                shard_pchannels,
                 consistency_level,
                 properties,
             } => {
@@ -363,9 +383,24 @@ impl Catalog {
                         ))
                     };
                 }
-                let shards = (*shards_num).max(1);
-                let virtual_channels = (0..shards as usize)
-                    .map(|i| format!("{}_{id}v{i}", pchannels[i % pchannels.len()]))
+                let physical_channels = shard_pchannels
+                    .iter()
+                    .map(|&i| {
+                        pchannels.get(i).cloned().ok_or_else(|| {
+                            MilvusError::new(
+                                code::UNEXPECTED,
+                                format!(
+                                    "pchannel {i} of collection {name} is not among this cluster's {} pchannels",
+                                    pchannels.len()
+                                ),
+                            )
+                        })
+                    })
+                    .collect::<Result<Vec<String>, MilvusError>>()?;
+                let virtual_channels = physical_channels
+                    .iter()
+                    .enumerate()
+                    .map(|(shard, pchannel)| format!("{pchannel}_{id}v{shard}"))
                     .collect();
                 let now = Stamp::now();
                 database.collections.insert(
@@ -375,10 +410,11 @@ impl Catalog {
                         name: name.clone(),
                         db_name: db_name.clone(),
                         schema: schema.clone(),
-                        shards_num: shards,
+                        shards_num: shard_pchannels.len() as i32,
                         consistency_level: *consistency_level,
                         properties: properties.clone(),
                         virtual_channels,
+                        physical_channels,
                         partitions: partitions
                             .iter()
                             .map(|p| Partition {
@@ -545,6 +581,33 @@ fn prepare_schema(
         schema.fields.push(dynamic_field(next));
     }
     Ok(schema)
+}
+
+/// The shards of a new collection: `shards_num`, 1 when 0 is sent, at most the proxy's
+/// `maxShardNum` and at most one per pchannel (rootcoord's check against its dml channels).
+fn shard_count(shards_num: i32, pchannel_count: usize) -> Result<usize, MilvusError> {
+    if shards_num > MAX_SHARD_NUM {
+        // The proxy's createCollectionTask: a plain error, so code 65535.
+        return Err(MilvusError::new(
+            code::UNEXPECTED,
+            format!("maximum shards's number should be limited to {MAX_SHARD_NUM}"),
+        ));
+    }
+    // [infer] Milvus leaves a negative count to the channel allocator; the sim reads it as 0.
+    let shards = if shards_num <= 0 {
+        DEFAULT_SHARDS_NUM
+    } else {
+        shards_num
+    } as usize;
+    if shards > pchannel_count {
+        return Err(MilvusError::new(
+            code::PARAMETER_INVALID,
+            format!(
+                "shard num ({shards}) exceeds max configuration ({pchannel_count}): invalid parameter"
+            ),
+        ));
+    }
+    Ok(shards)
 }
 
 /// The proxy's `validateDynamicField`: only Milvus itself adds the dynamic field.

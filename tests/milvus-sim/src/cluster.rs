@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::Duration;
 
@@ -131,6 +131,8 @@ pub(crate) struct Shared {
     pub _temp_dir: Option<tempfile::TempDir>,
     pub state: Mutex<State>,
     ids: AtomicI64,
+    /// Round-robin counter over `pchannels` for the shards of new collections.
+    pchannel_cursor: AtomicUsize,
     job_created: Notify,
     config_changed: watch::Sender<u64>,
     pub availability: watch::Sender<Availability>,
@@ -172,6 +174,7 @@ impl Cluster {
                 drivers: HashMap::new(),
             }),
             ids,
+            pchannel_cursor: AtomicUsize::new(0),
             job_created: Notify::new(),
             config_changed: watch::channel(0).0,
             availability: watch::channel(Availability::Down).0,
@@ -600,9 +603,14 @@ impl Cluster {
 
     // ------------------------------------------------------------------ DDL
 
-    /// CreateCollection from a client: checked, ids decided, applied and replicated.
+    /// CreateCollection from a client: checked, ids and shard pchannels decided, applied and
+    /// replicated.
     pub fn create_collection(&self, request: NewCollection) -> Result<DdlOutcome, MilvusError> {
-        let op = request.into_op(|| self.next_id())?;
+        let op = request.into_op(
+            self.0.pchannels.len(),
+            || self.next_id(),
+            || self.0.pchannel_cursor.fetch_add(1, Ordering::Relaxed),
+        )?;
         self.execute_ddl(op)
     }
 

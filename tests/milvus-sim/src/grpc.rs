@@ -173,7 +173,7 @@ fn kv(pairs: &BTreeMap<String, String>) -> Vec<KeyValuePair> {
 /// DescribeCollection as the proxy answers it: the stored schema without the dynamic `$meta`
 /// field (its `describeCollectionTask` skips `IsDynamic` fields; `enable_dynamic_field` tells
 /// a client that the collection has one).
-fn describe(cluster: &Cluster, c: &Collection, db_id: i64) -> DescribeCollectionResponse {
+fn describe(c: &Collection, db_id: i64) -> DescribeCollectionResponse {
     let mut schema = c.schema.clone();
     schema.fields.retain(|f| !f.is_dynamic);
     DescribeCollectionResponse {
@@ -181,7 +181,7 @@ fn describe(cluster: &Cluster, c: &Collection, db_id: i64) -> DescribeCollection
         schema: Some(schema),
         collection_id: c.id,
         virtual_channel_names: c.virtual_channels.clone(),
-        physical_channel_names: cluster.pchannels().to_vec(),
+        physical_channel_names: c.physical_channels.clone(),
         created_timestamp: c.created_ts,
         created_utc_timestamp: c.created.unix_ms as u64,
         shards_num: c.shards_num,
@@ -317,7 +317,7 @@ impl MilvusService for MilvusGrpc {
                 let coll = found.ok_or_else(|| {
                     MilvusError::collection_not_found(&db.name, &req.collection_name)
                 })?;
-                Ok(describe(cluster, coll, db.id))
+                Ok(describe(coll, db.id))
             })
         })
         .await

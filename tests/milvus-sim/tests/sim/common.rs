@@ -214,6 +214,17 @@ pub async fn put_segment(cluster: &Cluster, prefix: &str, rows: u64, deleted: u6
     [format!("{insert}/"), format!("{delta}/")]
 }
 
+/// Waits until collection `name` of the default database exists on `cluster` (at most 10 s).
+pub async fn wait_collection(cluster: &Cluster, name: &str) {
+    for _ in 0..2000 {
+        if cluster.with_catalog(|c| c.collection("", name).is_ok()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("collection {name} never reached {}", cluster.id());
+}
+
 /// Waits until the job is in `state` on `cluster` (at most 10 s).
 pub async fn wait_for(cluster: &Cluster, job_id: i64, state: JobState) -> ImportJob {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

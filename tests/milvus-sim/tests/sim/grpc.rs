@@ -66,7 +66,8 @@ async fn catalog_calls_answer_with_milvus_codes() {
     );
     assert_eq!(
         described.physical_channel_names,
-        ["a-rootcoord-dml_0", "a-rootcoord-dml_1"]
+        ["a-rootcoord-dml_0"],
+        "one pchannel per shard"
     );
     assert_eq!(
         described.virtual_channel_names,
@@ -285,4 +286,88 @@ async fn a_dynamic_schema_stores_meta_which_describe_hides_and_an_explicit_one_i
             "cannot explicitly set a field as a dynamic field: invalid parameter"
         )
     );
+}
+
+async fn describe_channels(uri: &str, collection: &str) -> (i64, Vec<String>, Vec<String>) {
+    let described = grpc(uri)
+        .await
+        .describe_collection(DescribeCollectionRequest {
+            collection_name: collection.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("answers")
+        .into_inner();
+    assert_eq!(described.status.expect("status").code, 0, "{collection}");
+    (
+        described.collection_id,
+        described.physical_channel_names,
+        described.virtual_channel_names,
+    )
+}
+
+#[tokio::test]
+async fn each_shard_gets_a_pchannel_round_robin_and_mirrors_use_their_own() {
+    let four = "pchannels = 4\nimport_in_replicating_cluster = true\n";
+    let sim = start(&format!(
+        "[[cluster]]\nid = \"a\"\n{four}[[cluster]]\nid = \"b\"\n{four}[replication]\nprimary = \"a\"\nsecondaries = [\"b\"]\n"
+    ))
+    .await;
+    let mut client = grpc(&sim.uri("a")).await;
+    for (name, shards) in [("three", 3), ("two", 2), ("default_one", 0)] {
+        let status = client
+            .create_collection(CreateCollectionRequest {
+                shards_num: shards,
+                ..create_collection_request(name)
+            })
+            .await
+            .expect("answers")
+            .into_inner();
+        assert_eq!(status.code, 0, "{name}: {status:?}");
+    }
+    let expected = [
+        ("three", vec![0, 1, 2]),
+        ("two", vec![3, 0]),
+        ("default_one", vec![1]),
+    ];
+    for cluster in ["a", "b"] {
+        let uri = sim.uri(cluster);
+        for (name, indexes) in &expected {
+            wait_collection(&sim.cluster(cluster), name).await;
+            let (id, physical, virtual_) = describe_channels(&uri, name).await;
+            let pchannels: Vec<String> = indexes
+                .iter()
+                .map(|i| format!("{cluster}-rootcoord-dml_{i}"))
+                .collect();
+            assert_eq!(physical, pchannels, "{cluster}/{name}");
+            let vchannels: Vec<String> = pchannels
+                .iter()
+                .enumerate()
+                .map(|(shard, p)| format!("{p}_{id}v{shard}"))
+                .collect();
+            assert_eq!(virtual_, vchannels, "{cluster}/{name}");
+            // Lockstep finds itself by matching these against the replicate configuration.
+            let own = sim.cluster(cluster).pchannels().to_vec();
+            assert!(physical.iter().all(|p| own.contains(p)), "{cluster}/{name}");
+        }
+    }
+
+    for (shards, code, message) in [
+        (
+            5,
+            1100,
+            "shard num (5) exceeds max configuration (4): invalid parameter",
+        ),
+        (17, 65535, "maximum shards's number should be limited to 16"),
+    ] {
+        let status = client
+            .create_collection(CreateCollectionRequest {
+                shards_num: shards,
+                ..create_collection_request("too_many_shards")
+            })
+            .await
+            .expect("answers")
+            .into_inner();
+        assert_eq!((status.code, status.reason.as_str()), (code, message));
+    }
 }

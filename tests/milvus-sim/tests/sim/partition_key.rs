@@ -89,7 +89,7 @@ async fn a_partition_key_collection_gets_default_i_partitions_and_no_default() {
     // The secondaries mirror the partitions with the primary's ids.
     let primary = sim.cluster("a").snapshot();
     for secondary in ["b", "c"] {
-        wait_until_collection(&sim, secondary, "three").await;
+        wait_collection(&sim.cluster(secondary), "three").await;
         assert_eq!(
             partition_names(&sim.uri(secondary), "three").await,
             ["_default_0", "_default_1", "_default_2"]
@@ -109,17 +109,6 @@ async fn a_partition_key_collection_gets_default_i_partitions_and_no_default() {
             .partitions,
         ["_default_0", "_default_1", "_default_2"]
     );
-}
-
-async fn wait_until_collection(sim: &milvus_sim::Sim, cluster: &str, collection: &str) {
-    let cluster = sim.cluster(cluster);
-    for _ in 0..1000 {
-        if cluster.with_catalog(|c| c.collection("", collection).is_ok()) {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
-    panic!("{collection} never reached {}", cluster.id());
 }
 
 #[tokio::test]
