@@ -1,7 +1,7 @@
 """The two-phase recipe of Milvus's "Bulk Import in CDC Replication Mode" guide, run with the
 real pymilvus against milvus-sim: a primary and a standby, auto_commit=false, wait for
 Uncommitted on both, commit once on the primary, Completed on both; abort through REST; and
-MilvusClient's gRPC calls."""
+MilvusClient's gRPC calls, partition-key and dynamic-field collections included."""
 
 import itertools
 import json
@@ -9,7 +9,7 @@ import time
 
 import pytest
 import requests
-from pymilvus import MilvusClient
+from pymilvus import DataType, MilvusClient
 from pymilvus.exceptions import MilvusException
 from pymilvus.bulk_writer import bulk_import, get_import_progress, list_import_jobs
 
@@ -147,3 +147,29 @@ def test_milvus_client_over_grpc(sim):
     standby = MilvusClient(uri=sim.uris["b"])
     wait_until(lambda: standby.has_collection("grpc_coll"), "grpc_coll on the standby")
     assert standby.describe_collection("grpc_coll")["collection_id"] == described["collection_id"]
+
+
+def test_milvus_client_partition_key_and_dynamic_field(sim):
+    client = MilvusClient(uri=sim.uris["a"])
+    schema = MilvusClient.create_schema(enable_dynamic_field=True, partition_key_field="tenant")
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("tenant", DataType.INT64)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=4)
+    client.create_collection("keyed", schema=schema)
+    assert client.list_partitions("keyed") == [f"_default_{i}" for i in range(16)]
+    with pytest.raises(MilvusException, match="disable create partition if partition key mode is used"):
+        client.create_partition("keyed", "p1")
+
+    client.create_collection("keyed_four", schema=schema, num_partitions=4)
+    assert client.list_partitions("keyed_four") == ["_default_0", "_default_1", "_default_2", "_default_3"]
+
+    # Milvus stores a `$meta` field for the dynamic schema but DescribeCollection hides it.
+    described = client.describe_collection("keyed")
+    assert described["enable_dynamic_field"] is True
+    assert [f["name"] for f in described["fields"]] == ["id", "tenant", "vector"]
+    assert [f.get("is_partition_key", False) for f in described["fields"]] == [False, True, False]
+    assert (described["num_partitions"], described["num_shards"]) == (16, 1)
+
+    standby = MilvusClient(uri=sim.uris["b"])
+    wait_until(lambda: standby.has_collection("keyed_four"), "keyed_four on the standby")
+    assert standby.list_partitions("keyed_four") == client.list_partitions("keyed_four")
