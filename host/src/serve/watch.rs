@@ -165,14 +165,21 @@ pub async fn watch(
             })
             .await;
         let Ok(batch) = triggered else { break };
-        if let Some(batch) = batch {
-            state.note(batch);
-            // Take every batch already waiting: one re-list serves them all.
-            while let Ok(more) = events.try_recv() {
-                state.note(more);
+        let relist = match batch {
+            Some(batch) => {
+                let mut relevant = state.note(batch);
+                // Take every batch already waiting: one re-list serves them all.
+                while let Ok(more) = events.try_recv() {
+                    relevant |= state.note(more);
+                }
+                relevant
             }
+            // The timer of a file still settling.
+            None => true,
+        };
+        if relist {
+            wake = state.relist().await?;
         }
-        wake = state.relist().await?;
     }
     tracing::info!("watcher stopping");
     Ok(())
@@ -194,23 +201,34 @@ fn is_job_name(name: &str) -> bool {
 }
 
 impl DirState {
-    /// Updates the open-writes set from a batch of events.
-    fn note(&mut self, batch: DebounceEventResult) {
+    /// Updates the open-writes set from a batch of events; whether any of them can mean a
+    /// change (opens and reads, the watcher's own among them, cannot).
+    fn note(&mut self, batch: DebounceEventResult) -> bool {
         let events = match batch {
             Ok(events) => events,
             Err(errors) => {
                 for e in errors {
                     tracing::warn!(error = %e, "watch error; re-listing");
                 }
-                return;
+                return true;
             }
         };
+        let mut relevant = false;
         for event in events {
             if event.need_rescan() {
                 // Events were lost: nothing is known about open writes any more.
                 self.writing.clear();
+                relevant = true;
                 continue;
             }
+            relevant |= !matches!(
+                event.kind,
+                EventKind::Access(
+                    AccessKind::Open(_)
+                        | AccessKind::Read
+                        | AccessKind::Close(AccessMode::Read | AccessMode::Execute)
+                )
+            );
             for path in &event.paths {
                 match event.kind {
                     EventKind::Create(_)
@@ -231,6 +249,7 @@ impl DirState {
         if !cfg!(target_os = "linux") {
             self.writing.clear();
         }
+        relevant
     }
 
     /// Lists the directory, reacts to every settled change, and says when to look again

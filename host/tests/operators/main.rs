@@ -3,3 +3,4 @@
 
 mod etcd_journal;
 mod support;
+mod watch;

@@ -1,0 +1,312 @@
+//! The watched directory against milvus-sim: each case ends with the expected reports, the
+//! expected restores in milvus-sim's request log, and every job file exactly as written.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use lockstep::engine::{Interrupt, Report, Silent};
+use lockstep::job::HostConfig;
+use lockstep::journal::Outcome;
+use lockstep::journal::embedded::FileJournal;
+use lockstep::serve::watch::WatchStats;
+use lockstep::serve::{LiveProgress, Runner, WatchOptions, reports, watch};
+
+use crate::support::{World, eventually, snapshot};
+
+/// A watcher on `World`'s `jobs/` directory, in process, with its state in `jobs/.lockstep`.
+pub struct Watching {
+    pub jobs: PathBuf,
+    pub reports: PathBuf,
+    pub stats: Arc<WatchStats>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Watching {
+    pub async fn start(world: &World) -> Watching {
+        let jobs = world.path("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        Self::start_in(world, jobs).await
+    }
+
+    pub async fn start_in(world: &World, jobs: PathBuf) -> Watching {
+        let state = jobs.join(".lockstep");
+        let mut host = HostConfig::load(&world.host_config).expect("host config");
+        host.state_dir = state.clone();
+        let journal = Arc::new(FileJournal::open(&state).unwrap());
+        let (stop, shutdown) = Interrupt::new();
+        let runner = Runner::new(
+            journal,
+            host.clone(),
+            state.clone(),
+            Arc::new(LiveProgress::new(Arc::new(Silent))),
+            shutdown.clone(),
+            4,
+        );
+        let stats = Arc::new(WatchStats::default());
+        let task = tokio::spawn({
+            let (jobs, stats) = (jobs.clone(), Arc::clone(&stats));
+            async move {
+                watch(WatchOptions { dir: jobs }, host, runner, stats, shutdown)
+                    .await
+                    .expect("the watcher runs");
+            }
+        });
+        // Ready once the first listing is done: events from then on are seen.
+        eventually(
+            Duration::from_secs(10),
+            "the watcher's first listing",
+            || async { (stats.relists.load(Ordering::Relaxed) > 0).then_some(()) },
+        )
+        .await;
+        Watching {
+            jobs,
+            reports: state.join("reports"),
+            stats,
+            stop,
+            task,
+        }
+    }
+
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+
+    /// The report the `latest` link of `job` points at, once it has `outcome`.
+    pub async fn latest(&self, job: &str, outcome: Outcome) -> Report {
+        eventually(
+            Duration::from_secs(60),
+            &format!("{job} {outcome:?}"),
+            || async { reports::read_latest(&self.reports, job).filter(|r| r.outcome == outcome) },
+        )
+        .await
+    }
+
+    /// Report files (`*.json` directly in the reports directory).
+    pub fn report_count(&self) -> usize {
+        std::fs::read_dir(&self.reports)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.jobs.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+/// Waits long enough for the watcher to have seen and settled any change (debounce +
+/// settle, several times over), for the cases that assert nothing happens.
+async fn quiet() {
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+}
+
+fn unchanged(dir: &Path, before: &[(PathBuf, Vec<u8>)]) {
+    assert_eq!(snapshot(dir), before, "job files must not be touched");
+}
+
+#[tokio::test]
+async fn a_dropped_file_runs_once_and_the_same_content_never_again() {
+    let world = World::start().await;
+    let w = Watching::start(&world).await;
+    let text = world.job("orders", "_w");
+    w.write("orders.toml", &text);
+    let report = w.latest("orders", Outcome::Succeeded).await;
+    let batches = report.jobs.len();
+    assert!(batches >= 4, "2 collections x 2 partitions: {batches}");
+    assert_eq!(world.creates().await, batches, "one create per batch");
+    assert_eq!(world.uncommitted_jobs().await, 0);
+    for end in ["primary", "standby"] {
+        assert_eq!(
+            world.collections_with_suffix(end, "_w").await.len(),
+            2,
+            "{end}"
+        );
+    }
+
+    // The same content again: touched, copied under another file name (same job name),
+    // rewritten with a comment and other whitespace: nothing runs.
+    let before_reports = w.report_count();
+    std::fs::write(w.jobs.join("orders.toml"), &text).unwrap();
+    w.write("orders-copy.toml", &text);
+    w.write(
+        "orders.toml",
+        &format!("# reviewed\n{}\n\n", text.replace(" = ", "=")),
+    );
+    quiet().await;
+    assert_eq!(
+        world.creates().await,
+        batches,
+        "the same content never runs twice"
+    );
+    assert_eq!(w.report_count(), before_reports);
+    let files = snapshot(&w.jobs);
+    w.stop().await;
+    unchanged(&world.path("jobs"), &files);
+}
+
+#[tokio::test]
+async fn a_rewrite_is_a_new_restore_and_a_rename_into_place_runs_once() {
+    let world = World::start().await;
+    let w = Watching::start(&world).await;
+    w.write("orders.toml", &world.job("orders", "_a"));
+    let first = w.latest("orders", Outcome::Succeeded).await;
+    let batches = first.jobs.len();
+
+    // Changed content: a new restore, reported under a new id, `latest` moved.
+    w.write("orders.toml", &world.job("orders", "_b"));
+    let second = eventually(Duration::from_secs(60), "the rewrite's restore", || async {
+        reports::read_latest(&w.reports, "orders")
+            .filter(|r| r.restore_id != first.restore_id && r.outcome == Outcome::Succeeded)
+    })
+    .await;
+    assert_ne!(second.job_id, first.job_id);
+    assert_eq!(
+        world.collections_with_suffix("standby", "_b").await.len(),
+        2
+    );
+
+    // Written under a temporary name, renamed into place: one restore.
+    let tmp = w.jobs.join("moved.toml.tmp");
+    std::fs::write(&tmp, world.job("moved", "_m")).unwrap();
+    std::fs::rename(&tmp, w.jobs.join("moved.toml")).unwrap();
+    w.latest("moved", Outcome::Succeeded).await;
+    quiet().await;
+    assert_eq!(world.creates().await, 3 * batches);
+    let files = snapshot(&w.jobs);
+    w.stop().await;
+    unchanged(&world.path("jobs"), &files);
+}
+
+/// A writer that pauses mid-file with the file open: the prefix alone is a valid job
+/// (without its secondaries), so reading it early would run the wrong restore.
+#[tokio::test]
+async fn a_half_written_file_is_not_read_until_its_writer_closes_it() {
+    use std::io::Write as _;
+    let world = World::start().await;
+    let w = Watching::start(&world).await;
+    let text = world.job("half", "_h");
+    let (head, tail) = text.split_at(text.find("secondaries").unwrap());
+    let mut file = std::fs::File::create(w.jobs.join("half.toml")).unwrap();
+    file.write_all(head.as_bytes()).unwrap();
+    file.flush().unwrap();
+    quiet().await;
+    assert_eq!(
+        world.creates().await,
+        0,
+        "nothing runs while the writer holds the file"
+    );
+    assert_eq!(w.report_count(), 0);
+    file.write_all(tail.as_bytes()).unwrap();
+    drop(file);
+    let report = w.latest("half", Outcome::Succeeded).await;
+    assert_eq!(
+        report.ends.len(),
+        2,
+        "the whole file was read: {:?}",
+        report.ends
+    );
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn editor_files_are_ignored_and_a_bad_file_gets_a_located_report_and_runs_nothing() {
+    let world = World::start().await;
+    let w = Watching::start(&world).await;
+    for name in [".orders.toml.swp", "orders.toml~", ".#orders.toml", "4913"] {
+        w.write(name, "garbage [[[");
+    }
+    w.write(
+        "bad.toml",
+        "backup = \"bak\"\ntarget = \"primary\"\n\n[restore]\nsufix = \"_x\"\n",
+    );
+    let report = w.latest("bad", Outcome::Refused).await;
+    assert!(
+        report
+            .refusals
+            .iter()
+            .any(|r| r.contains("bad.toml:5:1") && r.contains("sufix")),
+        "{:?}",
+        report.refusals
+    );
+    let text = std::fs::read_to_string(w.reports.join("latest/bad.txt")).unwrap();
+    assert!(text.contains("REFUSED") && text.contains("sufix"), "{text}");
+    quiet().await;
+    assert_eq!(world.creates().await, 0);
+    assert_eq!(w.report_count(), 1, "only the bad file's report");
+    assert_eq!(w.stats.refused.load(Ordering::Relaxed), 1);
+    w.stop().await;
+}
+
+/// Deleting the file of a restore that has not decided cancels it: it rolls back and leaves
+/// nothing anywhere. (The stream to the standby is paused, so the restore waits for its DDL
+/// to be mirrored when the file goes.)
+#[tokio::test]
+async fn deleting_the_file_of_an_undecided_restore_rolls_it_back() {
+    let world = World::start().await;
+    let primary = world.sim.cluster("primary").control();
+    primary.pause_stream("standby").await.unwrap();
+    let w = Watching::start(&world).await;
+    let path = w.write("slow.toml", &world.job("slow", "_s"));
+    eventually(Duration::from_secs(30), "the target's DDL", || async {
+        (world.collections_with_suffix("primary", "_s").await.len() == 2).then_some(())
+    })
+    .await;
+    std::fs::remove_file(&path).unwrap();
+    primary.resume_stream("standby").await.unwrap();
+    let report = w.latest("slow", Outcome::RolledBack).await;
+    assert!(report.collections.iter().all(|c| !c.committed));
+    eventually(
+        Duration::from_secs(30),
+        "no Uncommitted job left",
+        || async { (world.uncommitted_jobs().await == 0).then_some(()) },
+    )
+    .await;
+    for end in ["primary", "standby"] {
+        assert_eq!(
+            world.collections_with_suffix(end, "_s").await.len(),
+            0,
+            "{end}"
+        );
+    }
+    w.stop().await;
+}
+
+/// 10,000 job files at start (one job written 10,000 ways) run one restore, and a file
+/// dropped afterwards is still picked up promptly: the watcher re-lists and stats, but only
+/// reads what changed.
+#[tokio::test]
+async fn ten_thousand_files_at_start_do_not_stall_the_watcher() {
+    let world = World::start().await;
+    let jobs = world.path("many");
+    std::fs::create_dir_all(&jobs).unwrap();
+    let text = world.job("bulk", "_bulk");
+    for i in 0..10_000 {
+        std::fs::write(
+            jobs.join(format!("bulk-{i:05}.toml")),
+            format!("# copy {i}\n{text}"),
+        )
+        .unwrap();
+    }
+    let w = Watching::start_in(&world, jobs.clone()).await;
+    let bulk = w.latest("bulk", Outcome::Succeeded).await;
+    assert_eq!(w.stats.reads.load(Ordering::Relaxed), 10_000);
+
+    let started = std::time::Instant::now();
+    w.write("late.toml", &world.job("late", "_late"));
+    w.latest("late", Outcome::Succeeded).await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(30), "a new file waited {took:?}");
+    // Only the new file was read again, however many listings that took.
+    assert_eq!(w.stats.reads.load(Ordering::Relaxed), 10_001);
+    assert_eq!(world.creates().await, 2 * bulk.jobs.len());
+    w.stop().await;
+}
