@@ -1,6 +1,7 @@
 //! Operators' modes against real parts: the etcd journal on a real etcd, the watched job
 //! directory and the REST API against milvus-sim, and fleets of `lockstep` processes.
 
+mod api;
 mod etcd_journal;
 mod support;
 mod watch;

@@ -1,0 +1,428 @@
+//! The REST API against milvus-sim: every route, sync and async restores, the envelope and
+//! codes, auth, bad bodies, the OpenAPI document checked against the answers, and state read
+//! back after the server restarts.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockstep::engine::{Interrupt, Silent};
+use lockstep::job::HostConfig;
+use lockstep::journal::embedded::FileJournal;
+use lockstep::serve::api::{ApiState, ROUTES, router};
+use lockstep::serve::{LiveProgress, Runner};
+use serde_json::{Value, json};
+
+use crate::support::{World, eventually};
+
+struct Server {
+    base: String,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    async fn start(world: &World, state: PathBuf, token: Option<&str>) -> Server {
+        let mut host = HostConfig::load(&world.host_config).unwrap();
+        host.state_dir = state.clone();
+        let (stop, shutdown) = Interrupt::new();
+        let runner = Runner::new(
+            Arc::new(FileJournal::open(&state).unwrap()),
+            host,
+            state,
+            Arc::new(LiveProgress::new(Arc::new(Silent))),
+            shutdown.clone(),
+            2,
+        );
+        let app = router(Arc::new(ApiState {
+            runner,
+            token: token.map(str::to_string),
+            watch: None,
+        }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = shutdown.race(std::future::pending::<()>()).await;
+                })
+                .await
+                .unwrap();
+        });
+        Server { base, stop, task }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// Sends a request, checks its answer against the OpenAPI document's schema for that route
+/// and status, and returns (status, body).
+async fn call(
+    doc: &Value,
+    method: &str,
+    base: &str,
+    path_and_query: &str,
+    body: Option<&str>,
+    token: Option<&str>,
+) -> (u16, Value) {
+    let client = reqwest::Client::new();
+    let url = format!("{base}{path_and_query}");
+    let mut req = match method {
+        "post" => client.post(&url),
+        _ => client.get(&url),
+    };
+    if let Some(b) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(b.to_string());
+    }
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.expect("the server answers");
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    let path = path_and_query.split('?').next().unwrap();
+    let op = &doc["paths"][path][method];
+    assert!(op.is_object(), "{method} {path} is documented");
+    let response = &op["responses"][status.to_string()];
+    assert!(
+        response.is_object(),
+        "{method} {path} answered {status}, which the document does not list: {text}"
+    );
+    let (ctype, schema) = response["content"]
+        .as_object()
+        .and_then(|c| c.iter().next())
+        .expect("a documented content type");
+    let value = if ctype == "application/json" {
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {text}"))
+    } else {
+        Value::String(text)
+    };
+    conforms(doc, &value, schema, &format!("{method} {path} {status}"));
+    (status, value)
+}
+
+/// A small JSON-schema check for what the document uses: $ref, type, nullable, required,
+/// properties, items, enum.
+fn conforms(doc: &Value, value: &Value, schema: &Value, at: &str) {
+    if let Some(r) = schema["$ref"].as_str() {
+        let name = r.rsplit('/').next().unwrap();
+        return conforms(doc, value, &doc["components"]["schemas"][name], at);
+    }
+    if value.is_null() && schema["nullable"] == json!(true) {
+        return;
+    }
+    if let Some(t) = schema["type"].as_str() {
+        let ok = match t {
+            "object" => value.is_object(),
+            "array" => value.is_array(),
+            "string" => value.is_string(),
+            "integer" => value.is_i64() || value.is_u64(),
+            "boolean" => value.is_boolean(),
+            _ => true,
+        };
+        assert!(ok, "{at}: expected {t}, got {value}");
+    }
+    if let Some(options) = schema["enum"].as_array() {
+        assert!(options.contains(value), "{at}: {value} not in {options:?}");
+    }
+    if let Some(required) = schema["required"].as_array() {
+        for key in required {
+            let key = key.as_str().unwrap();
+            assert!(value.get(key).is_some(), "{at}: missing `{key}` in {value}");
+        }
+    }
+    if let (Some(props), Some(obj)) = (schema["properties"].as_object(), value.as_object()) {
+        for (key, sub) in props {
+            if let Some(v) = obj.get(key) {
+                conforms(doc, v, sub, &format!("{at}.{key}"));
+            }
+        }
+    }
+    if let (Some(items), Some(arr)) = (schema.get("items"), value.as_array()) {
+        for (i, v) in arr.iter().enumerate() {
+            conforms(doc, v, items, &format!("{at}[{i}]"));
+        }
+    }
+}
+
+async fn document(base: &str, token: Option<&str>) -> Value {
+    let mut req = reqwest::Client::new().get(format!("{base}/api/v1/openapi.json"));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    req.send().await.unwrap().json().await.unwrap()
+}
+
+fn body(suffix: &str, extra: &str) -> String {
+    format!(
+        r#"{{"requestId": "req-{suffix}", "backup_name": "bak", "collection_suffix": "{suffix}", "target": "primary", "secondaries": ["standby"]{extra}}}"#
+    )
+}
+
+#[tokio::test]
+async fn every_route_sync_and_async_with_state_read_back_after_a_restart() {
+    let world = World::start().await;
+    let state = world.path("api-state");
+    let server = Server::start(&world, state.clone(), None).await;
+    let doc = document(&server.base, None).await;
+
+    // The document lists exactly the routes served.
+    let mut documented: Vec<(String, String)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(p, ops)| {
+            ops.as_object()
+                .unwrap()
+                .keys()
+                .map(move |m| (m.clone(), p.clone()))
+        })
+        .collect();
+    documented.sort();
+    let mut served: Vec<(String, String)> = ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    served.sort();
+    assert_eq!(documented, served);
+
+    let b = &server.base;
+    let (status, health) = call(&doc, "get", b, "/healthz", None, None).await;
+    assert_eq!((status, health), (200, json!("ok\n")));
+
+    // Sync: the answer carries the final state.
+    let (_, sync) = call(
+        &doc,
+        "post",
+        b,
+        "/api/v1/restore",
+        Some(&body("_sync", "")),
+        None,
+    )
+    .await;
+    assert_eq!(sync["code"], 0, "{sync}");
+    assert_eq!(sync["msg"], "success");
+    assert_eq!(sync["requestId"], "req-_sync");
+    assert_eq!(sync["data"]["state_code"], 2);
+    assert_eq!(sync["data"]["progress"], 100);
+    assert_eq!(
+        sync["data"]["collection_restore_tasks"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    let sync_id = sync["data"]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        world
+            .collections_with_suffix("standby", "_sync")
+            .await
+            .len(),
+        2
+    );
+
+    // Async: answered at once, then polled to its end.
+    let (_, queued) = call(
+        &doc,
+        "post",
+        b,
+        "/api/v1/restore",
+        Some(&body("_async", r#", "async": true, "id": "nightly""#)),
+        None,
+    )
+    .await;
+    assert_eq!(queued["code"], 0);
+    assert_eq!(queued["msg"], "restore backup is executing asynchronously");
+    assert_eq!(queued["data"]["state_code"], 0);
+    let identity = queued["data"]["id"].as_str().unwrap().to_string();
+    assert!(identity.starts_with("nightly."), "{identity}");
+    let done = eventually(Duration::from_secs(60), "the async restore", || async {
+        let (_, v) = call(
+            &doc,
+            "get",
+            b,
+            &format!("/api/v1/get_restore?id={identity}"),
+            None,
+            None,
+        )
+        .await;
+        (v["data"]["state_code"] == 2).then_some(v)
+    })
+    .await;
+    assert_eq!(done["data"]["job_name"], "nightly");
+    assert_eq!(done["data"]["outcome"], "succeeded");
+
+    let (_, missing) = call(&doc, "get", b, "/api/v1/get_restore", None, None).await;
+    assert_eq!(missing["code"], 400);
+    let (_, unknown) = call(&doc, "get", b, "/api/v1/get_restore?id=nope", None, None).await;
+    assert_eq!(unknown["code"], 3);
+    assert!(unknown["msg"].as_str().unwrap().contains("task not found"));
+
+    let (_, list) = call(&doc, "get", b, "/api/v1/list_restores", None, None).await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 2);
+    let (_, metrics) = call(&doc, "get", b, "/metrics", None, None).await;
+    let metrics = metrics.as_str().unwrap();
+    assert!(
+        metrics.contains("lockstep_restores{outcome=\"succeeded\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("lockstep_reaction_seconds_count 2"),
+        "{metrics}"
+    );
+
+    // The same request again is the same content: it does not run again.
+    let creates = world.creates().await;
+    let (_, again) = call(
+        &doc,
+        "post",
+        b,
+        "/api/v1/restore",
+        Some(&body("_sync", "")),
+        None,
+    )
+    .await;
+    assert_eq!(again["data"]["id"], sync_id.as_str());
+    assert_eq!(world.creates().await, creates);
+
+    // Restarted: the state is the journal's.
+    server.stop().await;
+    let server = Server::start(&world, state, None).await;
+    let (_, after) = call(
+        &doc,
+        "get",
+        &server.base,
+        &format!("/api/v1/get_restore?id={sync_id}"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(after["data"]["state_code"], 2, "{after}");
+    assert_eq!(after["data"]["id"], sync_id.as_str());
+    let (_, by_name) = call(
+        &doc,
+        "get",
+        &server.base,
+        "/api/v1/get_restore?id=nightly",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(by_name["data"]["outcome"], "succeeded");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_bodies_get_milvus_backups_codes_and_nothing_runs() {
+    let world = World::start().await;
+    let server = Server::start(&world, world.path("api-state"), None).await;
+    let doc = document(&server.base, None).await;
+    let b = &server.base;
+
+    let (status, not_json) = call(
+        &doc,
+        "post",
+        b,
+        "/api/v1/restore",
+        Some("{\"backup_name\": "),
+        None,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(
+        not_json["error"]
+            .as_str()
+            .unwrap()
+            .contains("malformed JSON"),
+        "{not_json}"
+    );
+
+    let (status, unknown) = call(
+        &doc,
+        "post",
+        b,
+        "/api/v1/restore",
+        Some(r#"{"backup_name": "bak", "target": "primary", "colection_names": ["x"]}"#),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(unknown["code"], 400);
+    assert!(
+        unknown["msg"]
+            .as_str()
+            .unwrap()
+            .contains("`colection_names`"),
+        "{unknown}"
+    );
+
+    let (_, no_backup) = call(
+        &doc,
+        "post",
+        b,
+        "/api/v1/restore",
+        Some(r#"{"requestId": "r1", "target": "primary"}"#),
+        None,
+    )
+    .await;
+    assert_eq!(no_backup["code"], 400);
+    assert!(
+        no_backup["msg"].as_str().unwrap().contains("backup_name"),
+        "{no_backup}"
+    );
+
+    let (_, unknown_cluster) = call(
+        &doc,
+        "post",
+        b,
+        "/api/v1/restore",
+        Some(r#"{"backup_name": "bak", "target": "primary", "secondaries": ["nowhere"]}"#),
+        None,
+    )
+    .await;
+    assert_eq!(unknown_cluster["code"], 400);
+    assert!(
+        unknown_cluster["msg"]
+            .as_str()
+            .unwrap()
+            .contains("`secondaries`"),
+        "{unknown_cluster}"
+    );
+
+    assert_eq!(world.creates().await, 0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_token_is_required_when_set_except_for_healthz() {
+    let world = World::start().await;
+    let server = Server::start(&world, world.path("api-state"), Some("s3cret")).await;
+    let doc = document(&server.base, Some("s3cret")).await;
+    let b = &server.base;
+    for (method, path) in ROUTES.iter().filter(|(_, p)| *p != "/healthz") {
+        let body = (*method == "post").then_some("{}");
+        let (status, none) = call(&doc, method, b, path, body, None).await;
+        assert_eq!(status, 401, "{path}");
+        assert_eq!(none["code"], 2);
+        let (status, _) = call(&doc, method, b, path, body, Some("wrong")).await;
+        assert_eq!(status, 401, "{path}");
+    }
+    let (status, _) = call(&doc, "get", b, "/healthz", None, None).await;
+    assert_eq!(status, 200);
+    let (status, list) = call(
+        &doc,
+        "get",
+        b,
+        "/api/v1/list_restores",
+        None,
+        Some("s3cret"),
+    )
+    .await;
+    assert_eq!((status, &list["code"]), (200, &json!(0)));
+    server.stop().await;
+}
