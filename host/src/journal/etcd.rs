@@ -37,13 +37,15 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 /// a restore.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Where the journal lives: `etcd://HOST:PORT[,HOST:PORT...]/prefix`.
+/// Where the journal lives: `etcd://HOST:PORT[,HOST:PORT...]/prefix[?lease_ttl=SECONDS]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdLocation {
     /// `http://HOST:PORT` for each member.
     pub endpoints: Vec<String>,
     /// Key prefix without a trailing slash, e.g. `/lockstep`.
     pub prefix: String,
+    /// The claims' lease TTL; [`DEFAULT_LEASE_TTL`] unless `?lease_ttl=` says otherwise.
+    pub lease_ttl: Duration,
 }
 
 /// Why an `etcd://` location was refused.
@@ -57,6 +59,8 @@ pub enum LocationError {
         "journal `{0}`: expected a key prefix after HOST:PORT, e.g. etcd://127.0.0.1:2379/lockstep"
     )]
     NoPrefix(String),
+    #[error("journal `{0}`: expected ?lease_ttl=SECONDS with whole seconds of at least 2")]
+    BadLeaseTtl(String),
 }
 
 impl EtcdLocation {
@@ -64,6 +68,17 @@ impl EtcdLocation {
         let rest = url
             .strip_prefix("etcd://")
             .ok_or_else(|| LocationError::NotEtcd(url.to_string()))?;
+        let (rest, lease_ttl) = match rest.split_once('?') {
+            None => (rest, DEFAULT_LEASE_TTL),
+            Some((rest, query)) => {
+                let secs = query
+                    .strip_prefix("lease_ttl=")
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .filter(|s| *s >= 2)
+                    .ok_or_else(|| LocationError::BadLeaseTtl(url.to_string()))?;
+                (rest, Duration::from_secs(secs))
+            }
+        };
         let (hosts, prefix) = rest
             .split_once('/')
             .ok_or_else(|| LocationError::NoPrefix(url.to_string()))?;
@@ -82,6 +97,7 @@ impl EtcdLocation {
         Ok(EtcdLocation {
             endpoints,
             prefix: format!("/{prefix}"),
+            lease_ttl,
         })
     }
 }
@@ -162,11 +178,7 @@ fn backend(what: &str, e: impl std::fmt::Display) -> Error {
 impl EtcdJournal {
     /// Connects to the members of `location`.
     pub async fn connect(location: &EtcdLocation) -> Result<EtcdJournal> {
-        Self::connect_with_ttl(location, DEFAULT_LEASE_TTL).await
-    }
-
-    /// Connects with a lease TTL other than [`DEFAULT_LEASE_TTL`] (whole seconds, at least 2).
-    pub async fn connect_with_ttl(location: &EtcdLocation, ttl: Duration) -> Result<EtcdJournal> {
+        let ttl = location.lease_ttl;
         let options = ConnectOptions::new()
             .with_connect_timeout(REQUEST_TIMEOUT)
             .with_timeout(REQUEST_TIMEOUT);
@@ -176,7 +188,7 @@ impl EtcdJournal {
         let journal = EtcdJournal {
             client,
             prefix: location.prefix.clone(),
-            ttl: ttl.max(Duration::from_secs(2)),
+            ttl,
             me: Holder {
                 host: host_name(),
                 pid: std::process::id(),
@@ -331,8 +343,6 @@ impl EtcdJournal {
         if !answer.succeeded() {
             return Err(Error::ClaimLost(record.id.clone()));
         }
-        #[cfg(feature = "fault-injection")]
-        fault_after_save(record);
         Ok(())
     }
 
@@ -421,19 +431,6 @@ async fn keep_alive(
     }
 }
 
-/// With the `fault-injection` feature, `LOCKSTEP_FAULT=kill-after-decision` makes the process
-/// die the instant a record holding a commit decision is durable: the crash the fleet tests
-/// need a takeover to roll forward from.
-#[cfg(feature = "fault-injection")]
-fn fault_after_save(record: &RestoreRecord) {
-    if record.has_commit_decision()
-        && std::env::var("LOCKSTEP_FAULT").as_deref() == Ok("kill-after-decision")
-    {
-        tracing::error!(restore = %record.id, "fault injection: dying right after the decision");
-        std::process::abort();
-    }
-}
-
 fn host_name() -> String {
     std::env::var("HOSTNAME")
         .ok()
@@ -497,8 +494,25 @@ mod tests {
             EtcdLocation {
                 endpoints: vec!["http://127.0.0.1:2379".into()],
                 prefix: "/lockstep/prod".into(),
+                lease_ttl: DEFAULT_LEASE_TTL,
             }
         );
+        assert_eq!(
+            EtcdLocation::parse("etcd://a:1/x?lease_ttl=3")
+                .unwrap()
+                .lease_ttl,
+            Duration::from_secs(3)
+        );
+        for bad in [
+            "etcd://a:1/x?lease_ttl=1",
+            "etcd://a:1/x?ttl=3",
+            "etcd://a:1/x?lease_ttl=3s",
+        ] {
+            assert!(
+                matches!(EtcdLocation::parse(bad), Err(LocationError::BadLeaseTtl(_))),
+                "{bad}"
+            );
+        }
         assert_eq!(
             EtcdLocation::parse("etcd://a:1,b:2/x/").unwrap().endpoints,
             ["http://a:1", "http://b:2"]

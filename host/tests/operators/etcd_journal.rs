@@ -33,8 +33,8 @@ fn record(id: &RestoreId, attempt: u32) -> RestoreRecord {
 }
 
 async fn journal(url: &str) -> EtcdJournal {
-    let location = EtcdLocation::parse(url).unwrap();
-    EtcdJournal::connect_with_ttl(&location, Duration::from_secs(2))
+    let location = EtcdLocation::parse(&format!("{url}?lease_ttl=2")).unwrap();
+    EtcdJournal::connect(&location)
         .await
         .expect("etcd journal connects")
 }
