@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use lockstep::job::CheckLimits;
 use lockstep::plugins::{
-    Allocation, CheckContext, CheckEnd, CheckGrants, CheckHost, Clock, EndRole, Limits, Phase,
-    Plugin, PluginRuntime, RuntimeConfig, StoreCheckHost, Verdict,
+    Allocation, CheckContext, CheckEnd, CheckGrants, CheckHost, Clock, EndRole, Phase, Plugin,
+    PluginRuntime, RuntimeConfig, StoreCheckHost, Verdict,
 };
 
 /// DESIGN.md §6 targets.
@@ -123,7 +124,7 @@ async fn bench(allocation: Allocation) -> Result<()> {
     ] {
         let path = plugin_path(name)?;
         let started = Instant::now();
-        let plugin = runtime.load(&path, Limits::default()).await?;
+        let plugin = runtime.load(&path, CheckLimits::default()).await?;
         let first = started.elapsed();
         println!(
             "{name}: first compile + load {first:.2?} ({:?})",
@@ -133,7 +134,7 @@ async fn bench(allocation: Allocation) -> Result<()> {
         let mut loads = Vec::new();
         for _ in 0..20 {
             let started = Instant::now();
-            let plugin = runtime.load(&path, Limits::default()).await?;
+            let plugin = runtime.load(&path, CheckLimits::default()).await?;
             loads.push(started.elapsed());
             ensure!(
                 *plugin.cache_outcome() == lockstep::plugins::CacheOutcome::Hit,

@@ -14,18 +14,19 @@ use super::report::{CheckEntry, Report};
 use super::run::{Shared, destinations};
 use super::two_phase::Tracker;
 use crate::backup::BinlogFile;
-use crate::job::{CheckPhase, Job, OnError};
+use crate::job::Job;
 use crate::journal::{CommitGroup, Role};
 use crate::milvus::JobState;
 use crate::plugins::{
     self, CheckCollection, CheckContext, CheckEnd, CheckHost, CheckImportJob, CheckReport,
-    CheckStatus, EndJobState, EndRole, Phase, PluginRuntime, StagedObject, StoreCheckHost,
+    CheckStatus, EndJobState, EndRole, LoadedCheck, Phase, PluginRuntime, StagedObject,
+    StoreCheckHost,
 };
 use crate::storage;
 
 /// The job's loaded checks and what they reported.
 pub struct CheckSetup {
-    checks: Vec<plugins::Check>,
+    checks: Vec<LoadedCheck>,
     reports: Mutex<Vec<CheckEntry>>,
     staged: Mutex<Vec<StagedObject>>,
     collections: Mutex<Vec<CheckCollection>>,
@@ -45,27 +46,10 @@ impl CheckSetup {
         }
         let runtime = PluginRuntime::new(&engine.plugin_cache).map_err(|e| vec![e.to_string()])?;
         let mut refusals = Vec::new();
-        for (i, c) in job.checks.iter().enumerate() {
-            let spec = plugins::CheckSpec {
-                plugin: c.plugin.clone(),
-                name: None,
-                phase: phase(c.phase),
-                config: c.config.clone(),
-                on_error: match c.on_error {
-                    OnError::Fail => plugins::OnError::Fail,
-                    OnError::Warn => plugins::OnError::Warn,
-                },
-                allow_hosts: c.allow_hosts.clone(),
-                max_wait_ms: c.limits.max_wait.as_millis() as u64,
-                limits: plugins::Limits {
-                    memory_mib: c.limits.memory_bytes.div_ceil(1 << 20),
-                    cpu_ms: c.limits.cpu.as_millis() as u64,
-                    wall_ms: c.limits.timeout.as_millis() as u64,
-                },
-            };
-            match runtime.load_check(&spec, std::path::Path::new("")).await {
-                Ok(check) => setup.checks.push(check),
-                Err(e) => refusals.push(format!("check[{i}] ({}): {e}", c.plugin.display())),
+        for (i, check) in job.checks.iter().enumerate() {
+            match runtime.load_check(check).await {
+                Ok(loaded) => setup.checks.push(loaded),
+                Err(e) => refusals.push(format!("check[{i}] ({}): {e}", check.name)),
             }
         }
         if refusals.is_empty() {
@@ -81,7 +65,7 @@ impl CheckSetup {
 
     /// Whether the job has checks in this phase.
     pub fn has(&self, p: Phase) -> bool {
-        self.checks.iter().any(|c| c.phase == p)
+        self.checks.iter().any(|c| c.phase() == p)
     }
 
     async fn run_phase(
@@ -222,13 +206,6 @@ impl CheckSetup {
             collections: self.collections.lock().expect("collections lock").clone(),
             jobs,
         }
-    }
-}
-
-fn phase(p: CheckPhase) -> Phase {
-    match p {
-        CheckPhase::BeforeImport => Phase::BeforeImport,
-        CheckPhase::BeforeCommit => Phase::BeforeCommit,
     }
 }
 

@@ -15,6 +15,7 @@ use serde::de::{self, MapAccess, Visitor};
 use toml::Spanned;
 
 use crate::backup::Strategy;
+use crate::plugins::Phase;
 
 use super::diagnostic::{Error, Input, RawProblem, locate_in_file, read_toml};
 
@@ -189,46 +190,122 @@ pub enum Atomicity {
     Collection,
 }
 
-/// `[[check]]`: a plugin check.
+/// `[[check]]`: a plugin check, run before the import or before the commit.
+///
+/// ```toml
+/// [[check]]
+/// plugin = "plugins/dist/approval-gate.wasm"
+/// phase = "before-commit"
+/// on_error = "fail"
+/// max_wait_ms = 3600000
+/// allow_hosts = ["http://approvals.internal:8080"]
+/// config = { object = "approvals/orders.approved" }
+/// [check.limits]
+/// memory_mib = 64
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckSection {
     /// The plugin's `.wasm` component, relative to the job file's directory.
     pub plugin: Option<Spanned<String>>,
+    /// The check's name in logs and the report; default the plugin's file stem.
+    pub name: Option<Spanned<String>>,
     /// `before-import` or `before-commit`.
-    pub phase: Option<Spanned<CheckPhase>>,
-    /// Strings handed to the plugin.
+    pub phase: Option<Spanned<Phase>>,
+    /// Strings handed to the plugin as its `config`.
     pub config: Option<BTreeMap<String, String>>,
-    /// `fail` (default): a failing check stops the restore. `warn`: it is reported only.
+    /// What a trap, a limit hit or a timeout does; default `fail`. A `fail` verdict
+    /// always stops the restore.
     pub on_error: Option<OnError>,
-    /// Hosts (`name` or `name:port`) the plugin may send HTTP GETs to; default none.
+    /// Origins (`http://host[:port]`) the plugin's HTTP GET may reach; default none.
     pub allow_hosts: Option<Vec<Spanned<String>>>,
-    /// Memory the plugin may use, e.g. "64MiB" (default).
-    pub memory: Option<Spanned<String>>,
-    /// CPU time per call, e.g. "1s" (default).
-    pub cpu: Option<Spanned<String>>,
-    /// Wall-clock time per call, e.g. "30s" (default).
-    pub timeout: Option<Spanned<String>>,
-    /// Total time the check may keep asking to be retried later; default "10m".
-    pub max_wait: Option<Spanned<String>>,
+    /// How long `retry-after` verdicts may keep the restore waiting in total, in
+    /// milliseconds, at most a week; default 0: a check that asks to wait fails.
+    pub max_wait_ms: Option<InRange<0, MAX_CHECK_WAIT_MS>>,
+    /// Per-call bounds.
+    pub limits: Option<CheckLimitsSection>,
 }
 
-/// When a check runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CheckPhase {
-    /// After staging, before any import job is created.
-    BeforeImport,
-    /// After every job is Uncommitted everywhere, before the commit decision.
-    BeforeCommit,
+/// The longest `max_wait_ms`: a week. Longer is a typo, not an approval process.
+pub const MAX_CHECK_WAIT_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+/// The most memory a check may be given: a check is a guard, not a workload.
+pub const MAX_CHECK_MEMORY_MIB: u64 = 4 * 1024;
+/// The longest CPU or wall time one call may be given: an hour.
+pub const MAX_CHECK_CALL_MS: u64 = 60 * 60 * 1000;
+
+/// `[check.limits]`: what one call of a check may use. Also the `limits` of a
+/// `lockstep plugin test` context file, so the bounds are read one way in both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckLimitsSection {
+    /// Linear memory the check may grow to, in MiB (1 to 4096; default 64). Growing
+    /// past it fails the call with `memory limit`.
+    pub memory_mib: Option<InRange<1, MAX_CHECK_MEMORY_MIB>>,
+    /// CPU time one call may spend running wasm, in milliseconds (default 1000),
+    /// measured in 10 ms ticks; time spent waiting in host calls is not charged.
+    /// Running past it fails the call with `cpu limit`.
+    pub cpu_ms: Option<InRange<1, MAX_CHECK_CALL_MS>>,
+    /// Wall time one call may take, host calls included, in milliseconds (default
+    /// 30000). Past it the call fails with `timeout`.
+    pub wall_ms: Option<InRange<1, MAX_CHECK_CALL_MS>>,
 }
 
-/// What a failing check does.
+/// A whole number from `MIN` to `MAX`, refused while it is read so the message
+/// points at the value itself (in TOML and in JSON alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InRange<const MIN: u64, const MAX: u64>(u64);
+
+impl<const MIN: u64, const MAX: u64> InRange<MIN, MAX> {
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl<'de, const MIN: u64, const MAX: u64> Deserialize<'de> for InRange<MIN, MAX> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct RangeVisitor<const MIN: u64, const MAX: u64>;
+        impl<const MIN: u64, const MAX: u64> RangeVisitor<MIN, MAX> {
+            fn expected() -> String {
+                format!("a whole number from {MIN} to {MAX}")
+            }
+        }
+        impl<'de, const MIN: u64, const MAX: u64> Visitor<'de> for RangeVisitor<MIN, MAX> {
+            type Value = InRange<MIN, MAX>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&Self::expected())
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                if (MIN..=MAX).contains(&v) {
+                    Ok(InRange(v))
+                } else {
+                    Err(E::invalid_value(
+                        de::Unexpected::Unsigned(v),
+                        &Self::expected().as_str(),
+                    ))
+                }
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::invalid_value(
+                        de::Unexpected::Signed(v),
+                        &Self::expected().as_str(),
+                    )),
+                }
+            }
+        }
+        deserializer.deserialize_u64(RangeVisitor::<MIN, MAX>)
+    }
+}
+
+/// What a check that errors (traps, hits a limit, times out) does to the restore.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnError {
+    /// The restore stops, as for a `fail` verdict.
     #[default]
     Fail,
+    /// The error is logged and reported; the restore goes on.
     Warn,
 }
 

@@ -29,11 +29,13 @@ use sha2::{Digest as _, Sha256};
 use url::Url;
 
 use crate::backup::{BackupLocation, RestoreOptions, Strategy};
+use crate::plugins::{AllowedHosts, Phase};
 
 pub use cli::RestoreArgs;
 pub use diagnostic::{Error, Input, Location, Problem};
 pub use file::{
-    Atomicity, CheckPhase, CheckSection, ClusterFile, ClusterRef, JobFile, OnError, RestoreSection,
+    Atomicity, CheckLimitsSection, CheckSection, ClusterFile, ClusterRef, InRange, JobFile,
+    MAX_CHECK_CALL_MS, MAX_CHECK_MEMORY_MIB, MAX_CHECK_WAIT_MS, OnError, RestoreSection,
     StorageFile, StorageRef, TwoPhaseSection,
 };
 pub use host::{
@@ -297,28 +299,65 @@ pub struct TwoPhase {
     pub atomicity: Atomicity,
 }
 
-/// A plugin check, validated.
+/// A plugin check, validated: what the plugin host loads
+/// ([`crate::plugins::PluginRuntime::load_check`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Check {
     /// The component's path, made absolute against the job file's directory.
     pub plugin: PathBuf,
-    pub phase: CheckPhase,
+    /// The check's name in logs and the report: its `name`, or the plugin's file stem.
+    pub name: String,
+    pub phase: Phase,
+    /// Handed to the check as its `config`.
     pub config: BTreeMap<String, String>,
     pub on_error: OnError,
-    pub allow_hosts: Vec<String>,
+    /// The origins the check's HTTP GET may reach.
+    pub allow_hosts: AllowedHosts,
+    /// Total time `retry-after` verdicts may keep the restore waiting.
+    pub max_wait: Duration,
     pub limits: CheckLimits,
 }
 
-/// What one check may use.
+/// What one call of a check may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct CheckLimits {
-    pub memory_bytes: u64,
-    /// CPU time per call.
+    /// Linear memory the call may grow to.
+    pub memory_bytes: usize,
+    /// CPU time spent running wasm.
     pub cpu: Duration,
-    /// Wall-clock time per call.
-    pub timeout: Duration,
-    /// Total time spent waiting on the plugin's retry-after answers.
-    pub max_wait: Duration,
+    /// Wall-clock time, host calls included.
+    pub wall: Duration,
+}
+
+/// Safe defaults for a check's call: a guard needs little memory and answers
+/// in milliseconds; a stuck call must not hold a restore for long.
+const DEFAULT_CHECK_MEMORY_MIB: u64 = 64;
+const DEFAULT_CHECK_CPU_MS: u64 = 1_000;
+const DEFAULT_CHECK_WALL_MS: u64 = 30_000;
+
+impl CheckLimits {
+    /// The limits a `[check.limits]` table sets, with the defaults for what it leaves
+    /// out. Every value was range-checked when the table was read.
+    pub fn from_section(section: &CheckLimitsSection) -> Self {
+        let mib = section
+            .memory_mib
+            .map_or(DEFAULT_CHECK_MEMORY_MIB, InRange::get);
+        CheckLimits {
+            memory_bytes: usize::try_from(mib << 20)
+                .expect("at most 4096 MiB, which fits a 64-bit usize"),
+            cpu: Duration::from_millis(section.cpu_ms.map_or(DEFAULT_CHECK_CPU_MS, InRange::get)),
+            wall: Duration::from_millis(
+                section.wall_ms.map_or(DEFAULT_CHECK_WALL_MS, InRange::get),
+            ),
+        }
+    }
+}
+
+impl Default for CheckLimits {
+    /// 64 MiB of memory, 1 s of CPU and 30 s of wall time per call.
+    fn default() -> Self {
+        CheckLimits::from_section(&CheckLimitsSection::default())
+    }
 }
 
 /// How validation reads environment variables; tests pass their own.
@@ -455,38 +494,42 @@ mod tests {
             probe.plugin,
             data_dir().join("jobs/plugins/storage-probe.wasm")
         );
-        assert_eq!(probe.phase, CheckPhase::BeforeImport);
+        assert_eq!(probe.name, "probe");
+        assert_eq!(probe.phase, Phase::BeforeImport);
         assert_eq!(
             probe.config,
             BTreeMap::from([("sample".to_string(), "64".to_string())])
         );
         assert_eq!(probe.on_error, OnError::Fail);
         assert_eq!(
-            probe.allow_hosts,
-            vec!["approvals.example:8443", "10.0.0.5"]
+            serde_json::to_value(&probe.allow_hosts).unwrap(),
+            serde_json::json!(["http://approvals.example:8443", "http://10.0.0.5:80"])
         );
+        assert_eq!(probe.max_wait, Duration::from_secs(900));
         assert_eq!(
             probe.limits,
             CheckLimits {
                 memory_bytes: 32 << 20,
                 cpu: Duration::from_millis(500),
-                timeout: Duration::from_secs(10),
-                max_wait: Duration::from_secs(900),
+                wall: Duration::from_secs(10),
             }
         );
         let approval = &job.checks[1];
         assert_eq!(approval.plugin, PathBuf::from("/opt/checks/approval.wasm"));
-        assert_eq!(approval.phase, CheckPhase::BeforeCommit);
+        assert_eq!(approval.name, "approval", "the plugin's file stem");
+        assert_eq!(approval.phase, Phase::BeforeCommit);
         assert_eq!(approval.on_error, OnError::Warn);
+        assert_eq!(approval.allow_hosts, AllowedHosts::default());
+        assert_eq!(approval.max_wait, Duration::ZERO, "asking to wait fails");
         assert_eq!(
             approval.limits,
             CheckLimits {
                 memory_bytes: 64 << 20,
                 cpu: Duration::from_secs(1),
-                timeout: Duration::from_secs(30),
-                max_wait: Duration::from_secs(600),
+                wall: Duration::from_secs(30),
             }
         );
+        assert_eq!(approval.limits, CheckLimits::default());
     }
 
     #[test]
@@ -543,6 +586,30 @@ mod tests {
             "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n[two_phase]\nmirror_grace = \"301s\"\n",
         ] {
             assert_ne!(a.id(), job(changed).unwrap().id(), "{changed}");
+        }
+        // A check, and each of its bounds, is part of the content.
+        let with_check = |limits: &str| {
+            job(&format!(
+                "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n\
+                 [[check]]\nplugin = \"p.wasm\"\nphase = \"before-commit\"\n[check.limits]\n{limits}"
+            ))
+            .unwrap()
+        };
+        let checked = with_check("");
+        assert_ne!(a.id(), checked.id());
+        assert_eq!(
+            checked.id(),
+            with_check("memory_mib = 64\n").id(),
+            "defaults written out"
+        );
+        for changed in ["memory_mib = 65\n", "cpu_ms = 999\n", "wall_ms = 29999\n"] {
+            assert_ne!(checked.id(), with_check(changed).id(), "{changed}");
+        }
+        for changed in [
+            "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n[[check]]\nplugin = \"p.wasm\"\nphase = \"before-commit\"\nmax_wait_ms = 1\n",
+            "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n[[check]]\nplugin = \"p.wasm\"\nphase = \"before-commit\"\nallow_hosts = [\"http://h\"]\n",
+        ] {
+            assert_ne!(checked.id(), job(changed).unwrap().id(), "{changed}");
         }
     }
 

@@ -16,18 +16,15 @@ use crate::backup::{
 };
 
 use super::diagnostic::RawProblem;
-use super::file::{CheckSection, ClusterRef, JobFile, RestoreSection, TwoPhaseSection};
+use super::file::{CheckSection, ClusterRef, InRange, JobFile, RestoreSection, TwoPhaseSection};
 use super::host::{self, HostConfig, StorageSpec};
 use super::{
     BackupSource, Check, CheckLimits, End, EndName, Env, Job, Secondary, Secret, Target, TwoPhase,
 };
+use crate::plugins::{AllowedHosts, Origin};
 
 /// `mirror_grace` default: a mirror that is catching up gets five minutes (DESIGN §1).
 const DEFAULT_MIRROR_GRACE: Duration = Duration::from_secs(5 * 60);
-const DEFAULT_CHECK_MEMORY: u64 = 64 * 1024 * 1024;
-const DEFAULT_CHECK_CPU: Duration = Duration::from_secs(1);
-const DEFAULT_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
-const DEFAULT_CHECK_MAX_WAIT: Duration = Duration::from_secs(10 * 60);
 
 /// What validation needs besides the `JobFile`.
 pub(crate) struct Context<'a> {
@@ -607,30 +604,6 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|_| format!("invalid duration `{text}`: expected a duration such as \"30s\", \"5m\" or \"1h30m\""))
 }
 
-/// A byte size: a number followed by B, KiB, MiB, GiB, KB, MB or GB (none means bytes).
-pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
-    let invalid = || {
-        format!("invalid size `{text}`: expected a size such as \"64MiB\", \"512KiB\" or \"1GiB\"")
-    };
-    let trimmed = text.trim();
-    let digits = trimmed
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(digits);
-    let number: u64 = number.parse().map_err(|_| invalid())?;
-    let multiplier: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        "KB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        _ => return Err(invalid()),
-    };
-    number.checked_mul(multiplier).ok_or_else(invalid)
-}
-
 fn check(
     index: usize,
     check: &Spanned<CheckSection>,
@@ -661,6 +634,21 @@ fn check(
             None
         }
     };
+    let name = match &section.name {
+        Some(name) if name.get_ref().trim().is_empty() => {
+            problems.push(
+                field("name"),
+                Some(name.span()),
+                "empty check name: expected a name for logs and the report, or no `name` for the plugin's file stem",
+            );
+            None
+        }
+        Some(name) => Some(name.get_ref().clone()),
+        None => plugin
+            .as_ref()
+            .and_then(|p| p.file_stem())
+            .map(|stem| stem.to_string_lossy().into_owned()),
+    };
     let phase = section.phase.as_ref().map(|p| *p.get_ref());
     if phase.is_none() {
         problems.missing(
@@ -669,63 +657,33 @@ fn check(
             "\"before-import\" or \"before-commit\"",
         );
     }
-    let mut allow_hosts = Vec::new();
-    for (i, host) in section.allow_hosts.iter().flatten().enumerate() {
-        if valid_host(host.get_ref()) {
-            allow_hosts.push(host.get_ref().clone());
-        } else {
-            problems.push(
+    let mut origins = Vec::new();
+    for (i, entry) in section.allow_hosts.iter().flatten().enumerate() {
+        match Origin::parse(entry.get_ref()) {
+            Ok(origin) => origins.push(origin),
+            Err(reason) => problems.push(
                 format!("check[{index}].allow_hosts[{i}]"),
-                Some(host.span()),
+                Some(entry.span()),
                 format!(
-                    "invalid host `{}`: expected a host name or host:port, without scheme or path",
-                    host.get_ref()
+                    "invalid origin `{}`: {reason}; expected http://host or http://host:port",
+                    entry.get_ref()
                 ),
-            );
+            ),
         }
     }
-    let memory_bytes = match &section.memory {
-        None => DEFAULT_CHECK_MEMORY,
-        Some(memory) => parse_size(memory.get_ref()).unwrap_or_else(|message| {
-            problems.push(field("memory"), Some(memory.span()), message);
-            DEFAULT_CHECK_MEMORY
-        }),
-    };
-    let mut limit = |value: &Option<Spanned<String>>, name: &str, default: Duration| {
-        duration(value.as_ref(), &field(name), problems)
-            .flatten()
-            .unwrap_or(default)
-    };
-    let limits = CheckLimits {
-        memory_bytes,
-        cpu: limit(&section.cpu, "cpu", DEFAULT_CHECK_CPU),
-        timeout: limit(&section.timeout, "timeout", DEFAULT_CHECK_TIMEOUT),
-        max_wait: limit(&section.max_wait, "max_wait", DEFAULT_CHECK_MAX_WAIT),
-    };
     if problems.list.len() > before {
         return None;
     }
     Some(Check {
         plugin: plugin?,
+        name: name?,
         phase: phase?,
         config: section.config.clone().unwrap_or_default(),
         on_error: section.on_error.unwrap_or_default(),
-        allow_hosts,
-        limits,
+        allow_hosts: AllowedHosts::new(origins),
+        max_wait: Duration::from_millis(section.max_wait_ms.map_or(0, InRange::get)),
+        limits: CheckLimits::from_section(&section.limits.unwrap_or_default()),
     })
-}
-
-/// `host` or `host:port`: what an allow-list entry for HTTP GET may name.
-fn valid_host(entry: &str) -> bool {
-    let (host, port) = match entry.rsplit_once(':') {
-        Some((host, port)) => (host, Some(port)),
-        None => (entry, None),
-    };
-    !host.is_empty()
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'*'))
-        && port.is_none_or(|p| p.parse::<u16>().is_ok())
 }
 
 #[cfg(test)]
@@ -741,48 +699,6 @@ mod tests {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         for bad in ["", "5", "soon", "-5m", "PT5M"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn sizes_take_binary_and_decimal_units() {
-        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
-        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
-        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
-        assert_eq!(parse_size("2MB"), Ok(2_000_000));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("10 B"), Ok(10));
-        for bad in [
-            "",
-            "MiB",
-            "64 megs",
-            "1.5GiB",
-            "99999999999999999999GiB",
-            "-1MiB",
-        ] {
-            assert!(parse_size(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn allow_host_entries() {
-        for good in [
-            "example.com",
-            "10.0.0.5",
-            "approvals.example:8443",
-            "*.example.com",
-        ] {
-            assert!(valid_host(good), "{good}");
-        }
-        for bad in [
-            "",
-            "https://example.com",
-            "example.com/path",
-            "host:99999",
-            ":80",
-            "a b",
-        ] {
-            assert!(!valid_host(bad), "{bad}");
         }
     }
 }

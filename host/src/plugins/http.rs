@@ -2,22 +2,44 @@
 //! following redirects, never through a proxy, with a short timeout and a
 //! capped body. A refused URL is refused before any connection is made.
 
+use std::fmt;
 use std::time::Duration;
 
+use serde::Serialize;
 use url::Url;
 
 use super::Error;
 use super::bindings::wit_host::{HttpError, HttpResponse};
 
 /// One allowed origin: scheme, host and port must all match.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Origin {
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Origin {
     scheme: String,
     host: String,
     port: u16,
 }
 
 impl Origin {
+    /// Reads an allow-list entry, `http://host[:port]`. A path, query or
+    /// credentials in it are refused, since the grant is per origin; the
+    /// error says which.
+    pub fn parse(entry: &str) -> Result<Origin, String> {
+        if !entry.contains("://") {
+            return Err("no scheme".into());
+        }
+        let url = Url::parse(entry).map_err(|e| e.to_string())?;
+        if url.scheme() != "http" {
+            return Err("only http:// is supported".into());
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("credentials do not belong in allow_hosts".into());
+        }
+        if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+            return Err("an origin has no path, query or fragment".into());
+        }
+        Origin::of(&url).ok_or_else(|| "no host".to_owned())
+    }
+
     fn of(url: &Url) -> Option<Origin> {
         Some(Origin {
             scheme: url.scheme().to_owned(),
@@ -27,35 +49,41 @@ impl Origin {
     }
 }
 
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}:{}", self.scheme, self.host, self.port)
+    }
+}
+
+impl Serialize for Origin {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 /// The origins a check's HTTP GET may reach (`allow_hosts` of its table).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
 pub struct AllowedHosts {
     origins: Vec<Origin>,
 }
 
 impl AllowedHosts {
-    /// Parses `scheme://host[:port]` entries; a path, query or credentials in
-    /// an entry is refused, since the grant is per origin.
+    pub fn new(origins: Vec<Origin>) -> AllowedHosts {
+        AllowedHosts { origins }
+    }
+
+    /// Parses every entry with [`Origin::parse`], refusing the first bad one
+    /// with the check's name.
     pub fn parse(check: &str, entries: &[String]) -> Result<AllowedHosts, Error> {
-        let refuse = |entry: &str, reason: &str| Error::AllowHost {
-            check: check.to_owned(),
-            entry: entry.to_owned(),
-            reason: reason.to_owned(),
-        };
         let origins = entries
             .iter()
             .map(|entry| {
-                let url = Url::parse(entry).map_err(|e| refuse(entry, &e.to_string()))?;
-                if url.scheme() != "http" {
-                    return Err(refuse(entry, "only http:// is supported"));
-                }
-                if !url.username().is_empty() || url.password().is_some() {
-                    return Err(refuse(entry, "credentials do not belong in allow_hosts"));
-                }
-                if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
-                    return Err(refuse(entry, "an origin has no path, query or fragment"));
-                }
-                Origin::of(&url).ok_or_else(|| refuse(entry, "no host"))
+                Origin::parse(entry).map_err(|reason| Error::AllowHost {
+                    check: check.to_owned(),
+                    entry: entry.to_owned(),
+                    reason,
+                })
             })
             .collect::<Result<_, _>>()?;
         Ok(AllowedHosts { origins })

@@ -1,15 +1,16 @@
 //! The wasmtime host that runs pre-commit checks.
 //!
 //! A check is a WebAssembly component built against `wit/lockstep-plugin@0.1.0`
-//! (world `check`). This module owns everything between a `[[check]]` table and
-//! a verdict: compiling and caching components, refusing ones whose imports do
-//! not match the WIT, running each call in a fresh sandboxed store with CPU,
-//! memory and wall-time bounds, serving the host imports (log, storage heads
-//! and lists through [`CheckHost`], the allow-listed HTTP GET, the clock), and
-//! looping `retry-after` verdicts until a check decides or its `max_wait` runs
-//! out. It leaves to the engine when checks run and what a failure aborts, and
-//! to the storage module how an end's storage is reached: the engine hands a
-//! [`CheckHost`] in.
+//! (world `check`). This module owns everything between a validated
+//! [`crate::job::Check`] and a verdict: compiling and caching components,
+//! refusing ones whose imports do not match the WIT, running each call in a
+//! fresh sandboxed store with CPU, memory and wall-time bounds, serving the
+//! host imports (log, storage heads and lists through [`CheckHost`], the
+//! allow-listed HTTP GET, the clock), and looping `retry-after` verdicts until
+//! a check decides or its `max_wait` runs out. It leaves to the job module the
+//! `[[check]]` table and its validation, to the engine when checks run and
+//! what a failure aborts, and to the storage module how an end's storage is
+//! reached: the engine hands a [`CheckHost`] in.
 //!
 //! Three lifetimes live in three places, as in Spin's core crate:
 //! - [`PluginRuntime`], built once per process: the `Engine` (epoch
@@ -27,10 +28,8 @@ mod context;
 mod host_services;
 mod http;
 mod inspect;
-mod limits;
 mod run_checks;
 mod runtime;
-mod spec;
 mod state;
 mod test_file;
 
@@ -43,15 +42,13 @@ pub use context::{
 pub use host_services::{
     CheckHost, HostError, ObjectInfo, ObjectListing, StagedListing, StagedObject, StoreCheckHost,
 };
-pub use http::{AllowedHosts, HttpLimits};
+pub use http::{AllowedHosts, HttpLimits, Origin};
 pub use inspect::{Inspection, inspect};
-pub use limits::Limits;
-pub use run_checks::{Check, CheckFailure, CheckReport, CheckStatus, run_checks};
+pub use run_checks::{CheckFailure, CheckReport, CheckStatus, LoadedCheck, run_checks};
 pub use runtime::{
     Allocation, CheckError, CheckGrants, CheckRun, Clock, Plugin, PluginRuntime, RuntimeConfig,
     Verdict,
 };
-pub use spec::{CheckSpec, OnError};
 pub use state::{LogLevel, LogLine, LogSource};
 pub use test_file::{TestFile, test_check};
 
@@ -83,13 +80,6 @@ pub enum Error {
         check: String,
         entry: String,
         reason: String,
-    },
-    #[error("check `{check}`: {field} = {value}: {reason}")]
-    InvalidLimit {
-        check: String,
-        field: &'static str,
-        value: u64,
-        reason: &'static str,
     },
     #[error("cannot read test file {path}: {reason}")]
     TestFile { path: PathBuf, reason: String },

@@ -2,59 +2,58 @@
 //! verdicts in tokio (never inside wasm) up to the check's `max_wait`, apply
 //! `on_error`, and collect one report per check for the restore report.
 
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::{
-    AllowedHosts, CheckContext, CheckError, CheckGrants, CheckHost, CheckSpec, Clock, Error,
-    LogLine, OnError, Phase, Plugin, PluginRuntime, Verdict,
+    CheckContext, CheckError, CheckGrants, CheckHost, Clock, Error, LogLine, Phase, Plugin,
+    PluginRuntime, Verdict,
 };
+use crate::job::{self, OnError};
 
 /// The shortest wait honoured between attempts, so a check answering
 /// `retry-after(0)` cannot turn the host into a busy loop.
 pub const MIN_RETRY_WAIT: Duration = Duration::from_millis(100);
 
-/// A loaded, validated `[[check]]`: ready to run in its phase.
+/// A job's [`job::Check`] with its plugin loaded: ready to run in its phase.
 #[derive(Clone)]
-pub struct Check {
+pub struct LoadedCheck {
     pub plugin: Plugin,
-    pub phase: Phase,
-    pub config: BTreeMap<String, String>,
-    pub on_error: OnError,
+    /// The validated `[[check]]` table it was loaded from.
+    pub spec: job::Check,
+    /// What each call may reach: the check's `allow_hosts`, and the system
+    /// clock (tests fix it).
     pub grants: CheckGrants,
-    pub max_wait: Duration,
 }
 
-impl Check {
+impl LoadedCheck {
     pub fn name(&self) -> &str {
         self.plugin.name()
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.spec.phase
     }
 }
 
 impl PluginRuntime {
-    /// Loads the plugin of a `[[check]]` table (its path relative to
-    /// `base_dir`, the job file's folder) and validates the rest of the table.
-    pub async fn load_check(&self, spec: &CheckSpec, base_dir: &Path) -> Result<Check, Error> {
-        let plugin = self.load(&base_dir.join(&spec.plugin), spec.limits).await?;
-        let plugin = match &spec.name {
-            Some(name) => plugin.named(name.clone()),
-            None => plugin,
-        };
-        let allow_hosts = AllowedHosts::parse(plugin.name(), &spec.allow_hosts)?;
-        Ok(Check {
-            phase: spec.phase,
-            config: spec.config.clone(),
-            on_error: spec.on_error,
+    /// Loads the plugin of a validated `[[check]]` with that check's limits
+    /// and name. Do this before a restore starts: a plugin that does not
+    /// match the WIT is refused here.
+    pub async fn load_check(&self, check: &job::Check) -> Result<LoadedCheck, Error> {
+        let plugin = self
+            .load(&check.plugin, check.limits)
+            .await?
+            .named(check.name.clone());
+        Ok(LoadedCheck {
+            plugin,
             grants: CheckGrants {
-                allow_hosts,
+                allow_hosts: check.allow_hosts.clone(),
                 clock: Clock::System,
             },
-            max_wait: Duration::from_millis(spec.max_wait_ms),
-            plugin,
+            spec: check.clone(),
         })
     }
 }
@@ -121,7 +120,7 @@ pub struct CheckFailure {
 pub async fn run_checks(
     phase: Phase,
     ctx: &CheckContext,
-    checks: &[Check],
+    checks: &[LoadedCheck],
     host: Arc<dyn CheckHost>,
 ) -> Result<Vec<CheckReport>, CheckFailure> {
     debug_assert_eq!(
@@ -129,7 +128,7 @@ pub async fn run_checks(
         "the context is built for the phase it runs in"
     );
     let mut reports = Vec::new();
-    for check in checks.iter().filter(|check| check.phase == phase) {
+    for check in checks.iter().filter(|check| check.phase() == phase) {
         let report = run_one(check, ctx, Arc::clone(&host)).await;
         let reason = match &report.status {
             CheckStatus::Passed | CheckStatus::Warned { .. } => None,
@@ -156,16 +155,16 @@ pub async fn run_checks(
     Ok(reports)
 }
 
-async fn run_one(check: &Check, ctx: &CheckContext, host: Arc<dyn CheckHost>) -> CheckReport {
+async fn run_one(check: &LoadedCheck, ctx: &CheckContext, host: Arc<dyn CheckHost>) -> CheckReport {
     let started = Instant::now();
-    let deadline = started + check.max_wait;
+    let deadline = started + check.spec.max_wait;
     let mut attempts = 0;
     let mut logs = Vec::new();
     let status = loop {
         attempts += 1;
         let run = check
             .plugin
-            .check(ctx, &check.config, &check.grants, Arc::clone(&host))
+            .check(ctx, &check.spec.config, &check.grants, Arc::clone(&host))
             .await;
         logs.extend(run.logs);
         match run.outcome {
@@ -184,7 +183,7 @@ async fn run_one(check: &Check, ctx: &CheckContext, host: Arc<dyn CheckHost>) ->
                 tokio::time::sleep(wait).await;
             }
             Err(error) => {
-                break match check.on_error {
+                break match check.spec.on_error {
                     OnError::Fail => CheckStatus::Errored { error },
                     OnError::Warn => {
                         tracing::warn!(check = %check.name(), %error, "check errored; on_error = warn lets the restore go on");
@@ -196,7 +195,7 @@ async fn run_one(check: &Check, ctx: &CheckContext, host: Arc<dyn CheckHost>) ->
     };
     CheckReport {
         check: check.name().to_owned(),
-        phase: check.phase,
+        phase: check.phase(),
         status,
         attempts,
         elapsed: started.elapsed(),

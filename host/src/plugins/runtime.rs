@@ -17,7 +17,8 @@ use super::host_services::CheckHost;
 use super::http::{self, AllowedHosts, HttpLimits};
 use super::inspect::refuse_foreign_imports;
 use super::state::{CheckLimiter, CheckState, EPOCH_TICK, Grants, emit};
-use super::{CheckContext, Error, Limits, LogLevel, LogLine, LogSource};
+use super::{CheckContext, Error, LogLevel, LogLine, LogSource};
+use crate::job::CheckLimits;
 
 /// How instances get their memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -182,7 +183,7 @@ pub struct Plugin {
     pre: CheckPre<CheckState>,
     name: String,
     path: PathBuf,
-    limits: Limits,
+    limits: CheckLimits,
     cache: CacheOutcome,
 }
 
@@ -223,12 +224,11 @@ impl PluginRuntime {
     /// Loads the component at `path`: reads it, refuses imports outside the
     /// WIT (naming the import), compiles it or takes it from the cache, and
     /// type-checks it against the linker. Do this before a restore starts.
-    pub async fn load(&self, path: &Path, limits: Limits) -> Result<Plugin, Error> {
+    pub async fn load(&self, path: &Path, limits: CheckLimits) -> Result<Plugin, Error> {
         let name = path
             .file_stem()
             .map(|stem| stem.to_string_lossy().into_owned())
             .unwrap_or_else(|| path.display().to_string());
-        limits.validate(&name)?;
         let wasm = tokio::fs::read(path).await.map_err(|source| Error::Read {
             path: path.to_owned(),
             source,
@@ -289,7 +289,7 @@ impl Plugin {
         &self.path
     }
 
-    pub fn limits(&self) -> Limits {
+    pub fn limits(&self) -> CheckLimits {
         self.limits
     }
 
@@ -335,13 +335,10 @@ impl Plugin {
                 },
                 wasi: sandboxed_wasi(&stdout, &stderr, grants.clock),
                 table: ResourceTable::new(),
-                limiter: CheckLimiter::new(self.limits.memory_bytes()),
+                limiter: CheckLimiter::new(self.limits.memory_bytes),
                 cpu_ticks: 0,
-                cpu_budget_ticks: self
-                    .limits
-                    .cpu()
-                    .as_millis()
-                    .div_ceil(EPOCH_TICK.as_millis()) as u64,
+                cpu_budget_ticks: self.limits.cpu.as_millis().div_ceil(EPOCH_TICK.as_millis())
+                    as u64,
                 cpu_exhausted: false,
                 logs: Vec::new(),
                 dropped_logs: 0,
@@ -368,11 +365,11 @@ impl Plugin {
             let instance = self.pre.instantiate_async(&mut store).await?;
             instance.call_check(&mut store, &input).await
         };
-        let result = tokio::time::timeout(self.limits.wall(), call).await;
+        let result = tokio::time::timeout(self.limits.wall, call).await;
 
         let outcome = match result {
             Err(_elapsed) => Err(CheckError::Timeout {
-                limit: self.limits.wall(),
+                limit: self.limits.wall,
             }),
             Ok(Ok(verdict)) => Ok(verdict_from_wit(verdict)),
             Ok(Err(error)) => Err(self.classify(store.data(), &error)),
@@ -419,12 +416,12 @@ impl Plugin {
         if let Some(requested) = state.limiter.memory_refused {
             return CheckError::MemoryLimit {
                 requested,
-                limit: self.limits.memory_bytes(),
+                limit: self.limits.memory_bytes,
             };
         }
         if state.cpu_exhausted {
             return CheckError::CpuLimit {
-                limit: self.limits.cpu(),
+                limit: self.limits.cpu,
             };
         }
         match error.downcast_ref::<Trap>() {

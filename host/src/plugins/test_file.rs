@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::{
-    AllowedHosts, CheckContext, CheckGrants, CheckRun, Clock, Error, Limits, PluginRuntime,
-    StagedObject, StoreCheckHost,
+    AllowedHosts, CheckContext, CheckGrants, CheckRun, Clock, Error, PluginRuntime, StagedObject,
+    StoreCheckHost,
 };
+use crate::job::{CheckLimits, CheckLimitsSection};
 
 /// The `--context` file of `lockstep plugin test` (JSON).
 ///
@@ -27,7 +28,7 @@ use super::{
 ///   "now": "2026-11-29T10:00:00Z"
 /// }
 /// ```
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TestFile {
     pub context: CheckContext,
@@ -44,8 +45,9 @@ pub struct TestFile {
     /// Fixes the clock; the system clock when absent.
     #[serde(default)]
     pub now: Option<jiff::Timestamp>,
+    /// Per-call bounds, read as a job file's `[check.limits]`.
     #[serde(default)]
-    pub limits: Limits,
+    pub limits: CheckLimitsSection,
 }
 
 /// Loads `plugin` and runs it once against `test_file`; the run carries the
@@ -69,7 +71,9 @@ pub async fn test_check(
             .map_err(|e| failed(format!("storage.{end} = {}: {e}", dir.display())))?;
         ends.insert(end.clone(), Arc::new(store));
     }
-    let plugin = runtime.load(plugin, file.limits).await?;
+    let plugin = runtime
+        .load(plugin, CheckLimits::from_section(&file.limits))
+        .await?;
     let grants = CheckGrants {
         allow_hosts: AllowedHosts::parse(plugin.name(), &file.allow_hosts)?,
         clock: file.now.map_or(Clock::System, Clock::Fixed),
@@ -78,4 +82,35 @@ pub async fn test_check(
     Ok(plugin
         .check(&file.context, &file.config, &grants, host)
         .await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The context file's `limits` are read as a job file's `[check.limits]`:
+    /// a bound out of range is refused before any plugin is loaded.
+    #[tokio::test]
+    async fn limits_out_of_range_are_refused_by_name() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("ctx.json");
+        std::fs::write(
+            &file,
+            r#"{"context": {"restore_id": "r", "backup_name": "b", "phase": "before-import",
+                            "target": {"name": "t", "uri": "http://t:19530", "role": "target"}},
+                "limits": {"memory_mib": 0}}"#,
+        )
+        .expect("context file");
+        let runtime = PluginRuntime::new(dir.path().join("cache")).expect("runtime");
+        let error = test_check(&runtime, &dir.path().join("absent.wasm"), &file)
+            .await
+            .expect_err("refused");
+        let shown = error.to_string();
+        assert!(
+            matches!(error, Error::TestFile { .. })
+                && shown
+                    .contains("invalid value: integer `0`, expected a whole number from 1 to 4096"),
+            "{shown}"
+        );
+    }
 }

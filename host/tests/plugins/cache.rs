@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use lockstep::plugins::{CacheOutcome, CheckGrants, Limits, Phase, PluginRuntime, Verdict};
+use lockstep::job::CheckLimits;
+use lockstep::plugins::{CacheOutcome, CheckGrants, Phase, PluginRuntime, Verdict};
 
 use super::support::{config, context, no_storage, plugin};
 
@@ -21,7 +22,7 @@ fn entries(dir: &Path, extension: &str) -> Vec<PathBuf> {
 async fn load_and_call(cache: &Path) -> CacheOutcome {
     let runtime = PluginRuntime::new(cache).expect("runtime");
     let plugin = runtime
-        .load(&plugin("test-guest"), Limits::default())
+        .load(&plugin("test-guest"), CheckLimits::default())
         .await
         .expect("loads");
     let run = plugin

@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
+use lockstep::job::{self, CheckLimits};
 use lockstep::plugins::{
-    AllowedHosts, Check, CheckGrants, CheckSpec, CheckStatus, Clock, Limits, OnError, Phase,
-    StagedObject, Verdict, run_checks,
+    AllowedHosts, CheckGrants, CheckStatus, Clock, LoadedCheck, Phase, StagedObject, Verdict,
+    run_checks,
 };
 
-use super::support::{LocalEnds, TestServer, config, context, plugin, runtime};
+use super::support::{LocalEnds, TestServer, check_of, config, context, plugin, runtime};
 
 fn staged(path: &str, batch: u32) -> StagedObject {
     StagedObject {
@@ -42,7 +43,7 @@ async fn staged_ends() -> (LocalEnds, Vec<StagedObject>) {
 async fn probe(sample: Option<&str>) -> Verdict {
     let (ends, files) = staged_ends().await;
     let plugin = runtime()
-        .load(&plugin("storage-probe"), Limits::default())
+        .load(&plugin("storage-probe"), CheckLimits::default())
         .await
         .expect("loads");
     let mut pairs = vec![("show_missing", "1")];
@@ -95,7 +96,7 @@ async fn storage_probe_passes_when_every_secondary_sees_everything() {
             .await;
     }
     let plugin = runtime()
-        .load(&plugin("storage-probe"), Limits::default())
+        .load(&plugin("storage-probe"), CheckLimits::default())
         .await
         .expect("loads");
     let run = plugin
@@ -109,21 +110,17 @@ async fn storage_probe_passes_when_every_secondary_sees_everything() {
     assert_eq!(run.outcome, Ok(Verdict::Pass));
 }
 
-async fn approval_gate(pairs: &[(&str, &str)], max_wait: Duration, grants: CheckGrants) -> Check {
-    let spec = CheckSpec {
-        plugin: plugin("approval-gate"),
-        name: None,
-        phase: Phase::BeforeCommit,
+async fn approval_gate(
+    pairs: &[(&str, &str)],
+    max_wait: Duration,
+    grants: CheckGrants,
+) -> LoadedCheck {
+    let spec = job::Check {
         config: config(pairs),
-        on_error: OnError::Fail,
-        allow_hosts: Vec::new(),
-        max_wait_ms: max_wait.as_millis() as u64,
-        limits: Limits::default(),
+        max_wait,
+        ..check_of("approval-gate", Phase::BeforeCommit)
     };
-    let mut check = runtime()
-        .load_check(&spec, std::path::Path::new("/"))
-        .await
-        .expect("loads");
+    let mut check = runtime().load_check(&spec).await.expect("loads");
     check.grants = grants;
     check
 }
@@ -257,7 +254,7 @@ async fn approval_gate_follows_an_allowed_endpoint() {
 
 async fn change_window_at(now: &str) -> Verdict {
     let plugin = runtime()
-        .load(&plugin("change-window"), Limits::default())
+        .load(&plugin("change-window"), CheckLimits::default())
         .await
         .expect("the Python check loads");
     let grants = CheckGrants {

@@ -4,32 +4,26 @@
 use std::path::Path;
 use std::time::Duration;
 
+use lockstep::job::{self, HostConfig, Job, OnError};
 use lockstep::plugins::{
-    Check, CheckSpec, CheckStatus, OnError, Phase, PluginRuntime, inspect, run_checks, test_check,
+    CheckStatus, LoadedCheck, Phase, PluginRuntime, inspect, run_checks, test_check,
 };
 
-use super::support::{config, context, no_storage, plugin, runtime};
+use super::support::{check_of, config, context, no_storage, plugin, runtime};
 
 async fn guest_check(
     runtime: &PluginRuntime,
     behaviour: &str,
     phase: Phase,
     on_error: OnError,
-) -> Check {
-    let spec = CheckSpec {
-        plugin: plugin("test-guest"),
-        name: Some(format!("guest-{behaviour}")),
-        phase,
+) -> LoadedCheck {
+    let check = job::Check {
+        name: format!("guest-{behaviour}"),
         config: config(&[("behaviour", behaviour)]),
         on_error,
-        allow_hosts: Vec::new(),
-        max_wait_ms: 0,
-        limits: Default::default(),
+        ..check_of("test-guest", phase)
     };
-    runtime
-        .load_check(&spec, Path::new("/"))
-        .await
-        .expect("check loads")
+    runtime.load_check(&check).await.expect("check loads")
 }
 
 #[tokio::test]
@@ -77,7 +71,7 @@ async fn an_error_fails_the_phase_unless_on_error_is_warn() {
 async fn retry_after_without_max_wait_fails_as_expired() {
     let runtime = runtime();
     let mut check = guest_check(&runtime, "retry", Phase::BeforeCommit, OnError::Fail).await;
-    check.max_wait = Duration::from_secs(2);
+    check.spec.max_wait = Duration::from_secs(2);
     let failure = run_checks(
         Phase::BeforeCommit,
         &context(Phase::BeforeCommit),
@@ -162,32 +156,44 @@ async fn plugin_test_runs_a_check_from_a_context_file() {
     );
 }
 
-/// Every `[[check]]` table in `examples/plugins/*.toml` is a valid
-/// [`CheckSpec`] naming a plugin that `plugins/build.sh` builds.
-#[test]
-fn example_job_files_hold_valid_check_tables() {
+/// Every `examples/plugins/*.toml` is a job file lockstep accepts, and each of
+/// its checks loads: the plugin is built and matches the WIT.
+#[tokio::test]
+async fn example_job_files_are_valid_and_their_checks_load() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/plugins");
+    // The clusters the examples name; nothing is contacted.
+    let host = HostConfig::parse_str(
+        r#"
+        [backups]
+        storage = { url = "file:///var/lib/backups" }
+        [clusters.prod-a]
+        uri = "http://10.0.0.1:19530"
+        storage = { url = "file:///var/lib/milvus-a" }
+        [clusters.prod-b]
+        uri = "http://10.0.0.2:19530"
+        storage = { url = "file:///var/lib/milvus-b" }
+        [clusters.prod-c]
+        uri = "http://10.0.0.3:19530"
+        storage = { url = "file:///var/lib/milvus-c" }
+        "#,
+        Path::new("lockstep.toml"),
+    )
+    .expect("host config");
+    let runtime = runtime();
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).expect("examples/plugins") {
         let path = entry.expect("entry").path();
         if path.extension().is_none_or(|e| e != "toml") {
             continue;
         }
-        let text = std::fs::read_to_string(&path).expect("readable");
-        let mut table: toml::Table = toml::from_str(&text).expect("valid TOML");
-        let checks = table.remove("check").expect("has [[check]]");
-        let specs: Vec<CheckSpec> = checks
-            .try_into()
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        for spec in specs {
-            spec.limits.validate("example").expect("valid limits");
-            let wasm = dir.join(&spec.plugin);
-            let name = wasm
-                .file_stem()
-                .expect("stem")
-                .to_string_lossy()
-                .into_owned();
-            plugin(&name);
+        let job = Job::from_file(&path, &host).unwrap_or_else(|e| panic!("{e}"));
+        for check in &job.checks {
+            let stem = check.plugin.file_stem().expect("stem").to_string_lossy();
+            plugin(&stem);
+            runtime
+                .load_check(check)
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             seen += 1;
         }
     }

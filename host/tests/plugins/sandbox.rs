@@ -2,20 +2,23 @@
 //! stopped or refused with the reason that says which, and the same loaded
 //! plugin answers the next call normally.
 
+use std::time::Duration;
+
+use lockstep::job::CheckLimits;
 use lockstep::plugins::{
-    AllowedHosts, CheckError, CheckGrants, CheckRun, Error, Limits, LogLevel, LogSource, Phase,
-    Plugin, Verdict,
+    AllowedHosts, CheckError, CheckGrants, CheckRun, Error, LogLevel, LogSource, Phase, Plugin,
+    Verdict,
 };
 
 use super::support::{TestServer, config, context, no_storage, plugin, runtime};
 
-const TIGHT: Limits = Limits {
-    memory_mib: 16,
-    cpu_ms: 200,
-    wall_ms: 2_000,
+const TIGHT: CheckLimits = CheckLimits {
+    memory_bytes: 16 << 20,
+    cpu: Duration::from_millis(200),
+    wall: Duration::from_millis(2_000),
 };
 
-async fn test_guest(limits: Limits) -> Plugin {
+async fn test_guest(limits: CheckLimits) -> Plugin {
     runtime()
         .load(&plugin("test-guest"), limits)
         .await
@@ -118,7 +121,7 @@ async fn a_trap_names_the_instruction_and_the_wasm_frame() {
 #[tokio::test(start_paused = true)]
 async fn waiting_in_a_host_call_hits_the_wall_time_limit() {
     let server = TestServer::start(None, "").await;
-    let plugin = test_guest(Limits::default()).await;
+    let plugin = test_guest(CheckLimits::default()).await;
     let grants = CheckGrants {
         allow_hosts: AllowedHosts::parse("t", &[server.origin()]).expect("origin"),
         ..CheckGrants::default()
@@ -141,7 +144,7 @@ async fn waiting_in_a_host_call_hits_the_wall_time_limit() {
 
 #[tokio::test(start_paused = true)]
 async fn sleeping_through_wasi_hits_the_wall_time_limit() {
-    let plugin = test_guest(Limits::default()).await;
+    let plugin = test_guest(CheckLimits::default()).await;
     let run = call(
         &plugin,
         &[("behaviour", "wasi-sleep")],
@@ -260,7 +263,7 @@ async fn logs_and_output_are_captured_and_tagged() {
 async fn a_plugin_importing_outside_the_wit_is_refused_at_load() {
     let path = plugin("foreign-import");
     let error = runtime()
-        .load(&path, Limits::default())
+        .load(&path, CheckLimits::default())
         .await
         .err()
         .expect("refused at load");
@@ -280,7 +283,7 @@ async fn a_core_module_or_garbage_is_refused_at_load() {
     let path = dir.path().join("garbage.wasm");
     std::fs::write(&path, b"\0asm\x01\0\0\0").expect("write");
     let error = runtime()
-        .load(&path, Limits::default())
+        .load(&path, CheckLimits::default())
         .await
         .err()
         .expect("refused");

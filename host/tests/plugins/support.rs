@@ -6,10 +6,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
+use lockstep::job::{self, CheckLimits, OnError};
 use lockstep::plugins::{
-    CheckContext, CheckEnd, CheckHost, CheckImportJob, EndRole, Phase, PluginRuntime, StagedObject,
-    StoreCheckHost,
+    AllowedHosts, CheckContext, CheckEnd, CheckHost, CheckImportJob, EndRole, Phase, PluginRuntime,
+    StagedObject, StoreCheckHost,
 };
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
@@ -35,6 +37,21 @@ pub fn plugin(name: &str) -> PathBuf {
 pub fn runtime() -> PluginRuntime {
     PluginRuntime::new(Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache"))
         .expect("runtime starts")
+}
+
+/// A validated `[[check]]` of the built plugin `name` in `phase`, as a job
+/// file with only `plugin` and `phase` would give it.
+pub fn check_of(name: &str, phase: Phase) -> job::Check {
+    job::Check {
+        plugin: plugin(name),
+        name: name.to_owned(),
+        phase,
+        config: BTreeMap::new(),
+        on_error: OnError::Fail,
+        allow_hosts: AllowedHosts::default(),
+        max_wait: Duration::ZERO,
+        limits: CheckLimits::default(),
+    }
 }
 
 pub fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
