@@ -3,5 +3,6 @@
 
 mod api;
 mod etcd_journal;
+mod fleet;
 mod support;
 mod watch;

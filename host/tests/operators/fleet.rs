@@ -1,0 +1,222 @@
+//! Fleets of `lockstep watch` processes sharing one directory and one etcd journal: every
+//! restore runs once (milvus-sim's request log shows one create per batch), and a host that
+//! dies holding a restore is replaced by another after its lease expires: no decision →
+//! abort, decision → commit, and no end keeps an Uncommitted job.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
+use lockstep::journal::{Journal, Outcome, RestoreRecord};
+
+use crate::support::{Etcd, World, etcd, eventually};
+
+/// One `lockstep watch` process with its own state directory; killed on drop.
+struct Host {
+    child: Child,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Host {
+    fn start(world: &World, journal: &str, dir: &Path, n: usize, crash_at: Option<&str>) -> Host {
+        let state = world.path(&format!("host-{n}"));
+        let log = std::fs::File::create(world.path(&format!("host-{n}.log"))).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockstep"));
+        cmd.arg("--config")
+            .arg(&world.host_config)
+            .arg("--journal")
+            .arg(journal)
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("watch")
+            .arg(dir)
+            .env("LOCKSTEP_LOG", "warn,lockstep=debug")
+            .stdout(Stdio::null())
+            .stderr(log);
+        if let Some(point) = crash_at {
+            cmd.env("LOCKSTEP_CRASH_AT", point);
+        }
+        Host {
+            child: cmd.spawn().expect("the lockstep binary starts"),
+        }
+    }
+
+    /// Whether the process is gone (its crash point fired).
+    fn exited(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_some()
+    }
+}
+
+/// The journal's URL for this test, with a 2 s lease so takeovers are quick.
+fn journal_url(etcd: &Etcd, test: &str) -> String {
+    format!("{}?lease_ttl=2", etcd.journal_url(test))
+}
+
+async fn records(url: &str) -> Vec<RestoreRecord> {
+    let journal = EtcdJournal::connect(&EtcdLocation::parse(url).unwrap())
+        .await
+        .unwrap();
+    journal.list().await.unwrap()
+}
+
+fn jobs_dir(world: &World) -> PathBuf {
+    let dir = world.path("jobs");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn each_restore_runs_once(hosts: usize) {
+    let Some(etcd) = etcd() else { return };
+    let world = World::start().await;
+    let url = journal_url(&etcd, &format!("once-{hosts}"));
+    let dir = jobs_dir(&world);
+    let _hosts: Vec<Host> = (0..hosts)
+        .map(|n| Host::start(&world, &url, &dir, n, None))
+        .collect();
+    let names = ["alpha", "beta", "gamma"];
+    for name in names {
+        std::fs::write(
+            dir.join(format!("{name}.toml")),
+            world.job(name, &format!("_{name}")),
+        )
+        .unwrap();
+    }
+    let done = eventually(
+        Duration::from_secs(120),
+        "every restore finished",
+        || async {
+            let r = records(&url).await;
+            (r.len() == names.len() && r.iter().all(|r| r.outcome == Some(Outcome::Succeeded)))
+                .then_some(r)
+        },
+    )
+    .await;
+    // Give the other hosts time to (wrongly) run anything again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let batches: usize = done
+        .iter()
+        .map(|r| r.groups.iter().map(|g| g.batches.len()).sum::<usize>())
+        .sum();
+    assert_eq!(
+        world.creates().await,
+        batches,
+        "one create per batch across {hosts} hosts"
+    );
+    assert_eq!(
+        records(&url).await.len(),
+        names.len(),
+        "one attempt per job"
+    );
+    assert_eq!(world.uncommitted_jobs().await, 0);
+    for name in names {
+        assert_eq!(
+            world
+                .collections_with_suffix("standby", &format!("_{name}"))
+                .await
+                .len(),
+            2
+        );
+    }
+}
+
+#[tokio::test]
+async fn two_hosts_run_each_restore_once() {
+    each_restore_runs_once(2).await;
+}
+
+#[tokio::test]
+async fn three_hosts_run_each_restore_once() {
+    each_restore_runs_once(3).await;
+}
+
+/// Host 0 claims the restore and dies at `crash_at`; host 1, watching the same directory,
+/// takes it over once host 0's lease expired. Returns the final record.
+async fn takeover(test: &str, crash_at: &str) -> Option<(World, RestoreRecord)> {
+    if !cfg!(feature = "fault-injection") {
+        println!(
+            "SKIPPED: needs the lockstep binary built with --features fault-injection (the workspace build enables it)"
+        );
+        return None;
+    }
+    let etcd = etcd()?;
+    let world = World::start().await;
+    let url = journal_url(&etcd, test);
+    let dir = jobs_dir(&world);
+    let mut doomed = Host::start(&world, &url, &dir, 0, Some(crash_at));
+    std::fs::write(dir.join("orders.toml"), world.job("orders", "_o")).unwrap();
+    // Host 0 holds the claim: its record is in the journal.
+    eventually(Duration::from_secs(30), "host 0's record", || async {
+        (!records(&url).await.is_empty()).then_some(())
+    })
+    .await;
+    let _survivor = Host::start(&world, &url, &dir, 1, None);
+    eventually(
+        Duration::from_secs(60),
+        "host 0 dying at its crash point",
+        || {
+            let exited = doomed.exited();
+            async move { exited.then_some(()) }
+        },
+    )
+    .await;
+    let record = eventually(
+        Duration::from_secs(90),
+        "the takeover's outcome",
+        || async {
+            records(&url)
+                .await
+                .into_iter()
+                .find(|r| r.outcome.is_some() && r.outcome != Some(Outcome::Incomplete))
+        },
+    )
+    .await;
+    assert_eq!(records(&url).await.len(), 1, "recovered, not run again");
+    eventually(
+        Duration::from_secs(30),
+        "no Uncommitted job on any end",
+        || async { (world.uncommitted_jobs().await == 0).then_some(()) },
+    )
+    .await;
+    Some((world, record))
+}
+
+#[tokio::test]
+async fn a_host_killed_while_holding_is_taken_over_and_aborted() {
+    let Some((world, record)) = takeover("holding", "holding").await else {
+        return;
+    };
+    assert_eq!(record.outcome, Some(Outcome::RolledBack), "{record:?}");
+    assert!(!record.has_commit_decision());
+    for end in ["primary", "standby"] {
+        assert_eq!(
+            world.collections_with_suffix(end, "_o").await.len(),
+            0,
+            "{end}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_host_killed_right_after_its_decision_is_taken_over_and_committed() {
+    let Some((world, record)) = takeover("decision", "after-decision").await else {
+        return;
+    };
+    assert_eq!(record.outcome, Some(Outcome::Succeeded), "{record:?}");
+    assert!(record.has_commit_decision());
+    let collections = world.collections_with_suffix("standby", "_o").await;
+    assert_eq!(collections.len(), 2);
+    for c in collections {
+        let (db, name) = c.split_once('.').unwrap();
+        for end in ["primary", "standby"] {
+            let rows = world.visible_rows(end, db, name).await.unwrap();
+            assert!(rows > 0, "{end} {c}: {rows}");
+        }
+    }
+}
