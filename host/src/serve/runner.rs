@@ -88,7 +88,7 @@ struct Active {
 
 /// What the journal says to do next for a job.
 enum Step {
-    Done(Option<Report>),
+    Done(Option<Box<Report>>),
     /// Another process holds the claim.
     Wait,
     Recover(Box<RestoreRecord>),
@@ -284,7 +284,7 @@ impl Runner {
                 };
                 match step {
                     Step::Done(report) => {
-                        return report.map_or(Ended::NothingRan, |r| Ended::Report(Box::new(r)));
+                        return report.map_or(Ended::NothingRan, Ended::Report);
                     }
                     Step::Wait => {
                         drop(_slot);
@@ -372,7 +372,7 @@ impl Runner {
                     matches!(last.outcome, Some(Outcome::Succeeded | Outcome::Diverged));
                 if rerun == Rerun::Never || succeeded {
                     tracing::info!(restore = %last.id, outcome = ?last.outcome, "this job content already ran; not running it again");
-                    return Ok(Step::Done(recorded_report(last)));
+                    return Ok(Step::Done(recorded_report(last).map(Box::new)));
                 }
                 last.attempt + 1
             }
