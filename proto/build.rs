@@ -1,7 +1,11 @@
 //! Compiles the .proto subset with protox, so no system `protoc` is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/common.proto", "proto/schema.proto", "proto/milvus.proto"];
+    let files = [
+        "proto/common.proto",
+        "proto/schema.proto",
+        "proto/milvus.proto",
+    ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }

@@ -1019,7 +1019,16 @@ fn manual_not_allowed(job_id: i64) -> MilvusError {
 
 /// Lets the fault API reach the job-failure list without exposing `State`.
 impl Cluster {
+    /// Fails a job when it reaches `failure.state`; a named job already in that state fails
+    /// now (an Uncommitted job waits for its commit, not for another transition).
     pub fn add_job_failure(&self, failure: crate::faults::JobFailure) {
+        if let crate::faults::JobSelector::Id(id) = failure.job
+            && self
+                .update_job_in(id, failure.state, |j| j.fail(failure.reason.clone()))
+                .is_some()
+        {
+            return;
+        }
         self.lock().faults.add_job_failure(failure);
     }
 

@@ -15,6 +15,9 @@ use crate::jobs::JobState;
 pub enum JobSelector {
     /// The next job created on the cluster after the fault is set (a mirror counts).
     Next,
+    /// The n-th job created on the cluster after the fault is set (a mirror counts; `nth: 1`
+    /// is `next`), so a test can pick, before a restore starts, the job it creates last.
+    Nth(u32),
     /// A job by id.
     Id(#[serde(with = "crate::jobs::id_string")] i64),
 }
@@ -77,12 +80,15 @@ impl Faults {
         self.job_failures.push(failure);
     }
 
-    /// Binds every `Next` failure to the job just created.
+    /// Binds every `Next` (and `Nth(1)`) failure to the job just created, and counts the
+    /// other `Nth` failures one job closer.
     pub fn bind_next(&mut self, job_id: i64) {
         for failure in &mut self.job_failures {
-            if failure.job == JobSelector::Next {
-                failure.job = JobSelector::Id(job_id);
-            }
+            failure.job = match failure.job {
+                JobSelector::Next | JobSelector::Nth(0 | 1) => JobSelector::Id(job_id),
+                JobSelector::Nth(n) => JobSelector::Nth(n - 1),
+                id @ JobSelector::Id(_) => id,
+            };
         }
     }
 
@@ -144,6 +150,26 @@ mod tests {
             Some("boom")
         );
         assert_eq!(f.take_job_failure(7, JobState::Importing), None);
+    }
+
+    #[test]
+    fn nth_binds_to_the_nth_job_created() {
+        let mut f = Faults::default();
+        f.add_job_failure(JobFailure {
+            job: JobSelector::Nth(3),
+            state: JobState::Uncommitted,
+            reason: "third".into(),
+        });
+        for id in [7, 8, 9, 10] {
+            f.bind_next(id);
+        }
+        for id in [7, 8, 10] {
+            assert_eq!(f.take_job_failure(id, JobState::Uncommitted), None);
+        }
+        assert_eq!(
+            f.take_job_failure(9, JobState::Uncommitted).as_deref(),
+            Some("third")
+        );
     }
 
     #[tokio::test(start_paused = true)]

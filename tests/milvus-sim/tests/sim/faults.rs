@@ -72,6 +72,21 @@ async fn the_next_job_fails_at_the_named_state_with_the_reason() {
         .await
         .expect("fault set");
     assert_eq!(wait_for(&a, third, JobState::Failed).await.reason, "named");
+
+    // A named job already sitting in the state fails at once: an Uncommitted job waits for
+    // its commit, not for another transition.
+    let waiting = rest.create_manual("c", &files[0]).await;
+    wait_for(&a, waiting, JobState::Uncommitted).await;
+    a.control()
+        .fail_job(&JobFailure {
+            job: JobSelector::Id(waiting),
+            state: JobState::Uncommitted,
+            reason: "lost its segments".into(),
+        })
+        .await
+        .expect("fault set");
+    let failed = wait_for(&a, waiting, JobState::Failed).await;
+    assert_eq!(failed.reason, "lost its segments");
 }
 
 #[tokio::test]
