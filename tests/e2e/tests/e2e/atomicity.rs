@@ -10,33 +10,32 @@ use crate::invariants::{commits_followed_every_uncommitted, nothing_restored};
 #[tokio::test(flavor = "multi_thread")]
 async fn one_collection_failing_leaves_no_other_collection_visible() -> anyhow::Result<()> {
     let world = World::start(WorldSpec::with_collections(3)).await?;
-    // The target's job that is created last fails just as it would become Uncommitted:
-    // by then the other collections' jobs are held Uncommitted, and must be aborted.
-    let target = world.sim.cluster(TARGET).control();
     let job = world.job("all-or-nothing", "")?;
-    let child = world
-        .lockstep(&["run", job.to_str().unwrap()], &[])
-        .spawn()?;
-    e2e::eventually(std::time::Duration::from_secs(30), || async {
-        Ok(world.state(TARGET).await?.jobs.len() >= 2)
-    })
-    .await?;
-    let last = world
-        .state(TARGET)
-        .await?
-        .jobs
-        .iter()
-        .map(|j| j.job_id)
-        .max()
-        .expect("a job");
-    target
+    // The job the target creates last fails just as it would become Uncommitted: by then
+    // the other collections' jobs are held Uncommitted, and must be aborted. The fault is
+    // set before the restore starts, so it cannot miss a job that raced past the state.
+    let plan = world.run(&["plan", job.to_str().unwrap()], &[]).await?;
+    anyhow::ensure!(plan.code == 0, "plan failed: {}", plan.explain());
+    let batches = plan.report["totals"]["batches"]
+        .as_u64()
+        .filter(|&n| n >= 2)
+        .ok_or_else(|| {
+            anyhow::anyhow!("no batch count of 2 or more in the plan: {}", plan.stdout)
+        })?;
+    world
+        .sim
+        .cluster(TARGET)
+        .control()
         .fail_job(&JobFailure {
-            job: JobSelector::Id(last),
+            job: JobSelector::Nth(u32::try_from(batches)?),
             state: JobState::Uncommitted,
             reason: "segment corrupt".into(),
         })
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let child = world
+        .lockstep(&["run", job.to_str().unwrap()], &[])
+        .spawn()?;
     let out = child.wait_with_output().await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
@@ -47,6 +46,7 @@ async fn one_collection_failing_leaves_no_other_collection_visible() -> anyhow::
     );
     assert!(stdout.contains("segment corrupt"), "{stdout}");
     let state = world.state(TARGET).await?;
+    let last = state.jobs.iter().map(|j| j.job_id).max().expect("a job");
     let held_then_aborted = state
         .jobs
         .iter()
