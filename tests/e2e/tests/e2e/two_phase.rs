@@ -142,3 +142,91 @@ async fn the_same_content_after_success_is_a_no_op() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mirror_failing_after_the_commit_is_a_divergence_naming_it() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let failing = secondary(1);
+    let target = world.sim.cluster(TARGET).control();
+    // The stream to the failing secondary lags, so its commits are still in flight when the
+    // test holds them back.
+    target
+        .set_stream_lag(&failing, Duration::from_millis(1500))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let job = world.job("diverging", "")?;
+    let child = world
+        .lockstep(&["run", job.to_str().unwrap()], &[])
+        .spawn()?;
+
+    // Every mirror on the failing end is Uncommitted: the decision may now be taken.
+    e2e::eventually(Duration::from_secs(60), || async {
+        let t = world.state(TARGET).await?;
+        let s = world.state(&failing).await?;
+        Ok(!t.jobs.is_empty()
+            && s.jobs.len() == t.jobs.len()
+            && s.jobs.iter().all(|j| j.state == JobState::Uncommitted))
+    })
+    .await?;
+    target
+        .pause_stream(&failing)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The target committed; the commits to the failing end wait in its paused stream.
+    e2e::eventually(Duration::from_secs(60), || async {
+        Ok(world
+            .state(TARGET)
+            .await?
+            .jobs
+            .iter()
+            .all(|j| j.state == JobState::Completed))
+    })
+    .await?;
+    let mirrors = world.state(&failing).await?;
+    for j in &mirrors.jobs {
+        world
+            .sim
+            .cluster(&failing)
+            .control()
+            .fail_job(&JobFailure {
+                job: JobSelector::Id(j.job_id),
+                state: JobState::Uncommitted,
+                reason: "lost its disk".into(),
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    target
+        .resume_stream(&failing)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    let out = child.wait_with_output().await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout)?;
+    let report = &report["reports"][0];
+    assert_eq!(report["outcome"], "diverged");
+    let divergences = report["divergences"].as_array().expect("a list");
+    assert_eq!(divergences.len(), mirrors.jobs.len());
+    assert!(
+        divergences
+            .iter()
+            .all(|d| d["end"] == failing.as_str() && d["reason"] == "lost its disk")
+    );
+    // Visible where committed, not on the failing end; nothing held anywhere.
+    world.assert_nothing_held().await?;
+    let expected = (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64;
+    assert_eq!(world.visible(TARGET).await?.values().sum::<i64>(), expected);
+    assert_eq!(
+        world.visible(&secondary(0)).await?.values().sum::<i64>(),
+        expected
+    );
+    assert_eq!(world.visible(&failing).await?.values().sum::<i64>(), 0);
+    Ok(())
+}
