@@ -59,6 +59,13 @@ pub enum Error {
         #[source]
         source: object_store::Error,
     },
+    #[error("flushing staged {path} on {end} to disk")]
+    Sync {
+        end: String,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("listing {prefix} on {end}")]
     List {
         end: String,

@@ -43,6 +43,32 @@ pub struct OpenedStore {
     pub store: Arc<dyn ObjectStore>,
     /// The path part of an `s3://bucket/root` URL (empty for local directories).
     pub root: Path,
+    /// `store` itself when it is a local directory, for what only files have: staging
+    /// maps object paths to files through it (the same mapping `store` uses) to copy
+    /// with the kernel and to fsync.
+    local: Option<Arc<LocalFileSystem>>,
+}
+
+impl OpenedStore {
+    /// The local directory store, `None` for S3.
+    pub(super) fn local(&self) -> Option<&LocalFileSystem> {
+        self.local.as_deref()
+    }
+
+    /// A store in memory, standing in for a remote one where no S3 server runs: like S3 it
+    /// is no local directory, so staging streams into it, whole or in parts.
+    #[cfg(test)]
+    pub(super) fn in_memory(bucket: &str) -> OpenedStore {
+        OpenedStore {
+            id: StoreId::S3 {
+                endpoint: "memory://".to_owned(),
+                bucket: bucket.to_owned(),
+            },
+            store: Arc::new(object_store::memory::InMemory::new()),
+            root: Path::default(),
+            local: None,
+        }
+    }
 }
 
 /// Opens the store `spec` describes, reading its credential variables from the process
@@ -53,8 +79,8 @@ pub struct OpenedStore {
 /// relative to the store (bucket-relative keys, as milvus-backup stages them). With no
 /// credential variables the S3 client asks the instance metadata service (IMDS).
 ///
-/// A local store is written with fsync: resume trusts a staged file whose size is right, so
-/// that size must not outlive its data after a power loss.
+/// A local store writes without fsync: [`stage`](super::stage) makes what it wrote durable
+/// in one pass at its end, so no copy waits on the disk.
 pub fn open(spec: &StorageSpec) -> Result<OpenedStore, Error> {
     open_with_env(spec, &process_env)
 }
@@ -100,13 +126,14 @@ fn open_local(spec: &StorageSpec, dir: PathBuf) -> Result<OpenedStore, Error> {
             url: spec.url.to_string(),
             source,
         })?
-        .with_fsync(true)
         // Deleting a staged prefix removes its emptied directories too (up to the root).
         .with_automatic_cleanup(true);
+    let store = Arc::new(store);
     Ok(OpenedStore {
         id: StoreId::Local { dir },
-        store: Arc::new(store),
+        store: Arc::clone(&store) as Arc<dyn ObjectStore>,
         root: Path::default(),
+        local: Some(store),
     })
 }
 
@@ -154,6 +181,7 @@ fn open_s3(
         },
         store: Arc::new(store),
         root,
+        local: None,
     })
 }
 

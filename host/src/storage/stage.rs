@@ -10,7 +10,8 @@
 //! When staging fails, what was copied stays under the prefix (the next run resumes from
 //! it); [`cleanup`] removes it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -84,7 +85,8 @@ pub struct Destination<'a> {
 pub enum Transfer {
     /// Copied inside the store; no bytes passed through the host.
     ServerSideCopy,
-    /// Read from the backup's store and written through the host.
+    /// Read from the backup's store and written through the host (between two local
+    /// directories, copied by the host's kernel).
     Streamed,
     /// Already there with the right size (a resumed stage).
     AlreadyStaged,
@@ -264,20 +266,23 @@ pub async fn stage(
     let copy_one = |(g, f): (usize, usize)| {
         let (group, file) = (&groups[g], &files[f]);
         let (from, to) = (&sources[f], &targets[f]);
-        let already_staged = existing[g].get(to) == Some(&file.size);
+        let listed = existing[g].get(to).copied();
         let done = &done;
         async move {
-            let transfer = if already_staged {
-                Transfer::AlreadyStaged
-            } else {
-                copy(source.store, group.store, from, to, file.size)
-                    .await
-                    .map_err(|source| Error::Transfer {
-                        end: group.ends(),
-                        path: file.path.clone(),
-                        source,
-                    })?
-            };
+            let transfer = async {
+                if listed == Some(file.size)
+                    && staged_intact(source.store, group.store, from, to).await?
+                {
+                    return Ok(Transfer::AlreadyStaged);
+                }
+                copy(source.store, group.store, from, to, file.size).await
+            }
+            .await
+            .map_err(|source| Error::Transfer {
+                end: group.ends(),
+                path: file.path.clone(),
+                source,
+            })?;
             // A std Mutex: held for two additions, released before the callback, never
             // across an await.
             let snapshot = {
@@ -328,8 +333,106 @@ pub async fn stage(
             }));
         }
     }
+    make_durable(&groups, &targets, options.concurrency).await?;
     tracing::info!(files = files.len(), stores = groups.len(), bytes = file_bytes, prefix = %prefix.path(), "staged");
     Ok(staged)
+}
+
+/// Whether a file already staged with the listed size holds the backup's bytes.
+///
+/// S3 publishes an object whole, and durably, when its PUT returns: there the size is
+/// enough. A local file is written without fsync and made durable only when its stage
+/// finishes ([`make_durable`]), so after a power loss during an unfinished stage it can have
+/// its size but not its bytes; its crc32c is compared with the backup file's.
+async fn staged_intact(
+    from_store: &OpenedStore,
+    to_store: &OpenedStore,
+    from: &Path,
+    to: &Path,
+) -> object_store::Result<bool> {
+    if to_store.local().is_none() {
+        return Ok(true);
+    }
+    let (staged, original) = futures::try_join!(
+        crc32c_of(to_store.store.as_ref(), to),
+        crc32c_of(from_store.store.as_ref(), from)
+    )?;
+    Ok(staged == original)
+}
+
+async fn crc32c_of(store: &dyn ObjectStore, path: &Path) -> object_store::Result<u32> {
+    let mut chunks = store.get(path).await?.into_stream();
+    let mut crc = 0;
+    while let Some(chunk) = chunks.try_next().await? {
+        crc = crc32c::crc32c_append(crc, &chunk);
+    }
+    Ok(crc)
+}
+
+/// Flushes what the stage put into local stores to stable storage: the files and
+/// directories [`flush_list`] names, each fsynced, `concurrency` at a time.
+///
+/// Copies write without fsync, so none of them waits on the disk; this one pass at the end
+/// makes the stage durable before [`stage`] returns, and so before any import can read it.
+/// S3 needs nothing: a PUT that returned is durable.
+async fn make_durable(
+    groups: &[StoreGroup<'_>],
+    targets: &[Path],
+    concurrency: usize,
+) -> Result<(), Error> {
+    futures::stream::iter(flush_list(groups, targets)?)
+        .map(|(end, path)| async move {
+            let fsync = {
+                let path = path.clone();
+                move || std::fs::File::open(&path)?.sync_all()
+            };
+            tokio::task::spawn_blocking(fsync)
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+                .map_err(|source| Error::Sync {
+                    end,
+                    path: path.display().to_string(),
+                    source,
+                })
+        })
+        .buffer_unordered(concurrency.max(1))
+        .try_collect()
+        .await
+}
+
+/// What [`make_durable`] fsyncs, with the ends of its store: on each local store, every
+/// staged file, and every directory from the file's up to the store's root, since their
+/// entries are new as well.
+fn flush_list(
+    groups: &[StoreGroup<'_>],
+    targets: &[Path],
+) -> Result<Vec<(String, PathBuf)>, Error> {
+    let mut flush = Vec::new();
+    for group in groups {
+        let (Some(files), StoreId::Local { dir: root }) = (group.store.local(), &group.store.id)
+        else {
+            continue;
+        };
+        let mut dirs = BTreeSet::new();
+        for target in targets {
+            let file = files
+                .path_to_filesystem(target)
+                .map_err(|source| Error::Transfer {
+                    end: group.ends(),
+                    path: target.to_string(),
+                    source,
+                })?;
+            dirs.extend(
+                file.ancestors()
+                    .skip(1)
+                    .take_while(|dir| dir.starts_with(root))
+                    .map(std::path::Path::to_owned),
+            );
+            flush.push((group.ends(), file));
+        }
+        flush.extend(dirs.into_iter().map(|dir| (group.ends(), dir)));
+    }
+    Ok(flush)
 }
 
 /// One object from the backup's store to a destination store. `listed_size` (from the
@@ -345,6 +448,29 @@ async fn copy(
     if from_store.id == to_store.id {
         to_store.store.copy(from, to).await?;
         return Ok(Transfer::ServerSideCopy);
+    }
+    if let (Some(from_files), Some(to_files)) = (from_store.local(), to_store.local()) {
+        let src = from_files.path_to_filesystem(from)?;
+        let dst = to_files.path_to_filesystem(to)?;
+        let copied = {
+            let src = src.clone();
+            tokio::task::spawn_blocking(move || copy_local_file(&src, &dst))
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+        };
+        return match copied {
+            Ok(()) => Ok(Transfer::Streamed),
+            Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
+                Err(object_store::Error::NotFound {
+                    path: src.display().to_string(),
+                    source: source.into(),
+                })
+            }
+            Err(source) => Err(object_store::Error::Generic {
+                store: "LocalFileSystem",
+                source: source.into(),
+            }),
+        };
     }
     let (reader, writer) = (from_store.store.as_ref(), to_store.store.as_ref());
     if listed_size <= PART_SIZE {
@@ -375,6 +501,26 @@ async fn copy(
     }
     upload.finish().await?;
     Ok(Transfer::Streamed)
+}
+
+/// Copies a file between two local stores as `LocalFileSystem::put` publishes one (written
+/// as `{dst}#1`, which listings skip, then renamed over `dst`, so the store never shows a
+/// part-written file), but with `std::fs::copy`: the kernel copies the bytes
+/// (`copy_file_range`) instead of the host reading them into memory and writing them back,
+/// which is what brings a local stage near `cp -r`.
+fn copy_local_file(src: &std::path::Path, dst: &std::path::Path) -> std::io::Result<()> {
+    let mut partial = dst.as_os_str().to_owned();
+    partial.push("#1");
+    let partial = PathBuf::from(partial);
+    if let Some(parent) = dst.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let copied = std::fs::copy(src, &partial).and_then(|_| std::fs::rename(&partial, dst));
+    if copied.is_err() {
+        // Best effort: a leftover `#1` file is invisible to listings, but takes space.
+        let _ = std::fs::remove_file(&partial);
+    }
+    copied
 }
 
 /// What to do with staged files once every end completed.
@@ -428,9 +574,10 @@ mod tests {
 
     use object_store::PutPayload;
 
-    use super::super::test_stores::local;
-    use super::super::test_stores::{s3_server, unique_bucket};
+    use super::super::open::open_with_env;
+    use super::super::test_stores::{local, s3_server, unique_bucket};
     use super::*;
+    use crate::job::StorageSpec;
 
     const BACKUP_DIR: &str = "backup/nightly";
 
@@ -541,7 +688,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn streams_between_stores_with_multipart_for_large_files() {
+    async fn copies_between_local_stores_and_reports_progress() {
         let (a, b) = (
             tempfile::tempdir().expect("tempdir"),
             tempfile::tempdir().expect("tempdir"),
@@ -593,6 +740,51 @@ mod tests {
                 .join("lockstep-staging/r1/binlogs/delta_log/1/-1/9/9001")
                 .is_file()
         );
+        let leftovers: Vec<_> = walk(b.path())
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains('#'))
+            .collect();
+        assert!(leftovers.is_empty(), "partial copies left: {leftovers:?}");
+    }
+
+    /// Every file under `dir`, recursively.
+    fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).expect("read dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                files.extend(walk(&path));
+            } else {
+                files.push(path);
+            }
+        }
+        files
+    }
+
+    #[tokio::test]
+    async fn streams_large_files_into_a_remote_store_in_parts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let backup = local(dir.path());
+        let target = OpenedStore::in_memory("memory");
+        let files = write_backup(&backup, &[10, PART_SIZE * 2 + 5]).await;
+        let prefix = prefix("r1m");
+
+        let (staged, _) = stage_recording(
+            &backup,
+            &files,
+            &[Destination {
+                end: "target",
+                store: &target,
+            }],
+            &prefix,
+        )
+        .await;
+
+        assert_eq!(
+            transfers(&staged.expect("stage"), "target"),
+            BTreeSet::from([Transfer::Streamed])
+        );
+        assert_staged_content(&target, &prefix, &files).await;
     }
 
     #[tokio::test]
@@ -679,6 +871,103 @@ mod tests {
         );
         assert_eq!(transfer_of(&files[3]), Transfer::AlreadyStaged);
         assert_staged_content(&target, &prefix, &files).await;
+    }
+
+    #[tokio::test]
+    async fn resume_recopies_a_local_file_whose_size_outlived_its_bytes() {
+        let (a, b) = (
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+        );
+        let backup = local(a.path());
+        let target = local(b.path());
+        let files = write_backup(&backup, &[100, 200]).await;
+        let prefix = prefix("r3b");
+        let destinations = [Destination {
+            end: "target",
+            store: &target,
+        }];
+        stage_recording(&backup, &files, &destinations, &prefix)
+            .await
+            .0
+            .expect("first stage");
+
+        // What a power loss before the flush can leave: the size, not the bytes.
+        let staged_file = b.path().join("lockstep-staging/r3b").join(&files[1].path);
+        std::fs::write(&staged_file, vec![0u8; 200]).expect("zero the file");
+
+        let (staged, _) = stage_recording(&backup, &files, &destinations, &prefix).await;
+        let recopied: Vec<String> = staged
+            .expect("resumed stage")
+            .into_iter()
+            .filter(|f| f.transfer != Transfer::AlreadyStaged)
+            .map(|f| f.path.to_string())
+            .collect();
+        assert_eq!(
+            recopied,
+            [join(prefix.path(), &files[1].path)
+                .expect("path")
+                .to_string()]
+        );
+        assert_staged_content(&target, &prefix, &files).await;
+    }
+
+    #[test]
+    fn the_flush_covers_each_local_file_and_its_directories_up_to_the_root() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = local(dir.path());
+        let s3 = open_with_env(
+            &StorageSpec {
+                url: url::Url::parse("s3://bucket/files").expect("url"),
+                endpoint: Some(url::Url::parse("http://127.0.0.1:1").expect("url")),
+                region: None,
+                access_key_id_env: None,
+                secret_access_key_env: None,
+                session_token_env: None,
+                allow_http: true,
+            },
+            &|_| None,
+        )
+        .expect("open");
+        let groups = group_by_store(&[
+            Destination {
+                end: "target",
+                store: &target,
+            },
+            Destination {
+                end: "secondary",
+                store: &s3,
+            },
+        ]);
+        let prefix = prefix("r9");
+        let targets = [
+            join(prefix.path(), "binlogs/insert_log/1/2/3/3/100/7").expect("path"),
+            join(prefix.path(), "binlogs/insert_log/1/2/3/3/101/8").expect("path"),
+        ];
+
+        let flushed = flush_list(&groups, &targets).expect("flush list");
+        assert!(
+            flushed.iter().all(|(end, _)| end == "target"),
+            "S3 needs no flush"
+        );
+        let root = dir.path().canonicalize().expect("canonical");
+        let flushed: BTreeSet<PathBuf> = flushed.into_iter().map(|(_, path)| path).collect();
+        let staged = root.join("lockstep-staging/r9/binlogs/insert_log/1/2/3/3");
+        let mut expected: BTreeSet<PathBuf> = [
+            staged.join("100/7"),
+            staged.join("101/8"),
+            staged.join("100"),
+            staged.join("101"),
+        ]
+        .into();
+        expected.extend(
+            staged
+                .ancestors()
+                .take_while(|d| d.starts_with(&root))
+                .map(std::path::Path::to_owned),
+        );
+        assert!(expected.contains(&root) && expected.contains(&root.join("lockstep-staging")));
+        assert_eq!(flushed, expected);
     }
 
     #[tokio::test]
