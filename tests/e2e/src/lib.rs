@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -18,6 +18,7 @@ use milvus_sim::topology::{ClusterSpec, ReplicationSpec, StageDurations, Storage
 use milvus_sim::{ClusterSnapshot, Sim, Topology};
 use object_store::local::LocalFileSystem;
 use tempfile::TempDir;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
 /// What kind of world to build. `Default` is the happy one: a 3.0.2 target replicating to two
 /// secondaries with the import gate on, fast stages, a small plain backup.
@@ -106,6 +107,23 @@ pub struct RunResult {
 }
 
 impl RunResult {
+    /// What a finished process left: its exit code and output, with stdout read as the
+    /// JSON report when it holds one.
+    fn new(code: i32, stdout: String, stderr: String) -> RunResult {
+        let mut report: serde_json::Value =
+            serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
+        // `run` prints a batch (`{reports, refused_files}`); tests run one job at a time.
+        if let Some(first) = report.get("reports").and_then(|r| r.get(0)).cloned() {
+            report = first;
+        }
+        RunResult {
+            code,
+            report,
+            stdout,
+            stderr,
+        }
+    }
+
     pub fn outcome(&self) -> &str {
         self.report["outcome"].as_str().unwrap_or("")
     }
@@ -181,6 +199,12 @@ impl World {
         self.dir.path().join(rel)
     }
 
+    /// The folder that is `end`'s object storage: where milvus-sim reads its import files
+    /// and, when the host config gives the end a storage, where lockstep stages them.
+    pub fn storage_dir(&self, end: &str) -> PathBuf {
+        self.path("storage").join(end)
+    }
+
     pub fn ends(&self) -> Vec<String> {
         std::iter::once(TARGET.to_string())
             .chain((0..self.spec.secondaries).map(secondary))
@@ -235,43 +259,84 @@ impl World {
         Ok(path)
     }
 
+    /// Points this world's compile cache (`state/plugin-cache`) at `shared`, so a check
+    /// component is compiled once for every world that shares it rather than once per
+    /// world: the 18 MB Python check takes most of a minute to compile in a debug build.
+    /// Sharing is safe across processes: the cache writes entries atomically and settles
+    /// the race for its signing key.
+    pub fn share_plugin_cache(&self, shared: &Path) -> anyhow::Result<()> {
+        std::fs::create_dir_all(shared)?;
+        std::fs::create_dir_all(self.path("state"))?;
+        std::os::unix::fs::symlink(shared, self.path("state/plugin-cache"))
+            .context("linking the shared plugin cache")
+    }
+
     /// The `lockstep` binary with this world's host config, JSON output and `env`.
     pub fn lockstep(&self, args: &[&str], env: &[(&str, &str)]) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new(lockstep_bin());
-        cmd.arg("--config")
-            .arg(self.path("lockstep.toml"))
-            .arg("--output")
-            .arg("json");
+        self.lockstep_with(Output::Json, args, env)
+    }
+
+    /// The `lockstep` binary with this world's host config, `output` and `env`.
+    pub fn lockstep_with(
+        &self,
+        output: Output,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> tokio::process::Command {
+        let mut cmd = lockstep_command(self.dir.path(), output);
+        cmd.arg("--config").arg(self.path("lockstep.toml"));
         cmd.args(args);
-        cmd.current_dir(self.dir.path());
-        cmd.env("LOCKSTEP_LOG", "warn,lockstep=debug");
         for (k, v) in env {
             cmd.env(k, v);
         }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
         cmd
     }
 
     /// Runs `lockstep ARGS` to its end.
     pub async fn run(&self, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<RunResult> {
-        let out = tokio::time::timeout(Duration::from_secs(180), self.lockstep(args, env).output())
-            .await
-            .context("lockstep did not finish within 180 s")??;
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let mut report: serde_json::Value =
-            serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
-        // `run` prints a batch (`{reports, refused_files}`); tests run one job at a time.
-        if let Some(first) = report.get("reports").and_then(|r| r.get(0)).cloned() {
-            report = first;
-        }
-        Ok(RunResult {
-            code: out.status.code().unwrap_or(-1),
-            report,
+        run_to_end(self.lockstep(args, env)).await
+    }
+
+    /// Runs `lockstep ARGS` with `output` to its end.
+    pub async fn run_with(
+        &self,
+        output: Output,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<RunResult> {
+        run_to_end(self.lockstep_with(output, args, env)).await
+    }
+
+    /// Starts `lockstep ARGS` and returns while it runs, collecting its log (stderr) as it
+    /// comes, so a test can act at a moment the log marks.
+    pub fn spawn(&self, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Running> {
+        let mut child = self
+            .lockstep(args, env)
+            .spawn()
+            .context("starting lockstep")?;
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let log = Arc::new(Mutex::new(String::new()));
+        let stdout = tokio::spawn(async move {
+            let mut bytes = Vec::new();
+            stdout.read_to_end(&mut bytes).await.map(|_| bytes)
+        });
+        let log_reader = tokio::spawn({
+            let log = Arc::clone(&log);
+            async move {
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let mut log = log.lock().expect("no panics while the log lock is held");
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            }
+        });
+        Ok(Running {
+            child,
             stdout,
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            log,
+            log_reader,
         })
     }
 
@@ -382,6 +447,132 @@ impl World {
 fn binlog_relative(path: &str) -> String {
     path.split_once("binlogs/")
         .map_or(path.to_string(), |(_, rest)| rest.to_string())
+}
+
+/// How `lockstep` prints its result (its `--output`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// The `lockstep` binary with `--output`, run in `dir` with lockstep's debug log on stderr.
+/// Without `--config` it needs no cluster: for `lockstep plugin …`.
+pub fn lockstep_command(dir: &Path, output: Output) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(lockstep_bin());
+    cmd.arg("--output").arg(match output {
+        Output::Text => "text",
+        Output::Json => "json",
+    });
+    cmd.current_dir(dir);
+    cmd.env("LOCKSTEP_LOG", "warn,lockstep=debug");
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Runs `cmd` to its end (at most 180 s).
+pub async fn run_to_end(mut cmd: tokio::process::Command) -> anyhow::Result<RunResult> {
+    let out = tokio::time::timeout(RUN_LIMIT, cmd.output())
+        .await
+        .context("lockstep did not finish within 180 s")??;
+    Ok(RunResult::new(
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// The longest a test waits for one `lockstep` process: a restore here takes seconds, the
+/// first compile of the Python check about ten.
+const RUN_LIMIT: Duration = Duration::from_secs(180);
+
+/// A `lockstep` process started by [`World::spawn`].
+pub struct Running {
+    child: tokio::process::Child,
+    stdout: tokio::task::JoinHandle<std::io::Result<Vec<u8>>>,
+    /// Its stderr so far. A std Mutex: held only to append or copy, never across an await.
+    log: Arc<Mutex<String>>,
+    log_reader: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// What the process logged so far.
+    pub fn log(&self) -> String {
+        self.log
+            .lock()
+            .expect("no panics while the log lock is held")
+            .clone()
+    }
+
+    /// How many log lines so far contain `needle`.
+    pub fn logged(&self, needle: &str) -> usize {
+        self.log().lines().filter(|l| l.contains(needle)).count()
+    }
+
+    /// Waits until `times` log lines contain `needle`; fails at once if the process ends
+    /// first, and after `limit` otherwise, showing the log.
+    pub async fn wait_for_log(
+        &mut self,
+        needle: &str,
+        times: usize,
+        limit: Duration,
+    ) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if self.logged(needle) >= times {
+                return Ok(());
+            }
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "lockstep ended ({status}) before logging {needle:?} {times} time(s):\n{}",
+                    self.log()
+                );
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "lockstep did not log {needle:?} {times} time(s) within {limit:?}:\n{}",
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits for the process to end (at most 180 s) and returns what it left.
+    pub async fn finish(mut self) -> anyhow::Result<RunResult> {
+        let status = tokio::time::timeout(RUN_LIMIT, self.child.wait())
+            .await
+            .context("lockstep did not finish within 180 s")??;
+        let stdout = self.stdout.await??;
+        self.log_reader.await?;
+        let log = std::mem::take(
+            &mut *self
+                .log
+                .lock()
+                .expect("no panics while the log lock is held"),
+        );
+        Ok(RunResult::new(
+            status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&stdout).into_owned(),
+            log,
+        ))
+    }
+}
+
+/// The check component `name` as `plugins/build.sh` builds it (`plugins/dist/NAME.wasm`).
+pub fn plugin(name: &str) -> anyhow::Result<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../plugins/dist")
+        .join(format!("{name}.wasm"));
+    anyhow::ensure!(
+        path.exists(),
+        "{} is missing: run plugins/build.sh first (it builds every check into plugins/dist)",
+        path.display()
+    );
+    Ok(path.canonicalize()?)
 }
 
 /// The `lockstep` binary next to this test executable (`target/<profile>/lockstep`).

@@ -3,5 +3,6 @@
 mod atomicity;
 mod crash;
 mod invariants;
+mod plugins;
 mod refusals;
 mod two_phase;
