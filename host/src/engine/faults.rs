@@ -1,8 +1,10 @@
 //! Crash points for the tests that prove invariant 4 (a host that dies at any point
-//! converges). Built only with the `fault-injection` feature: a test sets
+//! converges), and bugs the fault runner's own tests plant to show that its checker catches
+//! them. Built only with the `fault-injection` feature: a test sets
 //! `LOCKSTEP_CRASH_AT=<point>` and the process dies at that point as under SIGKILL, with no
-//! destructor, flush or journal write after it. Without the feature every point is a no-op
-//! the compiler removes.
+//! destructor, flush or journal write after it; or `LOCKSTEP_PLANT=<bug>` and the engine
+//! breaks one invariant of DESIGN.md §2 on purpose. Without the feature every point and bug
+//! is a no-op the compiler removes.
 
 /// Where a crash can be injected, in the order a restore passes them.
 pub const POINTS: &[&str] = &[
@@ -29,3 +31,42 @@ pub fn crash_point(point: &str) {
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
 pub fn crash_point(_point: &str) {}
+
+/// An invariant the engine breaks on purpose under `LOCKSTEP_PLANT=<name>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bug {
+    /// `commit-early`: commit without holding until every end is Uncommitted.
+    CommitEarly,
+    /// `skip-abort`: after a failure before the decision, abort nothing.
+    SkipAbort,
+    /// `no-decision`: commit without writing the decision to the journal first.
+    NoDecision,
+}
+
+impl Bug {
+    pub const ALL: [Bug; 3] = [Bug::CommitEarly, Bug::SkipAbort, Bug::NoDecision];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Bug::CommitEarly => "commit-early",
+            Bug::SkipAbort => "skip-abort",
+            Bug::NoDecision => "no-decision",
+        }
+    }
+}
+
+/// Whether the test planted `bug`.
+#[cfg(feature = "fault-injection")]
+pub fn planted(bug: Bug) -> bool {
+    let planted = std::env::var("LOCKSTEP_PLANT").is_ok_and(|p| p == bug.name());
+    if planted {
+        tracing::warn!(bug = bug.name(), "planted bug active");
+    }
+    planted
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub fn planted(_bug: Bug) -> bool {
+    false
+}

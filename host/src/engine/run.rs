@@ -660,7 +660,9 @@ async fn run_group(
             }
             Ok(())
         };
-        hold(&mut tracker, FirstLook::Spread).await?;
+        if !faults::planted(faults::Bug::CommitEarly) {
+            hold(&mut tracker, FirstLook::Spread).await?;
+        }
         if checks.has(Phase::BeforeCommit) {
             checks
                 .run_before_commit(shared, job, g, &tracker)
@@ -678,7 +680,11 @@ async fn run_group(
     if let Err(stop) = pre {
         shared.fail(stop);
         let settle = job.two_phase.mirror_grace.min(Duration::from_secs(60));
-        let aborted = two_phase::abort(ends, &mut tracker, &jobs, settle, call_deadline).await;
+        let aborted = if faults::planted(faults::Bug::SkipAbort) {
+            Ok(())
+        } else {
+            two_phase::abort(ends, &mut tracker, &jobs, settle, call_deadline).await
+        };
         let reason = {
             let mut r = shared.record.lock().expect("record lock");
             let reason = match shared.failure.lock().expect("failure lock").as_ref() {
@@ -702,14 +708,16 @@ async fn run_group(
 
     let ready_at = Instant::now();
     // The decision: durable before any commit is sent. From here on, only forward.
-    {
-        let mut r = shared.record.lock().expect("record lock");
-        r.groups[g].decision = Some(Decision::Commit {
-            at: Timestamp::now(),
-        });
+    if !faults::planted(faults::Bug::NoDecision) {
+        {
+            let mut r = shared.record.lock().expect("record lock");
+            r.groups[g].decision = Some(Decision::Commit {
+                at: Timestamp::now(),
+            });
+        }
+        shared.set_phase(RestorePhase::Deciding).await?;
+        shared.persist().await?;
     }
-    shared.set_phase(RestorePhase::Deciding).await?;
-    shared.persist().await?;
     faults::crash_point("after-decision");
     shared.note_reaction(ready_at.elapsed());
     let mut divergences = two_phase::commit(
