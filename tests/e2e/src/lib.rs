@@ -12,13 +12,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use milvus_sim::control::CollectionSnapshot;
 use milvus_sim::fixtures::{BackupSpec, GeneratedBackup, SchemaMix, generate};
-use milvus_sim::jobs::JobState;
 use milvus_sim::topology::{ClusterSpec, ReplicationSpec, StageDurations, StorageSpec};
 use milvus_sim::{ClusterSnapshot, Sim, Topology};
 use object_store::local::LocalFileSystem;
 use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+
+pub mod faults;
 
 /// What kind of world to build. `Default` is the happy one: a 3.0.2 target replicating to two
 /// secondaries with the import gate on, fast stages, a small plain backup.
@@ -41,7 +43,17 @@ pub struct WorldSpec {
     pub secondary_storage_known: bool,
     /// The last this-many secondaries run but are not in the target's replication topology.
     pub unreplicated: usize,
+    pub storage: StorageLayout,
     pub backup: BackupSpec,
+}
+
+/// Where the ends keep their objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageLayout {
+    /// Each end has its own storage: lockstep stages into every one.
+    Separate,
+    /// Every end reads the target's storage, as clusters sharing one bucket do.
+    Shared,
 }
 
 impl Default for WorldSpec {
@@ -58,6 +70,7 @@ impl Default for WorldSpec {
             max_import_job_num: 1024,
             secondary_storage_known: true,
             unreplicated: 0,
+            storage: StorageLayout::Separate,
             backup: BackupSpec {
                 name: "e2e_backup".into(),
                 collections: 2,
@@ -149,7 +162,8 @@ impl World {
         let mut target = ClusterSpec::new(TARGET);
         target.version = spec.target_version.clone();
         target.import_in_replicating_cluster = spec.gate_on;
-        target.storage = StorageSpec::Local(dir.path().join("storage").join(TARGET));
+        let storage_dir = |end: &str| storage_dir(dir.path(), spec.storage, end);
+        target.storage = StorageSpec::Local(storage_dir(TARGET));
         target.durations = stage(spec.target_stage);
         target.max_import_job_num = spec.max_import_job_num;
         clusters.push(target);
@@ -157,7 +171,7 @@ impl World {
             let mut s = ClusterSpec::new(secondary(i));
             s.version = spec.secondary_version.clone();
             s.import_in_replicating_cluster = spec.gate_on;
-            s.storage = StorageSpec::Local(dir.path().join("storage").join(secondary(i)));
+            s.storage = StorageSpec::Local(storage_dir(&secondary(i)));
             s.durations = stage(spec.secondary_stage);
             s.max_import_job_num = spec.max_import_job_num;
             clusters.push(s);
@@ -202,7 +216,7 @@ impl World {
     /// The folder that is `end`'s object storage: where milvus-sim reads its import files
     /// and, when the host config gives the end a storage, where lockstep stages them.
     pub fn storage_dir(&self, end: &str) -> PathBuf {
-        self.path("storage").join(end)
+        storage_dir(self.dir.path(), self.spec.storage, end)
     }
 
     pub fn ends(&self) -> Vec<String> {
@@ -230,7 +244,7 @@ impl World {
             if end == TARGET || self.spec.secondary_storage_known {
                 text.push_str(&format!(
                     "storage = {{ url = \"file://{}\" }}\n",
-                    self.path("storage").join(&end).display()
+                    self.storage_dir(&end).display()
                 ));
             }
         }
@@ -349,20 +363,21 @@ impl World {
             .map_err(|e| anyhow::anyhow!("state of {end}: {e}"))
     }
 
-    /// Invariant 2 and 4's end state: no job Uncommitted (or on its way there) on any end.
-    pub async fn assert_nothing_held(&self) -> anyhow::Result<()> {
+    /// Every end's state, target first.
+    pub async fn snapshots(&self) -> anyhow::Result<Vec<(String, ClusterSnapshot)>> {
+        let mut snapshots = Vec::new();
         for end in self.ends() {
             let state = self.state(&end).await?;
-            for job in &state.jobs {
-                if !matches!(job.state, JobState::Completed | JobState::Failed) {
-                    bail!(
-                        "{end} still holds job {} in {:?} ({})",
-                        job.job_id,
-                        job.state,
-                        job.collection_name
-                    );
-                }
-            }
+            snapshots.push((end, state));
+        }
+        Ok(snapshots)
+    }
+
+    /// Invariant 2 and 4's end state: no job Uncommitted (or on its way there) on any end.
+    pub async fn assert_nothing_held(&self) -> anyhow::Result<()> {
+        let held = faults::checker::nothing_held(&self.snapshots().await?);
+        if let Some(first) = held.first() {
+            bail!("{first} ({} held in all)", held.len());
         }
         Ok(())
     }
@@ -395,22 +410,13 @@ impl World {
         let c = state
             .collection(db, collection)
             .with_context(|| format!("{end} has no {db}.{collection}"))?;
-        Ok(c.completed_imports
-            .iter()
-            .flat_map(|i| i.manifest.iter())
-            .map(|m| (binlog_relative(&m.path), m.size, m.crc32c))
-            .collect())
+        Ok(imported_logs(c))
     }
 
     /// What the backup holds for the source collection with id `collection_id`, in the same
     /// form as [`World::imported`].
     pub fn backed_up(&self, collection_id: i64) -> BTreeSet<(String, u64, u32)> {
-        self.backup
-            .logs
-            .iter()
-            .filter(|l| l.relative_path.contains(&format!("/{collection_id}/")))
-            .map(|l| (binlog_relative(&l.relative_path), l.size, l.crc32c))
-            .collect()
+        backup_logs(&self.backup, collection_id)
     }
 
     /// Requests to `route_suffix` that `end` received.
@@ -441,6 +447,36 @@ impl World {
         }
         Ok(seen)
     }
+}
+
+/// What a collection imported (Completed jobs only), as (path under `binlogs/`, size,
+/// crc32c).
+pub fn imported_logs(c: &CollectionSnapshot) -> BTreeSet<(String, u64, u32)> {
+    c.completed_imports
+        .iter()
+        .flat_map(|i| i.manifest.iter())
+        .map(|m| (binlog_relative(&m.path), m.size, m.crc32c))
+        .collect()
+}
+
+/// What `backup` holds for the source collection with id `collection_id`, in the form of
+/// [`imported_logs`].
+pub fn backup_logs(backup: &GeneratedBackup, collection_id: i64) -> BTreeSet<(String, u64, u32)> {
+    backup
+        .logs
+        .iter()
+        .filter(|l| l.relative_path.contains(&format!("/{collection_id}/")))
+        .map(|l| (binlog_relative(&l.relative_path), l.size, l.crc32c))
+        .collect()
+}
+
+/// The folder that is `end`'s object storage in a world rooted at `root`.
+fn storage_dir(root: &Path, layout: StorageLayout, end: &str) -> PathBuf {
+    let owner = match layout {
+        StorageLayout::Separate => end,
+        StorageLayout::Shared => TARGET,
+    };
+    root.join("storage").join(owner)
 }
 
 /// `.../binlogs/insert_log/...` → `insert_log/...`: the part of a path staging keeps.
@@ -541,6 +577,20 @@ impl Running {
         }
     }
 
+    /// Whether the process has not ended yet.
+    pub fn is_running(&mut self) -> std::io::Result<bool> {
+        Ok(self.child.try_wait()?.is_none())
+    }
+
+    /// Sends SIGKILL: the process dies at once, as in a machine crash, with nothing flushed.
+    /// A process that already ended is left as it is.
+    pub fn kill(&mut self) -> std::io::Result<()> {
+        match self.child.try_wait()? {
+            Some(_) => Ok(()),
+            None => self.child.start_kill(),
+        }
+    }
+
     /// Waits for the process to end (at most 180 s) and returns what it left.
     pub async fn finish(mut self) -> anyhow::Result<RunResult> {
         let status = tokio::time::timeout(RUN_LIMIT, self.child.wait())
@@ -575,20 +625,22 @@ pub fn plugin(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path.canonicalize()?)
 }
 
-/// The `lockstep` binary next to this test executable (`target/<profile>/lockstep`).
+/// The `lockstep` binary of this build (`target/<profile>/lockstep`): next to a binary such as
+/// the fault runner, or one folder up from a test executable (`target/<profile>/deps/`).
 pub fn lockstep_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary has a path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>");
-    let bin = dir.join("lockstep");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build --workspace --bins` first",
-        bin.display()
-    );
-    bin
+    let exe = std::env::current_exe().expect("the running executable has a path");
+    let bin = exe
+        .ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join("lockstep"))
+        .find(|bin| bin.exists());
+    bin.unwrap_or_else(|| {
+        panic!(
+            "no lockstep binary next to {} or one folder up: run `cargo build --workspace --bins` first",
+            exe.display()
+        )
+    })
 }
 
 /// Polls `cond` every 20 ms for up to `limit`.

@@ -1,0 +1,624 @@
+//! DESIGN.md §2 over what a run left: every end's final `/sim/v1/state` (jobs with their state
+//! histories, collections, the request log), the journal's records, and what each lockstep
+//! process exited with and reported. The checker knows nothing of the schedule that produced
+//! them: a violation is a violation whatever the faults were.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use lockstep::engine::Report;
+use lockstep::journal::{BatchRecord, CommitGroup, Decision, Outcome, RestoreRecord};
+use milvus_sim::ClusterSnapshot;
+use milvus_sim::fixtures::GeneratedBackup;
+use milvus_sim::jobs::JobState;
+
+use crate::{backup_logs, imported_logs};
+
+/// One broken promise, with what identifies it. The invariant it breaks is in its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// Invariant 1: a secondary was sent an import create, commit or abort.
+    SecondaryWritten { end: String, route: String },
+    /// Invariant 1: commit sent before `end` reported the job Uncommitted.
+    CommitBeforeUncommitted { job: i64, end: String },
+    /// Invariant 1: commit sent for a job whose group has no commit decision on record.
+    CommitWithoutDecision { job: i64 },
+    /// Invariant 1: commit sent before the decision was written.
+    CommitBeforeDecision {
+        job: i64,
+        decided_ms: i64,
+        commit_ms: i64,
+    },
+    /// Invariants 2 and 4: a job left in a non-final state after the run converged.
+    Held {
+        end: String,
+        job: i64,
+        state: JobState,
+    },
+    /// Invariant 2: a job of a group never decided for commit became visible.
+    VisibleWithoutDecision { end: String, job: i64 },
+    /// Invariant 3: a job of a committed group is not Completed on the target.
+    CommittedNotCompleted { job: i64, state: Option<JobState> },
+    /// Invariant 3: a committed job is not Completed on a secondary, and no report names it.
+    UnreportedDivergence {
+        end: String,
+        job: i64,
+        state: Option<JobState>,
+    },
+    /// Invariant 3: a report names a divergence that did not happen.
+    FalseDivergence { end: String, job: String },
+    /// Invariant 4: a Completed job the journal never committed (a double import).
+    OrphanCompleted { end: String, job: i64 },
+    /// Invariant 4: two attempts both committed one collection.
+    CommittedTwice { collection: String },
+    /// Visible data differs from the backup's for a committed collection.
+    DataMismatch {
+        end: String,
+        collection: String,
+        detail: String,
+    },
+    /// Invariant 4: a restore left unfinished after the runner resumed it.
+    NotConverged {
+        restore: String,
+        outcome: Option<Outcome>,
+    },
+    /// The report (or journal) says something other than what happened.
+    OutcomeDisagrees { restore: String, detail: String },
+    /// A process's exit code is not its report's.
+    ExitCodeDisagrees {
+        process: String,
+        code: i32,
+        outcome: Outcome,
+    },
+    /// Invariant 6: the host died (panic, signal) without being told to.
+    HostDied { process: String, code: i32 },
+    /// Invariant 6: a check that broke its bounds did not stop the restore.
+    CheckIgnored { restore: String },
+    /// Invariant 5: the same content submitted again ran again.
+    RanTwice { detail: String },
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use Violation::*;
+        match self {
+            SecondaryWritten { end, route } => {
+                write!(f, "[inv 1] secondary {end} was sent {route}")
+            }
+            CommitBeforeUncommitted { job, end } => write!(
+                f,
+                "[inv 1] commit of job {job} sent before {end} reported it Uncommitted"
+            ),
+            CommitWithoutDecision { job } => write!(
+                f,
+                "[inv 1] commit of job {job} sent, but no commit decision is on record"
+            ),
+            CommitBeforeDecision {
+                job,
+                decided_ms,
+                commit_ms,
+            } => write!(
+                f,
+                "[inv 1] commit of job {job} sent at {commit_ms} before its decision at {decided_ms}"
+            ),
+            Held { end, job, state } => {
+                write!(f, "[inv 2/4] {end} still holds job {job} in {state:?}")
+            }
+            VisibleWithoutDecision { end, job } => write!(
+                f,
+                "[inv 2] job {job} Completed on {end} without a commit decision"
+            ),
+            CommittedNotCompleted { job, state } => write!(
+                f,
+                "[inv 3] committed job {job} is {state:?} on the target, not Completed"
+            ),
+            UnreportedDivergence { end, job, state } => write!(
+                f,
+                "[inv 3] committed job {job} is {state:?} on {end}, and no report names it"
+            ),
+            FalseDivergence { end, job } => write!(
+                f,
+                "[inv 3] a report names job {job} on {end} as diverged, but it is Completed there"
+            ),
+            OrphanCompleted { end, job } => write!(
+                f,
+                "[inv 4] job {job} Completed on {end} but no journal record committed it"
+            ),
+            CommittedTwice { collection } => {
+                write!(f, "[inv 4] two attempts committed {collection}")
+            }
+            DataMismatch {
+                end,
+                collection,
+                detail,
+            } => write!(f, "[data] {collection} on {end}: {detail}"),
+            NotConverged { restore, outcome } => write!(
+                f,
+                "[inv 4] restore {restore} did not converge (outcome {outcome:?})"
+            ),
+            OutcomeDisagrees { restore, detail } => {
+                write!(f, "[report] restore {restore}: {detail}")
+            }
+            ExitCodeDisagrees {
+                process,
+                code,
+                outcome,
+            } => write!(
+                f,
+                "[report] {process} exited {code} but reported {outcome:?} (exit {})",
+                outcome.exit_code()
+            ),
+            HostDied { process, code } => {
+                write!(f, "[inv 6] {process} died with exit code {code}")
+            }
+            CheckIgnored { restore } => write!(
+                f,
+                "[inv 6] restore {restore} was committed although its check broke its bounds"
+            ),
+            RanTwice { detail } => write!(f, "[inv 5] {detail}"),
+        }
+    }
+}
+
+/// How a lockstep process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// It ended by itself.
+    Finished,
+    /// The runner killed it (SIGKILL).
+    Killed,
+    /// It was told to die at a crash point.
+    CrashPoint,
+}
+
+/// What one lockstep process left.
+#[derive(Debug, Clone)]
+pub struct ProcessRun {
+    /// e.g. "run#1", "recover#2", "race#1".
+    pub name: String,
+    pub ending: Ending,
+    pub code: i32,
+    pub report: Option<Report>,
+}
+
+/// Invariant 5, when the runner submitted a finished job's content once more.
+#[derive(Debug, Clone)]
+pub struct Resubmission {
+    pub first_restore_id: String,
+    pub run: ProcessRun,
+    /// `import/create` requests the target received before and after.
+    pub creates_before: usize,
+    pub creates_after: usize,
+}
+
+/// Everything the checker reads.
+pub struct Evidence<'a> {
+    /// Every end's final state, target first.
+    pub ends: &'a [(String, ClusterSnapshot)],
+    /// Every journal record (every attempt).
+    pub records: &'a [RestoreRecord],
+    /// Every lockstep process, in start order.
+    pub processes: &'a [ProcessRun],
+    pub backup: &'a GeneratedBackup,
+    /// The job's check traps, loops or outgrows its memory.
+    pub misbehaving_check: bool,
+    pub resubmission: Option<&'a Resubmission>,
+}
+
+/// Import writes; a secondary must never receive one.
+const IMPORT_WRITES: [&str; 3] = ["import/create", "import/commit", "import/abort"];
+
+/// Invariant 1 from the ends alone: no secondary received an import write, and every commit
+/// reached the target only after every end reported its job Uncommitted.
+pub fn commits_followed_every_uncommitted(ends: &[(String, ClusterSnapshot)]) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for (end, state) in ends.iter().skip(1) {
+        for r in &state.requests {
+            if IMPORT_WRITES.iter().any(|w| r.route.ends_with(w)) {
+                found.push(Violation::SecondaryWritten {
+                    end: end.clone(),
+                    route: r.route.clone(),
+                });
+            }
+        }
+    }
+    let Some((_, target)) = ends.first() else {
+        return found;
+    };
+    for commit in target.requests_to("import/commit") {
+        let Some(job) = commit.job_id.as_deref().and_then(|j| j.parse::<i64>().ok()) else {
+            continue;
+        };
+        for (end, state) in ends {
+            let uncommitted = state
+                .job(job)
+                .and_then(|j| j.history.iter().find(|h| h.state == JobState::Uncommitted))
+                .map(|h| h.at.unix_ms);
+            if uncommitted.is_none_or(|at| at > commit.at.unix_ms) {
+                found.push(Violation::CommitBeforeUncommitted {
+                    job,
+                    end: end.clone(),
+                });
+            }
+        }
+    }
+    found
+}
+
+/// Invariants 2 and 4's end state: no job on any end short of Completed or Failed.
+pub fn nothing_held(ends: &[(String, ClusterSnapshot)]) -> Vec<Violation> {
+    ends.iter()
+        .flat_map(|(end, state)| {
+            state
+                .jobs
+                .iter()
+                .filter(|j| !j.state.is_terminal())
+                .map(|j| Violation::Held {
+                    end: end.clone(),
+                    job: j.job_id,
+                    state: j.state,
+                })
+        })
+        .collect()
+}
+
+/// After a rollback: nothing held, nothing Completed and no collection left on any end.
+pub fn nothing_restored(ends: &[(String, ClusterSnapshot)]) -> Vec<Violation> {
+    let mut found = nothing_held(ends);
+    for (end, state) in ends {
+        for j in state.jobs.iter().filter(|j| j.state == JobState::Completed) {
+            found.push(Violation::VisibleWithoutDecision {
+                end: end.clone(),
+                job: j.job_id,
+            });
+        }
+        for c in &state.collections {
+            found.push(Violation::OutcomeDisagrees {
+                restore: "-".into(),
+                detail: format!(
+                    "collection {}.{} left behind on {end} after a rollback",
+                    c.db_name, c.name
+                ),
+            });
+        }
+    }
+    found
+}
+
+/// A batch as the journal holds it, with its commit decision's time if it has one.
+struct Submitted<'a> {
+    record: &'a RestoreRecord,
+    batch: &'a BatchRecord,
+    committed_ms: Option<i64>,
+}
+
+fn committed_ms(group: &CommitGroup) -> Option<i64> {
+    match &group.decision {
+        Some(Decision::Commit { at }) => Some(at.as_millisecond()),
+        _ => None,
+    }
+}
+
+fn job_state(state: &ClusterSnapshot, job: i64) -> Option<JobState> {
+    state.job(job).map(|j| j.state)
+}
+
+/// Every invariant, over everything a run left.
+pub fn check(e: &Evidence<'_>) -> Vec<Violation> {
+    let mut found = commits_followed_every_uncommitted(e.ends);
+    found.extend(nothing_held(e.ends));
+    let Some((_, target)) = e.ends.first() else {
+        return found;
+    };
+
+    let mut submitted: BTreeMap<i64, Submitted<'_>> = BTreeMap::new();
+    for record in e.records {
+        for group in &record.groups {
+            for batch in &group.batches {
+                if let Some(job) = batch.job_id.as_ref().and_then(|j| j.0.parse::<i64>().ok()) {
+                    submitted.insert(
+                        job,
+                        Submitted {
+                            record,
+                            batch,
+                            committed_ms: committed_ms(group),
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    // Invariant 1 against the journal: the decision was durable before each commit.
+    for commit in target.requests_to("import/commit") {
+        let Some(job) = commit.job_id.as_deref().and_then(|j| j.parse::<i64>().ok()) else {
+            continue;
+        };
+        match submitted.get(&job).and_then(|s| s.committed_ms) {
+            None => found.push(Violation::CommitWithoutDecision { job }),
+            Some(decided_ms) if decided_ms > commit.at.unix_ms => {
+                found.push(Violation::CommitBeforeDecision {
+                    job,
+                    decided_ms,
+                    commit_ms: commit.at.unix_ms,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+
+    // Invariants 2 and 3 per job; 4 for jobs nobody committed.
+    for (job, s) in &submitted {
+        let diverged = |end: &str| {
+            s.record.report.as_ref().is_some_and(|r| {
+                r["divergences"].as_array().is_some_and(|ds| {
+                    ds.iter()
+                        .any(|d| d["end"] == end && d["job_id"] == job.to_string().as_str())
+                })
+            })
+        };
+        if s.committed_ms.is_some() {
+            let state = job_state(target, *job);
+            if state != Some(JobState::Completed) {
+                found.push(Violation::CommittedNotCompleted { job: *job, state });
+            }
+            for (end, snapshot) in e.ends.iter().skip(1) {
+                let state = job_state(snapshot, *job);
+                if state != Some(JobState::Completed) && !diverged(end) {
+                    found.push(Violation::UnreportedDivergence {
+                        end: end.clone(),
+                        job: *job,
+                        state,
+                    });
+                }
+            }
+        } else {
+            for (end, snapshot) in e.ends {
+                if job_state(snapshot, *job) == Some(JobState::Completed) {
+                    found.push(Violation::VisibleWithoutDecision {
+                        end: end.clone(),
+                        job: *job,
+                    });
+                }
+            }
+        }
+    }
+    for (end, snapshot) in e.ends {
+        for j in &snapshot.jobs {
+            if j.state == JobState::Completed && !submitted.contains_key(&j.job_id) {
+                found.push(Violation::OrphanCompleted {
+                    end: end.clone(),
+                    job: j.job_id,
+                });
+            }
+        }
+    }
+
+    found.extend(check_data(e, &submitted));
+    found.extend(check_records(e));
+    found.extend(check_processes(e));
+    if let Some(r) = e.resubmission {
+        found.extend(check_resubmission(r));
+    }
+    found
+}
+
+/// Visible data: each committed collection holds exactly the backup's logs, imported once,
+/// on every end that did not diverge; a collection nobody committed shows no rows.
+fn check_data(e: &Evidence<'_>, submitted: &BTreeMap<i64, Submitted<'_>>) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for c in &e.backup.info.collection_backups {
+        let name = format!("{}.{}", c.db_name, c.collection_name);
+        let of_collection =
+            |s: &&Submitted<'_>| s.batch.db == c.db_name && s.batch.collection == c.collection_name;
+        let committed: Vec<&Submitted<'_>> = submitted
+            .values()
+            .filter(of_collection)
+            .filter(|s| s.committed_ms.is_some())
+            .collect();
+        let attempts: BTreeSet<&str> = committed.iter().map(|s| s.record.id.0.as_str()).collect();
+        if attempts.len() > 1 {
+            found.push(Violation::CommittedTwice {
+                collection: name.clone(),
+            });
+        }
+        let want = backup_logs(e.backup, c.collection_id);
+        for (end, snapshot) in e.ends {
+            let collection = snapshot.collection(&c.db_name, &c.collection_name);
+            let rows = collection.map_or(0, |c| c.visible_rows);
+            if committed.is_empty() {
+                if rows != 0 {
+                    found.push(Violation::DataMismatch {
+                        end: end.clone(),
+                        collection: name.clone(),
+                        detail: format!("{rows} rows visible, but no attempt committed it"),
+                    });
+                }
+                continue;
+            }
+            let completed = committed
+                .iter()
+                .filter(|s| {
+                    s.batch
+                        .job_id
+                        .as_ref()
+                        .and_then(|j| j.0.parse::<i64>().ok())
+                        .and_then(|j| job_state(snapshot, j))
+                        == Some(JobState::Completed)
+                })
+                .count();
+            if completed < committed.len() {
+                // A divergence on this end (named, or flagged above): its data is partial.
+                continue;
+            }
+            let completed_here = snapshot
+                .jobs
+                .iter()
+                .filter(|j| {
+                    j.state == JobState::Completed
+                        && j.db_name == c.db_name
+                        && j.collection_name == c.collection_name
+                })
+                .count();
+            if completed_here != committed.len() {
+                found.push(Violation::DataMismatch {
+                    end: end.clone(),
+                    collection: name.clone(),
+                    detail: format!(
+                        "{completed_here} Completed imports for {} committed batches",
+                        committed.len()
+                    ),
+                });
+            }
+            let got = collection.map(imported_logs).unwrap_or_default();
+            if got != want {
+                let missing = want.difference(&got).count();
+                let extra = got.difference(&want).count();
+                found.push(Violation::DataMismatch {
+                    end: end.clone(),
+                    collection: name.clone(),
+                    detail: format!(
+                        "imported logs differ from the backup's: {missing} missing, {extra} not in the backup"
+                    ),
+                });
+            }
+        }
+    }
+    found
+}
+
+/// Each record finished, and its outcome and report say what its groups' decisions and the
+/// ends show.
+fn check_records(e: &Evidence<'_>) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for record in e.records {
+        let restore = record.id.0.clone();
+        let disagree = |detail: String| Violation::OutcomeDisagrees {
+            restore: restore.clone(),
+            detail,
+        };
+        let Some(outcome) = record.outcome.filter(|o| *o != Outcome::Incomplete) else {
+            found.push(Violation::NotConverged {
+                restore: restore.clone(),
+                outcome: record.outcome,
+            });
+            continue;
+        };
+        let report: Option<Report> = record
+            .report
+            .as_ref()
+            .and_then(|r| serde_json::from_value(r.clone()).ok());
+        let Some(report) = report else {
+            found.push(disagree(format!(
+                "finished {outcome:?} without a readable report"
+            )));
+            continue;
+        };
+        if report.outcome != outcome {
+            found.push(disagree(format!(
+                "journal says {outcome:?}, its report {:?}",
+                report.outcome
+            )));
+        }
+        let committed = record.groups.iter().filter(|g| committed_ms(g).is_some());
+        let committed_groups = committed.count();
+        let all_committed = !record.groups.is_empty() && committed_groups == record.groups.len();
+        match outcome {
+            Outcome::Succeeded | Outcome::Diverged if !all_committed => {
+                found.push(disagree(format!(
+                    "reported {outcome:?} with {committed_groups} of {} groups committed",
+                    record.groups.len()
+                )));
+            }
+            Outcome::RolledBack | Outcome::Refused if committed_groups > 0 => {
+                found.push(disagree(format!(
+                    "reported {outcome:?} but {committed_groups} group(s) were committed"
+                )));
+            }
+            _ => {}
+        }
+        if outcome == Outcome::Succeeded && !report.divergences.is_empty() {
+            found.push(disagree("succeeded with divergences".into()));
+        }
+        if outcome == Outcome::Diverged && report.divergences.is_empty() {
+            found.push(disagree("diverged without naming a divergence".into()));
+        }
+        for d in &report.divergences {
+            let state = e
+                .ends
+                .iter()
+                .find(|(end, _)| *end == d.end)
+                .and_then(|(_, s)| d.job_id.parse().ok().and_then(|j| job_state(s, j)));
+            if state == Some(JobState::Completed) {
+                found.push(Violation::FalseDivergence {
+                    end: d.end.clone(),
+                    job: d.job_id.clone(),
+                });
+            }
+            if d.reason.is_empty() {
+                found.push(disagree(format!(
+                    "divergence of job {} on {} has no reason",
+                    d.job_id, d.end
+                )));
+            }
+        }
+        if e.misbehaving_check && committed_groups > 0 {
+            found.push(Violation::CheckIgnored {
+                restore: restore.clone(),
+            });
+        }
+    }
+    found
+}
+
+/// Every process that was not killed ended with one of lockstep's exit codes and the report
+/// its code stands for.
+fn check_processes(e: &Evidence<'_>) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for p in e.processes {
+        if let Some(report) = &p.report
+            && report.exit_code() != p.code
+        {
+            found.push(Violation::ExitCodeDisagrees {
+                process: p.name.clone(),
+                code: p.code,
+                outcome: report.outcome,
+            });
+        }
+        if p.ending == Ending::Finished && !(0..=4).contains(&p.code) {
+            found.push(Violation::HostDied {
+                process: p.name.clone(),
+                code: p.code,
+            });
+        }
+    }
+    found
+}
+
+fn check_resubmission(r: &Resubmission) -> Vec<Violation> {
+    let mut found = Vec::new();
+    if r.creates_after != r.creates_before {
+        found.push(Violation::RanTwice {
+            detail: format!(
+                "resubmitting finished content sent {} more import creates",
+                r.creates_after - r.creates_before
+            ),
+        });
+    }
+    match &r.run.report {
+        Some(report) if report.restore_id == r.first_restore_id => {}
+        Some(report) => found.push(Violation::RanTwice {
+            detail: format!(
+                "resubmitting the content of {} answered with restore {}",
+                r.first_restore_id, report.restore_id
+            ),
+        }),
+        None => found.push(Violation::RanTwice {
+            detail: format!(
+                "resubmitting the content of {} printed no report (exit {})",
+                r.first_restore_id, r.run.code
+            ),
+        }),
+    }
+    found
+}

@@ -1,0 +1,402 @@
+//! What one seed draws: the world (topology, storage, backup), the job (atomicity, grace, a
+//! check), the journal, and a schedule of timed faults. A scenario is plain data, so it
+//! prints and replays: the same seed (and the same environment: etcd present or not) always
+//! draws the same scenario.
+
+use std::fmt;
+use std::time::Duration;
+
+use milvus_sim::faults::{ApiEffect, ApiFace};
+use milvus_sim::fixtures::binlog::SplitMix64;
+use milvus_sim::fixtures::{BackupSpec, L0Segments, SchemaMix};
+use milvus_sim::jobs::JobState;
+
+use crate::{StorageLayout, TARGET, WorldSpec, secondary};
+
+/// When in the run the schedule's faults fall: from the first process start to this.
+const WINDOW_MS: u64 = 4_000;
+
+/// One seed's whole run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scenario {
+    pub seed: u64,
+    pub secondaries: usize,
+    pub storage: StorageLayout,
+    pub backup: BackupShape,
+    pub atomicity: Atomicity,
+    /// The job's `mirror_grace`: how long a mirror may trail the target.
+    pub mirror_grace_ms: u64,
+    pub check: Option<CheckSetup>,
+    pub journal: JournalKind,
+    /// `LOCKSTEP_CRASH_AT` for the first process.
+    pub crash_at: Option<&'static str>,
+    /// How a killed or crashed host is brought back.
+    pub resume: Resume,
+    /// Timed faults, in time order.
+    pub schedule: Vec<Timed>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackupShape {
+    pub collections: u32,
+    pub partitions: u32,
+    pub segments_per_partition: u32,
+    pub l0: L0Segments,
+    pub schema: SchemaMix,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Atomicity {
+    Restore,
+    Collection,
+}
+
+impl Atomicity {
+    pub fn name(self) -> &'static str {
+        match self {
+            Atomicity::Restore => "restore",
+            Atomicity::Collection => "collection",
+        }
+    }
+}
+
+/// A `test-guest` check in the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckSetup {
+    pub behaviour: CheckBehaviour,
+    pub phase: CheckPhase,
+}
+
+/// What the check does: pass, or break one of its bounds (invariant 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckBehaviour {
+    Pass,
+    Trap,
+    LoopForever,
+    Allocate,
+}
+
+impl CheckBehaviour {
+    /// The `behaviour` config test-guest reads.
+    pub fn config(self) -> &'static str {
+        match self {
+            CheckBehaviour::Pass => "pass",
+            CheckBehaviour::Trap => "trap",
+            CheckBehaviour::LoopForever => "loop-forever",
+            CheckBehaviour::Allocate => "allocate",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckPhase {
+    BeforeImport,
+    BeforeCommit,
+}
+
+impl CheckPhase {
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckPhase::BeforeImport => "before-import",
+            CheckPhase::BeforeCommit => "before-commit",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JournalKind {
+    /// JSON files in the world's state directory.
+    Embedded,
+    /// The etcd at `LOCKSTEP_TEST_ETCD`, under a prefix of its own.
+    Etcd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// `lockstep recover`.
+    Recover,
+    /// `lockstep run FILE` again.
+    RunAgain,
+}
+
+/// A fault at `at_ms` after the first lockstep process starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timed {
+    pub at_ms: u64,
+    pub fault: Fault,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// The target's stream to secondary `to` lags by `lag_ms` from now on.
+    StreamLag { to: String, lag_ms: u64 },
+    /// The stream to `to` stops for `for_ms`, then flows again.
+    StreamPause { to: String, for_ms: u64 },
+    /// The `nth` job created on `end` from now fails on reaching `state`.
+    JobFails {
+        end: String,
+        nth: u32,
+        state: JobState,
+    },
+    /// `end`'s API answers 503 / Unavailable, or late, for `for_ms`.
+    Api {
+        end: String,
+        face: ApiFace,
+        effect: ApiEffect,
+        for_ms: u64,
+    },
+    /// Staged files vanish from secondary `end`'s storage.
+    DeleteStaged { end: String },
+    /// `end` goes down for `down_ms`.
+    Restart { end: String, down_ms: u64 },
+    /// SIGKILL of the running lockstep process, which is then resumed.
+    KillHost,
+    /// A second host runs the same job on the same etcd journal.
+    RaceHost,
+}
+
+impl Fault {
+    /// The kind, for the runner's counts.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::StreamLag { .. } => "stream-lag",
+            Fault::StreamPause { .. } => "stream-pause",
+            Fault::JobFails { end, .. } if end == TARGET => "target-job-fails",
+            Fault::JobFails { .. } => "mirror-job-fails",
+            Fault::Api {
+                effect: ApiEffect::Unavailable,
+                ..
+            } => "api-unavailable",
+            Fault::Api { .. } => "api-slow",
+            Fault::DeleteStaged { .. } => "staged-files-deleted",
+            Fault::Restart { .. } => "cluster-restart",
+            Fault::KillHost => "host-sigkill",
+            Fault::RaceHost => "second-host-race",
+        }
+    }
+}
+
+/// Draws from the seed's generator; every draw goes through here, so the order of draws is
+/// the only thing a scenario depends on.
+struct Draw(SplitMix64);
+
+impl Draw {
+    /// A value in `lo..=hi`.
+    fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.0.below(hi - lo + 1)
+    }
+
+    fn chance(&mut self, in_: u64) -> bool {
+        self.0.below(in_) == 0
+    }
+
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.0.below(items.len() as u64) as usize]
+    }
+}
+
+impl Scenario {
+    /// The scenario of `seed`. Without etcd the journal is embedded and no second host races.
+    pub fn draw(seed: u64, etcd_available: bool) -> Scenario {
+        // Spread neighbouring seeds apart before the first draw.
+        let mut d = Draw(SplitMix64::new(
+            seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5EED,
+        ));
+        let secondaries = d.between(0, 3) as usize;
+        let storage = if secondaries > 0 && d.chance(3) {
+            StorageLayout::Shared
+        } else {
+            StorageLayout::Separate
+        };
+        let backup = BackupShape {
+            collections: d.between(1, 20) as u32,
+            partitions: d.between(1, 3) as u32,
+            segments_per_partition: d.between(1, 2) as u32,
+            l0: d.pick(&[L0Segments::Present, L0Segments::Absent]),
+            schema: d.pick(&[SchemaMix::Plain, SchemaMix::Varied]),
+        };
+        let atomicity = d.pick(&[Atomicity::Restore, Atomicity::Collection]);
+        let mirror_grace_ms = d.between(1_000, 3_000);
+        let check = d.chance(4).then(|| CheckSetup {
+            behaviour: d.pick(&[
+                CheckBehaviour::Pass,
+                CheckBehaviour::Trap,
+                CheckBehaviour::LoopForever,
+                CheckBehaviour::Allocate,
+            ]),
+            phase: d.pick(&[CheckPhase::BeforeImport, CheckPhase::BeforeCommit]),
+        });
+        let journal = if d.chance(3) && etcd_available {
+            JournalKind::Etcd
+        } else {
+            JournalKind::Embedded
+        };
+        let crash_at = d
+            .chance(6)
+            .then(|| d.pick(lockstep::engine::faults::POINTS));
+        let resume = d.pick(&[Resume::Recover, Resume::RunAgain]);
+
+        let ends: Vec<String> = std::iter::once(TARGET.to_string())
+            .chain((0..secondaries).map(secondary))
+            .collect();
+        // Jobs a restore creates: about one per partition, more with several segments.
+        let jobs = u64::from(backup.collections * backup.partitions);
+        let faults = d.between(0, 4);
+        let mut schedule = Vec::new();
+        for _ in 0..faults {
+            let at_ms = d.between(0, WINDOW_MS);
+            let kind = d.between(0, 9);
+            let fault = match kind {
+                0 | 1 if secondaries > 0 => {
+                    let to = secondary(d.between(0, secondaries as u64 - 1) as usize);
+                    if kind == 0 {
+                        // Shorter or longer than the grace.
+                        let lag_ms = if d.chance(2) {
+                            d.between(50, mirror_grace_ms / 2)
+                        } else {
+                            d.between(mirror_grace_ms + 200, mirror_grace_ms + 2_500)
+                        };
+                        Fault::StreamLag { to, lag_ms }
+                    } else {
+                        let for_ms = d.between(100, mirror_grace_ms * 2);
+                        Fault::StreamPause { to, for_ms }
+                    }
+                }
+                2 | 3 => {
+                    let end = ends[d.between(0, ends.len() as u64 - 1) as usize].clone();
+                    // A target job fails before it is ready (after that only a commit moves
+                    // it, and a commit cannot fail in Milvus); a mirror fails at any state.
+                    let state = if end == TARGET {
+                        d.pick(&[JobState::Importing, JobState::Uncommitted])
+                    } else {
+                        d.pick(&[
+                            JobState::Importing,
+                            JobState::Uncommitted,
+                            JobState::Committing,
+                        ])
+                    };
+                    let nth = d.between(1, jobs.max(1)) as u32;
+                    Fault::JobFails { end, nth, state }
+                }
+                4 | 5 => {
+                    let end = ends[d.between(0, ends.len() as u64 - 1) as usize].clone();
+                    let face = d.pick(&[ApiFace::Rest, ApiFace::Grpc, ApiFace::Both]);
+                    let effect = if d.chance(2) {
+                        ApiEffect::Unavailable
+                    } else {
+                        ApiEffect::Delay {
+                            delay_ms: d.between(50, 1_500),
+                        }
+                    };
+                    let for_ms = d.between(100, 3_000);
+                    Fault::Api {
+                        end,
+                        face,
+                        effect,
+                        for_ms,
+                    }
+                }
+                6 if secondaries > 0 => Fault::DeleteStaged {
+                    end: secondary(d.between(0, secondaries as u64 - 1) as usize),
+                },
+                7 => Fault::Restart {
+                    end: ends[d.between(0, ends.len() as u64 - 1) as usize].clone(),
+                    down_ms: d.between(100, 2_000),
+                },
+                9 if journal == JournalKind::Etcd => Fault::RaceHost,
+                _ => Fault::KillHost,
+            };
+            schedule.push(Timed { at_ms, fault });
+        }
+        schedule.sort_by_key(|t| t.at_ms);
+        Scenario {
+            seed,
+            secondaries,
+            storage,
+            backup,
+            atomicity,
+            mirror_grace_ms,
+            check,
+            journal,
+            crash_at,
+            resume,
+            schedule,
+        }
+    }
+
+    /// The world this scenario runs in: fast stages and small binlogs, so a run takes
+    /// seconds; the stream lag starts at the default and faults change it.
+    pub fn world_spec(&self) -> WorldSpec {
+        let base = WorldSpec::default();
+        WorldSpec {
+            secondaries: self.secondaries,
+            storage: self.storage,
+            backup: BackupSpec {
+                name: "faults_backup".into(),
+                seed: self.seed,
+                collections: self.backup.collections,
+                partitions: self.backup.partitions,
+                segments_per_partition: self.backup.segments_per_partition,
+                l0_segments: self.backup.l0,
+                schema: self.backup.schema,
+                ..base.backup.clone()
+            },
+            ..base
+        }
+    }
+
+    /// The longest a stream may still be delivering after the last fault: what the runner
+    /// waits for mirrors to settle.
+    pub fn longest_lag(&self) -> Duration {
+        let lag = self
+            .schedule
+            .iter()
+            .filter_map(|t| match &t.fault {
+                Fault::StreamLag { lag_ms, .. } => Some(*lag_ms),
+                Fault::StreamPause { for_ms, .. } => Some(*for_ms),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        Duration::from_millis(lag) + WorldSpec::default().stream_lag
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = &self.backup;
+        writeln!(
+            f,
+            "seed {}: 1 target + {} secondaries ({:?} storage), backup {} collections x {} partitions x {} segments (L0 {:?}, schema {:?})",
+            self.seed,
+            self.secondaries,
+            self.storage,
+            b.collections,
+            b.partitions,
+            b.segments_per_partition,
+            b.l0,
+            b.schema
+        )?;
+        writeln!(
+            f,
+            "  job: atomicity {}, mirror_grace {} ms, check {}, journal {:?}, crash at {}, resume by {:?}",
+            self.atomicity.name(),
+            self.mirror_grace_ms,
+            self.check.map_or("none".to_string(), |c| format!(
+                "{} at {}",
+                c.behaviour.config(),
+                c.phase.name()
+            )),
+            self.journal,
+            self.crash_at.unwrap_or("none"),
+            self.resume
+        )?;
+        if self.schedule.is_empty() {
+            writeln!(f, "  schedule: no timed faults")?;
+        }
+        for t in &self.schedule {
+            writeln!(f, "  at {:>5} ms: {:?}", t.at_ms, t.fault)?;
+        }
+        Ok(())
+    }
+}
