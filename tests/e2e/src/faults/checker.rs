@@ -35,6 +35,9 @@ pub enum Violation {
         job: i64,
         state: JobState,
     },
+    /// Invariant 2: a job held when its restore failed was never aborted; it failed only
+    /// because its collection was dropped afterwards.
+    AbortSkipped { job: i64 },
     /// Invariant 2: a job of a group never decided for commit became visible.
     VisibleWithoutDecision { end: String, job: i64 },
     /// Invariant 3: a job of a committed group is not Completed on the target.
@@ -104,6 +107,10 @@ impl fmt::Display for Violation {
             Held { end, job, state } => {
                 write!(f, "[inv 2/4] {end} still holds job {job} in {state:?}")
             }
+            AbortSkipped { job } => write!(
+                f,
+                "[inv 2] job {job} was held when its restore failed, but no abort was sent (it died with its collection)"
+            ),
             VisibleWithoutDecision { end, job } => write!(
                 f,
                 "[inv 2] job {job} Completed on {end} without a commit decision"
@@ -347,6 +354,11 @@ pub fn check(e: &Evidence<'_>) -> Vec<Violation> {
         }
     }
 
+    let aborted: BTreeSet<i64> = target
+        .requests_to("import/abort")
+        .iter()
+        .filter_map(|r| r.job_id.as_deref().and_then(|j| j.parse().ok()))
+        .collect();
     // Invariants 2 and 3 per job; 4 for jobs nobody committed.
     for (job, s) in &submitted {
         let diverged = |end: &str| {
@@ -373,6 +385,14 @@ pub fn check(e: &Evidence<'_>) -> Vec<Violation> {
                 }
             }
         } else {
+            // A job the failure found alive must be aborted; a drop of its collection is
+            // cleanup, not the abort DESIGN.md §1 asks for.
+            let died_with_collection = target
+                .job(*job)
+                .is_some_and(|j| j.state == JobState::Failed && j.reason.ends_with(" dropped"));
+            if died_with_collection && !aborted.contains(job) {
+                found.push(Violation::AbortSkipped { job: *job });
+            }
             for (end, snapshot) in e.ends {
                 if job_state(snapshot, *job) == Some(JobState::Completed) {
                     found.push(Violation::VisibleWithoutDecision {

@@ -2,6 +2,7 @@
 
 mod atomicity;
 mod crash;
+mod fault_runner;
 mod invariants;
 mod plugins;
 mod refusals;

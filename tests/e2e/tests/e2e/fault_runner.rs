@@ -1,0 +1,168 @@
+//! The fault runner's own tests: its checker catches each bug the engine plants under
+//! `LOCKSTEP_PLANT` (fault-injection builds only), a clean seed passes, and a seed always
+//! draws the same scenario.
+
+use e2e::faults::checker::Violation;
+use e2e::faults::runner::{RunnerConfig, SeedRun, run_seed};
+use e2e::faults::schedule::{Atomicity, Fault, JournalKind, Scenario, Timed};
+use e2e::{StorageLayout, secondary};
+use lockstep::engine::faults::Bug;
+use milvus_sim::jobs::JobState;
+
+/// Seed 7's world and job, pinned to what a planted bug needs: two secondaries on their own
+/// storage, three collections committed together, the embedded journal, no check, no crash,
+/// and `schedule` as the only faults.
+fn pinned(schedule: Vec<Timed>) -> Scenario {
+    let mut s = Scenario::draw(7, false);
+    s.secondaries = 2;
+    s.storage = StorageLayout::Separate;
+    s.backup.collections = 3;
+    s.atomicity = Atomicity::Restore;
+    s.mirror_grace_ms = 3_000;
+    s.check = None;
+    s.journal = JournalKind::Embedded;
+    s.crash_at = None;
+    s.schedule = schedule;
+    s
+}
+
+async fn run_with(plant: Option<Bug>, scenario: &Scenario) -> anyhow::Result<SeedRun> {
+    run_seed(scenario, &RunnerConfig::from_env(plant)).await
+}
+
+/// Asserts that the run reported a violation `wanted` accepts, showing everything if not.
+fn assert_caught(run: &SeedRun, scenario: &Scenario, wanted: fn(&Violation) -> bool) {
+    let found: Vec<String> = run.violations.iter().map(Violation::to_string).collect();
+    assert!(
+        run.violations.iter().any(wanted),
+        "the checker missed the planted bug; it found {found:#?}\n{scenario}\n{}",
+        run.trace
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn catches_a_commit_sent_before_a_mirror_is_uncommitted() -> anyhow::Result<()> {
+    // The stream to s1 lags well behind: a host that does not hold commits before s1 has
+    // even created its mirrors.
+    let scenario = pinned(vec![Timed {
+        at_ms: 0,
+        fault: Fault::StreamLag {
+            to: secondary(0),
+            lag_ms: 1_500,
+        },
+    }]);
+    let run = run_with(Some(Bug::CommitEarly), &scenario).await?;
+    assert_caught(
+        &run,
+        &scenario,
+        |v| matches!(v, Violation::CommitBeforeUncommitted { end, .. } if *end == secondary(0)),
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn catches_an_abort_skipped_after_a_failure_before_the_decision() -> anyhow::Result<()> {
+    // s2's first mirror fails while importing: the restore must abort every job it holds.
+    let scenario = pinned(vec![Timed {
+        at_ms: 0,
+        fault: Fault::JobFails {
+            end: secondary(1),
+            nth: 1,
+            state: JobState::Importing,
+        },
+    }]);
+    let run = run_with(Some(Bug::SkipAbort), &scenario).await?;
+    assert_caught(&run, &scenario, |v| {
+        matches!(v, Violation::AbortSkipped { .. })
+    });
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn catches_a_commit_without_a_written_decision() -> anyhow::Result<()> {
+    let scenario = pinned(vec![]);
+    let run = run_with(Some(Bug::NoDecision), &scenario).await?;
+    assert_caught(&run, &scenario, |v| {
+        matches!(v, Violation::CommitWithoutDecision { .. })
+    });
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_scenario_without_a_planted_bug_passes() -> anyhow::Result<()> {
+    // Each planted-bug scenario, run by a correct engine: the violations above come from
+    // the bug, not from the scenario.
+    for schedule in [
+        vec![Timed {
+            at_ms: 0,
+            fault: Fault::StreamLag {
+                to: secondary(0),
+                lag_ms: 1_500,
+            },
+        }],
+        vec![Timed {
+            at_ms: 0,
+            fault: Fault::JobFails {
+                end: secondary(1),
+                nth: 1,
+                state: JobState::Importing,
+            },
+        }],
+    ] {
+        let scenario = pinned(schedule);
+        let run = run_with(None, &scenario).await?;
+        assert!(
+            run.violations.is_empty(),
+            "{:#?}\n{scenario}\n{}",
+            run.violations,
+            run.trace
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drawn_seed_passes() -> anyhow::Result<()> {
+    let etcd = std::env::var("LOCKSTEP_TEST_ETCD").is_ok();
+    let scenario = Scenario::draw(1, etcd);
+    let run = run_with(None, &scenario).await?;
+    assert!(
+        run.violations.is_empty(),
+        "{:#?}\n{scenario}\n{}",
+        run.violations,
+        run.trace
+    );
+    assert!(
+        run.outcome.is_some(),
+        "no report\n{scenario}\n{}",
+        run.trace
+    );
+    Ok(())
+}
+
+#[test]
+fn a_seed_always_draws_the_same_scenario() {
+    for etcd in [false, true] {
+        let first: Vec<Scenario> = (0..200).map(|seed| Scenario::draw(seed, etcd)).collect();
+        let again: Vec<Scenario> = (0..200).map(|seed| Scenario::draw(seed, etcd)).collect();
+        assert_eq!(first, again);
+        // And seeds differ: at least most neighbours draw different scenarios.
+        let distinct = first
+            .windows(2)
+            .filter(|w| (&w[0].schedule, w[0].backup) != (&w[1].schedule, w[1].backup))
+            .count();
+        assert!(distinct > 190, "only {distinct} of 199 neighbours differ");
+    }
+}
+
+#[test]
+fn without_etcd_no_scenario_uses_it() {
+    for seed in 0..500 {
+        let s = Scenario::draw(seed, false);
+        assert_eq!(s.journal, JournalKind::Embedded, "seed {seed}");
+        assert!(
+            !s.schedule.iter().any(|t| t.fault == Fault::RaceHost),
+            "seed {seed}"
+        );
+    }
+}
