@@ -9,4 +9,6 @@ bash plugins/build.sh
 # The end-to-end tests and the pytest suite run the built binaries.
 cargo build --workspace --bins
 cargo nextest run --workspace --no-fail-fast
+# Seeded fault schedules over whole restores, DESIGN.md §2 checked after each (issue 6).
+cargo run -q -p e2e --bin faults -- --seeds 1..61
 .venv/bin/pytest -q tests/milvus-sim/pytest
