@@ -112,7 +112,7 @@ impl Engine {
             Err(e) => return self.refused_early(job, vec![format!("journal: {e}")]).await,
         };
         if let Some(last) = attempts.last() {
-            if matches!(last.outcome, Some(Outcome::Succeeded | Outcome::Diverged))
+            if last.outcome.is_some_and(Outcome::committed)
                 && let Some(report) = last
                     .report
                     .as_ref()

@@ -165,7 +165,7 @@ pub async fn recover(
         )
     } else if decided && aborted_any {
         (
-            Outcome::RolledBack,
+            Outcome::PartlyCommitted,
             "recovered: committed groups rolled forward, undecided groups aborted".to_string(),
         )
     } else if decided && !report.divergences.is_empty() {

@@ -143,6 +143,7 @@ impl fmt::Display for Report {
             Outcome::Refused => "REFUSED",
             Outcome::RolledBack => "FAILED, ROLLED BACK",
             Outcome::Diverged => "COMMITTED WITH DIVERGENCE",
+            Outcome::PartlyCommitted => "PARTLY COMMITTED, THE REST ROLLED BACK",
             Outcome::Incomplete => "INCOMPLETE (run `lockstep recover`)",
         };
         writeln!(f, "restore {}  [{verdict}]", self.restore_id)?;

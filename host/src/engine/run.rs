@@ -215,8 +215,27 @@ pub(super) async fn attempt(
             (Outcome::Refused, r)
         }
         Err(Stop::Failed(reason)) => {
-            report.summary = reason;
-            (Outcome::RolledBack, vec![])
+            // With collection atomicity, groups decided before the failure stay committed.
+            let committed: Vec<&str> = report
+                .collections
+                .iter()
+                .filter(|c| c.committed)
+                .map(|c| c.target.as_str())
+                .collect();
+            let outcome = match (committed.is_empty(), report.divergences.is_empty()) {
+                (true, _) => Outcome::RolledBack,
+                (false, true) => Outcome::PartlyCommitted,
+                (false, false) => Outcome::Diverged,
+            };
+            report.summary = if committed.is_empty() {
+                reason
+            } else {
+                format!(
+                    "{reason}; committed before the failure and visible on every end: {}",
+                    committed.join(", ")
+                )
+            };
+            (outcome, vec![])
         }
     };
     report.jobs = job_reports(&shared.trackers.lock().expect("tracker lock"));

@@ -89,13 +89,26 @@ pub enum Outcome {
     RolledBack,
     /// Committed, but at least one end failed to make it visible: a named divergence.
     Diverged,
+    /// With collection-level atomicity: some collections were committed and are visible on
+    /// every end, then another failed before its decision and was rolled back; the report
+    /// says which is which.
+    PartlyCommitted,
     /// Stopped without converging (an end stayed unreachable); `lockstep recover` resumes it.
     Incomplete,
 }
 
 impl Outcome {
+    pub const ALL: [Outcome; 6] = [
+        Outcome::Succeeded,
+        Outcome::Refused,
+        Outcome::RolledBack,
+        Outcome::Diverged,
+        Outcome::PartlyCommitted,
+        Outcome::Incomplete,
+    ];
+
     /// 0 success, 1 failed and rolled back, 2 refused, 3 committed with divergence,
-    /// 4 not converged (run `lockstep recover`).
+    /// 4 not converged (run `lockstep recover`), 5 partly committed.
     pub fn exit_code(self) -> i32 {
         match self {
             Outcome::Succeeded => 0,
@@ -103,7 +116,17 @@ impl Outcome {
             Outcome::Refused => 2,
             Outcome::Diverged => 3,
             Outcome::Incomplete => 4,
+            Outcome::PartlyCommitted => 5,
         }
+    }
+
+    /// Whether the restore ended with data it committed: running the same job content
+    /// again would only collide with it, so it is not run again.
+    pub fn committed(self) -> bool {
+        matches!(
+            self,
+            Outcome::Succeeded | Outcome::Diverged | Outcome::PartlyCommitted
+        )
     }
 
     /// The worst of two outcomes, for a batch of restores: divergence and unconverged state
@@ -114,8 +137,9 @@ impl Outcome {
                 Outcome::Succeeded => 0,
                 Outcome::Refused => 1,
                 Outcome::RolledBack => 2,
-                Outcome::Diverged => 3,
-                Outcome::Incomplete => 4,
+                Outcome::PartlyCommitted => 3,
+                Outcome::Diverged => 4,
+                Outcome::Incomplete => 5,
             }
         }
         if rank(other) > rank(self) {
@@ -310,9 +334,19 @@ mod tests {
         assert_eq!(Diverged.worst(RolledBack), Diverged);
         assert_eq!(Refused.worst(Succeeded), Refused);
         assert_eq!(Incomplete.worst(Diverged), Incomplete);
+        assert_eq!(PartlyCommitted.worst(RolledBack), PartlyCommitted);
+        assert_eq!(Diverged.worst(PartlyCommitted), Diverged);
         assert_eq!(
-            [Succeeded, Diverged, RolledBack, Refused, Incomplete].map(|o| o.exit_code()),
-            [0, 3, 1, 2, 4]
+            [
+                Succeeded,
+                Diverged,
+                RolledBack,
+                Refused,
+                Incomplete,
+                PartlyCommitted
+            ]
+            .map(|o| o.exit_code()),
+            [0, 3, 1, 2, 4, 5]
         );
     }
 }

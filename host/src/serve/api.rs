@@ -363,7 +363,9 @@ fn state_code(outcome: Option<Outcome>) -> StateCode {
     match outcome {
         None | Some(Outcome::Incomplete) => StateCode::Executing,
         Some(Outcome::Succeeded) => StateCode::Success,
-        Some(Outcome::Refused | Outcome::RolledBack | Outcome::Diverged) => StateCode::Fail,
+        Some(
+            Outcome::Refused | Outcome::RolledBack | Outcome::Diverged | Outcome::PartlyCommitted,
+        ) => StateCode::Fail,
     }
 }
 
@@ -430,9 +432,10 @@ fn view_of(state: &ApiState, record: &RestoreRecord) -> RestoreView {
     let mut collections: BTreeMap<(String, String), CollectionView> = BTreeMap::new();
     for group in &record.groups {
         let (state_code, error) = match (&group.decision, record.outcome) {
-            (Some(Decision::Commit { .. }), Some(Outcome::Succeeded)) => {
-                (StateCode::Success, String::new())
-            }
+            (
+                Some(Decision::Commit { .. }),
+                Some(Outcome::Succeeded | Outcome::PartlyCommitted),
+            ) => (StateCode::Success, String::new()),
             (Some(Decision::Abort { reason, .. }), _) => (StateCode::Fail, reason.clone()),
             (_, Some(Outcome::Refused | Outcome::RolledBack)) => {
                 (StateCode::Fail, error_message.clone())

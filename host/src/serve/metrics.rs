@@ -21,6 +21,7 @@ fn outcome_label(o: Option<Outcome>) -> &'static str {
         Some(Outcome::Refused) => "refused",
         Some(Outcome::RolledBack) => "rolled_back",
         Some(Outcome::Diverged) => "diverged",
+        Some(Outcome::PartlyCommitted) => "partly_committed",
         Some(Outcome::Incomplete) => "incomplete",
     }
 }

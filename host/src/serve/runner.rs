@@ -368,9 +368,8 @@ impl Runner {
                 });
             }
             Some(last) => {
-                let succeeded =
-                    matches!(last.outcome, Some(Outcome::Succeeded | Outcome::Diverged));
-                if rerun == Rerun::Never || succeeded {
+                let committed = last.outcome.is_some_and(Outcome::committed);
+                if rerun == Rerun::Never || committed {
                     tracing::info!(restore = %last.id, outcome = ?last.outcome, "this job content already ran; not running it again");
                     return Ok(Step::Done(recorded_report(last).map(Box::new)));
                 }

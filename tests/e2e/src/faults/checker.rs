@@ -544,7 +544,18 @@ fn check_records(e: &Evidence<'_>) -> Vec<Violation> {
         let committed_groups = committed.count();
         let all_committed = !record.groups.is_empty() && committed_groups == record.groups.len();
         match outcome {
-            Outcome::Succeeded | Outcome::Diverged if !all_committed => {
+            Outcome::Succeeded if !all_committed => {
+                found.push(disagree(format!(
+                    "reported {outcome:?} with {committed_groups} of {} groups committed",
+                    record.groups.len()
+                )));
+            }
+            // A divergence needs a commit; with collection atomicity another group may have
+            // failed before its decision after it.
+            Outcome::Diverged if committed_groups == 0 => {
+                found.push(disagree("reported Diverged with no group committed".into()));
+            }
+            Outcome::PartlyCommitted if committed_groups == 0 || all_committed => {
                 found.push(disagree(format!(
                     "reported {outcome:?} with {committed_groups} of {} groups committed",
                     record.groups.len()
@@ -605,7 +616,7 @@ fn check_processes(e: &Evidence<'_>) -> Vec<Violation> {
                 outcome: report.outcome,
             });
         }
-        if p.ending == Ending::Finished && !(0..=4).contains(&p.code) {
+        if p.ending == Ending::Finished && !Outcome::ALL.iter().any(|o| o.exit_code() == p.code) {
             found.push(Violation::HostDied {
                 process: p.name.clone(),
                 code: p.code,
