@@ -115,16 +115,18 @@ impl Schedule {
         e.first = None;
     }
 
-    /// The pairs due at `now`, as many as the budget allows, soonest first; and when to look
-    /// again if none is.
+    /// The pairs due at `now`, soonest first, when the budget allows a call; otherwise, or
+    /// when none is due, when to look again. One call may answer for several pairs, so the
+    /// caller makes at most [`Schedule::calls_allowed`] calls and [`Schedule::spend`]s them.
     pub fn due(&mut self, now: Instant) -> Result<Vec<usize>, Instant> {
         self.refill(now);
         let mut due: Vec<usize> = (0..self.entries.len())
             .filter(|&i| self.entries[i].active && self.entries[i].next_at <= now)
             .collect();
         due.sort_by_key(|&i| self.entries[i].next_at);
-        let allowed = self.tokens.floor().max(0.0) as usize;
-        due.truncate(allowed);
+        if self.calls_allowed() == 0 {
+            due.clear();
+        }
         if due.is_empty() {
             let next_entry = self
                 .entries
@@ -144,8 +146,18 @@ impl Schedule {
                 .max(next_token)
                 .max(now + Duration::from_millis(1)));
         }
-        self.tokens -= due.len() as f64;
         Ok(due)
+    }
+
+    /// How many calls the budget allows now.
+    pub fn calls_allowed(&self) -> usize {
+        self.tokens.floor().max(0.0) as usize
+    }
+
+    /// Takes `calls` made from the budget (it may go below zero: a call that had to be
+    /// followed by others pays for them, and the next looks wait for the refill).
+    pub fn spend(&mut self, calls: usize) {
+        self.tokens -= calls as f64;
     }
 
     /// Records what a poll saw and plans the next one.
@@ -259,7 +271,9 @@ mod tests {
         let mut calls = 0usize;
         let mut t = t0;
         while t < t0 + Duration::from_secs(100) {
-            if let Ok(due) = s.due(t) {
+            if let Ok(mut due) = s.due(t) {
+                due.truncate(s.calls_allowed());
+                s.spend(due.len());
                 calls += due.len();
                 for p in due {
                     s.entries[p].next_at = t; // always due again

@@ -13,6 +13,7 @@ use super::progress::JobCounts;
 use super::report::Divergence;
 use super::retry::retry;
 use super::schedule::FirstLook;
+pub use super::watch::Seen;
 use super::watch::{Judgement, Pair, Sight, watch};
 use crate::milvus::{JobState, MilvusJobId};
 
@@ -22,14 +23,6 @@ const CONTROL_IN_FLIGHT: usize = 16;
 /// How long a target job may stay Uncommitted after its commit was accepted before the
 /// commit is sent again (it is idempotent; a lost commit would otherwise wait forever).
 const RECOMMIT_AFTER: Duration = Duration::from_secs(10);
-
-/// The last thing an end said about a job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
-    pub state: JobState,
-    pub progress: i64,
-    pub reason: Option<String>,
-}
 
 /// One import job as the engine follows it.
 #[derive(Debug, Clone)]
@@ -77,6 +70,7 @@ impl Tracker {
                     pairs.push(Pair {
                         job: id.clone(),
                         end,
+                        collection: self.jobs[j].collection.clone(),
                     });
                     owner.push(j);
                 }
@@ -87,13 +81,7 @@ impl Tracker {
 
     fn note(&mut self, j: usize, end: usize, sight: &Sight) {
         match sight {
-            Sight::Seen(p) => {
-                self.jobs[j].seen[end] = Some(Seen {
-                    state: p.state,
-                    progress: p.progress,
-                    reason: p.reason.clone(),
-                })
-            }
+            Sight::Seen(seen) => self.jobs[j].seen[end] = Some(seen.clone()),
             Sight::Missing => self.jobs[j].seen[end] = None,
             Sight::Unreachable(_) => {}
         }
