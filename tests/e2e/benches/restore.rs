@@ -1,0 +1,205 @@
+//! The restore benchmark (DESIGN.md §6), run by hand against milvus-sim:
+//!
+//! ```sh
+//! cargo build --release -p lockstep && cargo bench -p e2e --bench restore [-- FIGURE...]
+//! ```
+//!
+//! It prints, each figure beside its target:
+//! - reaction: from the last mirror reaching Uncommitted to the commit arriving at the target
+//!   (median, p95), and status calls per job per minute, over repeated restores whose mirrors
+//!   lag their target;
+//! - orchestration overhead: lockstep's end-to-end time over the emulator's own import time for
+//!   100 collections × 4 partitions;
+//! - scale: 1,000 collections × 4 partitions against instant imports, wall time and peak RSS.
+//!
+//! Every figure is read from milvus-sim's own request log and job histories, not from
+//! lockstep's report. `BENCH_LOG=FILE` keeps the last restore's info log in FILE.
+
+use std::time::{Duration, Instant};
+
+use e2e::{TARGET, World, WorldSpec};
+use milvus_sim::jobs::JobState;
+
+const REACTION_RUNS: usize = 15;
+
+fn main() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    // `cargo bench -p e2e --bench restore -- overhead` runs only the named figures.
+    let named: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let wanted = |figure: &str| named.is_empty() || named.iter().any(|n| n == figure);
+    runtime.block_on(async {
+        if wanted("reaction") {
+            reaction().await?;
+        }
+        if wanted("overhead") {
+            overhead().await?;
+        }
+        if wanted("scale") {
+            scale().await?;
+        }
+        Ok(())
+    })
+}
+
+/// One restore of `world`'s backup through the binary; wall time and peak RSS (KiB).
+async fn restore(world: &World, extra: &str) -> anyhow::Result<(Duration, u64)> {
+    let job = world.job("bench", extra)?;
+    let started = Instant::now();
+    // Nobody reads its output here: a full pipe would stall it. BENCH_LOG=FILE keeps
+    // lockstep's info log, to see where a figure's time went.
+    let (level, log) = match std::env::var_os("BENCH_LOG") {
+        Some(path) => ("info", std::process::Stdio::from(std::fs::File::create(path)?)),
+        None => ("warn", std::process::Stdio::null()),
+    };
+    let mut child = world
+        .lockstep(&["run", job.to_str().unwrap()], &[("LOCKSTEP_LOG", level)])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()?;
+    let pid = child.id().expect("a running child has a pid");
+    let mut peak_kib = 0;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status?,
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                peak_kib = peak_kib.max(vm_hwm_kib(pid).unwrap_or(0));
+            }
+        }
+    };
+    let elapsed = started.elapsed();
+    anyhow::ensure!(status.success(), "the restore failed: {status}");
+    Ok((elapsed, peak_kib))
+}
+
+/// The process's peak resident set (VmHWM) from /proc, while it runs.
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+async fn reaction() -> anyhow::Result<()> {
+    let mut reactions = Vec::new();
+    let mut describe_rates = Vec::new();
+    for run in 0..REACTION_RUNS {
+        eprint!("\rreaction run {}/{REACTION_RUNS}", run + 1);
+        let mut spec = WorldSpec::with_collections(10);
+        spec.backup.partitions = 4;
+        spec.backup.segments_per_partition = 1;
+        spec.target_stage = Duration::from_millis(150);
+        spec.secondary_stage = Duration::from_millis(150);
+        spec.stream_lag = Duration::from_millis(400);
+        let world = World::start(spec).await?;
+        let (wall, _) = restore(&world, "").await?;
+        let mut last_ready = 0i64;
+        let mut describes = 0usize;
+        let target = world.state(TARGET).await?;
+        for end in world.ends() {
+            let state = world.state(&end).await?;
+            describes += ["import/describe", "import/get_progress", "import/list"]
+                .iter()
+                .map(|route| state.requests_to(route).len())
+                .sum::<usize>();
+            for job in &state.jobs {
+                if let Some(h) = job
+                    .history
+                    .iter()
+                    .find(|h| h.state == JobState::Uncommitted)
+                {
+                    last_ready = last_ready.max(h.at.unix_ms);
+                }
+            }
+        }
+        let first_commit = target
+            .requests_to("import/commit")
+            .iter()
+            .map(|r| r.at.unix_ms)
+            .min()
+            .ok_or_else(|| anyhow::anyhow!("no commit reached the target"))?;
+        reactions.push((first_commit - last_ready) as f64);
+        let jobs = target.jobs.len() as f64;
+        describe_rates.push(describes as f64 / jobs / (wall.as_secs_f64() / 60.0));
+    }
+    eprintln!();
+    reactions.sort_by(f64::total_cmp);
+    describe_rates.sort_by(f64::total_cmp);
+    println!(
+        "reaction: last mirror Uncommitted → commit at the target, {REACTION_RUNS} restores of 40 jobs × 3 ends"
+    );
+    println!(
+        "  median {:>6.0} ms   p95 {:>6.0} ms   (target: median ≤ 250 ms)",
+        percentile(&reactions, 0.5),
+        percentile(&reactions, 0.95)
+    );
+    println!(
+        "  status calls (describe, get_progress, list) per job per minute, all ends: median {:.1}, max {:.1}   (target ≤ 60; milvus-backup's 3 s poll = 20 per end)",
+        percentile(&describe_rates, 0.5),
+        describe_rates.last().copied().unwrap_or(0.0)
+    );
+    Ok(())
+}
+
+async fn overhead() -> anyhow::Result<()> {
+    let mut spec = WorldSpec::with_collections(100);
+    spec.backup.partitions = 4;
+    spec.backup.segments_per_partition = 1;
+    spec.backup.l0_segments = milvus_sim::fixtures::L0Segments::Absent;
+    spec.target_stage = Duration::from_millis(2000);
+    spec.secondary_stage = Duration::from_millis(2000);
+    spec.max_import_job_num = 2048;
+    let world = World::start(spec).await?;
+    let (wall, _) = restore(&world, "").await?;
+    // The emulator's own import time: from the first create it received to the last job
+    // Completed on any end.
+    let mut first_create = i64::MAX;
+    let mut last_done = 0i64;
+    for end in world.ends() {
+        let state = world.state(&end).await?;
+        for job in &state.jobs {
+            first_create = first_create.min(job.created.unix_ms);
+            if let Some(done) = &job.completed {
+                last_done = last_done.max(done.unix_ms);
+            }
+        }
+    }
+    let import = Duration::from_millis((last_done - first_create) as u64);
+    println!("overhead: 100 collections × 4 partitions, 3 ends, 2 s per import stage");
+    println!(
+        "  lockstep end to end {:.2} s, emulator import {:.2} s: {:+.1}% over   (target ≤ 5%)",
+        wall.as_secs_f64(),
+        import.as_secs_f64(),
+        (wall.as_secs_f64() / import.as_secs_f64() - 1.0) * 100.0
+    );
+    Ok(())
+}
+
+async fn scale() -> anyhow::Result<()> {
+    let mut spec = WorldSpec::with_collections(1000);
+    spec.backup.partitions = 4;
+    spec.backup.segments_per_partition = 1;
+    spec.backup.l0_segments = milvus_sim::fixtures::L0Segments::Absent;
+    spec.target_stage = Duration::ZERO;
+    spec.secondary_stage = Duration::ZERO;
+    spec.stream_lag = Duration::ZERO;
+    spec.secondaries = 1;
+    spec.max_import_job_num = 10_000;
+    let world = World::start(spec).await?;
+    let (wall, peak_kib) = restore(&world, "").await?;
+    println!("scale: 1,000 collections × 4 partitions, instant imports, target + 1 secondary");
+    println!(
+        "  end to end {:.1} s (target ≤ 30 s), peak RSS {:.0} MB (target ≤ 200 MB)",
+        wall.as_secs_f64(),
+        peak_kib as f64 / 1024.0
+    );
+    Ok(())
+}
