@@ -12,10 +12,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use futures::TryStreamExt as _;
 use milvus_sim::control::CollectionSnapshot;
 use milvus_sim::fixtures::{BackupSpec, GeneratedBackup, SchemaMix, generate};
-use milvus_sim::topology::{ClusterSpec, ReplicationSpec, StageDurations, StorageSpec};
+use milvus_sim::topology::{ClusterSpec, ReplicationSpec, S3Spec, StageDurations, StorageSpec};
 use milvus_sim::{ClusterSnapshot, Sim, Topology};
+use object_store::ObjectStore;
+use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
@@ -44,6 +47,10 @@ pub struct WorldSpec {
     /// The last this-many secondaries run but are not in the target's replication topology.
     pub unreplicated: usize,
     pub storage: StorageLayout,
+    /// What the stores are: folders or S3 buckets.
+    pub service: StorageService,
+    /// Which store holds the backup.
+    pub backup_store: BackupStore,
     pub backup: BackupSpec,
 }
 
@@ -54,6 +61,25 @@ pub enum StorageLayout {
     Separate,
     /// Every end reads the target's storage, as clusters sharing one bucket do.
     Shared,
+}
+
+/// What the world's stores (the ends' storage and the backup's) are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StorageService {
+    /// Folders under the world's directory.
+    LocalDirs,
+    /// Buckets on an S3 server (moto in tests), one per store, named for this world alone.
+    S3 { endpoint: String },
+}
+
+/// Which store holds the backup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackupStore {
+    /// A store no end reads: lockstep stages the files into every end's store.
+    Own,
+    /// The target's store, as when milvus-backup writes into the cluster's own bucket:
+    /// staging into the target copies inside that store.
+    Target,
 }
 
 impl Default for WorldSpec {
@@ -71,6 +97,8 @@ impl Default for WorldSpec {
             secondary_storage_known: true,
             unreplicated: 0,
             storage: StorageLayout::Separate,
+            service: StorageService::LocalDirs,
+            backup_store: BackupStore::Own,
             backup: BackupSpec {
                 name: "e2e_backup".into(),
                 collections: 2,
@@ -100,6 +128,8 @@ pub struct World {
     pub sim: Sim,
     pub backup: GeneratedBackup,
     pub spec: WorldSpec,
+    /// Names this world's buckets apart from those of every other world on the same server.
+    bucket_tag: String,
 }
 
 /// The target is always `t`, the secondaries `s1`, `s2`, …
@@ -157,13 +187,18 @@ impl RunResult {
 impl World {
     pub async fn start(spec: WorldSpec) -> anyhow::Result<World> {
         let dir = tempfile::tempdir()?;
+        let bucket_tag = bucket_tag();
+        let location = |store: Store<'_>| store_location(dir.path(), &spec, &bucket_tag, store);
+        for end in end_names(spec.secondaries) {
+            location(Store::End(&end)).create().await?;
+        }
+        location(Store::Backups).create().await?;
         let mut clusters = Vec::new();
         let stage = |d: Duration| StageDurations::uniform(d);
         let mut target = ClusterSpec::new(TARGET);
         target.version = spec.target_version.clone();
         target.import_in_replicating_cluster = spec.gate_on;
-        let storage_dir = |end: &str| storage_dir(dir.path(), spec.storage, end);
-        target.storage = StorageSpec::Local(storage_dir(TARGET));
+        target.storage = location(Store::End(TARGET)).sim_storage();
         target.durations = stage(spec.target_stage);
         target.max_import_job_num = spec.max_import_job_num;
         clusters.push(target);
@@ -171,7 +206,7 @@ impl World {
             let mut s = ClusterSpec::new(secondary(i));
             s.version = spec.secondary_version.clone();
             s.import_in_replicating_cluster = spec.gate_on;
-            s.storage = StorageSpec::Local(storage_dir(&secondary(i)));
+            s.storage = location(Store::End(&secondary(i))).sim_storage();
             s.durations = stage(spec.secondary_stage);
             s.max_import_job_num = spec.max_import_job_num;
             clusters.push(s);
@@ -189,12 +224,9 @@ impl World {
         })
         .await
         .map_err(|e| anyhow::anyhow!("starting milvus-sim: {e}"))?;
-        let backups = dir.path().join("backups");
-        std::fs::create_dir_all(&backups)?;
-        let store = Arc::new(LocalFileSystem::new_with_prefix(&backups)?);
         let backup = generate(
             &spec.backup,
-            store,
+            location(Store::Backups).open()?,
             &object_store::path::Path::from("backup"),
         )
         .await
@@ -204,6 +236,7 @@ impl World {
             sim,
             backup,
             spec,
+            bucket_tag,
         };
         world.write_host_config()?;
         Ok(world)
@@ -213,22 +246,33 @@ impl World {
         self.dir.path().join(rel)
     }
 
-    /// The folder that is `end`'s object storage: where milvus-sim reads its import files
-    /// and, when the host config gives the end a storage, where lockstep stages them.
+    /// The folder that is `end`'s object storage in a [`StorageService::LocalDirs`] world:
+    /// where milvus-sim reads its import files and, when the host config gives the end a
+    /// storage, where lockstep stages them.
     pub fn storage_dir(&self, end: &str) -> PathBuf {
         storage_dir(self.dir.path(), self.spec.storage, end)
     }
 
     pub fn ends(&self) -> Vec<String> {
-        std::iter::once(TARGET.to_string())
-            .chain((0..self.spec.secondaries).map(secondary))
-            .collect()
+        end_names(self.spec.secondaries)
+    }
+
+    fn location(&self, store: Store<'_>) -> StoreLocation {
+        store_location(self.dir.path(), &self.spec, &self.bucket_tag, store)
+    }
+
+    /// The keys under `prefix` in `end`'s store, read from the store itself.
+    pub async fn objects_under(&self, end: &str, prefix: &str) -> anyhow::Result<Vec<String>> {
+        let store = self.location(Store::End(end)).open()?;
+        let prefix = object_store::path::Path::from(prefix);
+        let listed: Vec<_> = store.list(Some(&prefix)).try_collect().await?;
+        Ok(listed.into_iter().map(|o| o.location.to_string()).collect())
     }
 
     fn write_host_config(&self) -> anyhow::Result<()> {
         let mut text = format!(
-            "state_dir = \"state\"\n\n[backups]\nstorage = {{ url = \"file://{}\" }}\nroot = \"backup\"\n",
-            self.path("backups").display()
+            "state_dir = \"state\"\n\n[backups]\nstorage = {}\nroot = \"backup\"\n",
+            self.location(Store::Backups).host_storage()
         );
         for end in self.ends() {
             text.push_str(&format!(
@@ -243,8 +287,8 @@ impl World {
             }
             if end == TARGET || self.spec.secondary_storage_known {
                 text.push_str(&format!(
-                    "storage = {{ url = \"file://{}\" }}\n",
-                    self.storage_dir(&end).display()
+                    "storage = {}\n",
+                    self.location(Store::End(&end)).host_storage()
                 ));
             }
         }
@@ -300,6 +344,10 @@ impl World {
         let mut cmd = lockstep_command(self.dir.path(), output);
         cmd.arg("--config").arg(self.path("lockstep.toml"));
         cmd.args(args);
+        if let StorageService::S3 { .. } = self.spec.service {
+            cmd.env(S3_KEY_VAR, S3_CREDENTIAL)
+                .env(S3_SECRET_VAR, S3_CREDENTIAL);
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -477,6 +525,164 @@ fn storage_dir(root: &Path, layout: StorageLayout, end: &str) -> PathBuf {
         StorageLayout::Shared => TARGET,
     };
     root.join("storage").join(owner)
+}
+
+/// The environment variables lockstep reads its S3 credentials from in an S3 world (the host
+/// config names them; the values go only to the lockstep process).
+const S3_KEY_VAR: &str = "LOCKSTEP_E2E_S3_KEY";
+const S3_SECRET_VAR: &str = "LOCKSTEP_E2E_S3_SECRET";
+/// moto accepts any credentials; requests must still be signed with some.
+const S3_CREDENTIAL: &str = "testing";
+const S3_ENDPOINT_VAR: &str = "LOCKSTEP_TEST_S3_ENDPOINT";
+
+/// The S3 server S3 tests run against (`LOCKSTEP_TEST_S3_ENDPOINT`, which CI sets), or
+/// `None` after saying that `test` is skipped.
+pub fn s3_endpoint(test: &str) -> Option<String> {
+    match std::env::var(S3_ENDPOINT_VAR) {
+        Ok(endpoint) => Some(endpoint.trim_end_matches('/').to_owned()),
+        Err(_) => {
+            eprintln!(
+                "SKIPPED {test}: {S3_ENDPOINT_VAR} is not set; set it (CI does) to run the S3 path against moto"
+            );
+            None
+        }
+    }
+}
+
+/// The target first, then the secondaries.
+fn end_names(secondaries: usize) -> Vec<String> {
+    std::iter::once(TARGET.to_string())
+        .chain((0..secondaries).map(secondary))
+        .collect()
+}
+
+/// A store of the world, by what it holds.
+#[derive(Debug, Clone, Copy)]
+enum Store<'a> {
+    Backups,
+    End(&'a str),
+}
+
+/// Where a store keeps its objects.
+#[derive(Debug, Clone)]
+enum StoreLocation {
+    Dir(PathBuf),
+    Bucket { endpoint: String, bucket: String },
+}
+
+/// `store`'s location in a world rooted at `root`, following the spec's layout, service and
+/// backup store. Stores that resolve to the same location are one store.
+fn store_location(
+    root: &Path,
+    spec: &WorldSpec,
+    bucket_tag: &str,
+    store: Store<'_>,
+) -> StoreLocation {
+    let owner = match (store, spec.backup_store) {
+        (Store::Backups, BackupStore::Own) => None,
+        (Store::Backups, BackupStore::Target) => Some(TARGET),
+        (Store::End(end), _) => Some(end),
+    };
+    match &spec.service {
+        StorageService::LocalDirs => StoreLocation::Dir(match owner {
+            None => root.join("backups"),
+            Some(end) => storage_dir(root, spec.storage, end),
+        }),
+        StorageService::S3 { endpoint } => {
+            let owner = match (owner, spec.storage) {
+                (None, _) => "backups",
+                (Some(_), StorageLayout::Shared) => TARGET,
+                (Some(end), StorageLayout::Separate) => end,
+            };
+            StoreLocation::Bucket {
+                endpoint: endpoint.clone(),
+                bucket: format!("{bucket_tag}-{owner}"),
+            }
+        }
+    }
+}
+
+/// A bucket-name prefix no other world uses: S3 bucket names are lowercase letters, digits
+/// and hyphens, and moto's buckets outlive the world.
+fn bucket_tag() -> String {
+    static WORLDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .subsec_nanos();
+    let n = WORLDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("e2e-{}-{nanos}-{n}", std::process::id())
+}
+
+impl StoreLocation {
+    /// Makes the folder or bucket; one that already exists is kept.
+    async fn create(&self) -> anyhow::Result<()> {
+        match self {
+            StoreLocation::Dir(dir) => {
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+            }
+            StoreLocation::Bucket { endpoint, bucket } => {
+                // object_store cannot create buckets; S3's CreateBucket is a PUT on the bucket.
+                let response = reqwest::Client::new()
+                    .put(format!("{endpoint}/{bucket}"))
+                    .send()
+                    .await
+                    .with_context(|| format!("creating bucket {bucket} on {endpoint}"))?;
+                let status = response.status();
+                anyhow::ensure!(
+                    status.is_success() || status == reqwest::StatusCode::CONFLICT,
+                    "creating bucket {bucket} on {endpoint}: {status}"
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// The store, opened the way a Milvus cluster on it would open it.
+    fn open(&self) -> anyhow::Result<Arc<dyn ObjectStore>> {
+        Ok(match self {
+            StoreLocation::Dir(dir) => Arc::new(LocalFileSystem::new_with_prefix(dir)?),
+            StoreLocation::Bucket { endpoint, bucket } => Arc::new(
+                AmazonS3Builder::new()
+                    .with_bucket_name(bucket)
+                    .with_endpoint(endpoint)
+                    .with_allow_http(endpoint.starts_with("http://"))
+                    // moto serves buckets by path, not by host name.
+                    .with_virtual_hosted_style_request(false)
+                    .with_region("us-east-1")
+                    .with_access_key_id(S3_CREDENTIAL)
+                    .with_secret_access_key(S3_CREDENTIAL)
+                    .build()?,
+            ),
+        })
+    }
+
+    /// The storage milvus-sim gives a cluster on this store.
+    fn sim_storage(&self) -> StorageSpec {
+        match self {
+            StoreLocation::Dir(dir) => StorageSpec::Local(dir.clone()),
+            StoreLocation::Bucket { endpoint, bucket } => StorageSpec::S3(S3Spec {
+                bucket: bucket.clone(),
+                endpoint: Some(endpoint.clone()),
+                region: None,
+                access_key_id: Some(S3_CREDENTIAL.into()),
+                secret_access_key: Some(S3_CREDENTIAL.into()),
+                allow_http: endpoint.starts_with("http://"),
+            }),
+        }
+    }
+
+    /// The store as an inline table of the host config; credentials by variable name only.
+    fn host_storage(&self) -> String {
+        match self {
+            StoreLocation::Dir(dir) => format!("{{ url = \"file://{}\" }}", dir.display()),
+            StoreLocation::Bucket { endpoint, bucket } => format!(
+                "{{ url = \"s3://{bucket}\", endpoint = \"{endpoint}\", allow_http = {}, \
+                 access_key_id_env = \"{S3_KEY_VAR}\", secret_access_key_env = \"{S3_SECRET_VAR}\" }}",
+                endpoint.starts_with("http://")
+            ),
+        }
+    }
 }
 
 /// `.../binlogs/insert_log/...` → `insert_log/...`: the part of a path staging keeps.

@@ -6,4 +6,5 @@ mod fault_runner;
 mod invariants;
 mod plugins;
 mod refusals;
+mod s3;
 mod two_phase;
