@@ -72,7 +72,8 @@ async fn restored_everywhere_from(world: &World, prefix: &str) -> anyhow::Result
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backup_in_s3_is_staged_into_every_ends_bucket_and_cleaned_up() -> anyhow::Result<()> {
-    let Some(endpoint) = e2e::s3_endpoint("s3::a_backup_in_s3_is_staged_into_every_ends_bucket")
+    let Some(endpoint) =
+        e2e::s3_endpoint("s3::a_backup_in_s3_is_staged_into_every_ends_bucket_and_cleaned_up")
     else {
         return Ok(());
     };
@@ -101,7 +102,9 @@ async fn a_backup_in_s3_is_staged_into_every_ends_bucket_and_cleaned_up() -> any
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backup_in_the_targets_bucket_is_staged_there_by_server_side_copy() -> anyhow::Result<()>
 {
-    let Some(endpoint) = e2e::s3_endpoint("s3::a_backup_in_the_targets_bucket") else {
+    let Some(endpoint) =
+        e2e::s3_endpoint("s3::a_backup_in_the_targets_bucket_is_staged_there_by_server_side_copy")
+    else {
         return Ok(());
     };
     let world = World::start(WorldSpec {
@@ -142,7 +145,9 @@ async fn a_backup_in_the_targets_bucket_is_staged_there_by_server_side_copy() ->
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backup_missing_from_s3_is_refused_before_anything_is_written() -> anyhow::Result<()> {
-    let Some(endpoint) = e2e::s3_endpoint("s3::a_backup_missing_from_s3") else {
+    let Some(endpoint) =
+        e2e::s3_endpoint("s3::a_backup_missing_from_s3_is_refused_before_anything_is_written")
+    else {
         return Ok(());
     };
     let world = World::start(s3_world(endpoint)).await?;
