@@ -175,6 +175,9 @@ impl Schedule {
             }
             // Due by the rate, not there yet: fast at first, then back off.
             Some(_) => backoff(MIN_INTERVAL, &mut e.overdue_polls),
+            // Ready (Uncommitted or Committing) and still watched: only a commit's effect is
+            // awaited, due any moment; the budget, not a back-off, bounds these looks.
+            None if progress >= READY_PROGRESS => FIRST_INTERVAL,
             // No rate yet (one sample, or progress flat): back off from the first interval,
             // starting lower when the progress just moved, which says the job is alive.
             None if moved => backoff(FIRST_INTERVAL, &mut e.overdue_polls),
@@ -287,6 +290,18 @@ mod tests {
             calls as f64 >= 100.0 * 10.0 * CALLS_PER_JOB_PER_SECOND * 0.95,
             "{calls}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_committing_pair_is_looked_at_steadily_not_backed_off() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new(1, 1, t0, FirstLook::Now);
+        let mut t = t0;
+        for _ in 0..10 {
+            s.observe(0, READY_PROGRESS, t);
+            assert_eq!(s.entries[0].next_at - t, FIRST_INTERVAL);
+            t += FIRST_INTERVAL;
+        }
     }
 
     #[tokio::test(start_paused = true)]
