@@ -24,6 +24,26 @@ const CONTROL_IN_FLIGHT: usize = 16;
 /// commit is sent again (it is idempotent; a lost commit would otherwise wait forever).
 const RECOMMIT_AFTER: Duration = Duration::from_secs(10);
 
+/// How often a watch shows its progress. Showing copies and counts every job, so doing it
+/// on every sighting made a watch of thousands of jobs quadratic.
+const SHOW_EVERY: Duration = Duration::from_millis(100);
+
+/// When a watch last showed its progress.
+#[derive(Default)]
+struct Shown(Option<Instant>);
+
+impl Shown {
+    fn maybe(&mut self, now: Instant, show: impl FnOnce()) {
+        if self
+            .0
+            .is_none_or(|last| now.saturating_duration_since(last) >= SHOW_EVERY)
+        {
+            self.0 = Some(now);
+            show();
+        }
+    }
+}
+
 /// One import job as the engine follows it.
 #[derive(Debug, Clone)]
 pub struct Tracked {
@@ -90,7 +110,8 @@ impl Tracker {
 
 /// Waits until every end reports every job of `jobs` Uncommitted (or past it). A failed job
 /// anywhere, a mirror that trails its target job by more than `grace`, or `deadline` stops
-/// the hold with the reason. `on_change` is called as states change (progress display).
+/// the hold with the reason. `on_change` is called as states change (progress display), at
+/// most every [`SHOW_EVERY`].
 pub async fn hold(
     ends: &Ends,
     tracker: &mut Tracker,
@@ -105,11 +126,12 @@ pub async fn hold(
     let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
     // When each job's target copy became ready: the mirror grace runs from there.
     let mut target_ready: Vec<Option<Instant>> = vec![None; tracker.jobs.len()];
+    let mut shown = Shown::default();
     let mut judge = |i: usize, sight: Sight, now: Instant| -> Judgement {
         let j = owner[i];
         let end = pairs[i].end;
         tracker.note(j, end, &sight);
-        on_change(tracker);
+        shown.maybe(now, || on_change(tracker));
         if let Some(d) = deadline
             && now >= d
         {
@@ -163,7 +185,9 @@ pub async fn hold(
             _ => Judgement::Wait,
         }
     };
-    watch(ends, &pairs, job_count, first, &mut judge).await
+    let held = watch(ends, &pairs, job_count, first, &mut judge).await;
+    on_change(tracker);
+    held
 }
 
 /// Sends the commit of every job in `jobs` to the target (never to a secondary). Commit is
@@ -219,11 +243,12 @@ pub async fn complete(
     let mut recommitted: std::collections::HashMap<MilvusJobId, Instant> = Default::default();
     let started = Instant::now();
     let target = ends.target().rest.clone();
+    let mut shown = Shown::default();
     let mut judge = |i: usize, sight: Sight, now: Instant| -> Judgement {
         let j = owner[i];
         let end = pairs[i].end;
         tracker.note(j, end, &sight);
-        on_change(tracker);
+        shown.maybe(now, || on_change(tracker));
         match &sight {
             Sight::Seen(p) if p.state == JobState::Completed => return Judgement::Done,
             Sight::Seen(p) if p.state == JobState::Failed => {
@@ -257,6 +282,7 @@ pub async fn complete(
     let finished = watch(ends, &pairs, jobs.len(), FirstLook::Spread, &mut judge)
         .await
         .is_ok();
+    on_change(tracker);
     (divergences, finished)
 }
 
