@@ -37,7 +37,9 @@ impl Check for ApprovalGate {
         let now = Timestamp::from_millisecond(lockstep_check::now_ms())?;
         let expires_at: Option<Timestamp> = ctx.config_parse("expires_at")?;
         let max_age: Option<SignedDuration> = ctx.config_parse("max_age")?;
-        let poll: SignedDuration = ctx.config_parse("poll")?.unwrap_or(SignedDuration::from_secs(30));
+        let poll: SignedDuration = ctx
+            .config_parse("poll")?
+            .unwrap_or(SignedDuration::from_secs(30));
 
         let decision = match object {
             Some(path) => {
@@ -99,7 +101,9 @@ fn look_at_object(
             )));
         }
     }
-    Ok(Decision::Approved(format!("`{path}` on {end} at {approved_at}")))
+    Ok(Decision::Approved(format!(
+        "`{path}` on {end} at {approved_at}"
+    )))
 }
 
 fn look_at_url(url: &str) -> Result<Decision, CheckError> {

@@ -14,8 +14,14 @@ pub struct Context {
 /// A config value that is missing or does not parse.
 #[derive(Debug)]
 pub enum ConfigError {
-    Missing { key: String },
-    Invalid { key: String, value: String, reason: String },
+    Missing {
+        key: String,
+    },
+    Invalid {
+        key: String,
+        value: String,
+        reason: String,
+    },
 }
 
 impl std::fmt::Display for ConfigError {

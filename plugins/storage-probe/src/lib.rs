@@ -63,7 +63,11 @@ impl Check for StorageProbe {
                     gaps.missing.len(),
                     gaps.probed,
                     shown.join(", "),
-                    if more > 0 { format!(" (and {more} more)") } else { String::new() },
+                    if more > 0 {
+                        format!(" (and {more} more)")
+                    } else {
+                        String::new()
+                    },
                 ));
             }
         }

@@ -53,7 +53,10 @@ async fn restore(world: &World, extra: &str) -> anyhow::Result<(Duration, u64)> 
     // Nobody reads its output here: a full pipe would stall it. BENCH_LOG=FILE keeps
     // lockstep's info log, to see where a figure's time went.
     let (level, log) = match std::env::var_os("BENCH_LOG") {
-        Some(path) => ("info", std::process::Stdio::from(std::fs::File::create(path)?)),
+        Some(path) => (
+            "info",
+            std::process::Stdio::from(std::fs::File::create(path)?),
+        ),
         None => ("warn", std::process::Stdio::null()),
     };
     let mut child = world
