@@ -402,6 +402,33 @@ impl World {
         })
     }
 
+    /// Makes the last job `lockstep run JOB` will create on the target (counted with
+    /// `lockstep plan`) fail with `reason` as it becomes Uncommitted, when the other jobs are
+    /// held. Set before the run starts, so it cannot miss a job that raced past the state.
+    pub async fn fail_last_job_at_uncommitted(
+        &self,
+        job: &Path,
+        reason: &str,
+    ) -> anyhow::Result<()> {
+        let job = job.to_str().context("a UTF-8 job path")?;
+        let plan = self.run(&["plan", job], &[]).await?;
+        anyhow::ensure!(plan.code == 0, "plan failed: {}", plan.explain());
+        let batches = plan.report["totals"]["batches"]
+            .as_u64()
+            .filter(|&n| n >= 2)
+            .with_context(|| format!("no batch count of 2 or more in the plan: {}", plan.stdout))?;
+        self.sim
+            .cluster(TARGET)
+            .control()
+            .fail_job(&milvus_sim::faults::JobFailure {
+                job: milvus_sim::faults::JobSelector::Nth(u32::try_from(batches)?),
+                state: milvus_sim::jobs::JobState::Uncommitted,
+                reason: reason.into(),
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
     pub async fn state(&self, end: &str) -> anyhow::Result<ClusterSnapshot> {
         self.sim
             .cluster(end)

@@ -2,7 +2,6 @@
 //! collection-level atomicity commits collection by collection within the job budget.
 
 use e2e::{TARGET, World, WorldSpec};
-use milvus_sim::faults::{JobFailure, JobSelector};
 use milvus_sim::jobs::JobState;
 
 use crate::invariants::{commits_followed_every_uncommitted, nothing_restored};
@@ -14,25 +13,9 @@ async fn one_collection_failing_leaves_no_other_collection_visible() -> anyhow::
     // The job the target creates last fails just as it would become Uncommitted: by then
     // the other collections' jobs are held Uncommitted, and must be aborted. The fault is
     // set before the restore starts, so it cannot miss a job that raced past the state.
-    let plan = world.run(&["plan", job.to_str().unwrap()], &[]).await?;
-    anyhow::ensure!(plan.code == 0, "plan failed: {}", plan.explain());
-    let batches = plan.report["totals"]["batches"]
-        .as_u64()
-        .filter(|&n| n >= 2)
-        .ok_or_else(|| {
-            anyhow::anyhow!("no batch count of 2 or more in the plan: {}", plan.stdout)
-        })?;
     world
-        .sim
-        .cluster(TARGET)
-        .control()
-        .fail_job(&JobFailure {
-            job: JobSelector::Nth(u32::try_from(batches)?),
-            state: JobState::Uncommitted,
-            reason: "segment corrupt".into(),
-        })
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .fail_last_job_at_uncommitted(&job, "segment corrupt")
+        .await?;
     let child = world
         .lockstep(&["run", job.to_str().unwrap()], &[])
         .spawn()?;

@@ -5,11 +5,10 @@
 use e2e::faults::checker::{self, Ending, Evidence, ProcessRun, Violation};
 use e2e::faults::runner::{RunnerConfig, SeedRun, run_seed};
 use e2e::faults::schedule::{Atomicity, Fault, JournalKind, Scenario, Timed};
-use e2e::{StorageLayout, TARGET, World, WorldSpec, secondary};
+use e2e::{StorageLayout, World, WorldSpec, secondary};
 use lockstep::engine::faults::Bug;
 use lockstep::journal::embedded::FileJournal;
 use lockstep::journal::{Decision, Journal as _};
-use milvus_sim::faults::{JobFailure, JobSelector};
 use milvus_sim::jobs::JobState;
 
 /// Seed 7's world and job, pinned to what a planted bug needs: two secondaries on their own
@@ -185,23 +184,10 @@ async fn a_collection_failing_after_others_committed_is_not_reported_as_rolled_b
     })
     .await?;
     let job = world.job("waves", "[two_phase]\natomicity = \"collection\"\n")?;
-    let job = job.to_str().expect("a UTF-8 temp path");
-    let plan = world.run(&["plan", job], &[]).await?;
-    anyhow::ensure!(plan.code == 0, "plan failed: {}", plan.explain());
-    let batches = plan.report["totals"]["batches"]
-        .as_u64()
-        .ok_or_else(|| anyhow::anyhow!("no batch count in the plan: {}", plan.stdout))?;
     world
-        .sim
-        .cluster(TARGET)
-        .control()
-        .fail_job(&JobFailure {
-            job: JobSelector::Nth(u32::try_from(batches)?),
-            state: JobState::Uncommitted,
-            reason: "segment corrupt".into(),
-        })
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .fail_last_job_at_uncommitted(&job, "segment corrupt")
+        .await?;
+    let job = job.to_str().expect("a UTF-8 temp path");
     let run = world.run(&["run", job], &[]).await?;
     let records = FileJournal::open(&world.path("state"))?.list().await?;
     let committed = records
