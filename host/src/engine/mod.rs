@@ -191,26 +191,14 @@ impl Engine {
 
     /// A refusal before any journal record exists (the ends or the journal cannot be used).
     async fn refused_early(&self, job: &Job, refusals: Vec<String>) -> Report {
-        let now = Timestamp::now();
-        Report {
-            restore_id: String::new(),
-            job_name: job.name.clone(),
-            job_id: job.id().to_string(),
-            backup: job.backup.name.clone(),
-            outcome: Outcome::Refused,
-            summary: format!("refused: {}", refusals.join("; ")),
-            started_at: now,
-            finished_at: now,
-            ends: vec![],
-            collections: vec![],
-            jobs: vec![],
-            divergences: vec![],
+        Report::refused(
+            String::new(),
+            job.name.clone(),
+            job.id().to_string(),
+            job.backup.name.clone(),
+            format!("refused: {}", refusals.join("; ")),
             refusals,
-            checks: vec![],
-            staging: None,
-            phases: vec![],
-            reaction_ms: None,
-        }
+        )
     }
 }
 

@@ -114,6 +114,38 @@ pub struct PhaseTime {
 }
 
 impl Report {
+    /// The report of a restore refused before anything ran: no end was written, so it has
+    /// no ends, collections, jobs or phases.
+    pub fn refused(
+        restore_id: String,
+        job_name: String,
+        job_id: String,
+        backup: String,
+        summary: String,
+        refusals: Vec<String>,
+    ) -> Report {
+        let now = Timestamp::now();
+        Report {
+            restore_id,
+            job_name,
+            job_id,
+            backup,
+            outcome: Outcome::Refused,
+            summary,
+            started_at: now,
+            finished_at: now,
+            ends: vec![],
+            collections: vec![],
+            jobs: vec![],
+            divergences: vec![],
+            refusals,
+            checks: vec![],
+            staging: None,
+            phases: vec![],
+            reaction_ms: None,
+        }
+    }
+
     pub fn exit_code(&self) -> i32 {
         self.outcome.exit_code()
     }

@@ -6,11 +6,10 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use jiff::Timestamp;
 use sha2::{Digest as _, Sha256};
 
 use crate::engine::Report;
-use crate::journal::{Outcome, RestoreId};
+use crate::journal::RestoreId;
 
 /// The report of a job file that was refused before anything ran: it did not parse or
 /// validate. Its id is `{stem}.{hash12 of the bytes}.refused`, so the same bad bytes give the
@@ -25,26 +24,14 @@ pub fn refused_file(path: &Path, bytes: &[u8], error: &crate::job::Error) -> Rep
         [] => vec![error.to_string()],
         problems => problems.iter().map(ToString::to_string).collect(),
     };
-    let now = Timestamp::now();
-    Report {
-        restore_id: format!("{}refused", RestoreId::content_prefix(&stem, &hash)),
-        job_name: stem,
-        job_id: hash,
-        backup: String::new(),
-        outcome: Outcome::Refused,
-        summary: format!("job file {} refused; nothing ran", path.display()),
-        started_at: now,
-        finished_at: now,
-        ends: vec![],
-        collections: vec![],
-        jobs: vec![],
-        divergences: vec![],
+    Report::refused(
+        format!("{}refused", RestoreId::content_prefix(&stem, &hash)),
+        stem,
+        hash,
+        String::new(),
+        format!("job file {} refused; nothing ran", path.display()),
         refusals,
-        checks: vec![],
-        staging: None,
-        phases: vec![],
-        reaction_ms: None,
-    }
+    )
 }
 
 /// Writes `report` as JSON and text and points its job's `latest` links at it.
@@ -92,6 +79,7 @@ pub fn read_latest(reports_dir: &Path, job: &str) -> Option<Report> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::journal::Outcome;
 
     #[test]
     fn a_refused_file_report_names_file_line_and_field_and_links_as_latest() {
