@@ -4,7 +4,8 @@
 //! `cargo bench -p lockstep --bench staging [-- MIB]` writes MIB (default 320) of binlog-like
 //! files (mostly 4 MiB, some 40 MiB, some 64 KiB and 4 KiB ones), then, for each of five
 //! rounds, copies them with `cp -r` and stages them with `storage::stage` into another
-//! directory, and prints the median times and ratios.
+//! directory, copying (`hard_links: false`, the path between filesystems) and then linking
+//! (the default on one filesystem), and prints the median times and ratios.
 //!
 //! `storage::stage` returns only once what it wrote is on stable storage (the imports read
 //! it and a resumed stage trusts it), while `cp -r` leaves it in the page cache. So the bench
@@ -53,25 +54,11 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     let backup = open(&StorageSpec::local(&source_dir)?)?;
     let backup_dir = Path::from("backup/nightly");
-    let (mut cp, mut cp_sync, mut staged, mut stage_copy) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for round in 0..ROUNDS {
-        let cp_dir = work.path().join(format!("cp-{round}"));
-        let started = Instant::now();
-        let status = Command::new("cp")
-            .arg("-r")
-            .arg(&source_dir)
-            .arg(&cp_dir)
-            .status()?;
-        ensure!(status.success(), "cp -r failed: {status}");
-        let copied = started.elapsed();
-        sync()?;
-        cp.push(copied);
-        cp_sync.push(started.elapsed());
-
-        let stage_dir = work.path().join(format!("stage-{round}"));
+    // One stage of every file into a fresh directory: (durable, copies only).
+    let stage_round = |name: String, options: StageOptions, way: Transfer| {
+        let stage_dir = work.path().join(&name);
         let target = open(&StorageSpec::local(&stage_dir)?)?;
-        let prefix = StagingPrefix::for_restore(&RestoreId(format!("bench-{round}")))?;
+        let prefix = StagingPrefix::for_restore(&RestoreId(name))?;
         let copied_at = std::sync::Mutex::new(None);
         let on_progress = |p: StageProgress| {
             if p.files_done == p.files_total {
@@ -90,31 +77,65 @@ fn main() -> anyhow::Result<()> {
                 store: &target,
             }],
             &prefix,
-            StageOptions::default(),
+            options,
             &on_progress,
         ))?;
-        staged.push(started.elapsed());
+        let durable = started.elapsed();
         let copied_at = copied_at
             .into_inner()
             .expect("no panic under the lock")
             .context("the last file's progress was reported")?;
-        stage_copy.push(copied_at - started);
         ensure!(
-            result.iter().all(|f| f.transfer == Transfer::Streamed),
-            "expected streamed copies"
+            result.iter().all(|f| f.transfer == way),
+            "expected every file {}",
+            way.label()
         );
         sync()?;
-        std::fs::remove_dir_all(&cp_dir)?;
         std::fs::remove_dir_all(&stage_dir)?;
         sync()?;
+        anyhow::Ok((durable, copied_at - started))
+    };
+    let copies = StageOptions {
+        hard_links: false,
+        ..StageOptions::default()
+    };
+    let (mut cp, mut cp_sync, mut staged, mut stage_copy, mut linked) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let cp_dir = work.path().join(format!("cp-{round}"));
+        let started = Instant::now();
+        let status = Command::new("cp")
+            .arg("-r")
+            .arg(&source_dir)
+            .arg(&cp_dir)
+            .status()?;
+        ensure!(status.success(), "cp -r failed: {status}");
+        let copied = started.elapsed();
+        sync()?;
+        cp.push(copied);
+        cp_sync.push(started.elapsed());
+        std::fs::remove_dir_all(&cp_dir)?;
+        sync()?;
+
+        let (durable, copies_only) =
+            stage_round(format!("stage-{round}"), copies, Transfer::Streamed)?;
+        staged.push(durable);
+        stage_copy.push(copies_only);
+        let (durable, _) = stage_round(
+            format!("link-{round}"),
+            StageOptions::default(),
+            Transfer::Linked,
+        )?;
+        linked.push(durable);
     }
 
     let rate = |d: Duration| bytes as f64 / MIB as f64 / d.as_secs_f64();
-    let (cp, cp_sync, staged, stage_copy) = (
+    let (cp, cp_sync, staged, stage_copy, linked) = (
         median(cp),
         median(cp_sync),
         median(staged),
         median(stage_copy),
+        median(linked),
     );
     println!(
         "staging bench: {} files, {:.0} MiB, median of {ROUNDS} rounds",
@@ -132,6 +153,7 @@ fn main() -> anyhow::Result<()> {
     line("cp -r; sync", cp_sync);
     line("storage::stage, copies only", stage_copy);
     line("storage::stage (durable)", staged);
+    line("storage::stage, hard links", linked);
     println!(
         "  ratio stage copies / cp -r   {:.2}",
         rate(stage_copy) / rate(cp)
@@ -143,6 +165,10 @@ fn main() -> anyhow::Result<()> {
     println!(
         "  ratio stage / (cp -r; sync)  {:.2}",
         rate(staged) / rate(cp_sync)
+    );
+    println!(
+        "  ratio linked stage / cp -r   {:.2}   (one filesystem: the default)",
+        rate(linked) / rate(cp)
     );
     Ok(())
 }

@@ -295,6 +295,7 @@ fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report 
                 files: 0,
                 bytes: 0,
                 bytes_streamed: 0,
+                transfers: Default::default(),
                 destinations: record.staged_ends.clone(),
                 cleaned_up: false,
             }),

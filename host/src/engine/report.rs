@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::journal::Outcome;
 use crate::journal::Role;
 use crate::milvus::JobState;
+use crate::storage::Transfer;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -103,6 +104,9 @@ pub struct StagingReport {
     pub bytes: u64,
     /// Bytes that passed through this host (zero for server-side copies and in-place imports).
     pub bytes_streamed: u64,
+    /// How the files got to the ends: one count per file and end, by way of transfer.
+    #[serde(default)]
+    pub transfers: BTreeMap<Transfer, u64>,
     pub destinations: Vec<String>,
     pub cleaned_up: bool,
 }
@@ -245,6 +249,14 @@ impl fmt::Display for Report {
                 s.destinations.join(", "),
                 if s.cleaned_up { "; cleaned up" } else { "" },
             )?;
+            if !s.transfers.is_empty() {
+                let ways: Vec<String> = s
+                    .transfers
+                    .iter()
+                    .map(|(way, n)| format!("{n} {}", way.label()))
+                    .collect();
+                writeln!(f, "         {}", ways.join(", "))?;
+            }
         }
         if !self.checks.is_empty() {
             writeln!(f, "\nchecks")?;

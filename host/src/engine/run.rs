@@ -516,6 +516,7 @@ async fn stage(
         files: files.len() as u64,
         bytes,
         bytes_streamed: 0,
+        transfers: Default::default(),
         destinations: opened.iter().map(|(e, _)| e.clone()).collect(),
         cleaned_up: false,
     };
@@ -546,11 +547,12 @@ async fn stage(
         )
         .await
         .map_err(|e| format!("staging failed: {}", error_chain(&e)))?;
-        staging_report.bytes_streamed = staged
-            .iter()
-            .filter(|f| f.transfer == storage::Transfer::Streamed)
-            .map(|f| f.size)
-            .sum();
+        for file in &staged {
+            *staging_report.transfers.entry(file.transfer).or_default() += 1;
+            if file.transfer == storage::Transfer::Streamed {
+                staging_report.bytes_streamed += file.size;
+            }
+        }
     }
     report.staging = Some(staging_report);
     Ok(import_prefix)

@@ -2,8 +2,9 @@
 //! restore-scoped prefix, so that every end imports the same paths; and removing them.
 //!
 //! A copy within one store is server-side (`ObjectStore::copy`: S3 CopyObject, a hard link
-//! on a local directory) and moves no bytes through the host. Between stores the host
-//! streams: whole objects up to [`PART_SIZE`], ranged reads into a multipart upload above.
+//! on a local directory) and moves no bytes through the host; so is one between two local
+//! stores on one filesystem, a hard link as well. Otherwise the host streams: whole objects
+//! up to [`PART_SIZE`], ranged reads into a multipart upload above.
 //! Files already staged with the right size are skipped, so an interrupted stage resumes;
 //! after copying, one listing per store verifies every size.
 //!
@@ -81,15 +82,34 @@ pub struct Destination<'a> {
 }
 
 /// How a staged file got to its destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum Transfer {
     /// Copied inside the store; no bytes passed through the host.
     ServerSideCopy,
+    /// Hard-linked from the backup's file, a local store on the backup's filesystem: no
+    /// bytes copied, as `ObjectStore::copy` within one local store does. Milvus only reads
+    /// an import's files and the backup's are never rewritten, so sharing the inode is safe.
+    Linked,
     /// Read from the backup's store and written through the host (between two local
     /// directories, copied by the host's kernel).
     Streamed,
     /// Already there with the right size (a resumed stage).
     AlreadyStaged,
+}
+
+impl Transfer {
+    /// How the report names it, as its JSON does.
+    pub fn label(self) -> &'static str {
+        match self {
+            Transfer::ServerSideCopy => "server_side_copy",
+            Transfer::Linked => "linked",
+            Transfer::Streamed => "streamed",
+            Transfer::AlreadyStaged => "already_staged",
+        }
+    }
 }
 
 /// A file as staged on one end.
@@ -115,12 +135,17 @@ pub struct StageProgress {
 pub struct StageOptions {
     /// Files copied at once; default [`DEFAULT_CONCURRENCY`].
     pub concurrency: usize,
+    /// Whether a file bound for a local store on the backup's filesystem may be hard-linked
+    /// ([`Transfer::Linked`]); default yes. Off, it is copied like any other: the copy path's
+    /// own tests and benchmark turn it off, since their stores share one filesystem.
+    pub hard_links: bool,
 }
 
 impl Default for StageOptions {
     fn default() -> Self {
         StageOptions {
             concurrency: DEFAULT_CONCURRENCY,
+            hard_links: true,
         }
     }
 }
@@ -275,7 +300,15 @@ pub async fn stage(
                 {
                     return Ok(Transfer::AlreadyStaged);
                 }
-                copy(source.store, group.store, from, to, file.size).await
+                copy(
+                    source.store,
+                    group.store,
+                    from,
+                    to,
+                    file.size,
+                    options.hard_links,
+                )
+                .await
             }
             .await
             .map_err(|source| Error::Transfer {
@@ -333,7 +366,7 @@ pub async fn stage(
             }));
         }
     }
-    make_durable(&groups, &targets, options.concurrency).await?;
+    make_durable(&groups, &targets, &transfers, options.concurrency).await?;
     tracing::info!(files = files.len(), stores = groups.len(), bytes = file_bytes, prefix = %prefix.path(), "staged");
     Ok(staged)
 }
@@ -378,9 +411,10 @@ async fn crc32c_of(store: &dyn ObjectStore, path: &Path) -> object_store::Result
 async fn make_durable(
     groups: &[StoreGroup<'_>],
     targets: &[Path],
+    transfers: &HashMap<(usize, usize), Transfer>,
     concurrency: usize,
 ) -> Result<(), Error> {
-    futures::stream::iter(flush_list(groups, targets)?)
+    futures::stream::iter(flush_list(groups, targets, transfers)?)
         .map(|(end, path)| async move {
             let fsync = {
                 let path = path.clone();
@@ -401,20 +435,23 @@ async fn make_durable(
 }
 
 /// What [`make_durable`] fsyncs, with the ends of its store: on each local store, every
-/// staged file, and every directory from the file's up to the store's root, since their
-/// entries are new as well.
+/// staged file whose bytes were written here (`transfers[(group, file)]`), and every
+/// directory from each staged file's up to the store's root, since their entries are new.
+/// A hard link wrote no bytes, and fsyncing it would cost a journal commit for its link
+/// count alone: its directory's flush makes the link durable.
 fn flush_list(
     groups: &[StoreGroup<'_>],
     targets: &[Path],
+    transfers: &HashMap<(usize, usize), Transfer>,
 ) -> Result<Vec<(String, PathBuf)>, Error> {
     let mut flush = Vec::new();
-    for group in groups {
+    for (g, group) in groups.iter().enumerate() {
         let (Some(files), StoreId::Local { dir: root }) = (group.store.local(), &group.store.id)
         else {
             continue;
         };
         let mut dirs = BTreeSet::new();
-        for target in targets {
+        for (f, target) in targets.iter().enumerate() {
             let file = files
                 .path_to_filesystem(target)
                 .map_err(|source| Error::Transfer {
@@ -428,7 +465,12 @@ fn flush_list(
                     .take_while(|dir| dir.starts_with(root))
                     .map(std::path::Path::to_owned),
             );
-            flush.push((group.ends(), file));
+            if matches!(
+                transfers.get(&(g, f)),
+                Some(Transfer::Streamed | Transfer::AlreadyStaged)
+            ) {
+                flush.push((group.ends(), file));
+            }
         }
         flush.extend(dirs.into_iter().map(|dir| (group.ends(), dir)));
     }
@@ -444,6 +486,7 @@ async fn copy(
     from: &Path,
     to: &Path,
     listed_size: u64,
+    hard_links: bool,
 ) -> object_store::Result<Transfer> {
     if from_store.id == to_store.id {
         to_store.store.copy(from, to).await?;
@@ -452,14 +495,14 @@ async fn copy(
     if let (Some(from_files), Some(to_files)) = (from_store.local(), to_store.local()) {
         let src = from_files.path_to_filesystem(from)?;
         let dst = to_files.path_to_filesystem(to)?;
-        let copied = {
+        let placed = {
             let src = src.clone();
-            tokio::task::spawn_blocking(move || copy_local_file(&src, &dst))
+            tokio::task::spawn_blocking(move || place_local_file(&src, &dst, hard_links))
                 .await
                 .unwrap_or_else(|e| Err(std::io::Error::other(e)))
         };
-        return match copied {
-            Ok(()) => Ok(Transfer::Streamed),
+        return match placed {
+            Ok(transfer) => Ok(transfer),
             Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
                 Err(object_store::Error::NotFound {
                     path: src.display().to_string(),
@@ -503,24 +546,47 @@ async fn copy(
     Ok(Transfer::Streamed)
 }
 
-/// Copies a file between two local stores as `LocalFileSystem::put` publishes one (written
-/// as `{dst}#1`, which listings skip, then renamed over `dst`, so the store never shows a
-/// part-written file), but with `std::fs::copy`: the kernel copies the bytes
-/// (`copy_file_range`) instead of the host reading them into memory and writing them back,
-/// which is what brings a local stage near `cp -r`.
-fn copy_local_file(src: &std::path::Path, dst: &std::path::Path) -> std::io::Result<()> {
+/// Puts a backup file into another local store as `LocalFileSystem::put` publishes one
+/// (written as `{dst}#1`, which listings skip, then renamed over `dst`, so the store never
+/// shows a part-written file). On one filesystem, with `hard_links`, it is a hard link: the
+/// file is already there, and a link writes no data. Otherwise, across filesystems, or where
+/// a link is refused (`protected_hardlinks`, a filesystem without links), `std::fs::copy`:
+/// the kernel copies the bytes (`copy_file_range`) instead of the host reading them into
+/// memory and writing them back.
+fn place_local_file(
+    src: &std::path::Path,
+    dst: &std::path::Path,
+    hard_links: bool,
+) -> std::io::Result<Transfer> {
     let mut partial = dst.as_os_str().to_owned();
     partial.push("#1");
     let partial = PathBuf::from(partial);
     if let Some(parent) = dst.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let copied = std::fs::copy(src, &partial).and_then(|_| std::fs::rename(&partial, dst));
-    if copied.is_err() {
-        // Best effort: a leftover `#1` file is invisible to listings, but takes space.
+    // A `#1` left by an interrupted stage would make the link fail.
+    match std::fs::remove_file(&partial) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let linked = if hard_links {
+        std::fs::hard_link(src, &partial)
+    } else {
+        Err(std::io::ErrorKind::Unsupported.into())
+    };
+    let placed = match linked {
+        Ok(()) => Ok(Transfer::Linked),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(e),
+        Err(_) => std::fs::copy(src, &partial).map(|_| Transfer::Streamed),
+    }
+    .and_then(|transfer| std::fs::rename(&partial, dst).map(|()| transfer));
+    // Best effort, on failure: a leftover `#1` file is invisible to listings, but takes
+    // space. And after a link, renaming onto a link of the same inode succeeds without
+    // removing the `#1` (POSIX rename of two links to one file does nothing).
+    if placed.is_err() || placed.as_ref().is_ok_and(|t| *t == Transfer::Linked) {
         let _ = std::fs::remove_file(&partial);
     }
-    copied
+    placed
 }
 
 /// What to do with staged files once every end completed.
@@ -679,24 +745,31 @@ mod tests {
         }
     }
 
-    /// Stages and records every progress report.
+    /// Stages, copying rather than linking between local stores (the tests' stores share
+    /// one filesystem), and records every progress report.
     async fn stage_recording(
         from: &OpenedStore,
         files: &[BackupFile],
         destinations: &[Destination<'_>],
         prefix: &StagingPrefix,
     ) -> (Result<Vec<StagedFile>, Error>, Vec<StageProgress>) {
+        let copies = StageOptions {
+            concurrency: 4,
+            hard_links: false,
+        };
+        stage_with(from, files, destinations, prefix, copies).await
+    }
+
+    async fn stage_with(
+        from: &OpenedStore,
+        files: &[BackupFile],
+        destinations: &[Destination<'_>],
+        prefix: &StagingPrefix,
+        options: StageOptions,
+    ) -> (Result<Vec<StagedFile>, Error>, Vec<StageProgress>) {
         let reports = Mutex::new(Vec::new());
         let record = |p: StageProgress| reports.lock().expect("no panic under the lock").push(p);
-        let result = stage(
-            source(from),
-            files,
-            destinations,
-            prefix,
-            StageOptions { concurrency: 4 },
-            &record,
-        )
-        .await;
+        let result = stage(source(from), files, destinations, prefix, options, &record).await;
         (
             result,
             reports.into_inner().expect("no panic under the lock"),
@@ -872,6 +945,76 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn links_between_local_stores_on_one_filesystem_and_cleanup_keeps_the_backup() {
+        use std::os::unix::fs::MetadataExt as _;
+        let (a, b) = (
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+        );
+        let backup = local(a.path());
+        let target = local(b.path());
+        assert_ne!(backup.id, target.id);
+        let files = write_backup(&backup, &[100, 0, 300]).await;
+        let prefix = prefix("r2l");
+        let destinations = [Destination {
+            end: "target",
+            store: &target,
+        }];
+
+        let (staged, _) = stage_with(
+            &backup,
+            &files,
+            &destinations,
+            &prefix,
+            StageOptions::default(),
+        )
+        .await;
+        assert_eq!(
+            transfers(&staged.expect("stage"), "target"),
+            BTreeSet::from([Transfer::Linked])
+        );
+        assert_staged_content(&target, &prefix, &files).await;
+        let original = std::fs::metadata(a.path().join(BACKUP_DIR).join(&files[0].path))
+            .expect("stat backup file");
+        let linked = std::fs::metadata(b.path().join("lockstep-staging/r2l").join(&files[0].path))
+            .expect("stat staged file");
+        assert_eq!(original.ino(), linked.ino(), "the bytes exist once");
+        let leftovers: Vec<_> = walk(b.path())
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains('#'))
+            .collect();
+        assert!(leftovers.is_empty(), "partial links left: {leftovers:?}");
+
+        let (again, _) = stage_with(
+            &backup,
+            &files,
+            &destinations,
+            &prefix,
+            StageOptions::default(),
+        )
+        .await;
+        assert_eq!(
+            transfers(&again.expect("resumed stage"), "target"),
+            BTreeSet::from([Transfer::AlreadyStaged])
+        );
+
+        let deleted = cleanup(&destinations, &prefix, TempFiles::Delete)
+            .await
+            .expect("cleanup");
+        assert_eq!(deleted, files.len() as u64);
+        assert!(!b.path().join("lockstep-staging").exists());
+        for file in &files {
+            let kept = std::fs::read(a.path().join(BACKUP_DIR).join(&file.path))
+                .expect("the backup's file outlives its staged link");
+            assert!(
+                kept == content(&file.path, file.size),
+                "{} changed",
+                file.path
+            );
+        }
+    }
+
+    #[tokio::test]
     async fn resume_skips_files_of_the_right_size_and_recopies_the_rest() {
         let (a, b) = (
             tempfile::tempdir().expect("tempdir"),
@@ -959,7 +1102,7 @@ mod tests {
     }
 
     #[test]
-    fn the_flush_covers_each_local_file_and_its_directories_up_to_the_root() {
+    fn the_flush_covers_each_local_file_written_and_its_directories_up_to_the_root() {
         let dir = tempfile::tempdir().expect("tempdir");
         let target = local(dir.path());
         let s3 = open_with_env(
@@ -991,7 +1134,20 @@ mod tests {
             join(prefix.path(), "binlogs/insert_log/1/2/3/3/101/8").expect("path"),
         ];
 
-        let flushed = flush_list(&groups, &targets).expect("flush list");
+        // The first file was copied here, the second linked: only the copy has bytes to
+        // flush, while both directories hold new entries.
+        let local_group = groups
+            .iter()
+            .position(|g| g.store.local().is_some())
+            .expect("a local group");
+        let transfers = HashMap::from([
+            ((local_group, 0), Transfer::Streamed),
+            ((local_group, 1), Transfer::Linked),
+            ((1 - local_group, 0), Transfer::Streamed),
+            ((1 - local_group, 1), Transfer::Streamed),
+        ]);
+
+        let flushed = flush_list(&groups, &targets, &transfers).expect("flush list");
         assert!(
             flushed.iter().all(|(end, _)| end == "target"),
             "S3 needs no flush"
@@ -999,13 +1155,8 @@ mod tests {
         let root = dir.path().canonicalize().expect("canonical");
         let flushed: BTreeSet<PathBuf> = flushed.into_iter().map(|(_, path)| path).collect();
         let staged = root.join("lockstep-staging/r9/binlogs/insert_log/1/2/3/3");
-        let mut expected: BTreeSet<PathBuf> = [
-            staged.join("100/7"),
-            staged.join("101/8"),
-            staged.join("100"),
-            staged.join("101"),
-        ]
-        .into();
+        let mut expected: BTreeSet<PathBuf> =
+            [staged.join("100/7"), staged.join("100"), staged.join("101")].into();
         expected.extend(
             staged
                 .ancestors()

@@ -26,6 +26,11 @@ fn staging(run: &RunResult) -> (String, u64, u64, bool) {
     )
 }
 
+/// The report's count of staged files (one per file and end) by way of transfer.
+fn transfers(run: &RunResult) -> serde_json::Value {
+    run.report["staging"]["transfers"].clone()
+}
+
 /// A successful restore: every end imported exactly the backup's binlogs (size and crc32c,
 /// computed by milvus-sim from the bytes it read) from under `prefix`, the rows are visible
 /// everywhere, nothing is held, and the staged prefix is gone from every end's bucket.
@@ -92,6 +97,11 @@ async fn a_backup_in_s3_is_staged_into_every_ends_bucket_and_cleaned_up() -> any
     assert_eq!(bytes, backup_bytes, "every binlog is staged");
     // No end's bucket is the backup's: every end's copy went through the host.
     assert_eq!(streamed, bytes * world.ends().len() as u64);
+    let files = world.backup.logs.len();
+    assert_eq!(
+        transfers(&run),
+        serde_json::json!({ "streamed": files * world.ends().len() })
+    );
     assert!(cleaned_up, "{}", run.explain());
     restored_everywhere_from(&world, &prefix).await?;
     let jobs = run.report["jobs"].as_array().map_or(0, Vec::len);
@@ -129,6 +139,14 @@ async fn a_backup_in_the_targets_bucket_is_staged_there_by_server_side_copy() ->
         streamed,
         bytes * world.spec.secondaries as u64,
         "the target's staging must move no bytes through the host"
+    );
+    let files = world.backup.logs.len();
+    assert_eq!(
+        transfers(&run),
+        serde_json::json!({
+            "server_side_copy": files,
+            "streamed": files * world.spec.secondaries,
+        })
     );
     assert!(cleaned_up, "{}", run.explain());
     // The target imported the server-side copies (milvus-sim read them: the crc32c matches),
