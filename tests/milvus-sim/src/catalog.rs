@@ -199,14 +199,6 @@ pub struct Collection {
 
 impl Collection {
     /// The primary-key field id, else the smallest field id (how the sim counts binlog rows).
-    pub fn primary_field_id(&self) -> Option<i64> {
-        self.schema
-            .fields
-            .iter()
-            .find(|f| f.is_primary_key)
-            .map(|f| f.field_id)
-    }
-
     pub fn partition(&self, name: &str) -> Option<&Partition> {
         self.partitions.iter().find(|p| p.name == name)
     }

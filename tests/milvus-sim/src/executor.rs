@@ -147,16 +147,16 @@ async fn read_files(cluster: &Cluster, job_id: i64) -> Result<ReadOutcome, Strin
     let job = cluster
         .job(job_id)
         .ok_or_else(|| format!("job {job_id} vanished"))?;
-    let primary_field = cluster.with_catalog(|c| {
+    let schema = cluster.with_catalog(|c| {
         c.collection_by_id(job.collection_id)
-            .and_then(|coll| coll.primary_field_id())
+            .map(|coll| coll.schema.clone())
     });
     let store = cluster.store();
     import_reader::read_groups(
         store.as_ref(),
         job.parsed_options.source,
         &job.files,
-        primary_field,
+        schema.as_ref(),
     )
     .await
     .map_err(|e| e.to_string())

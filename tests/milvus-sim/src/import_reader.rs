@@ -16,6 +16,8 @@ use std::collections::BTreeMap;
 use futures::TryStreamExt;
 use object_store::{ObjectStore, ObjectStoreExt, path::Path};
 
+use milvus_proto::schema::CollectionSchema;
+
 use crate::fixtures::binlog::{LogContent, read_header};
 use crate::jobs::{GroupResult, ManifestEntry};
 use crate::options::ImportSource;
@@ -35,6 +37,17 @@ pub enum ReadError {
     UnsupportedFileType { path: String },
     #[error("import file group {index} is empty")]
     EmptyGroup { index: usize },
+    /// Milvus's binlog reader (`verify`) refuses a segment whose fields do not all have
+    /// binlogs, or whose fields have different numbers of them: part of it is missing.
+    #[error("no binlog for {field}, prefix={prefix}")]
+    NoFieldBinlog { field: String, prefix: String },
+    #[error("misaligned binlog count, field{field}:{count}, field0:{row_ids}, prefix={prefix}")]
+    MisalignedBinlogs {
+        field: i64,
+        count: usize,
+        row_ids: usize,
+        prefix: String,
+    },
     #[error("failed to access {path}: {source}")]
     Storage {
         path: String,
@@ -133,12 +146,13 @@ fn manifest_entry(path: &Path, bytes: &[u8]) -> ManifestEntry {
     }
 }
 
-/// Reads every group of a job. `primary_field_id` decides which insert objects count rows.
+/// Reads every group of a job into the collection of `schema` (its primary key's objects
+/// count rows, and every field must have binlogs; without it, the smallest field id counts).
 pub async fn read_groups(
     store: &dyn ObjectStore,
     source: ImportSource,
     groups: &[Vec<String>],
-    primary_field_id: Option<i64>,
+    schema: Option<&CollectionSchema>,
 ) -> Result<ReadOutcome, ReadError> {
     let mut outcome = ReadOutcome::default();
     for (index, group) in groups.iter().enumerate() {
@@ -151,7 +165,7 @@ pub async fn read_groups(
                     store,
                     &group[0],
                     group.get(1).map(String::as_str),
-                    primary_field_id,
+                    schema,
                     &mut outcome.manifest,
                 )
                 .await?
@@ -175,15 +189,13 @@ async fn read_binlog_group(
     store: &dyn ObjectStore,
     insert_prefix: &str,
     delta_prefix: Option<&str>,
-    primary_field_id: Option<i64>,
+    schema: Option<&CollectionSchema>,
     manifest: &mut Vec<ManifestEntry>,
 ) -> Result<GroupResult, ReadError> {
     let mut result = GroupResult::default();
     if !insert_prefix.is_empty() {
-        let mut rows_by_field: BTreeMap<i64, i64> = BTreeMap::new();
+        let mut logs_by_field: BTreeMap<i64, Vec<Path>> = BTreeMap::new();
         for path in list(store, insert_prefix).await? {
-            let bytes = get(store, &path).await?;
-            let rows = binlog_rows(&path, &bytes, ExpectedLog::Insert)?;
             let parts: Vec<_> = path.parts().collect();
             let field_id = parts
                 .len()
@@ -193,11 +205,23 @@ async fn read_binlog_group(
                     path: path.to_string(),
                     detail: "the second-to-last path component is not a field id".into(),
                 })?;
-            *rows_by_field.entry(field_id).or_default() += rows;
-            result.size += bytes.len() as u64;
-            manifest.push(manifest_entry(&path, &bytes));
+            logs_by_field.entry(field_id).or_default().push(path);
         }
-        result.rows = primary_field_id
+        verify_fields(schema, &logs_by_field, insert_prefix)?;
+        let mut rows_by_field: BTreeMap<i64, i64> = BTreeMap::new();
+        for (field_id, paths) in &logs_by_field {
+            for path in paths {
+                let bytes = get(store, path).await?;
+                *rows_by_field.entry(*field_id).or_default() +=
+                    binlog_rows(path, &bytes, ExpectedLog::Insert)?;
+                result.size += bytes.len() as u64;
+                manifest.push(manifest_entry(path, &bytes));
+            }
+        }
+        let primary = schema
+            .and_then(|s| s.fields.iter().find(|f| f.is_primary_key))
+            .map(|f| f.field_id);
+        result.rows = primary
             .and_then(|pk| rows_by_field.get(&pk).copied())
             .or_else(|| rows_by_field.values().next().copied())
             .unwrap_or(0);
@@ -211,6 +235,49 @@ async fn read_binlog_group(
         }
     }
     Ok(result)
+}
+
+/// Field ids Milvus gives the system fields RowID and Timestamp; their binlogs are part of
+/// every segment.
+pub(crate) const ROW_ID_FIELD: i64 = 0;
+pub(crate) const TIMESTAMP_FIELD: i64 = 1;
+
+/// What Milvus's binlog reader checks before reading a segment (`verify`): RowID and
+/// Timestamp have binlogs, so does every field of the collection's schema, and every field
+/// has as many as RowID. A segment with an object missing fails here rather than importing
+/// the rest.
+fn verify_fields(
+    schema: Option<&CollectionSchema>,
+    logs_by_field: &BTreeMap<i64, Vec<Path>>,
+    prefix: &str,
+) -> Result<(), ReadError> {
+    let missing = |field: String| ReadError::NoFieldBinlog {
+        field,
+        prefix: prefix.to_owned(),
+    };
+    for field in schema.map(|s| s.fields.as_slice()).unwrap_or_default() {
+        if !logs_by_field.contains_key(&field.field_id) {
+            return Err(missing(format!("field:{}", field.name)));
+        }
+    }
+    let Some(row_ids) = logs_by_field.get(&ROW_ID_FIELD) else {
+        return Err(missing("RowID field".into()));
+    };
+    if !logs_by_field.contains_key(&TIMESTAMP_FIELD) {
+        return Err(missing("TimestampField".into()));
+    }
+    match logs_by_field
+        .iter()
+        .find(|(_, logs)| logs.len() != row_ids.len())
+    {
+        Some((field, logs)) => Err(ReadError::MisalignedBinlogs {
+            field: *field,
+            count: logs.len(),
+            row_ids: row_ids.len(),
+            prefix: prefix.to_owned(),
+        }),
+        None => Ok(()),
+    }
 }
 
 async fn read_row_group(
@@ -275,13 +342,40 @@ mod tests {
             .expect("put");
     }
 
+    /// A collection of a primary key (100, "id") and a vector (101, "vector").
+    fn id_and_vector() -> CollectionSchema {
+        use milvus_proto::schema::FieldSchema;
+        CollectionSchema {
+            fields: vec![
+                FieldSchema {
+                    field_id: 100,
+                    name: "id".into(),
+                    is_primary_key: true,
+                    ..Default::default()
+                },
+                FieldSchema {
+                    field_id: 101,
+                    name: "vector".into(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        }
+    }
+
+    /// Two binlogs of 7 and 5 rows for each of `fields` under `prefix`.
+    async fn put_segment(store: &InMemory, prefix: &str, fields: &[i64]) {
+        for field in fields {
+            put(store, &format!("{prefix}/{field}/1"), encode_insert(7, 1, 1)).await;
+            put(store, &format!("{prefix}/{field}/2"), encode_insert(5, 1, 2)).await;
+        }
+    }
+
     #[tokio::test]
     async fn binlog_group_counts_primary_key_rows_and_deletes() {
         let store = InMemory::new();
         let ins = "bk/binlogs/insert_log/1/2/3";
-        put(&store, &format!("{ins}/30/100/1"), encode_insert(7, 1, 1)).await;
-        put(&store, &format!("{ins}/30/100/2"), encode_insert(5, 1, 2)).await;
-        put(&store, &format!("{ins}/30/101/3"), encode_insert(12, 7, 3)).await;
+        put_segment(&store, &format!("{ins}/30"), &[0, 1, 100, 101]).await;
         put(
             &store,
             "bk/binlogs/delta_log/1/2/3/30/9",
@@ -292,19 +386,58 @@ mod tests {
             format!("{ins}/"),
             "/bk/binlogs/delta_log/1/2/3/".into(),
         ]];
-        let out = read_groups(&store, ImportSource::Binlogs, &groups, Some(100))
+        let schema = id_and_vector();
+        let out = read_groups(&store, ImportSource::Binlogs, &groups, Some(&schema))
             .await
             .expect("reads");
-        assert_eq!((out.rows, out.deleted_rows, out.manifest.len()), (12, 2, 4));
+        assert_eq!((out.rows, out.deleted_rows, out.manifest.len()), (12, 2, 9));
         assert_eq!(
             out.manifest[0].crc32c,
             crc32c::crc32c(&encode_insert(7, 1, 1))
         );
-        // Without a known primary key the smallest field id counts.
+        // Without a known schema the smallest field id counts.
         let out = read_groups(&store, ImportSource::Binlogs, &groups, None)
             .await
             .expect("reads");
         assert_eq!(out.rows, 12);
+    }
+
+    #[tokio::test]
+    async fn a_segment_missing_a_binlog_fails_as_milvus_verify_does() {
+        async fn read(store: InMemory) -> String {
+            read_groups(
+                &store,
+                ImportSource::Binlogs,
+                &[vec!["seg/".into()]],
+                Some(&id_and_vector()),
+            )
+            .await
+            .expect_err("an incomplete segment")
+            .to_string()
+        }
+
+        let store = InMemory::new();
+        put_segment(&store, "seg", &[0, 1, 100, 101]).await;
+        store
+            .delete(&Path::from("seg/101/2"))
+            .await
+            .expect("delete");
+        assert_eq!(
+            read(store).await,
+            "misaligned binlog count, field101:1, field0:2, prefix=seg/"
+        );
+
+        let store = InMemory::new();
+        put_segment(&store, "seg", &[0, 1, 100]).await;
+        assert_eq!(read(store).await, "no binlog for field:vector, prefix=seg/");
+
+        let store = InMemory::new();
+        put_segment(&store, "seg", &[1, 100, 101]).await;
+        assert_eq!(read(store).await, "no binlog for RowID field, prefix=seg/");
+
+        let store = InMemory::new();
+        put_segment(&store, "seg", &[0, 100, 101]).await;
+        assert_eq!(read(store).await, "no binlog for TimestampField, prefix=seg/");
     }
 
     #[tokio::test]
@@ -317,6 +450,13 @@ mod tests {
             missing.to_string().contains("key not found[key=nope/]"),
             "{missing}"
         );
+        // Each prefix is a segment whose system fields are sound and whose field 100 is not.
+        for prefix in ["bad", "x", "p"] {
+            for system_field in [0, 1] {
+                let path = format!("{prefix}/1/{system_field}/1");
+                put(&store, &path, encode_insert(1, 1, 1)).await;
+            }
+        }
         put(&store, "bad/1/100/1", b"MSIMINS1\x01".to_vec()).await;
         let short = read_groups(&store, ImportSource::Binlogs, &[vec!["bad".into()]], None)
             .await

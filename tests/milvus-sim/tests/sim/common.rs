@@ -189,22 +189,37 @@ pub async fn create_collection(uri: &str, name: &str) {
     assert_eq!(status.code, 0, "{status:?}");
 }
 
-/// Writes one backup segment group under `prefix` in a cluster's storage: `rows` rows in the
-/// pk field's insert logs (two objects), a vector field object, and a delta log of `deleted`.
-/// Returns the group's `[insert_prefix, delta_prefix]`.
+/// Writes one backup segment group under `prefix` in a cluster's storage: `rows` rows in two
+/// insert logs for each of RowID, Timestamp, the pk field (100) and the vector field (101), as
+/// Milvus's binlog reader requires, and a delta log of `deleted`. Returns the group's
+/// `[insert_prefix, delta_prefix]`.
 pub async fn put_segment(cluster: &Cluster, prefix: &str, rows: u64, deleted: u64) -> [String; 2] {
+    put_segment_of(cluster, prefix, rows, deleted, &[100, 101]).await
+}
+
+/// [`put_segment`] for a collection whose user fields are `fields`.
+pub async fn put_segment_of(
+    cluster: &Cluster,
+    prefix: &str,
+    rows: u64,
+    deleted: u64,
+    fields: &[i64],
+) -> [String; 2] {
     let store = cluster.store();
     let insert = format!("{prefix}/binlogs/insert_log/1/2/3");
     let delta = format!("{prefix}/binlogs/delta_log/1/2/3");
-    let objects = [
-        (format!("{insert}/30/100/1"), encode_insert(rows - 1, 4, 1)),
-        (format!("{insert}/30/100/2"), encode_insert(1, 4, 2)),
-        (format!("{insert}/30/101/3"), encode_insert(rows, 7, 3)),
-        (
-            format!("{delta}/30/4"),
-            encode_delta(&(0..deleted as i64).map(|pk| (pk, 1)).collect::<Vec<_>>()),
-        ),
-    ];
+    let mut objects = Vec::new();
+    for field in [0, 1].iter().chain(fields) {
+        objects.push((
+            format!("{insert}/30/{field}/1"),
+            encode_insert(rows - 1, 4, 1),
+        ));
+        objects.push((format!("{insert}/30/{field}/2"), encode_insert(1, 4, 2)));
+    }
+    objects.push((
+        format!("{delta}/30/4"),
+        encode_delta(&(0..deleted as i64).map(|pk| (pk, 1)).collect::<Vec<_>>()),
+    ));
     for (path, bytes) in objects {
         store
             .put(&ObjectPath::from(path.as_str()), PutPayload::from(bytes))

@@ -68,8 +68,8 @@ async fn mirrors_have_the_same_job_id_and_commit_reaches_every_end() {
     assert_eq!(manifests[0], manifests[2]);
     assert_eq!(
         manifests[0][0].manifest.len(),
-        3,
-        "the three insert objects of the group"
+        8,
+        "the eight insert objects of the group"
     );
 }
 

@@ -239,7 +239,8 @@ async fn imports_into_a_partition_key_collection_follow_the_proxy_rules() {
         .create_collection(keyed_request("k", 2))
         .await
         .expect("answers");
-    let files = put_segment(&a, "bk", 6, 1).await;
+    // `tenant` is field 102.
+    let files = put_segment_of(&a, "bk", 6, 1, &[100, 101, 102]).await;
     let rest = Rest::new(&a.uri());
 
     // A backup import names one of the `_default_i` partitions.

@@ -25,12 +25,18 @@ async fn a_thousand_collections_of_four_partitions_import_and_commit_on_both_end
     let sim = start(&topology).await;
     let (a, b) = (sim.cluster("a"), sim.cluster("b"));
     for cluster in [&a, &b] {
-        let bytes = milvus_sim::fixtures::binlog::encode_insert(10, 0, 0);
-        cluster
-            .store()
-            .put(&ObjectPath::from("bk/100/1"), PutPayload::from(bytes))
-            .await
-            .expect("put");
+        // RowID, Timestamp and the pk: the fields a segment's binlogs must cover.
+        for field in [0, 1, 100] {
+            let bytes = milvus_sim::fixtures::binlog::encode_insert(10, 0, 0);
+            cluster
+                .store()
+                .put(
+                    &ObjectPath::from(format!("bk/{field}/1")),
+                    PutPayload::from(bytes),
+                )
+                .await
+                .expect("put");
+        }
     }
     let mut jobs = Vec::new();
     for c in 0..COLLECTIONS {
