@@ -366,8 +366,18 @@ mod tests {
     /// Two binlogs of 7 and 5 rows for each of `fields` under `prefix`.
     async fn put_segment(store: &InMemory, prefix: &str, fields: &[i64]) {
         for field in fields {
-            put(store, &format!("{prefix}/{field}/1"), encode_insert(7, 1, 1)).await;
-            put(store, &format!("{prefix}/{field}/2"), encode_insert(5, 1, 2)).await;
+            put(
+                store,
+                &format!("{prefix}/{field}/1"),
+                encode_insert(7, 1, 1),
+            )
+            .await;
+            put(
+                store,
+                &format!("{prefix}/{field}/2"),
+                encode_insert(5, 1, 2),
+            )
+            .await;
         }
     }
 
@@ -437,7 +447,10 @@ mod tests {
 
         let store = InMemory::new();
         put_segment(&store, "seg", &[0, 100, 101]).await;
-        assert_eq!(read(store).await, "no binlog for TimestampField, prefix=seg/");
+        assert_eq!(
+            read(store).await,
+            "no binlog for TimestampField, prefix=seg/"
+        );
     }
 
     #[tokio::test]

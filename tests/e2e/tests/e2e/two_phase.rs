@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use e2e::{TARGET, World, WorldSpec, secondary};
+use e2e::{TARGET, World, WorldSpec, eventually, secondary};
 use milvus_sim::faults::{JobFailure, JobSelector};
 use milvus_sim::jobs::JobState;
 
@@ -120,6 +120,79 @@ async fn a_secondary_that_cannot_read_the_files_stops_the_restore_before_any_com
     );
     assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
     nothing_restored(&world).await
+}
+
+/// Found by the fault runner (seed 3074): staged files deleted while a mirror listed its
+/// segment left it reading part of one, and milvus-sim imported the rest where Milvus fails
+/// the job. A secondary missing one binlog must stop the restore before any commit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secondary_missing_one_binlog_of_a_staged_segment_rolls_back_instead_of_importing_the_rest()
+-> anyhow::Result<()> {
+    // The mirrors lag, so the binlog goes after staging and before the mirror reads it.
+    let world = World::start(WorldSpec {
+        stream_lag: Duration::from_millis(1500),
+        ..WorldSpec::default()
+    })
+    .await?;
+    let lacking = secondary(1);
+    let job = world.job("half-segment", "")?;
+    let remove_one = async {
+        eventually(Duration::from_secs(30), || async {
+            Ok(!world.state(TARGET).await?.jobs.is_empty())
+        })
+        .await?;
+        let staged = world
+            .storage_dir(&lacking)
+            .join(lockstep::storage::STAGING_ROOT);
+        let victim = first_file(&staged, &|f| f.to_string_lossy().contains("/insert_log/"))?
+            .ok_or_else(|| anyhow::anyhow!("no staged insert log under {}", staged.display()))?;
+        std::fs::remove_file(&victim)?;
+        anyhow::Ok(victim)
+    };
+    let args = ["run", job.to_str().unwrap()];
+    let (run, victim) = tokio::join!(world.run(&args, &[]), remove_one);
+    let (run, victim) = (run?, victim?);
+    assert_eq!(
+        run.code,
+        1,
+        "{} (removed {})",
+        run.explain(),
+        victim.display()
+    );
+    assert_eq!(run.outcome(), "rolled_back");
+    assert!(
+        run.summary().contains(&lacking) && run.summary().contains("binlog"),
+        "{}",
+        run.summary()
+    );
+    assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
+    // The drops of the rolled-back collections reach the secondaries over the lagging stream.
+    eventually(Duration::from_secs(10), || async {
+        Ok(nothing_restored(&world).await.is_ok())
+    })
+    .await?;
+    nothing_restored(&world).await
+}
+
+/// The first file under `dir` that `wanted` accepts, in name order, depth first.
+fn first_file(
+    dir: &std::path::Path,
+    wanted: &dyn Fn(&std::path::Path) -> bool,
+) -> std::io::Result<Option<std::path::PathBuf>> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            if let Some(file) = first_file(&path, wanted)? {
+                return Ok(Some(file));
+            }
+        } else if wanted(&path) {
+            return Ok(Some(path));
+        }
+    }
+    Ok(None)
 }
 
 #[tokio::test(flavor = "multi_thread")]
