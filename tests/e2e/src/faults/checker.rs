@@ -416,7 +416,7 @@ pub fn check(e: &Evidence<'_>) -> Vec<Violation> {
 
     found.extend(check_data(e, &submitted));
     found.extend(check_records(e));
-    found.extend(check_processes(e));
+    found.extend(check_processes(e.processes));
     if let Some(r) = e.resubmission {
         found.extend(check_resubmission(r));
     }
@@ -603,11 +603,13 @@ fn check_records(e: &Evidence<'_>) -> Vec<Violation> {
 }
 
 /// Every process that was not killed ended with one of lockstep's exit codes and the report
-/// its code stands for.
-fn check_processes(e: &Evidence<'_>) -> Vec<Violation> {
+/// its code stands for. A killed one may have printed its report before the signal landed:
+/// its exit says only that it was killed.
+fn check_processes(processes: &[ProcessRun]) -> Vec<Violation> {
     let mut found = Vec::new();
-    for p in e.processes {
-        if let Some(report) = &p.report
+    for p in processes {
+        if p.ending != Ending::Killed
+            && let Some(report) = &p.report
             && report.exit_code() != p.code
         {
             found.push(Violation::ExitCodeDisagrees {
@@ -652,4 +654,43 @@ fn check_resubmission(r: &Resubmission) -> Vec<Violation> {
         }),
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process(ending: Ending, code: i32, outcome: Option<Outcome>) -> ProcessRun {
+        let report = outcome.map(|outcome| Report {
+            outcome,
+            ..Report::refused(
+                "r1".into(),
+                "job".into(),
+                "job-1".into(),
+                "nightly".into(),
+                String::new(),
+                vec![],
+            )
+        });
+        ProcessRun {
+            name: "run#1".into(),
+            ending,
+            code,
+            report,
+        }
+    }
+
+    /// Seeds 3307 and 3310: a host killed after printing its report (exit -1) was flagged
+    /// as exiting against its report.
+    #[test]
+    fn a_host_killed_after_its_report_is_not_an_exit_code_disagreement() {
+        let killed = process(Ending::Killed, -1, Some(Outcome::RolledBack));
+        assert!(check_processes(&[killed]).is_empty());
+
+        let lying = process(Ending::Finished, 0, Some(Outcome::RolledBack));
+        assert!(matches!(
+            check_processes(&[lying]).as_slice(),
+            [Violation::ExitCodeDisagrees { code: 0, .. }]
+        ));
+    }
 }
