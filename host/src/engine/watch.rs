@@ -179,7 +179,8 @@ fn plan(pairs: &[Pair], due: &[usize], schedule: &Schedule) -> Vec<Call> {
 
 /// Makes one call; returns what it saw of each pair and how many calls that took (a pair a
 /// list does not show is asked about alone, to tell a job not created yet from one the
-/// list leaves out, as Milvus does for collections the caller cannot import into).
+/// list leaves out, as Milvus does for collections the caller cannot import into; so is
+/// every pair of a list the end refuses).
 async fn look(ends: &Ends, pairs: &[Pair], call: Call) -> (Vec<(usize, Sight)>, usize) {
     match call {
         Call::Describe(i) => {
@@ -198,7 +199,7 @@ async fn look(ends: &Ends, pairs: &[Pair], call: Call) -> (Vec<(usize, Sight)>, 
                 .unwrap_or(("default", &collection));
             let rows = match end.rest.list(db, name).await {
                 Ok(rows) => rows,
-                Err(e) => {
+                Err(e) if e.is_retriable() => {
                     let e = Arc::new(e);
                     let sightings = group
                         .into_iter()
@@ -206,6 +207,10 @@ async fn look(ends: &Ends, pairs: &[Pair], call: Call) -> (Vec<(usize, Sight)>, 
                         .collect();
                     return (sightings, 1);
                 }
+                // An answer, not an outage: the collection is gone (dropped by a rollback,
+                // or by hand) or the list is refused. Its jobs still have their states, by
+                // id; asking the list again would get the same answer forever.
+                Err(_) => Vec::new(),
             };
             let mut rows: HashMap<MilvusJobId, ImportListEntry> =
                 rows.into_iter().map(|r| (r.job_id.clone(), r)).collect();
@@ -258,6 +263,93 @@ mod tests {
                 } => format!("list {collection}@{end} {pairs:?}"),
             })
             .collect()
+    }
+
+    /// Seeds 3662 and 3929: a rollback dropped the collection, every list of it answered
+    /// "collection not found", and the watch asked the list again until killed.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_list_refused_for_a_dropped_collection_falls_back_to_describing_each_job() {
+        use milvus_proto::schema::{CollectionSchema, FieldSchema};
+        use milvus_sim::catalog::{DdlOp, NewCollection};
+        use milvus_sim::cluster::CreateImport;
+
+        let topology = milvus_sim::Topology::from_toml_str(
+            "[[cluster]]\nid = \"t\"\nversion = \"3.0.0\"\n",
+            "test.toml",
+            std::path::Path::new("."),
+        )
+        .expect("topology");
+        let sim = milvus_sim::Sim::start(topology).await.expect("sim starts");
+        let t = sim.cluster("t");
+        t.create_collection(NewCollection {
+            db: "default".into(),
+            name: "c".into(),
+            schema: CollectionSchema {
+                name: "c".into(),
+                fields: vec![FieldSchema {
+                    field_id: 100,
+                    name: "id".into(),
+                    is_primary_key: true,
+                    data_type: 5,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            shards_num: 1,
+            consistency_level: 0,
+            properties: vec![],
+            num_partitions: 0,
+        })
+        .expect("collection");
+        let jobs: Vec<i64> = (0..2)
+            .map(|_| {
+                t.create_import(CreateImport {
+                    db_name: String::new(),
+                    collection_name: "c".into(),
+                    partition_name: "_default".into(),
+                    files: vec![vec!["bk/".into()]],
+                    options: [("backup", "true"), ("auto_commit", "false")]
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                        .into(),
+                    idempotency_key: None,
+                    protocol: milvus_sim::Protocol::Rest,
+                })
+                .expect("created")
+            })
+            .collect();
+        t.execute_ddl(DdlOp::DropCollection {
+            db: "default".into(),
+            name: "c".into(),
+        })
+        .expect("dropped");
+
+        let ends = Ends::from_clients(vec![
+            EndClient::connect("t", crate::journal::Role::Target, &t.uri(), None).expect("client"),
+        ]);
+        let pairs: Vec<Pair> = jobs
+            .iter()
+            .map(|j| pair(&j.to_string(), 0, "default.c"))
+            .collect();
+        let mut failed = Vec::new();
+        let mut judge = |i: usize, sight: Sight, _: Instant| match sight {
+            Sight::Seen(s) if s.state == JobState::Failed => {
+                failed.push(i);
+                Judgement::Done
+            }
+            _ => Judgement::Wait,
+        };
+        let watched = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            watch(&ends, &pairs, pairs.len(), FirstLook::Now, &mut judge),
+        )
+        .await;
+        assert_eq!(
+            watched,
+            Ok(Ok(())),
+            "the watch kept asking the refused list"
+        );
+        failed.sort();
+        assert_eq!(failed, [0, 1], "each job's state, by describe");
     }
 
     #[tokio::test(start_paused = true)]
