@@ -760,10 +760,8 @@ mod tests {
 
     use object_store::PutPayload;
 
-    use super::super::open::open_with_env;
     use super::super::test_stores::{local, s3_server, unique_bucket};
     use super::*;
-    use crate::job::StorageSpec;
 
     const BACKUP_DIR: &str = "backup/nightly";
 
