@@ -931,11 +931,16 @@ mod tests {
                 .join("lockstep-staging/r1/binlogs/delta_log/1/-1/9/9001")
                 .is_file()
         );
-        let leftovers: Vec<_> = walk(b.path())
+        let leftovers = partial_files(b.path());
+        assert!(leftovers.is_empty(), "partial copies left: {leftovers:?}");
+    }
+
+    /// The part-written `#` files under `dir`.
+    fn partial_files(dir: &std::path::Path) -> Vec<PathBuf> {
+        walk(dir)
             .into_iter()
             .filter(|p| p.to_string_lossy().contains('#'))
-            .collect();
-        assert!(leftovers.is_empty(), "partial copies left: {leftovers:?}");
+            .collect()
     }
 
     /// Every file under `dir`, recursively.
@@ -1033,16 +1038,18 @@ mod tests {
             store: &target,
         }];
 
-        let (staged, _) = stage_with(
-            &backup,
-            &files,
-            &destinations,
-            &prefix,
-            StageOptions::default(),
-        )
-        .await;
+        let stage_linking = || {
+            stage_with(
+                &backup,
+                &files,
+                &destinations,
+                &prefix,
+                StageOptions::default(),
+            )
+        };
+
         assert_eq!(
-            transfers(&staged.expect("stage"), "target"),
+            transfers(&stage_linking().await.0.expect("stage"), "target"),
             BTreeSet::from([Transfer::Linked])
         );
         assert_staged_content(&target, &prefix, &files).await;
@@ -1051,22 +1058,11 @@ mod tests {
         let linked = std::fs::metadata(b.path().join("lockstep-staging/r2l").join(&files[0].path))
             .expect("stat staged file");
         assert_eq!(original.ino(), linked.ino(), "the bytes exist once");
-        let leftovers: Vec<_> = walk(b.path())
-            .into_iter()
-            .filter(|p| p.to_string_lossy().contains('#'))
-            .collect();
+        let leftovers = partial_files(b.path());
         assert!(leftovers.is_empty(), "partial links left: {leftovers:?}");
 
-        let (again, _) = stage_with(
-            &backup,
-            &files,
-            &destinations,
-            &prefix,
-            StageOptions::default(),
-        )
-        .await;
         assert_eq!(
-            transfers(&again.expect("resumed stage"), "target"),
+            transfers(&stage_linking().await.0.expect("resumed stage"), "target"),
             BTreeSet::from([Transfer::AlreadyStaged])
         );
 
