@@ -533,10 +533,7 @@ async fn copy(
                     source: source.into(),
                 })
             }
-            Err(source) => Err(object_store::Error::Generic {
-                store: "LocalFileSystem",
-                source: source.into(),
-            }),
+            Err(source) => Err(local_error(source)),
         };
     }
     let (reader, writer) = (from_store.store.as_ref(), to_store.store.as_ref());
