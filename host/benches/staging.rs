@@ -79,6 +79,7 @@ fn main() -> anyhow::Result<()> {
             &prefix,
             options,
             &on_progress,
+            &|_| {},
         ))?;
         let durable = started.elapsed();
         let copied_at = copied_at

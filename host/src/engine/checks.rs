@@ -242,23 +242,40 @@ pub fn staged_objects(
     files: &[BinlogFile],
     groups: &[CommitGroup],
 ) -> Vec<StagedObject> {
-    let mut prefixes: BTreeMap<String, u32> = BTreeMap::new();
-    for (index, b) in groups.iter().flat_map(|g| g.batches.iter()).enumerate() {
-        for prefix in b.files.iter().flatten() {
-            prefixes.insert(prefix.clone(), index as u32);
-        }
-    }
+    let index = BatchIndex::new(groups);
     files
         .iter()
         .filter_map(|f| {
             let path = format!("{import_prefix}/{}", f.path);
-            // The batch prefix is the greatest one not after the path that the path starts with.
-            let (prefix, batch) = prefixes.range(..=path.clone()).next_back()?;
-            path.starts_with(prefix).then(|| StagedObject {
-                path: path.clone(),
+            let batch = index.batch_of(&path)?;
+            Some(StagedObject {
+                path,
                 size: f.size,
-                batch: *batch,
+                batch: batch as u32,
             })
         })
         .collect()
+}
+
+/// Which batch imports a path, by the batches' import prefixes.
+pub struct BatchIndex(BTreeMap<String, usize>);
+
+impl BatchIndex {
+    /// Batches numbered across `groups`, in order.
+    pub fn new(groups: &[CommitGroup]) -> BatchIndex {
+        let mut prefixes = BTreeMap::new();
+        for (index, b) in groups.iter().flat_map(|g| g.batches.iter()).enumerate() {
+            for prefix in b.files.iter().flatten() {
+                prefixes.insert(prefix.clone(), index);
+            }
+        }
+        BatchIndex(prefixes)
+    }
+
+    /// The batch whose prefix `path` is under, if any.
+    pub fn batch_of(&self, path: &str) -> Option<usize> {
+        // The batch prefix is the greatest one not after the path that the path starts with.
+        let (prefix, batch) = self.0.range(..=path.to_owned()).next_back()?;
+        path.starts_with(prefix.as_str()).then_some(*batch)
+    }
 }

@@ -20,6 +20,7 @@ pub mod report;
 mod retry;
 mod run;
 pub mod schedule;
+mod staging;
 mod two_phase;
 mod watch;
 

@@ -23,6 +23,7 @@ use super::preflight::{Preflight, error_chain, preflight};
 use super::report::{CollectionReport, Divergence, EndReport, Report};
 use super::retry::retry;
 use super::schedule::FirstLook;
+use super::staging::{self, Destinations, StageGate};
 use super::two_phase::{self, Tracked, Tracker};
 use super::{Engine, Interrupted, faults, finish_report};
 use crate::backup::{ImportBatch, Strategy};
@@ -32,7 +33,7 @@ use crate::journal::{
 };
 use crate::milvus::{CreateImport, ServerVersion};
 use crate::plugins::Phase;
-use crate::storage::{self, ImportPaths, StagingPrefix};
+use crate::storage::{self, StagingPrefix};
 
 /// Import creates in flight at once on the target.
 const CREATES_IN_FLIGHT: usize = 8;
@@ -41,7 +42,7 @@ const CREATES_IN_FLIGHT: usize = 8;
 const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(600);
 
 /// What stopped a restore before its decision.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) enum Stop {
     /// A rule refused it; nothing was imported.
     Refused(Vec<String>),
@@ -128,7 +129,7 @@ impl<'a> Shared<'a> {
         *r = Some(r.map_or(reaction, |old| old.max(reaction)));
     }
 
-    fn fail(&self, stop: Stop) {
+    pub fn fail(&self, stop: Stop) {
         let mut f = self
             .failure
             .lock()
@@ -311,98 +312,59 @@ async fn execute(
         return Ok(Outcome::Succeeded);
     }
 
-    // Staging.
+    // Where the ends import from, and the commit groups: recorded before anything is
+    // staged or submitted.
+    let to = match Destinations::open(job, pf, &restore_id) {
+        Ok(to) => to,
+        Err(reason) => return rollback(shared, Stop::Failed(reason)).await,
+    };
+    let import_prefix = to.paths.prefix().to_string();
+    let groups = build_groups(&restore_id, job, pf, &import_prefix);
+    track_groups(shared, pf, &groups);
+    shared.persist().await.map_err(Stop::Failed)?;
+    let gate = StageGate::new(&import_prefix, &pf.plan.files_to_stage, &groups);
     shared
         .set_phase(RestorePhase::Staging)
         .await
         .map_err(Stop::Failed)?;
-    let staged = match engine
-        .interrupt
-        .race(stage(shared, job, pf, &restore_id, report))
-        .await
-    {
-        Err(i) => return rollback(shared, i.into()).await,
-        Ok(Err(reason)) => return rollback(shared, Stop::Failed(reason)).await,
-        Ok(Ok(s)) => s,
-    };
 
-    faults::crash_point("after-stage");
-
-    // Commit groups and their jobs.
-    let batches: Vec<&ImportBatch> = pf
-        .plan
-        .collections
-        .iter()
-        .flat_map(|c| c.batches.iter())
-        .collect();
-    let groups = build_groups(&restore_id, job, pf, &staged);
-    {
-        let mut r = shared.record.lock().expect("record lock");
-        r.groups = groups.clone();
-    }
-    {
-        let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
-        let mut trackers = shared.trackers.lock().expect("tracker lock");
-        let mut index = 0;
-        for group in groups.iter() {
-            trackers.push(Tracker {
-                end_names: names.clone(),
-                jobs: group
-                    .batches
-                    .iter()
-                    .map(|b| {
-                        let batch = batches[index];
-                        index += 1;
-                        Tracked {
-                            batch_id: b.batch_id.clone(),
-                            collection: batch.target.to_string(),
-                            partition: b.partition.clone(),
-                            rows: batch.rows,
-                            job_id: None,
-                            seen: vec![None; names.len()],
-                        }
-                    })
-                    .collect(),
-            });
+    // Checks before import see every staged file, and `per_seg` has no decision to hold
+    // back: both stage everything first. Otherwise each batch's job is created as soon as
+    // its own files are staged, and the decision waits for the whole stage.
+    let results = if checks.has(Phase::BeforeImport) || job.strategy() == Strategy::PerSeg {
+        match staging::stage(shared, pf, &to, &gate).await {
+            Ok(staged) => report.staging = Some(staged),
+            Err(stop) => return rollback(shared, stop).await,
         }
-    }
-    shared.persist().await.map_err(Stop::Failed)?;
-
-    // Before-import checks.
-    let ctx_staged = super::checks::staged_objects(&staged, &pf.plan.files_to_stage, &groups);
-    if let Err(reason) = checks
-        .run_before_import(shared, job, pf, &ctx_staged, report)
-        .await
-    {
-        return rollback(shared, Stop::Failed(reason)).await;
-    }
-
-    if job.strategy() == Strategy::PerSeg {
-        return super::per_seg::run(shared, job, &groups, report).await;
-    }
-
-    // Run the groups within the target's import-job budget.
-    shared
-        .set_phase(RestorePhase::Importing)
-        .await
-        .map_err(Stop::Failed)?;
-    let budget = Arc::new(Semaphore::new((job.target.max_import_jobs as usize).max(1)));
-    let results: Vec<(usize, Result<Vec<Divergence>, String>)> =
-        futures::stream::iter(0..groups.len())
-            .map(|g| {
-                let budget = Arc::clone(&budget);
-                let need = groups[g].batches.len().max(1) as u32;
-                async move {
-                    let _slots = budget
-                        .acquire_many(need)
-                        .await
-                        .expect("the budget semaphore is never closed");
-                    (g, run_group(shared, job, g, checks, pf).await)
+        faults::crash_point("after-stage");
+        let ctx_staged =
+            super::checks::staged_objects(&import_prefix, &pf.plan.files_to_stage, &groups);
+        if let Err(reason) = checks
+            .run_before_import(shared, job, pf, &ctx_staged, report)
+            .await
+        {
+            return rollback(shared, Stop::Failed(reason)).await;
+        }
+        if job.strategy() == Strategy::PerSeg {
+            return super::per_seg::run(shared, job, &groups, report).await;
+        }
+        run_groups(shared, job, &groups, checks, pf, &gate).await
+    } else {
+        let staging = async {
+            match staging::stage(shared, pf, &to, &gate).await {
+                Ok(staged) => {
+                    faults::crash_point("after-stage");
+                    Some(staged)
                 }
-            })
-            .buffer_unordered(groups.len().max(1))
-            .collect()
-            .await;
+                // The stage recorded its failure: the groups abort on it.
+                Err(_) => None,
+            }
+        };
+        let (staged, results) =
+            tokio::join!(staging, run_groups(shared, job, &groups, checks, pf, &gate));
+        report.staging = staged;
+        results
+    };
 
     let mut divergences = Vec::new();
     let mut incomplete = Vec::new();
@@ -468,7 +430,7 @@ async fn execute(
         report.summary = format!(
             "restored {} collection(s) in {} import job(s), visible on {} end(s)",
             report.collections.len(),
-            batches.len(),
+            groups.iter().map(|g| g.batches.len()).sum::<usize>(),
             ends.len()
         );
         Outcome::Succeeded
@@ -476,86 +438,63 @@ async fn execute(
     Ok(outcome)
 }
 
-/// Stages the plan's files into every end's store that is not the backup's, and picks the
-/// import prefix. Records the prefix first, so a crash mid-copy can still clean up.
-async fn stage(
+/// Starts a tracker for every group's jobs, none submitted yet.
+fn track_groups(shared: &Shared<'_>, pf: &Preflight, groups: &[CommitGroup]) {
+    shared.record.lock().expect("record lock").groups = groups.to_vec();
+    let batches = pf.plan.collections.iter().flat_map(|c| c.batches.iter());
+    let names: Vec<String> = shared.ends.all().iter().map(|e| e.name.clone()).collect();
+    let mut batches = batches.zip(groups.iter().flat_map(|g| g.batches.iter()));
+    let mut trackers = shared.trackers.lock().expect("tracker lock");
+    for group in groups {
+        trackers.push(Tracker {
+            end_names: names.clone(),
+            jobs: batches
+                .by_ref()
+                .take(group.batches.len())
+                .map(|(batch, b)| Tracked {
+                    batch_id: b.batch_id.clone(),
+                    collection: batch.target.to_string(),
+                    partition: b.partition.clone(),
+                    rows: batch.rows,
+                    job_id: None,
+                    seen: vec![None; names.len()],
+                })
+                .collect(),
+        });
+    }
+}
+
+/// Runs the groups within the target's import-job budget, each to its decision and on.
+async fn run_groups(
     shared: &Shared<'_>,
     job: &Job,
+    groups: &[CommitGroup],
+    checks: &CheckSetup,
     pf: &Preflight,
-    restore_id: &RestoreId,
-    report: &mut Report,
-) -> Result<String, String> {
-    let prefix = StagingPrefix::for_restore(restore_id).map_err(|e| e.to_string())?;
-    let dest_specs = destinations(job);
-    let mut opened = Vec::new();
-    for (end, spec) in &dest_specs {
-        let store =
-            storage::open(spec).map_err(|e| format!("storage of {end}: {}", error_chain(&e)))?;
-        opened.push((end.clone(), store));
-    }
-    let ids: Vec<&storage::StoreId> = opened.iter().map(|(_, s)| &s.id).collect();
-    let paths = storage::import_paths(
-        &pf.backup_store.id,
-        &pf.backup.location.dir,
-        &ids,
-        prefix.clone(),
-    );
-    let files: Vec<storage::BackupFile> = pf
-        .plan
-        .files_to_stage
-        .iter()
-        .map(|f| storage::BackupFile {
-            path: f.path.clone(),
-            size: f.size,
-        })
-        .collect();
-    let bytes: u64 = files.iter().map(|f| f.size).sum();
-    let import_prefix = paths.prefix().to_string();
-    let mut staging_report = super::report::StagingReport {
-        prefix: import_prefix.clone(),
-        files: files.len() as u64,
-        bytes,
-        bytes_streamed: 0,
-        transfers: Default::default(),
-        destinations: opened.iter().map(|(e, _)| e.clone()).collect(),
-        cleaned_up: false,
-    };
-    if let ImportPaths::Staged { prefix } = &paths {
-        {
-            let mut r = shared.record.lock().expect("record lock");
-            r.staging_prefix = Some(prefix.path().to_string());
-            r.staged_ends = opened.iter().map(|(e, _)| e.clone()).collect();
-        }
-        shared.persist().await?;
-        let destinations: Vec<storage::Destination<'_>> = opened
-            .iter()
-            .map(|(end, store)| storage::Destination { end, store })
-            .collect();
-        let source = storage::StageSource {
-            store: &pf.backup_store,
-            backup_dir: &pf.backup.location.dir,
-        };
-        let id = restore_id.to_string();
-        let progress = shared.engine.progress.clone();
-        let staged = storage::stage(
-            source,
-            &files,
-            &destinations,
-            prefix,
-            storage::StageOptions::default(),
-            &move |p| progress.staging(&id, p),
-        )
-        .await
-        .map_err(|e| format!("staging failed: {}", error_chain(&e)))?;
-        for file in &staged {
-            *staging_report.transfers.entry(file.transfer).or_default() += 1;
-            if file.transfer == storage::Transfer::Streamed {
-                staging_report.bytes_streamed += file.size;
+    gate: &StageGate,
+) -> Vec<(usize, Result<Vec<Divergence>, String>)> {
+    let budget = Arc::new(Semaphore::new((job.target.max_import_jobs as usize).max(1)));
+    futures::stream::iter(0..groups.len())
+        .map(|g| {
+            let budget = Arc::clone(&budget);
+            let need = groups[g].batches.len().max(1) as u32;
+            let first_batch = groups[..g].iter().map(|g| g.batches.len()).sum();
+            async move {
+                let _slots = budget
+                    .acquire_many(need)
+                    .await
+                    .expect("the budget semaphore is never closed");
+                let group = GroupRun {
+                    g,
+                    first_batch,
+                    gate,
+                };
+                (g, run_group(shared, job, group, checks, pf).await)
             }
-        }
-    }
-    report.staging = Some(staging_report);
-    Ok(import_prefix)
+        })
+        .buffer_unordered(groups.len().max(1))
+        .collect()
+        .await
 }
 
 /// The ends whose stores the ends import from: the target's, and each secondary's that the
@@ -632,23 +571,31 @@ pub(super) fn idempotency_key(restore_id: &RestoreId, batch_id: &str) -> String 
 /// One commit group, submit to complete. `Ok` carries its divergences; `Err` says why the
 /// group stopped after its decision without completing (the restore is then incomplete).
 /// A pre-decision failure is recorded in `shared.failure` and the group aborts itself.
+/// One commit group of a restore, and the stage its jobs wait on.
+struct GroupRun<'a> {
+    g: usize,
+    /// The group's first batch, numbered across the restore's groups.
+    first_batch: usize,
+    gate: &'a StageGate,
+}
+
 async fn run_group(
     shared: &Shared<'_>,
     job: &Job,
-    g: usize,
+    group: GroupRun<'_>,
     checks: &CheckSetup,
     pf: &Preflight,
 ) -> Result<Vec<Divergence>, String> {
     let ends = shared.ends;
     let engine = shared.engine;
+    let GroupRun { g, gate, .. } = group;
     let mut tracker = shared.trackers.lock().expect("tracker lock")[g].clone();
     let jobs: Vec<usize> = (0..tracker.jobs.len()).collect();
-    let deadline = job.two_phase.commit_timeout.map(|t| Instant::now() + t);
-    let call_deadline = Instant::now()
-        + job
-            .two_phase
-            .commit_timeout
-            .unwrap_or(DEFAULT_CALL_DEADLINE);
+    let call_timeout = job
+        .two_phase
+        .commit_timeout
+        .unwrap_or(DEFAULT_CALL_DEADLINE);
+    let call_deadline = Instant::now() + call_timeout;
     let honours_key = pf
         .versions
         .first()
@@ -658,7 +605,9 @@ async fn run_group(
         if shared.failed() {
             return Err(Stop::Failed("another commit group failed".into()));
         }
-        submit(shared, g, &mut tracker, call_deadline, honours_key).await?;
+        submit(shared, &group, &mut tracker, call_timeout, honours_key).await?;
+        // The commit timeout counts from the creates: they may have waited on staging.
+        let deadline = job.two_phase.commit_timeout.map(|t| Instant::now() + t);
         shared
             .set_phase(RestorePhase::Holding)
             .await
@@ -669,13 +618,14 @@ async fn run_group(
                 shared.show();
             };
             let grace = job.two_phase.mirror_grace;
-            engine
-                .interrupt
-                .race(two_phase::hold(
-                    ends, tracker, &jobs, grace, deadline, first, &show,
-                ))
-                .await?
-                .map_err(Stop::Failed)?;
+            let held = two_phase::hold(ends, tracker, &jobs, grace, deadline, first, &show);
+            // A stage that fails while the jobs import ends the hold: nothing will commit.
+            tokio::select! {
+                held = engine.interrupt.race(held) => held?.map_err(Stop::Failed)?,
+                () = gate.failed() => {
+                    return Err(Stop::Failed("staging failed".into()));
+                }
+            }
             if shared.failed() {
                 return Err(Stop::Failed("another commit group failed".into()));
             }
@@ -693,6 +643,10 @@ async fn run_group(
             // checks ran (an approval can take hours), and Milvus cannot check a fencing
             // token, only states. Without checks the hold's own sightings are that fresh.
             hold(&mut tracker, FirstLook::Now).await?;
+        }
+        // Nothing is decided on files that were not all staged and verified.
+        if !gate.staged().await {
+            return Err(Stop::Failed("staging failed".into()));
         }
         Ok(())
     }
@@ -764,15 +718,28 @@ async fn run_group(
     }
 }
 
-/// Creates the group's jobs on the target. Every key is recorded as possibly sent before
-/// any create goes out, so a crash mid-submit leaves recovery a key to look each job up by.
+/// Creates the group's jobs on the target, each once its batch's files are staged. Every
+/// key is recorded as possibly sent before any create goes out, so a crash mid-submit
+/// leaves recovery a key to look each job up by.
 async fn submit(
     shared: &Shared<'_>,
-    g: usize,
+    group: &GroupRun<'_>,
     tracker: &mut Tracker,
-    deadline: Instant,
+    call_timeout: Duration,
     honours_key: bool,
 ) -> Result<(), Stop> {
+    let GroupRun {
+        g,
+        first_batch,
+        gate,
+    } = *group;
+    if !gate.batch_ready(first_batch).await {
+        return Err(Stop::Failed("staging failed".into()));
+    }
+    shared
+        .set_phase(RestorePhase::Importing)
+        .await
+        .map_err(Stop::Failed)?;
     let batches: Vec<BatchRecord> = {
         let mut r = shared.record.lock().expect("record lock");
         for b in &mut r.groups[g].batches {
@@ -785,6 +752,9 @@ async fn submit(
     let target = shared.ends.target();
     let mut creates = futures::stream::iter(batches.iter().enumerate())
         .map(|(i, b)| async move {
+            if !gate.batch_ready(first_batch + i).await {
+                return (i, None);
+            }
             let body = CreateImport {
                 db_name: b.db.clone(),
                 collection_name: b.collection.clone(),
@@ -793,21 +763,22 @@ async fn submit(
                 options: import_options(b),
             };
             let key = honours_key.then_some(b.idempotency_key.as_str());
-            (
-                i,
-                retry(deadline, || target.rest.create_import(&body, key)).await,
-            )
+            let deadline = Instant::now() + call_timeout;
+            let created = retry(deadline, || target.rest.create_import(&body, key)).await;
+            (i, Some(created))
         })
         .buffer_unordered(CREATES_IN_FLIGHT);
     let mut first_error = None;
+    let mut unstaged = false;
     while let Some((i, result)) = creates.next().await {
         match result {
-            Ok(id) => {
+            Some(Ok(id)) => {
                 tracker.jobs[i].job_id = Some(id.clone());
                 shared.record.lock().expect("record lock").groups[g].batches[i].job_id = Some(id);
             }
-            Err(e) if first_error.is_none() => first_error = Some(e),
-            Err(_) => {}
+            Some(Err(e)) if first_error.is_none() => first_error = Some(e),
+            Some(Err(_)) => {}
+            None => unstaged = true,
         }
     }
     drop(creates);
@@ -815,6 +786,7 @@ async fn submit(
     shared.persist().await.map_err(Stop::Failed)?;
     faults::crash_point("after-submit");
     match first_error {
+        None if unstaged => Err(Stop::Failed("staging failed".into())),
         None => Ok(()),
         Some(e) if e.code() == Some(3000) => Err(Stop::Refused(vec![format!(
             "{}; enable dataCoord.import.enableInReplicatingCluster on the target and every \

@@ -319,6 +319,13 @@ async fn blocking<T: Send + 'static>(
 
 /// Copies `files` from the backup into every destination under `prefix` and verifies them.
 /// Returns one [`StagedFile`] per file and end.
+///
+/// Files go in the order given, each to every destination before the next, and `ready` is
+/// called with a file's index as soon as it is durable on every destination, so an import
+/// can start on the first files while the rest are still copied. A placement is durable at
+/// once when it is a link or a copy inside the store (no new bytes) or an S3 object (a PUT
+/// that returned is durable); a copy into a local store only after the flush at the end.
+/// `ready` promises durability, not the verification: only `stage` returning `Ok` does.
 pub async fn stage(
     source: StageSource<'_>,
     files: &[BackupFile],
@@ -326,6 +333,7 @@ pub async fn stage(
     prefix: &StagingPrefix,
     options: StageOptions,
     progress: &(dyn Fn(StageProgress) + Send + Sync),
+    ready: &(dyn Fn(usize) + Send + Sync),
 ) -> Result<Vec<StagedFile>, Error> {
     let sources: Vec<Path> = files
         .iter()
@@ -343,19 +351,23 @@ pub async fn stage(
     }
 
     let file_bytes: u64 = files.iter().map(|f| f.size).sum();
-    let done = Mutex::new(StageProgress {
-        bytes_done: 0,
-        bytes_total: file_bytes * groups.len() as u64,
-        files_done: 0,
-        files_total: (files.len() * groups.len()) as u64,
+    let done = Mutex::new(Tally {
+        progress: StageProgress {
+            bytes_done: 0,
+            bytes_total: file_bytes * groups.len() as u64,
+            files_done: 0,
+            files_total: (files.len() * groups.len()) as u64,
+        },
+        not_durable: vec![groups.len(); files.len()],
     });
     progress(
-        *done
-            .lock()
-            .expect("progress lock is never poisoned: no panics under it"),
+        done.lock()
+            .expect("progress lock is never poisoned: no panics under it")
+            .progress,
     );
 
-    let tasks = (0..groups.len()).flat_map(|g| (0..files.len()).map(move |f| (g, f)));
+    // File-major: the files of the first batches reach every destination first.
+    let tasks = (0..files.len()).flat_map(|f| (0..groups.len()).map(move |g| (g, f)));
     let copy_one = |(g, f): (usize, usize)| {
         let (group, file) = (&groups[g], &files[f]);
         let (from, to) = (&sources[f], &targets[f]);
@@ -384,17 +396,25 @@ pub async fn stage(
                 path: file.path.clone(),
                 source,
             })?;
-            // A std Mutex: held for two additions, released before the callback, never
+            let durable = group.store.local().is_none()
+                || matches!(transfer, Transfer::Linked | Transfer::ServerSideCopy);
+            // A std Mutex: held for a few additions, released before the callbacks, never
             // across an await.
-            let snapshot = {
-                let mut state = done
+            let (snapshot, everywhere) = {
+                let mut tally = done
                     .lock()
                     .expect("progress lock is never poisoned: no panics under it");
-                state.bytes_done += file.size;
-                state.files_done += 1;
-                *state
+                tally.progress.bytes_done += file.size;
+                tally.progress.files_done += 1;
+                if durable {
+                    tally.not_durable[f] -= 1;
+                }
+                (tally.progress, durable && tally.not_durable[f] == 0)
             };
             progress(snapshot);
+            if everywhere {
+                ready(f);
+            }
             Ok::<_, Error>(((g, f), transfer))
         }
     };
@@ -434,9 +454,37 @@ pub async fn stage(
             }));
         }
     }
-    make_durable(&groups).await?;
-    tracing::info!(files = files.len(), stores = groups.len(), bytes = file_bytes, prefix = %prefix.path(), "staged");
+    // A store that only got links or copies inside itself holds no new bytes to flush.
+    let to_flush: Vec<&StoreGroup<'_>> = groups
+        .iter()
+        .enumerate()
+        .filter(|(g, _)| {
+            (0..files.len()).any(|f| {
+                matches!(
+                    transfers[&(*g, f)],
+                    Transfer::Streamed | Transfer::AlreadyStaged
+                )
+            })
+        })
+        .map(|(_, group)| group)
+        .collect();
+    make_durable(&to_flush).await?;
+    let not_durable = done
+        .into_inner()
+        .expect("progress lock is never poisoned: no panics under it")
+        .not_durable;
+    for (f, _) in not_durable.iter().enumerate().filter(|(_, n)| **n > 0) {
+        ready(f);
+    }
+    tracing::info!(files = files.len(), stores = groups.len(), flushed = to_flush.len(), bytes = file_bytes, prefix = %prefix.path(), "staged");
     Ok(staged)
+}
+
+/// What a stage has done so far: its progress, and for each file the destinations where it
+/// is not durable yet.
+struct Tally {
+    progress: StageProgress,
+    not_durable: Vec<usize>,
 }
 
 /// Whether a file already staged with the listed size holds the backup's bytes.
@@ -470,18 +518,21 @@ async fn crc32c_of(store: &dyn ObjectStore, path: &Path) -> object_store::Result
     Ok(crc)
 }
 
-/// Flushes what the stage put into local stores to stable storage: one `syncfs` of each
-/// local store's filesystem writes back the copies' bytes and commits every new directory,
-/// link and rename in one journal commit.
+/// Flushes what the stage copied into local stores to stable storage: one `syncfs` of each
+/// local store's filesystem writes back the copies' bytes and commits every new directory
+/// and rename in one journal commit.
 ///
 /// Copies write without fsync, so none of them waits on the disk; this one pass at the end
-/// makes the stage durable before [`stage`] returns, and so before any import can read it.
+/// makes them durable before [`stage`] reports them ready, and so before any import can
+/// read them: after a power loss, a restarted Milvus must not import a file that kept its
+/// name but lost its bytes. Links need no flush: they add no bytes, and a link lost with
+/// the power is a missing file, which the import reports and a resumed stage makes again.
 /// Fsyncing each staged file and directory instead cost a journal commit apiece: a backup
 /// keeps each field's binlogs in a directory of their own, so a 1,000-collection restore
 /// made 30,000 directories per store, and their flush took most of its 20 s stage. The price
 /// is that `syncfs` also writes back whatever else is dirty on that filesystem.
 /// S3 needs nothing: a PUT that returned is durable.
-async fn make_durable(groups: &[StoreGroup<'_>]) -> Result<(), Error> {
+async fn make_durable(groups: &[&StoreGroup<'_>]) -> Result<(), Error> {
     for group in groups {
         let StoreId::Local { dir: root } = &group.store.id else {
             continue;
@@ -836,12 +887,46 @@ mod tests {
         prefix: &StagingPrefix,
         options: StageOptions,
     ) -> (Result<Vec<StagedFile>, Error>, Vec<StageProgress>) {
-        let reports = Mutex::new(Vec::new());
-        let record = |p: StageProgress| reports.lock().expect("no panic under the lock").push(p);
-        let result = stage(source(from), files, destinations, prefix, options, &record).await;
+        let (result, events) = stage_timeline(from, files, destinations, prefix, options).await;
+        let reports = events
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Progress(p) => Some(p),
+                Event::Ready(_) => None,
+            })
+            .collect();
+        (result, reports)
+    }
+
+    /// What a stage reported, in the order it reported it.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Event {
+        Progress(StageProgress),
+        Ready(usize),
+    }
+
+    async fn stage_timeline(
+        from: &OpenedStore,
+        files: &[BackupFile],
+        destinations: &[Destination<'_>],
+        prefix: &StagingPrefix,
+        options: StageOptions,
+    ) -> (Result<Vec<StagedFile>, Error>, Vec<Event>) {
+        let events = Mutex::new(Vec::new());
+        let push = |e: Event| events.lock().expect("no panic under the lock").push(e);
+        let result = stage(
+            source(from),
+            files,
+            destinations,
+            prefix,
+            options,
+            &|p| push(Event::Progress(p)),
+            &|f| push(Event::Ready(f)),
+        )
+        .await;
         (
             result,
-            reports.into_inner().expect("no panic under the lock"),
+            events.into_inner().expect("no panic under the lock"),
         )
     }
 
@@ -1016,6 +1101,79 @@ mod tests {
         let copy = std::fs::metadata(dir.path().join("lockstep-staging/r2").join(&files[0].path))
             .expect("stat");
         assert_eq!(original.ino(), copy.ino());
+    }
+
+    /// One file at a time, so the order of the reports is the order of the work.
+    const ONE_AT_A_TIME: StageOptions = StageOptions {
+        concurrency: 1,
+        hard_links: true,
+    };
+
+    /// Which files a timeline reported ready, and how many files were placed before each.
+    fn readies(events: &[Event]) -> Vec<(usize, u64)> {
+        let mut placed = 0;
+        let mut out = Vec::new();
+        for event in events {
+            match event {
+                Event::Progress(p) => placed = p.files_done,
+                Event::Ready(f) => out.push((*f, placed)),
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_linked_file_is_ready_once_it_is_on_every_destination_and_a_copied_one_after_the_flush()
+     {
+        let (a, b, c) = (
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+        );
+        let backup = local(a.path());
+        let (target, secondary) = (local(b.path()), local(c.path()));
+        let files = write_backup(&backup, &[10, 20, 30]).await;
+        let destinations = [
+            Destination {
+                end: "target",
+                store: &target,
+            },
+            Destination {
+                end: "s1",
+                store: &secondary,
+            },
+        ];
+
+        // Linked: file f is ready right after its second placement (one per store), before
+        // the next file starts.
+        let (staged, events) = stage_timeline(
+            &backup,
+            &files,
+            &destinations,
+            &prefix("ready-l"),
+            ONE_AT_A_TIME,
+        )
+        .await;
+        staged.expect("linked stage");
+        let expected: Vec<(usize, u64)> =
+            (0..files.len()).map(|f| (f, 2 * (f as u64 + 1))).collect();
+        assert_eq!(readies(&events), expected);
+
+        // Copied: nothing is ready before every copy is placed and flushed.
+        let copies = StageOptions {
+            hard_links: false,
+            ..ONE_AT_A_TIME
+        };
+        let (staged, events) =
+            stage_timeline(&backup, &files, &destinations, &prefix("ready-c"), copies).await;
+        staged.expect("copied stage");
+        let all = 2 * files.len() as u64;
+        let expected: Vec<(usize, u64)> = (0..files.len()).map(|f| (f, all)).collect();
+        assert_eq!(readies(&events), expected);
+        assert!(
+            matches!(events.last(), Some(Event::Ready(_))),
+            "the copies' readiness comes last, after the flush: {events:?}"
+        );
     }
 
     #[tokio::test]

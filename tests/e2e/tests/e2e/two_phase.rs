@@ -122,6 +122,77 @@ async fn a_secondary_that_cannot_read_the_files_stops_the_restore_before_any_com
     nothing_restored(&world).await
 }
 
+/// Staging is pipelined: a batch's job is created as soon as its own files are staged. A file
+/// that cannot be staged late in the stage fails the restore like any failure before the
+/// decision: whatever jobs were created are aborted everywhere, nothing commits, and the
+/// collections are dropped.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_that_fails_late_in_the_stage_aborts_the_jobs_created_before_it()
+-> anyhow::Result<()> {
+    // Enough batches that the first jobs are created well before the stage reaches the last
+    // collection (about 70 of 280 here).
+    let world = World::start(WorldSpec::with_collections(40)).await?;
+    let job = world.job("late-file", "")?;
+    let job_path = job.to_str().unwrap();
+    // A first attempt that fails names the restore; the next attempt's id follows from it.
+    world
+        .fail_last_job_at_uncommitted(&job, "the first attempt fails")
+        .await?;
+    let first = world.run(&["run", job_path], &[]).await?;
+    assert_eq!(first.code, 1, "{}", first.explain());
+    let first_id = first.report["restore_id"].as_str().unwrap_or_default();
+    let next_id = format!(
+        "{}.2",
+        first_id
+            .strip_suffix(".1")
+            .ok_or_else(|| anyhow::anyhow!("not a first attempt: {first_id}"))?
+    );
+    // The last collection's files are staged last. On s1 their staged paths are taken by
+    // directories, so placing any of them fails.
+    let last = world
+        .backup
+        .info
+        .collection_backups
+        .last()
+        .expect("six collections");
+    let lacking = secondary(0);
+    let staged = world
+        .storage_dir(&lacking)
+        .join(lockstep::storage::STAGING_ROOT)
+        .join(&next_id);
+    let mut blocked = 0;
+    for log in &world.backup.logs {
+        if log
+            .relative_path
+            .contains(&format!("/{}/", last.collection_id))
+        {
+            std::fs::create_dir_all(staged.join(&log.relative_path))?;
+            blocked += 1;
+        }
+    }
+    assert!(blocked > 0, "no binlog of {}", last.collection_name);
+
+    let before = world.requests(TARGET, "import/create").await?;
+    let run = world.run(&["run", job_path], &[]).await?;
+    assert_eq!(run.code, 1, "{}", run.explain());
+    assert_eq!(run.outcome(), "rolled_back");
+    assert_eq!(run.report["restore_id"].as_str(), Some(next_id.as_str()));
+    let created = world.requests(TARGET, "import/create").await? - before;
+    assert!(created > 0, "no job was created while the stage ran");
+    assert!(
+        run.summary().contains("staging failed") && run.summary().contains(&lacking),
+        "{}",
+        run.summary()
+    );
+    assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
+    world.assert_nothing_held().await?;
+    eventually(Duration::from_secs(10), || async {
+        Ok(nothing_restored(&world).await.is_ok())
+    })
+    .await?;
+    nothing_restored(&world).await
+}
+
 /// Found by the fault runner (seed 3074): staged files deleted while a mirror listed its
 /// segment left it reading part of one, and milvus-sim imported the rest where Milvus fails
 /// the job. A secondary missing one binlog must stop the restore before any commit.

@@ -1,0 +1,323 @@
+//! The staging stage: the plan's files into every end's store, and the gate that lets a
+//! batch's import start once its own files are staged, while the rest are still copied.
+//!
+//! The files go in batch order, so the first batches are ready first. A batch is ready when
+//! every file it imports is durable on every destination ([`storage::stage`] says when); the
+//! commit decision waits for the whole stage to end verified. A stage that fails after some
+//! jobs were created fails the restore before its decision, and they are aborted like any
+//! other job.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::watch;
+
+use super::checks::BatchIndex;
+use super::preflight::{Preflight, error_chain};
+use super::report::StagingReport;
+use super::run::{Shared, Stop, destinations};
+use crate::backup::BinlogFile;
+use crate::job::Job;
+use crate::journal::{CommitGroup, RestoreId};
+use crate::storage::{self, ImportPaths, StagingPrefix};
+
+/// Which batches may be imported, as the stage goes.
+pub(super) struct StageGate {
+    /// The plan's files in the order they are staged: indices into `files_to_stage`.
+    order: Vec<usize>,
+    /// For each file in that order, the batch that imports it (batches numbered across the
+    /// restore's groups, in order).
+    batch_of: Vec<Option<usize>>,
+    /// For each batch, its files not staged yet.
+    waiting: Vec<AtomicUsize>,
+    /// `None` while the stage runs, then whether it ended verified; touched on every batch
+    /// that becomes ready too, to wake its waiters.
+    ended: watch::Sender<Option<bool>>,
+}
+
+impl StageGate {
+    pub fn new(import_prefix: &str, files: &[BinlogFile], groups: &[CommitGroup]) -> StageGate {
+        let index = BatchIndex::new(groups);
+        let batches = groups.iter().map(|g| g.batches.len()).sum();
+        let mut order: Vec<(usize, Option<usize>)> = files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (i, index.batch_of(&format!("{import_prefix}/{}", f.path))))
+            .collect();
+        // Stable: within a batch, the files keep the plan's path order.
+        order.sort_by_key(|(_, batch)| batch.unwrap_or(usize::MAX));
+        let mut waiting = vec![0; batches];
+        for (_, batch) in &order {
+            if let Some(b) = batch {
+                waiting[*b] += 1;
+            }
+        }
+        StageGate {
+            order: order.iter().map(|(i, _)| *i).collect(),
+            batch_of: order.iter().map(|(_, b)| *b).collect(),
+            waiting: waiting.into_iter().map(AtomicUsize::new).collect(),
+            ended: watch::Sender::new(None),
+        }
+    }
+
+    /// The file at `position` in the stage order is on every destination, durably.
+    fn file_ready(&self, position: usize) {
+        if let Some(b) = self.batch_of[position]
+            && self.waiting[b].fetch_sub(1, Ordering::AcqRel) == 1
+        {
+            self.ended.send_modify(|_| {});
+        }
+    }
+
+    fn end(&self, verified: bool) {
+        self.ended.send_replace(Some(verified));
+    }
+
+    /// Waits until `batch`'s files are staged: true, or false once the stage failed. A batch
+    /// the restore does not have (a group without batches) waits for nothing.
+    pub async fn batch_ready(&self, batch: usize) -> bool {
+        let mut ended = self.ended.subscribe();
+        let seen = ended
+            .wait_for(|e| {
+                e.is_some()
+                    || self
+                        .waiting
+                        .get(batch)
+                        .is_none_or(|w| w.load(Ordering::Acquire) == 0)
+            })
+            .await
+            .map(|e| *e);
+        matches!(seen, Ok(None | Some(true)))
+    }
+
+    /// Waits until the stage ended; whether every file was staged and verified.
+    pub async fn staged(&self) -> bool {
+        let mut ended = self.ended.subscribe();
+        matches!(
+            ended.wait_for(Option::is_some).await.map(|e| *e),
+            Ok(Some(true))
+        )
+    }
+
+    /// Returns once the stage failed; never if it does not.
+    pub async fn failed(&self) {
+        let mut ended = self.ended.subscribe();
+        if ended.wait_for(|e| *e == Some(false)).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Stages the plan's files into every end's store that is not the backup's, in the gate's
+/// order, opening the gate batch by batch; ends the gate either way. Records the prefix
+/// first, so a crash mid-copy can still clean up.
+/// Stops at an interrupt, like every stage before the decision. A failure is the restore's:
+/// it is recorded for the groups to abort on.
+pub(super) async fn stage(
+    shared: &Shared<'_>,
+    pf: &Preflight,
+    to: &Destinations,
+    gate: &StageGate,
+) -> Result<StagingReport, Stop> {
+    let staged = match shared
+        .engine
+        .interrupt
+        .race(stage_files(shared, pf, to, gate))
+        .await
+    {
+        Ok(staged) => staged.map_err(Stop::Failed),
+        Err(interrupted) => Err(interrupted.into()),
+    };
+    // The failure is recorded before the gate closes, so the groups that wake on it abort
+    // with the stage's reason, not their own.
+    if let Err(stop) = &staged {
+        shared.fail(stop.clone());
+    }
+    gate.end(staged.is_ok());
+    staged
+}
+
+/// The stores the ends import from, opened, and where in them.
+pub(super) struct Destinations {
+    pub paths: ImportPaths,
+    stores: Vec<(String, storage::OpenedStore)>,
+}
+
+impl Destinations {
+    /// Opens every destination store and picks the import paths: the staging prefix, or
+    /// the backup itself when every destination is the backup's store.
+    pub fn open(job: &Job, pf: &Preflight, restore_id: &RestoreId) -> Result<Self, String> {
+        let prefix = StagingPrefix::for_restore(restore_id).map_err(|e| e.to_string())?;
+        let mut stores = Vec::new();
+        for (end, spec) in destinations(job) {
+            let store = storage::open(spec)
+                .map_err(|e| format!("storage of {end}: {}", error_chain(&e)))?;
+            stores.push((end, store));
+        }
+        let ids: Vec<&storage::StoreId> = stores.iter().map(|(_, s)| &s.id).collect();
+        let paths =
+            storage::import_paths(&pf.backup_store.id, &pf.backup.location.dir, &ids, prefix);
+        Ok(Destinations { paths, stores })
+    }
+}
+
+async fn stage_files(
+    shared: &Shared<'_>,
+    pf: &Preflight,
+    to: &Destinations,
+    gate: &StageGate,
+) -> Result<StagingReport, String> {
+    let (paths, opened) = (&to.paths, &to.stores);
+    let files: Vec<storage::BackupFile> = gate
+        .order
+        .iter()
+        .map(|&i| {
+            let f = &pf.plan.files_to_stage[i];
+            storage::BackupFile {
+                path: f.path.clone(),
+                size: f.size,
+            }
+        })
+        .collect();
+    let mut report = StagingReport {
+        prefix: paths.prefix().to_string(),
+        files: files.len() as u64,
+        bytes: files.iter().map(|f| f.size).sum(),
+        bytes_streamed: 0,
+        transfers: Default::default(),
+        destinations: opened.iter().map(|(e, _)| e.clone()).collect(),
+        cleaned_up: false,
+    };
+    let ImportPaths::Staged { prefix } = paths else {
+        return Ok(report);
+    };
+    {
+        let mut r = shared.record.lock().expect("record lock");
+        r.staging_prefix = Some(prefix.path().to_string());
+        r.staged_ends = opened.iter().map(|(e, _)| e.clone()).collect();
+    }
+    shared.persist().await?;
+    let destinations: Vec<storage::Destination<'_>> = opened
+        .iter()
+        .map(|(end, store)| storage::Destination { end, store })
+        .collect();
+    let source = storage::StageSource {
+        store: &pf.backup_store,
+        backup_dir: &pf.backup.location.dir,
+    };
+    let id = shared.record.lock().expect("record lock").id.to_string();
+    let progress = shared.engine.progress.clone();
+    let staged = storage::stage(
+        source,
+        &files,
+        &destinations,
+        prefix,
+        storage::StageOptions::default(),
+        &move |p| progress.staging(&id, p),
+        &|position| gate.file_ready(position),
+    )
+    .await
+    .map_err(|e| format!("staging failed: {}", error_chain(&e)))?;
+    for file in &staged {
+        *report.transfers.entry(file.transfer).or_default() += 1;
+        if file.transfer == storage::Transfer::Streamed {
+            report.bytes_streamed += file.size;
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::journal::BatchRecord;
+
+    /// One group of two batches, each importing one segment prefix.
+    fn groups() -> Vec<CommitGroup> {
+        let batch = |id: &str, segment: &str| BatchRecord {
+            batch_id: id.into(),
+            db: "default".into(),
+            collection: "c".into(),
+            partition: "p".into(),
+            idempotency_key: format!("key-{id}"),
+            files: vec![vec![format!("stage/binlogs/insert_log/1/2/{segment}/")]],
+            options: Default::default(),
+            job_id: None,
+            create_sent: false,
+        };
+        vec![CommitGroup {
+            id: "restore".into(),
+            batches: vec![batch("b0", "10"), batch("b1", "20")],
+            decision: None,
+        }]
+    }
+
+    fn file(path: &str) -> BinlogFile {
+        BinlogFile {
+            path: path.into(),
+            size: 1,
+        }
+    }
+
+    /// The plan lists files by path; the gate stages them batch by batch.
+    fn gate() -> StageGate {
+        let files = [
+            file("binlogs/insert_log/1/2/20/100/1"),
+            file("binlogs/insert_log/1/2/10/100/1"),
+            file("binlogs/insert_log/1/2/10/101/1"),
+        ];
+        StageGate::new("stage", &files, &groups())
+    }
+
+    async fn settles<T>(f: impl Future<Output = T>) -> Option<T> {
+        tokio::time::timeout(Duration::from_millis(50), f)
+            .await
+            .ok()
+    }
+
+    #[tokio::test]
+    async fn a_batch_opens_when_its_own_files_are_staged() {
+        let gate = gate();
+        assert_eq!(gate.order, vec![1, 2, 0], "batch 0's files first");
+        assert_eq!(settles(gate.batch_ready(0)).await, None);
+        gate.file_ready(0);
+        assert_eq!(
+            settles(gate.batch_ready(0)).await,
+            None,
+            "one of its two files"
+        );
+        gate.file_ready(1);
+        assert_eq!(settles(gate.batch_ready(0)).await, Some(true));
+        assert_eq!(
+            settles(gate.batch_ready(1)).await,
+            None,
+            "batch 1 still waits"
+        );
+        assert_eq!(settles(gate.staged()).await, None, "not verified yet");
+        gate.file_ready(2);
+        assert_eq!(settles(gate.batch_ready(1)).await, Some(true));
+        gate.end(true);
+        assert_eq!(settles(gate.staged()).await, Some(true));
+        assert_eq!(settles(gate.failed()).await, None);
+    }
+
+    #[tokio::test]
+    async fn a_failed_stage_releases_every_waiter_with_no() {
+        let gate = gate();
+        gate.file_ready(0);
+        gate.file_ready(1);
+        let waiting = async { tokio::join!(gate.batch_ready(1), gate.staged(), gate.failed()) };
+        let ended = async {
+            tokio::task::yield_now().await;
+            gate.end(false);
+        };
+        let ((ready, staged, ()), ()) = tokio::join!(waiting, ended);
+        assert!(!ready && !staged);
+        assert_eq!(
+            settles(gate.batch_ready(0)).await,
+            Some(false),
+            "no more creates once the stage failed, even for a staged batch"
+        );
+    }
+}
