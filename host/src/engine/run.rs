@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use jiff::Timestamp;
 use sha2::{Digest, Sha256};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
 use super::checks::CheckSetup;
@@ -31,7 +31,7 @@ use crate::job::{Atomicity, Job, StorageSpec};
 use crate::journal::{
     BatchRecord, Claim, CommitGroup, Decision, Outcome, RestoreId, RestorePhase, RestoreRecord,
 };
-use crate::milvus::{CreateImport, ServerVersion};
+use crate::milvus::{CreateImport, JobState, ServerVersion};
 use crate::plugins::Phase;
 use crate::storage::{self, StagingPrefix};
 
@@ -72,6 +72,8 @@ pub(super) struct Shared<'a> {
     save_lock: tokio::sync::Mutex<()>,
     /// From the last ready sighting to the commit going out (decision write included).
     pub reaction: Mutex<Option<Duration>>,
+    /// Touched whenever a tracker shows new states, to wake [`Shared::past_commit`].
+    seen: watch::Sender<()>,
 }
 
 impl<'a> Shared<'a> {
@@ -92,6 +94,7 @@ impl<'a> Shared<'a> {
             failure: Mutex::new(None),
             save_lock: tokio::sync::Mutex::new(()),
             reaction: Mutex::new(None),
+            seen: watch::Sender::new(()),
         }
     }
 
@@ -143,7 +146,27 @@ impl<'a> Shared<'a> {
         self.failure.lock().expect("failure lock").is_some()
     }
 
+    /// Returns once every end has every job Committing or Completed; never for a restore
+    /// without jobs.
+    async fn past_commit(&self) {
+        let past = || {
+            let trackers = self.trackers.lock().expect("tracker lock");
+            let mut jobs = trackers.iter().flat_map(|t| &t.jobs).peekable();
+            jobs.peek().is_some()
+                && jobs.all(|j| {
+                    j.seen.iter().all(|s| {
+                        s.as_ref().is_some_and(|s| {
+                            matches!(s.state, JobState::Committing | JobState::Completed)
+                        })
+                    })
+                })
+        };
+        // The sender lives in `self`: the wait ends only when the trackers get there.
+        let _ = self.seen.subscribe().wait_for(|()| past()).await;
+    }
+
     fn show(&self) {
+        self.seen.send_modify(|()| {});
         let trackers = self.trackers.lock().expect("tracker lock");
         let mut counts = trackers.first().map(|t| t.counts()).unwrap_or_default();
         for t in trackers.iter().skip(1) {
@@ -331,40 +354,41 @@ async fn execute(
     // Checks before import see every staged file, and `per_seg` has no decision to hold
     // back: both stage everything first. Otherwise each batch's job is created as soon as
     // its own files are staged, and the decision waits for the whole stage.
-    let results = if checks.has(Phase::BeforeImport) || job.strategy() == Strategy::PerSeg {
-        match staging::stage(shared, pf, &to, &gate).await {
-            Ok(staged) => report.staging = Some(staged),
-            Err(stop) => return rollback(shared, stop).await,
-        }
-        faults::crash_point("after-stage");
-        let ctx_staged =
-            super::checks::staged_objects(&import_prefix, &pf.plan.files_to_stage, &groups);
-        if let Err(reason) = checks
-            .run_before_import(shared, job, pf, &ctx_staged, report)
-            .await
-        {
-            return rollback(shared, Stop::Failed(reason)).await;
-        }
-        if job.strategy() == Strategy::PerSeg {
-            return super::per_seg::run(shared, job, &groups, report).await;
-        }
-        run_groups(shared, job, &groups, checks, pf, &gate).await
-    } else {
-        let staging = async {
+    let (results, cleaned_early) =
+        if checks.has(Phase::BeforeImport) || job.strategy() == Strategy::PerSeg {
             match staging::stage(shared, pf, &to, &gate).await {
-                Ok(staged) => {
-                    faults::crash_point("after-stage");
-                    Some(staged)
-                }
-                // The stage recorded its failure: the groups abort on it.
-                Err(_) => None,
+                Ok(staged) => report.staging = Some(staged),
+                Err(stop) => return rollback(shared, stop).await,
             }
+            faults::crash_point("after-stage");
+            let ctx_staged =
+                super::checks::staged_objects(&import_prefix, &pf.plan.files_to_stage, &groups);
+            if let Err(reason) = checks
+                .run_before_import(shared, job, pf, &ctx_staged, report)
+                .await
+            {
+                return rollback(shared, Stop::Failed(reason)).await;
+            }
+            if job.strategy() == Strategy::PerSeg {
+                return super::per_seg::run(shared, job, &groups, report).await;
+            }
+            run_groups(shared, job, &groups, checks, pf, &gate).await
+        } else {
+            let staging = async {
+                match staging::stage(shared, pf, &to, &gate).await {
+                    Ok(staged) => {
+                        faults::crash_point("after-stage");
+                        Some(staged)
+                    }
+                    // The stage recorded its failure: the groups abort on it.
+                    Err(_) => None,
+                }
+            };
+            let (staged, results) =
+                tokio::join!(staging, run_groups(shared, job, &groups, checks, pf, &gate));
+            report.staging = staged;
+            results
         };
-        let (staged, results) =
-            tokio::join!(staging, run_groups(shared, job, &groups, checks, pf, &gate));
-        report.staging = staged;
-        results
-    };
 
     let mut divergences = Vec::new();
     let mut incomplete = Vec::new();
@@ -405,10 +429,12 @@ async fn execute(
         .set_phase(RestorePhase::Completing)
         .await
         .map_err(Stop::Failed)?;
-    if incomplete.is_empty()
-        && let Some(s) = report.staging.as_mut()
-    {
-        s.cleaned_up = cleanup_staging(job, &restore_id).await;
+    if let Some(s) = report.staging.as_mut() {
+        match cleaned_early {
+            Some(cleaned) => s.cleaned_up = cleaned,
+            None if incomplete.is_empty() => s.cleaned_up = cleanup_staging(job, &restore_id).await,
+            None => {}
+        }
     }
     report.divergences = divergences;
     let outcome = if !incomplete.is_empty() {
@@ -464,7 +490,15 @@ fn track_groups(shared: &Shared<'_>, pf: &Preflight, groups: &[CommitGroup]) {
     }
 }
 
+/// What each group's run ended with, by group index.
+type GroupResults = Vec<(usize, Result<Vec<Divergence>, String>)>;
+
 /// Runs the groups within the target's import-job budget, each to its decision and on.
+///
+/// Once every end accepted every commit, the staged files are deleted while the ends finish
+/// committing, instead of after: no state after Committing reads an import's files (Milvus
+/// reads them in PreImporting and Importing) and a Committing job cannot fail. Whether that
+/// cleanup succeeded comes back with the results; `None` if it did not run here.
 async fn run_groups(
     shared: &Shared<'_>,
     job: &Job,
@@ -472,9 +506,10 @@ async fn run_groups(
     checks: &CheckSetup,
     pf: &Preflight,
     gate: &StageGate,
-) -> Vec<(usize, Result<Vec<Divergence>, String>)> {
+) -> (GroupResults, Option<bool>) {
+    let restore_id = shared.record.lock().expect("record lock").id.clone();
     let budget = Arc::new(Semaphore::new((job.target.max_import_jobs as usize).max(1)));
-    futures::stream::iter(0..groups.len())
+    let runs = futures::stream::iter(0..groups.len())
         .map(|g| {
             let budget = Arc::clone(&budget);
             let need = groups[g].batches.len().max(1) as u32;
@@ -493,8 +528,15 @@ async fn run_groups(
             }
         })
         .buffer_unordered(groups.len().max(1))
-        .collect()
-        .await
+        .collect::<GroupResults>();
+    let mut runs = std::pin::pin!(runs);
+    tokio::select! {
+        results = &mut runs => (results, None),
+        () = shared.past_commit() => {
+            let (results, cleaned) = tokio::join!(runs, cleanup_staging(job, &restore_id));
+            (results, Some(cleaned))
+        }
+    }
 }
 
 /// The ends whose stores the ends import from: the target's, and each secondary's that the

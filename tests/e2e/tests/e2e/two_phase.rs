@@ -122,6 +122,50 @@ async fn a_secondary_that_cannot_read_the_files_stops_the_restore_before_any_com
     nothing_restored(&world).await
 }
 
+/// Once every end accepted every commit, nothing reads the staged files again: they are
+/// deleted while the ends are still Committing, not after every end is Completed.
+#[tokio::test(flavor = "multi_thread")]
+async fn staged_files_go_while_the_ends_commit() -> anyhow::Result<()> {
+    // Every import stage, Committing included, lasts a second.
+    let world = World::start(WorldSpec {
+        target_stage: Duration::from_secs(1),
+        secondary_stage: Duration::from_secs(1),
+        ..WorldSpec::default()
+    })
+    .await?;
+    let job = world.job("early-cleanup", "")?;
+    let staging = world
+        .storage_dir(TARGET)
+        .join(lockstep::storage::STAGING_ROOT);
+    // The target's states at the moment its staged files are gone.
+    let watch = async {
+        eventually(Duration::from_secs(60), || async { Ok(staging.exists()) }).await?;
+        eventually(Duration::from_secs(60), || async { Ok(!staging.exists()) }).await?;
+        let states: Vec<JobState> = world
+            .state(TARGET)
+            .await?
+            .jobs
+            .iter()
+            .map(|j| j.state)
+            .collect();
+        anyhow::Ok(states)
+    };
+    let args = ["run", job.to_str().unwrap()];
+    let (run, states) = tokio::join!(world.run(&args, &[]), watch);
+    let (run, states) = (run?, states?);
+    assert_eq!(run.code, 0, "{}", run.explain());
+    assert_eq!(run.report["staging"]["cleaned_up"].as_bool(), Some(true));
+    assert!(
+        states
+            .iter()
+            .all(|s| matches!(s, JobState::Committing | JobState::Completed))
+            && states.contains(&JobState::Committing),
+        "the staged files went at {states:?}: before every commit was accepted, or only after \
+         every job completed"
+    );
+    Ok(())
+}
+
 /// Staging is pipelined: a batch's job is created as soon as its own files are staged. A file
 /// that cannot be staged late in the stage fails the restore like any failure before the
 /// decision: whatever jobs were created are aborted everywhere, nothing commits, and the
