@@ -396,8 +396,7 @@ pub async fn stage(
                 path: file.path.clone(),
                 source,
             })?;
-            let durable = group.store.local().is_none()
-                || matches!(transfer, Transfer::Linked | Transfer::ServerSideCopy);
+            let durable = !awaits_flush(group.store, transfer);
             // A std Mutex: held for a few additions, released before the callbacks, never
             // across an await.
             let (snapshot, everywhere) = {
@@ -454,17 +453,11 @@ pub async fn stage(
             }));
         }
     }
-    // A store that only got links or copies inside itself holds no new bytes to flush.
     let to_flush: Vec<&StoreGroup<'_>> = groups
         .iter()
         .enumerate()
-        .filter(|(g, _)| {
-            (0..files.len()).any(|f| {
-                matches!(
-                    transfers[&(*g, f)],
-                    Transfer::Streamed | Transfer::AlreadyStaged
-                )
-            })
+        .filter(|(g, group)| {
+            (0..files.len()).any(|f| awaits_flush(group.store, transfers[&(*g, f)]))
         })
         .map(|(_, group)| group)
         .collect();
@@ -478,6 +471,14 @@ pub async fn stage(
     }
     tracing::info!(files = files.len(), stores = groups.len(), flushed = to_flush.len(), bytes = file_bytes, prefix = %prefix.path(), "staged");
     Ok(staged)
+}
+
+/// Whether a file placed in `store` by `transfer` is durable only after [`make_durable`]: a
+/// copy into a local store, or one found there from an earlier stage (which may not have
+/// reached its flush). Links and copies inside a store add no bytes, and an S3 PUT that
+/// returned is durable.
+fn awaits_flush(store: &OpenedStore, transfer: Transfer) -> bool {
+    store.local().is_some() && matches!(transfer, Transfer::Streamed | Transfer::AlreadyStaged)
 }
 
 /// What a stage has done so far: its progress, and for each file the destinations where it
