@@ -113,17 +113,20 @@ async fn create_collection(
     Ok(())
 }
 
-/// Waits until every secondary shows every collection of the plan with its partitions.
+/// Waits until every secondary shows every collection of the plan with its partitions,
+/// collection by collection in plan order; `arrived` is called with a collection's index
+/// once every secondary shows it.
 pub async fn await_mirrors(
     ends: &Ends,
     plan: &RestorePlan,
     deadline: Instant,
+    arrived: &(dyn Fn(usize) + Sync),
 ) -> Result<(), String> {
-    for s in ends.secondaries() {
-        for c in &plan.collections {
-            let (db, name) = (&c.target.db, &c.target.collection);
+    for (i, c) in plan.collections.iter().enumerate() {
+        let (db, name) = (&c.target.db, &c.target.collection);
+        for s in ends.secondaries() {
             loop {
-                let arrived = match s.grpc.has_collection(db, name).await {
+                let here = match s.grpc.has_collection(db, name).await {
                     Ok(true) if c.partition_num > 0 => true,
                     Ok(true) => match s.grpc.show_partitions(db, name).await {
                         Ok(present) => c.partitions.iter().all(|p| present.contains(p)),
@@ -131,7 +134,7 @@ pub async fn await_mirrors(
                     },
                     _ => false,
                 };
-                if arrived {
+                if here {
                     break;
                 }
                 if Instant::now() >= deadline {
@@ -144,6 +147,7 @@ pub async fn await_mirrors(
                 tokio::time::sleep(MIRROR_DDL_POLL).await;
             }
         }
+        arrived(i);
     }
     Ok(())
 }

@@ -23,7 +23,7 @@ use super::preflight::{Preflight, error_chain, preflight};
 use super::report::{CollectionReport, Divergence, EndReport, Report};
 use super::retry::retry;
 use super::schedule::FirstLook;
-use super::staging::{self, Destinations, StageGate};
+use super::staging::{self, Destinations, ImportGate};
 use super::two_phase::{self, Tracked, Tracker};
 use super::{Engine, Interrupted, faults, finish_report};
 use crate::backup::{ImportBatch, Strategy};
@@ -37,6 +37,10 @@ use crate::storage::{self, StagingPrefix};
 
 /// Import creates in flight at once on the target.
 const CREATES_IN_FLIGHT: usize = 8;
+
+/// Why a group stops when the import gate fails. The restore's failure is the stage's or the
+/// arrival's own reason, recorded before the gate fails; this one only marks the group.
+const GATE_FAILED: &str = "staging or a collection's arrival on a secondary failed";
 
 /// Bound on DDL and on each control call's retries when the job sets no timeout.
 const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(600);
@@ -317,16 +321,23 @@ async fn execute(
         )
         .await;
     }
-    let mirrored = engine
-        .interrupt
-        .race(ddl::await_mirrors(ends, &pf.plan, Instant::now() + grace))
-        .await;
-    match mirrored {
-        Err(i) => return rollback(shared, i.into()).await,
-        Ok(Err(reason)) => return rollback(shared, Stop::Failed(reason)).await,
-        Ok(Ok(())) => {}
-    }
+    // Every collection must be on every secondary before its jobs are created: a mirror
+    // whose collection has not arrived is silently never created.
+    let mirrored = async |arrived: &(dyn Fn(usize) + Sync)| -> Result<(), Stop> {
+        let deadline = Instant::now() + grace;
+        match engine
+            .interrupt
+            .race(ddl::await_mirrors(ends, &pf.plan, deadline, arrived))
+            .await
+        {
+            Err(i) => Err(i.into()),
+            Ok(result) => result.map_err(Stop::Failed),
+        }
+    };
     if job.restore.meta_only {
+        if let Err(stop) = mirrored(&|_| {}).await {
+            return rollback(shared, stop).await;
+        }
         report.summary =
             "meta only: collections created on the target and present on every secondary".into();
         for c in &mut report.collections {
@@ -345,17 +356,27 @@ async fn execute(
     let groups = build_groups(&restore_id, job, pf, &import_prefix);
     track_groups(shared, pf, &groups);
     shared.persist().await.map_err(Stop::Failed)?;
-    let gate = StageGate::new(&import_prefix, &pf.plan.files_to_stage, &groups);
-    shared
-        .set_phase(RestorePhase::Staging)
-        .await
-        .map_err(Stop::Failed)?;
+    let gate = ImportGate::new(
+        &import_prefix,
+        &pf.plan.files_to_stage,
+        &groups,
+        pf.plan.collections.iter().map(|c| c.batches.len()),
+    );
+    let arrived = |c: usize| gate.collection_arrived(c);
 
     // Checks before import see every staged file, and `per_seg` has no decision to hold
-    // back: both stage everything first. Otherwise each batch's job is created as soon as
-    // its own files are staged, and the decision waits for the whole stage.
+    // back: both wait for every collection and stage everything first. Otherwise each
+    // batch's job is created as soon as its collection is on every secondary and its own
+    // files are staged, and the decision waits for the whole stage.
     let (results, cleaned_early) =
         if checks.has(Phase::BeforeImport) || job.strategy() == Strategy::PerSeg {
+            if let Err(stop) = mirrored(&arrived).await {
+                return rollback(shared, stop).await;
+            }
+            shared
+                .set_phase(RestorePhase::Staging)
+                .await
+                .map_err(Stop::Failed)?;
             match staging::stage(shared, pf, &to, &gate).await {
                 Ok(staged) => report.staging = Some(staged),
                 Err(stop) => return rollback(shared, stop).await,
@@ -384,8 +405,22 @@ async fn execute(
                     Err(_) => None,
                 }
             };
-            let (staged, results) =
-                tokio::join!(staging, run_groups(shared, job, &groups, checks, pf, &gate));
+            let arrivals = async {
+                // Recorded before the gate fails, so the groups abort with this reason.
+                if let Err(stop) = mirrored(&arrived).await {
+                    shared.fail(stop);
+                    gate.fail();
+                }
+            };
+            shared
+                .set_phase(RestorePhase::Staging)
+                .await
+                .map_err(Stop::Failed)?;
+            let ((), staged, results) = tokio::join!(
+                arrivals,
+                staging,
+                run_groups(shared, job, &groups, checks, pf, &gate)
+            );
             report.staging = staged;
             results
         };
@@ -505,7 +540,7 @@ async fn run_groups(
     groups: &[CommitGroup],
     checks: &CheckSetup,
     pf: &Preflight,
-    gate: &StageGate,
+    gate: &ImportGate,
 ) -> (GroupResults, Option<bool>) {
     let restore_id = shared.record.lock().expect("record lock").id.clone();
     let budget = Arc::new(Semaphore::new((job.target.max_import_jobs as usize).max(1)));
@@ -618,7 +653,7 @@ struct GroupRun<'a> {
     g: usize,
     /// The group's first batch, numbered across the restore's groups.
     first_batch: usize,
-    gate: &'a StageGate,
+    gate: &'a ImportGate,
 }
 
 async fn run_group(
@@ -665,7 +700,7 @@ async fn run_group(
             tokio::select! {
                 held = engine.interrupt.race(held) => held?.map_err(Stop::Failed)?,
                 () = gate.failed() => {
-                    return Err(Stop::Failed("staging failed".into()));
+                    return Err(Stop::Failed(GATE_FAILED.into()));
                 }
             }
             if shared.failed() {
@@ -688,7 +723,7 @@ async fn run_group(
         }
         // Nothing is decided on files that were not all staged and verified.
         if !gate.staged().await {
-            return Err(Stop::Failed("staging failed".into()));
+            return Err(Stop::Failed(GATE_FAILED.into()));
         }
         Ok(())
     }
@@ -776,7 +811,7 @@ async fn submit(
         gate,
     } = *group;
     if !gate.batch_ready(first_batch).await {
-        return Err(Stop::Failed("staging failed".into()));
+        return Err(Stop::Failed(GATE_FAILED.into()));
     }
     shared
         .set_phase(RestorePhase::Importing)
@@ -828,7 +863,7 @@ async fn submit(
     shared.persist().await.map_err(Stop::Failed)?;
     faults::crash_point("after-submit");
     match first_error {
-        None if unstaged => Err(Stop::Failed("staging failed".into())),
+        None if unstaged => Err(Stop::Failed(GATE_FAILED.into())),
         None => Ok(()),
         Some(e) if e.code() == Some(3000) => Err(Stop::Refused(vec![format!(
             "{}; enable dataCoord.import.enableInReplicatingCluster on the target and every \

@@ -1,12 +1,14 @@
 //! The staging stage: the plan's files into every end's store, and the gate that lets a
-//! batch's import start once its own files are staged, while the rest are still copied.
+//! batch's import start once its own files are staged and its collection is on every
+//! secondary, while the rest are still copied and still arriving.
 //!
 //! The files go in batch order, so the first batches are ready first. A batch is ready when
-//! every file it imports is durable on every destination ([`storage::stage`] says when); the
-//! commit decision waits for the whole stage to end verified. A stage that fails after some
-//! jobs were created fails the restore before its decision, and they are aborted like any
-//! other job.
+//! every file it imports is durable on every destination ([`storage::stage`] says when) and
+//! its collection arrived on every secondary; the commit decision waits for the whole stage
+//! to end verified. A stage or an arrival that fails after some jobs were created fails the
+//! restore before its decision, and they are aborted like any other job.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::watch;
@@ -20,22 +22,42 @@ use crate::job::Job;
 use crate::journal::{CommitGroup, RestoreId};
 use crate::storage::{self, ImportPaths, StagingPrefix};
 
-/// Which batches may be imported, as the stage goes.
-pub(super) struct StageGate {
+/// Where a restore's way to its decision stands, as the gate sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Course {
+    /// Staging still runs.
+    Staging,
+    /// Every file is staged and verified.
+    Staged,
+    /// The stage, or a collection's arrival, failed: nothing more is imported.
+    Failed,
+}
+
+/// Which batches may be imported, as the stage and the collections' arrival go.
+pub(super) struct ImportGate {
     /// The plan's files in the order they are staged: indices into `files_to_stage`.
     order: Vec<usize>,
     /// For each file in that order, the batch that imports it (batches numbered across the
     /// restore's groups, in order).
     batch_of: Vec<Option<usize>>,
-    /// For each batch, its files not staged yet.
+    /// For each plan collection, its batches.
+    batches_of: Vec<Range<usize>>,
+    /// For each batch, what it still waits for: its files not staged yet, plus one until its
+    /// collection is on every secondary.
     waiting: Vec<AtomicUsize>,
-    /// `None` while the stage runs, then whether it ended verified; touched on every batch
-    /// that becomes ready too, to wake its waiters.
-    ended: watch::Sender<Option<bool>>,
+    /// Touched too whenever a batch becomes ready, to wake its waiters.
+    course: watch::Sender<Course>,
 }
 
-impl StageGate {
-    pub fn new(import_prefix: &str, files: &[BinlogFile], groups: &[CommitGroup]) -> StageGate {
+impl ImportGate {
+    /// `batches_per_collection`: the plan's collections' batch counts, in plan order (the
+    /// order the groups number their batches in).
+    pub fn new(
+        import_prefix: &str,
+        files: &[BinlogFile],
+        groups: &[CommitGroup],
+        batches_per_collection: impl IntoIterator<Item = usize>,
+    ) -> ImportGate {
         let index = BatchIndex::new(groups);
         let batches = groups.iter().map(|g| g.batches.len()).sum();
         let mut order: Vec<(usize, Option<usize>)> = files
@@ -45,63 +67,96 @@ impl StageGate {
             .collect();
         // Stable: within a batch, the files keep the plan's path order.
         order.sort_by_key(|(_, batch)| batch.unwrap_or(usize::MAX));
-        let mut waiting = vec![0; batches];
+        let mut waiting = vec![1; batches];
         for (_, batch) in &order {
             if let Some(b) = batch {
                 waiting[*b] += 1;
             }
         }
-        StageGate {
+        let mut next = 0;
+        let batches_of = batches_per_collection
+            .into_iter()
+            .map(|n| {
+                next += n;
+                next - n..next
+            })
+            .collect();
+        ImportGate {
             order: order.iter().map(|(i, _)| *i).collect(),
             batch_of: order.iter().map(|(_, b)| *b).collect(),
+            batches_of,
             waiting: waiting.into_iter().map(AtomicUsize::new).collect(),
-            ended: watch::Sender::new(None),
+            course: watch::Sender::new(Course::Staging),
+        }
+    }
+
+    /// One thing `batch` waited for is there.
+    fn release(&self, batch: usize) {
+        if self.waiting[batch].fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.course.send_modify(|_| {});
         }
     }
 
     /// The file at `position` in the stage order is on every destination, durably.
     fn file_ready(&self, position: usize) {
-        if let Some(b) = self.batch_of[position]
-            && self.waiting[b].fetch_sub(1, Ordering::AcqRel) == 1
-        {
-            self.ended.send_modify(|_| {});
+        if let Some(b) = self.batch_of[position] {
+            self.release(b);
+        }
+    }
+
+    /// Plan collection `collection` is on every secondary.
+    pub fn collection_arrived(&self, collection: usize) {
+        for b in self.batches_of[collection].clone() {
+            self.release(b);
         }
     }
 
     fn end(&self, verified: bool) {
-        self.ended.send_replace(Some(verified));
+        self.course.send_modify(|c| {
+            if *c == Course::Staging {
+                *c = if verified {
+                    Course::Staged
+                } else {
+                    Course::Failed
+                };
+            }
+        });
     }
 
-    /// Waits until `batch`'s files are staged: true, or false once the stage failed. A batch
+    /// Nothing more is imported: a collection did not arrive.
+    pub fn fail(&self) {
+        self.course.send_replace(Course::Failed);
+    }
+
+    /// Waits until `batch` may be imported: true, or false once the restore failed. A batch
     /// the restore does not have (a group without batches) waits for nothing.
     pub async fn batch_ready(&self, batch: usize) -> bool {
-        let mut ended = self.ended.subscribe();
-        let seen = ended
-            .wait_for(|e| {
-                e.is_some()
+        let mut course = self.course.subscribe();
+        let seen = course
+            .wait_for(|c| {
+                *c == Course::Failed
                     || self
                         .waiting
                         .get(batch)
                         .is_none_or(|w| w.load(Ordering::Acquire) == 0)
             })
             .await
-            .map(|e| *e);
-        matches!(seen, Ok(None | Some(true)))
+            .map(|c| *c);
+        matches!(seen, Ok(Course::Staging | Course::Staged))
     }
 
-    /// Waits until the stage ended; whether every file was staged and verified.
+    /// Waits until the stage ended; whether every file was staged and verified (and nothing
+    /// failed since).
     pub async fn staged(&self) -> bool {
-        let mut ended = self.ended.subscribe();
-        matches!(
-            ended.wait_for(Option::is_some).await.map(|e| *e),
-            Ok(Some(true))
-        )
+        let mut course = self.course.subscribe();
+        let seen = course.wait_for(|c| *c != Course::Staging).await.map(|c| *c);
+        matches!(seen, Ok(Course::Staged))
     }
 
-    /// Returns once the stage failed; never if it does not.
+    /// Returns once the stage or an arrival failed; never if neither does.
     pub async fn failed(&self) {
-        let mut ended = self.ended.subscribe();
-        if ended.wait_for(|e| *e == Some(false)).await.is_err() {
+        let mut course = self.course.subscribe();
+        if course.wait_for(|c| *c == Course::Failed).await.is_err() {
             std::future::pending::<()>().await;
         }
     }
@@ -116,7 +171,7 @@ pub(super) async fn stage(
     shared: &Shared<'_>,
     pf: &Preflight,
     to: &Destinations,
-    gate: &StageGate,
+    gate: &ImportGate,
 ) -> Result<StagingReport, Stop> {
     let staged = match shared
         .engine
@@ -164,7 +219,7 @@ async fn stage_files(
     shared: &Shared<'_>,
     pf: &Preflight,
     to: &Destinations,
-    gate: &StageGate,
+    gate: &ImportGate,
 ) -> Result<StagingReport, String> {
     let (paths, opened) = (&to.paths, &to.stores);
     let files: Vec<storage::BackupFile> = gate
@@ -188,6 +243,8 @@ async fn stage_files(
         cleaned_up: false,
     };
     let ImportPaths::Staged { prefix } = paths else {
+        // Imported in place: every file is there already.
+        (0..gate.order.len()).for_each(|position| gate.file_ready(position));
         return Ok(report);
     };
     {
@@ -260,14 +317,15 @@ mod tests {
         }
     }
 
-    /// The plan lists files by path; the gate stages them batch by batch.
-    fn gate() -> StageGate {
+    /// The plan lists files by path; the gate stages them batch by batch. Each batch is
+    /// its own collection's.
+    fn gate() -> ImportGate {
         let files = [
             file("binlogs/insert_log/1/2/20/100/1"),
             file("binlogs/insert_log/1/2/10/100/1"),
             file("binlogs/insert_log/1/2/10/101/1"),
         ];
-        StageGate::new("stage", &files, &groups())
+        ImportGate::new("stage", &files, &groups(), [1, 1])
     }
 
     async fn settles<T>(f: impl Future<Output = T>) -> Option<T> {
@@ -277,22 +335,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_batch_opens_when_its_own_files_are_staged() {
+    async fn a_batch_opens_when_its_files_are_staged_and_its_collection_arrived() {
         let gate = gate();
         assert_eq!(gate.order, vec![1, 2, 0], "batch 0's files first");
         assert_eq!(settles(gate.batch_ready(0)).await, None);
         gate.file_ready(0);
+        assert_eq!(settles(gate.batch_ready(0)).await, None, "one of two files");
+        gate.file_ready(1);
         assert_eq!(
             settles(gate.batch_ready(0)).await,
             None,
-            "one of its two files"
+            "its collection is not on every secondary yet"
         );
-        gate.file_ready(1);
+        gate.collection_arrived(0);
         assert_eq!(settles(gate.batch_ready(0)).await, Some(true));
+        gate.collection_arrived(1);
         assert_eq!(
             settles(gate.batch_ready(1)).await,
             None,
-            "batch 1 still waits"
+            "its file is not staged"
         );
         assert_eq!(settles(gate.staged()).await, None, "not verified yet");
         gate.file_ready(2);
@@ -307,6 +368,7 @@ mod tests {
         let gate = gate();
         gate.file_ready(0);
         gate.file_ready(1);
+        gate.collection_arrived(0);
         let waiting = async { tokio::join!(gate.batch_ready(1), gate.staged(), gate.failed()) };
         let ended = async {
             tokio::task::yield_now().await;
@@ -317,7 +379,25 @@ mod tests {
         assert_eq!(
             settles(gate.batch_ready(0)).await,
             Some(false),
-            "no more creates once the stage failed, even for a staged batch"
+            "no more creates once the stage failed, even for a ready batch"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_collection_that_does_not_arrive_fails_a_verified_stage() {
+        let gate = gate();
+        (0..3).for_each(|p| gate.file_ready(p));
+        gate.collection_arrived(0);
+        gate.end(true);
+        gate.fail();
+        assert_eq!(settles(gate.staged()).await, Some(false));
+        assert_eq!(settles(gate.failed()).await, Some(()));
+        assert_eq!(settles(gate.batch_ready(1)).await, Some(false));
+        gate.end(true);
+        assert_eq!(
+            settles(gate.staged()).await,
+            Some(false),
+            "a stage ending later does not undo the failure"
         );
     }
 }

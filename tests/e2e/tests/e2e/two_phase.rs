@@ -122,6 +122,42 @@ async fn a_secondary_that_cannot_read_the_files_stops_the_restore_before_any_com
     nothing_restored(&world).await
 }
 
+/// A collection must be on every secondary before its jobs are created. One that does not
+/// arrive within the mirror grace fails the restore, while staging runs beside the wait:
+/// no job is created, and the collections and staged files are removed again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collection_that_does_not_reach_a_secondary_in_time_creates_no_job() -> anyhow::Result<()>
+{
+    let world = World::start(WorldSpec {
+        stream_lag: Duration::from_secs(4),
+        ..WorldSpec::default()
+    })
+    .await?;
+    let job = world.job("no-arrival", "[two_phase]\nmirror_grace = \"1s\"\n")?;
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 1, "{}", run.explain());
+    assert_eq!(run.outcome(), "rolled_back");
+    assert!(
+        run.summary().contains("did not arrive on secondary"),
+        "{}",
+        run.summary()
+    );
+    assert_eq!(world.requests(TARGET, "import/create").await?, 0);
+    assert!(
+        !world
+            .storage_dir(TARGET)
+            .join(lockstep::storage::STAGING_ROOT)
+            .exists(),
+        "the staged files were left behind"
+    );
+    // The drops reach the secondaries over the lagging stream.
+    eventually(Duration::from_secs(20), || async {
+        Ok(nothing_restored(&world).await.is_ok())
+    })
+    .await?;
+    nothing_restored(&world).await
+}
+
 /// Once every end accepted every commit, nothing reads the staged files again: they are
 /// deleted while the ends are still Committing, not after every end is Completed.
 #[tokio::test(flavor = "multi_thread")]
