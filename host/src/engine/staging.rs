@@ -165,6 +165,7 @@ impl ImportGate {
 /// Stages the plan's files into every end's store that is not the backup's, in the gate's
 /// order, opening the gate batch by batch; ends the gate either way. Records the prefix
 /// first, so a crash mid-copy can still clean up.
+///
 /// Stops at an interrupt, like every stage before the decision. A failure is the restore's:
 /// it is recorded for the groups to abort on.
 pub(super) async fn stage(
