@@ -118,16 +118,25 @@ impl<'a> Shared<'a> {
     }
 
     async fn set_phase(&self, phase: RestorePhase) -> Result<(), String> {
-        {
+        if !self.enter_phase(phase) {
+            return Ok(());
+        }
+        self.persist().await
+    }
+
+    /// Moves the record to `phase` (never back) without writing it: for a phase change that
+    /// the write right after it makes durable. Whether the phase changed.
+    fn enter_phase(&self, phase: RestorePhase) -> bool {
+        let id = {
             let mut r = self.record.lock().expect("record lock: no panics under it");
             if r.phase >= phase {
-                return Ok(());
+                return false;
             }
             r.phase = phase;
-        }
-        let id = self.record.lock().expect("record lock").id.to_string();
+            r.id.to_string()
+        };
         self.engine.progress.phase(&id, phase);
-        self.persist().await
+        true
     }
 
     /// Keeps the slowest time from "every end ready" to "commit sent" across groups.
@@ -355,6 +364,11 @@ async fn execute(
     let import_prefix = to.paths.prefix().to_string();
     let groups = build_groups(&restore_id, job, pf, &import_prefix);
     track_groups(shared, pf, &groups);
+    // One write for the groups, the prefix (so a crash mid-copy can still clean up) and the
+    // phase: each is a journal commit with an fsync, and all of them come before any copy
+    // or create.
+    to.record_in(&mut shared.record.lock().expect("record lock"));
+    shared.enter_phase(RestorePhase::Staging);
     shared.persist().await.map_err(Stop::Failed)?;
     let gate = ImportGate::new(
         &import_prefix,
@@ -373,10 +387,6 @@ async fn execute(
             if let Err(stop) = mirrored(&arrived).await {
                 return rollback(shared, stop).await;
             }
-            shared
-                .set_phase(RestorePhase::Staging)
-                .await
-                .map_err(Stop::Failed)?;
             match staging::stage(shared, pf, &to, &gate).await {
                 Ok(staged) => report.staging = Some(staged),
                 Err(stop) => return rollback(shared, stop).await,
@@ -412,10 +422,6 @@ async fn execute(
                     gate.fail();
                 }
             };
-            shared
-                .set_phase(RestorePhase::Staging)
-                .await
-                .map_err(Stop::Failed)?;
             let ((), staged, results) = tokio::join!(
                 arrivals,
                 staging,
@@ -813,10 +819,8 @@ async fn submit(
     if !gate.batch_ready(first_batch).await {
         return Err(Stop::Failed(GATE_FAILED.into()));
     }
-    shared
-        .set_phase(RestorePhase::Importing)
-        .await
-        .map_err(Stop::Failed)?;
+    // Written with the keys below.
+    shared.enter_phase(RestorePhase::Importing);
     let batches: Vec<BatchRecord> = {
         let mut r = shared.record.lock().expect("record lock");
         for b in &mut r.groups[g].batches {

@@ -19,7 +19,7 @@ use super::report::StagingReport;
 use super::run::{Shared, Stop, destinations};
 use crate::backup::BinlogFile;
 use crate::job::Job;
-use crate::journal::{CommitGroup, RestoreId};
+use crate::journal::{CommitGroup, RestoreId, RestoreRecord};
 use crate::storage::{self, ImportPaths, StagingPrefix};
 
 /// Where a restore's way to its decision stands, as the gate sees it.
@@ -163,8 +163,8 @@ impl ImportGate {
 }
 
 /// Stages the plan's files into every end's store that is not the backup's, in the gate's
-/// order, opening the gate batch by batch; ends the gate either way. Records the prefix
-/// first, so a crash mid-copy can still clean up.
+/// order, opening the gate batch by batch; ends the gate either way. The caller has
+/// recorded the prefix ([`Destinations::record_in`]).
 ///
 /// Stops at an interrupt, like every stage before the decision. A failure is the restore's:
 /// it is recorded for the groups to abort on.
@@ -216,6 +216,17 @@ impl Destinations {
     }
 }
 
+impl Destinations {
+    /// Notes the staging prefix and the ends staged into in the restore's record, before
+    /// anything is copied, so that a crash mid-copy can still clean up.
+    pub fn record_in(&self, record: &mut RestoreRecord) {
+        if let ImportPaths::Staged { prefix } = &self.paths {
+            record.staging_prefix = Some(prefix.path().to_string());
+            record.staged_ends = self.stores.iter().map(|(e, _)| e.clone()).collect();
+        }
+    }
+}
+
 async fn stage_files(
     shared: &Shared<'_>,
     pf: &Preflight,
@@ -248,12 +259,6 @@ async fn stage_files(
         (0..gate.order.len()).for_each(|position| gate.file_ready(position));
         return Ok(report);
     };
-    {
-        let mut r = shared.record.lock().expect("record lock");
-        r.staging_prefix = Some(prefix.path().to_string());
-        r.staged_ends = opened.iter().map(|(e, _)| e.clone()).collect();
-    }
-    shared.persist().await?;
     let destinations: Vec<storage::Destination<'_>> = opened
         .iter()
         .map(|(end, store)| storage::Destination { end, store })
