@@ -214,9 +214,7 @@ impl Destinations {
             storage::import_paths(&pf.backup_store.id, &pf.backup.location.dir, &ids, prefix);
         Ok(Destinations { paths, stores })
     }
-}
 
-impl Destinations {
     /// Notes the staging prefix and the ends staged into in the restore's record, before
     /// anything is copied, so that a crash mid-copy can still clean up.
     pub fn record_in(&self, record: &mut RestoreRecord) {
