@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::ends::{EndClient, Ends};
@@ -12,25 +13,44 @@ use super::retry::retry;
 use crate::backup::{CollectionCreation, CollectionPlan, RestorePlan};
 use crate::milvus::{self, IndexSpec};
 
-/// How often a secondary is asked whether a collection arrived.
-const MIRROR_DDL_POLL: Duration = Duration::from_millis(100);
+/// How often a secondary is asked whether a collection arrived: soon after the target made
+/// it at first (a stream tens of milliseconds behind brings it then, and the collection's
+/// jobs wait for it), then less often, doubling up to the second bound.
+const MIRROR_DDL_POLL: (Duration, Duration) =
+    (Duration::from_millis(10), Duration::from_millis(100));
 
-/// What the DDL stage did, for rollback and the report.
-#[derive(Debug, Default)]
-pub struct DdlDone {
-    /// Collections this restore created (dropped again if it rolls back before its decision).
-    pub created: Vec<(String, String)>,
+/// The collections [`apply`] will create that did not exist at preflight, for the journal
+/// to record before it starts.
+pub fn to_create(
+    plan: &RestorePlan,
+    exists: &[bool],
+    creation: CollectionCreation,
+) -> Vec<(String, String)> {
+    if creation == CollectionCreation::UseExisting {
+        return Vec::new();
+    }
+    plan.collections
+        .iter()
+        .zip(exists)
+        .filter(|(_, existed)| !**existed)
+        .map(|(c, _)| (c.target.db.clone(), c.target.collection.clone()))
+        .collect()
 }
 
-/// Creates what the plan needs on the target. `exists[i]` says whether collection `i` was
-/// there at preflight. Stops at the first error; `done` holds what was created so far.
+/// Creates what the plan needs on the target, collection by collection in plan order.
+/// `exists[i]` says whether collection `i` was there at preflight. Each collection this
+/// restore creates goes to `created` as soon as it exists (it is dropped again if the
+/// restore rolls back), and `made` counts the collections done so far, with their partitions
+/// and indexes, so that waiting on the secondaries can start collection by collection.
+/// Stops at the first error.
 pub async fn apply(
     ends: &Ends,
     plan: &RestorePlan,
     exists: &[bool],
     creation: CollectionCreation,
     deadline: Instant,
-    done: &mut DdlDone,
+    created: &(dyn Fn(&str, &str) + Sync),
+    made: &watch::Sender<usize>,
 ) -> Result<(), milvus::Error> {
     let target = ends.target();
     let databases = retry(deadline, || target.grpc.list_databases()).await?;
@@ -40,7 +60,7 @@ pub async fn apply(
             tracing::info!(end = %target.name, db, "created database");
         }
     }
-    for (c, &existed) in plan.collections.iter().zip(exists) {
+    for (i, (c, &existed)) in plan.collections.iter().zip(exists).enumerate() {
         let (db, name) = (&c.target.db, &c.target.collection);
         match (creation, existed) {
             (CollectionCreation::UseExisting, _) => {}
@@ -48,11 +68,11 @@ pub async fn apply(
                 retry(deadline, || target.grpc.drop_collection(db, name)).await?;
                 tracing::info!(end = %target.name, collection = %c.target, "dropped existing collection");
                 create_collection(target, c, deadline).await?;
-                done.created.push((db.clone(), name.clone()));
+                created(db, name);
             }
             _ => {
                 create_collection(target, c, deadline).await?;
-                done.created.push((db.clone(), name.clone()));
+                created(db, name);
             }
         }
         // With a partition key, Milvus makes the partitions itself.
@@ -80,6 +100,7 @@ pub async fn apply(
                 retry(deadline, || target.grpc.create_index(db, name, &spec)).await?;
             }
         }
+        made.send_replace(i + 1);
     }
     Ok(())
 }
@@ -114,17 +135,27 @@ async fn create_collection(
 }
 
 /// Waits until every secondary shows every collection of the plan with its partitions,
-/// collection by collection in plan order; `arrived` is called with a collection's index
-/// once every secondary shows it.
+/// collection by collection in plan order, each once the target's DDL made it (`made`
+/// counts those, see [`apply`]). A collection has `grace` from then to arrive; `arrived` is
+/// called with its index once every secondary shows it.
 pub async fn await_mirrors(
     ends: &Ends,
     plan: &RestorePlan,
-    deadline: Instant,
+    grace: Duration,
+    mut made: watch::Receiver<usize>,
     arrived: &(dyn Fn(usize) + Sync),
 ) -> Result<(), String> {
     for (i, c) in plan.collections.iter().enumerate() {
+        if made.wait_for(|n| *n > i).await.is_err() {
+            return Err(format!(
+                "the DDL on the target stopped before it made collection {}",
+                c.target
+            ));
+        }
+        let deadline = Instant::now() + grace;
         let (db, name) = (&c.target.db, &c.target.collection);
         for s in ends.secondaries() {
+            let mut pause = MIRROR_DDL_POLL.0;
             loop {
                 let here = match s.grpc.has_collection(db, name).await {
                     Ok(true) if c.partition_num > 0 => true,
@@ -144,7 +175,8 @@ pub async fn await_mirrors(
                         c.target, s.name
                     ));
                 }
-                tokio::time::sleep(MIRROR_DDL_POLL).await;
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MIRROR_DDL_POLL.1);
             }
         }
         arrived(i);

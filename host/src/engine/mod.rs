@@ -151,6 +151,7 @@ impl Engine {
             staging_prefix: None,
             staged_ends: vec![],
             created_collections: vec![],
+            to_create: vec![],
             groups: vec![],
             outcome: None,
             report: None,

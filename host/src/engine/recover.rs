@@ -121,7 +121,7 @@ pub async fn recover(
 
     let decided = record.has_commit_decision();
     if !decided {
-        for problem in ddl::drop_created(&ends, &record.created_collections, deadline).await {
+        for problem in ddl::drop_created(&ends, &record.collections_to_drop(), deadline).await {
             tracing::warn!(%problem, "recovery rollback");
         }
     }

@@ -17,7 +17,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
 use super::checks::CheckSetup;
-use super::ddl::{self, DdlDone};
+use super::ddl;
 use super::ends::Ends;
 use super::preflight::{Preflight, error_chain, preflight};
 use super::report::{CollectionReport, Divergence, EndReport, Report};
@@ -31,16 +31,17 @@ use crate::job::{Atomicity, Job, StorageSpec};
 use crate::journal::{
     BatchRecord, Claim, CommitGroup, Decision, Outcome, RestoreId, RestorePhase, RestoreRecord,
 };
-use crate::milvus::{CreateImport, JobState, ServerVersion};
+use crate::milvus::{self, CreateImport, JobState, ServerVersion};
 use crate::plugins::Phase;
 use crate::storage::{self, StagingPrefix};
 
 /// Import creates in flight at once on the target.
 const CREATES_IN_FLIGHT: usize = 8;
 
-/// Why a group stops when the import gate fails. The restore's failure is the stage's or the
-/// arrival's own reason, recorded before the gate fails; this one only marks the group.
-const GATE_FAILED: &str = "staging or a collection's arrival on a secondary failed";
+/// Why a group stops when the import gate fails. The restore's failure is the stage's, the
+/// DDL's or the arrival's own reason, recorded before the gate fails; this one only marks
+/// the group.
+const GATE_FAILED: &str = "the DDL, staging or a collection's arrival on a secondary failed";
 
 /// Bound on DDL and on each control call's retries when the job sets no timeout.
 const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(600);
@@ -70,8 +71,9 @@ pub(super) struct Shared<'a> {
     // No await happens while these are held.
     pub record: Mutex<RestoreRecord>,
     trackers: Mutex<Vec<Tracker>>,
-    /// The first pre-decision failure; undecided groups abort when they see it.
-    failure: Mutex<Option<Stop>>,
+    /// The first pre-decision failure; undecided groups abort when they see it, and the
+    /// stage and the wait for arrivals stop.
+    failure: watch::Sender<Option<Stop>>,
     /// Serialises saves so a stale snapshot never overwrites a newer one.
     save_lock: tokio::sync::Mutex<()>,
     /// From the last ready sighting to the commit going out (decision write included).
@@ -95,7 +97,7 @@ impl<'a> Shared<'a> {
             job,
             record: Mutex::new(record),
             trackers: Mutex::new(Vec::new()),
-            failure: Mutex::new(None),
+            failure: watch::Sender::new(None),
             save_lock: tokio::sync::Mutex::new(()),
             reaction: Mutex::new(None),
             seen: watch::Sender::new(()),
@@ -126,7 +128,7 @@ impl<'a> Shared<'a> {
 
     /// Moves the record to `phase` (never back) without writing it: for a phase change that
     /// the write right after it makes durable. Whether the phase changed.
-    fn enter_phase(&self, phase: RestorePhase) -> bool {
+    pub(super) fn enter_phase(&self, phase: RestorePhase) -> bool {
         let id = {
             let mut r = self.record.lock().expect("record lock: no panics under it");
             if r.phase >= phase {
@@ -146,17 +148,23 @@ impl<'a> Shared<'a> {
     }
 
     pub fn fail(&self, stop: Stop) {
-        let mut f = self
-            .failure
-            .lock()
-            .expect("failure lock: no panics under it");
-        if f.is_none() {
-            *f = Some(stop);
-        }
+        self.failure.send_if_modified(|f| {
+            let first = f.is_none();
+            if first {
+                *f = Some(stop);
+            }
+            first
+        });
     }
 
     fn failed(&self) -> bool {
-        self.failure.lock().expect("failure lock").is_some()
+        self.failure.borrow().is_some()
+    }
+
+    /// Returns once the restore failed before its decision; never if it does not.
+    pub(super) async fn stopped(&self) {
+        // The sender lives in `self`: the wait ends only with a failure.
+        let _ = self.failure.subscribe().wait_for(Option::is_some).await;
     }
 
     /// Returns once every end has every job Committing or Completed; never for a restore
@@ -301,42 +309,43 @@ async fn execute(
     };
     let restore_id = shared.record.lock().expect("record lock").id.clone();
 
-    // DDL.
-    shared
-        .set_phase(RestorePhase::Ddl)
-        .await
-        .map_err(Stop::Failed)?;
-    let mut done = DdlDone::default();
-    let ddl = ddl::apply(
-        ends,
-        &pf.plan,
-        &pf.exists,
-        job.restore.collection_creation,
-        call_deadline(),
-        &mut done,
-    )
-    .await;
-    shared
-        .record
-        .lock()
-        .expect("record lock")
-        .created_collections = done.created.clone();
-    shared.persist().await.map_err(Stop::Failed)?;
-    faults::crash_point("after-ddl");
-    if let Err(e) = ddl {
-        return rollback(
-            shared,
-            Stop::Failed(format!("DDL on the target failed: {e}")),
+    // DDL on the target. What it will create is recorded before it starts (with the write
+    // that enters the DDL phase), and what it created at every write after.
+    shared.record.lock().expect("record lock").to_create =
+        ddl::to_create(&pf.plan, &pf.exists, job.restore.collection_creation);
+    let (made_tx, made) = watch::channel(0);
+    let run_ddl = async |made: &watch::Sender<usize>| -> Result<(), Stop> {
+        let created = |db: &str, name: &str| {
+            let mut r = shared.record.lock().expect("record lock");
+            r.created_collections
+                .push((db.to_string(), name.to_string()));
+        };
+        let applied = ddl::apply(
+            ends,
+            &pf.plan,
+            &pf.exists,
+            job.restore.collection_creation,
+            call_deadline(),
+            &created,
+            made,
         )
         .await;
-    }
+        shared.persist().await.map_err(Stop::Failed)?;
+        faults::crash_point("after-ddl");
+        applied.map_err(|e| Stop::Failed(format!("DDL on the target failed: {e}")))
+    };
     // Every collection must be on every secondary before its jobs are created: a mirror
     // whose collection has not arrived is silently never created.
     let mirrored = async |arrived: &(dyn Fn(usize) + Sync)| -> Result<(), Stop> {
-        let deadline = Instant::now() + grace;
         match engine
             .interrupt
-            .race(ddl::await_mirrors(ends, &pf.plan, deadline, arrived))
+            .race(ddl::await_mirrors(
+                ends,
+                &pf.plan,
+                grace,
+                made.clone(),
+                arrived,
+            ))
             .await
         {
             Err(i) => Err(i.into()),
@@ -344,6 +353,13 @@ async fn execute(
         }
     };
     if job.restore.meta_only {
+        shared
+            .set_phase(RestorePhase::Ddl)
+            .await
+            .map_err(Stop::Failed)?;
+        if let Err(stop) = run_ddl(&made_tx).await {
+            return rollback(shared, stop).await;
+        }
         if let Err(stop) = mirrored(&|_| {}).await {
             return rollback(shared, stop).await;
         }
@@ -356,7 +372,7 @@ async fn execute(
     }
 
     // Where the ends import from, and the commit groups: recorded before anything is
-    // staged or submitted.
+    // created, staged or submitted.
     let to = match Destinations::open(job, pf, &restore_id) {
         Ok(to) => to,
         Err(reason) => return rollback(shared, Stop::Failed(reason)).await,
@@ -365,10 +381,10 @@ async fn execute(
     let groups = build_groups(&restore_id, job, pf, &import_prefix);
     track_groups(shared, pf, &groups);
     // One write for the groups, the prefix (so a crash mid-copy can still clean up) and the
-    // phase: each is a journal commit with an fsync, and all of them come before any copy
-    // or create.
+    // phase: each is a journal commit with an fsync, and all of them come before any DDL,
+    // copy or create.
     to.record_in(&mut shared.record.lock().expect("record lock"));
-    shared.enter_phase(RestorePhase::Staging);
+    shared.enter_phase(RestorePhase::Ddl);
     shared.persist().await.map_err(Stop::Failed)?;
     let gate = ImportGate::new(
         &import_prefix,
@@ -379,11 +395,15 @@ async fn execute(
     let arrived = |c: usize| gate.collection_arrived(c);
 
     // Checks before import see every staged file, and `per_seg` has no decision to hold
-    // back: both wait for every collection and stage everything first. Otherwise each
-    // batch's job is created as soon as its collection is on every secondary and its own
-    // files are staged, and the decision waits for the whole stage.
+    // back: both create every collection, wait for it everywhere and stage everything
+    // first. Otherwise the DDL, the stage and the creates run side by side: each batch's
+    // job is created as soon as its collection is on every secondary and its own files are
+    // staged, and the decision waits for the whole stage.
     let (results, cleaned_early) =
         if checks.has(Phase::BeforeImport) || job.strategy() == Strategy::PerSeg {
+            if let Err(stop) = run_ddl(&made_tx).await {
+                return rollback(shared, stop).await;
+            }
             if let Err(stop) = mirrored(&arrived).await {
                 return rollback(shared, stop).await;
             }
@@ -405,6 +425,29 @@ async fn execute(
             }
             run_groups(shared, job, &groups, checks, pf, &gate).await
         } else {
+            // Each failure is recorded before the gate fails, so the groups abort with it.
+            let fail = |stop: Stop| {
+                shared.fail(stop);
+                gate.fail();
+            };
+            let creating = async {
+                if let Err(stop) = run_ddl(&made_tx).await {
+                    fail(stop);
+                }
+                // Ends the wait for a collection the DDL never made, after its reason.
+                drop(made_tx);
+            };
+            let arrivals = async {
+                tokio::select! {
+                    mirrored = mirrored(&arrived) => {
+                        if let Err(stop) = mirrored {
+                            fail(stop);
+                        }
+                    }
+                    // Nothing more is imported: waiting for a late collection is moot.
+                    () = shared.stopped() => {}
+                }
+            };
             let staging = async {
                 match staging::stage(shared, pf, &to, &gate).await {
                     Ok(staged) => {
@@ -415,14 +458,8 @@ async fn execute(
                     Err(_) => None,
                 }
             };
-            let arrivals = async {
-                // Recorded before the gate fails, so the groups abort with this reason.
-                if let Err(stop) = mirrored(&arrived).await {
-                    shared.fail(stop);
-                    gate.fail();
-                }
-            };
-            let ((), staged, results) = tokio::join!(
+            let ((), (), staged, results) = tokio::join!(
+                creating,
                 arrivals,
                 staging,
                 run_groups(shared, job, &groups, checks, pf, &gate)
@@ -456,7 +493,7 @@ async fn execute(
     }
     report.checks.extend(checks.reports());
 
-    let failure = shared.failure.lock().expect("failure lock").take();
+    let failure = shared.failure.send_replace(None);
     if let Some(stop) = failure {
         // Undecided groups aborted themselves; drop what they created.
         let undecided: Vec<usize> = (0..groups.len()).filter(|g| !decided[*g]).collect();
@@ -745,7 +782,7 @@ async fn run_group(
         };
         let reason = {
             let mut r = shared.record.lock().expect("record lock");
-            let reason = match shared.failure.lock().expect("failure lock").as_ref() {
+            let reason = match shared.failure.borrow().as_ref() {
                 Some(Stop::Failed(r)) => r.clone(),
                 Some(Stop::Refused(r)) => r.join("; "),
                 None => "failed".into(),
@@ -833,7 +870,12 @@ async fn submit(
     let target = shared.ends.target();
     let mut creates = futures::stream::iter(batches.iter().enumerate())
         .map(|(i, b)| async move {
-            if !gate.batch_ready(first_batch + i).await {
+            // A create that is not sent yet waits for nothing once the restore failed.
+            let ready = tokio::select! {
+                ready = gate.batch_ready(first_batch + i) => ready,
+                () = shared.stopped() => false,
+            };
+            if !ready {
                 return (i, None);
             }
             let body = CreateImport {
@@ -857,7 +899,13 @@ async fn submit(
                 tracker.jobs[i].job_id = Some(id.clone());
                 shared.record.lock().expect("record lock").groups[g].batches[i].job_id = Some(id);
             }
-            Some(Err(e)) if first_error.is_none() => first_error = Some(e),
+            // Recorded at once, so that the stage and the other groups stop now rather
+            // than when the last batch was staged.
+            Some(Err(e)) if first_error.is_none() => {
+                let stop = create_failed(&e);
+                shared.fail(stop.clone());
+                first_error = Some(stop);
+            }
             Some(Err(_)) => {}
             None => unstaged = true,
         }
@@ -869,15 +917,20 @@ async fn submit(
     match first_error {
         None if unstaged => Err(Stop::Failed(GATE_FAILED.into())),
         None => Ok(()),
-        Some(e) if e.code() == Some(3000) => Err(Stop::Refused(vec![format!(
+        Some(stop) => Err(stop),
+    }
+}
+
+/// What a refused create means for the restore.
+fn create_failed(e: &milvus::Error) -> Stop {
+    if e.code() == Some(3000) {
+        Stop::Refused(vec![format!(
             "{}; enable dataCoord.import.enableInReplicatingCluster on the target and every \
              secondary (it is off by default)",
-            error_chain(&e)
-        )])),
-        Some(e) => Err(Stop::Failed(format!(
-            "import create failed: {}",
-            error_chain(&e)
-        ))),
+            error_chain(e)
+        )])
+    } else {
+        Stop::Failed(format!("import create failed: {}", error_chain(e)))
     }
 }
 

@@ -5,8 +5,8 @@
 //! The files go in batch order, so the first batches are ready first. A batch is ready when
 //! every file it imports is durable on every destination ([`storage::stage`] says when) and
 //! its collection arrived on every secondary; the commit decision waits for the whole stage
-//! to end verified. A stage or an arrival that fails after some jobs were created fails the
-//! restore before its decision, and they are aborted like any other job.
+//! to end verified. A stage, a DDL or an arrival that fails after some jobs were created
+//! fails the restore before its decision, and they are aborted like any other job.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,7 +19,7 @@ use super::report::StagingReport;
 use super::run::{Shared, Stop, destinations};
 use crate::backup::BinlogFile;
 use crate::job::Job;
-use crate::journal::{CommitGroup, RestoreId, RestoreRecord};
+use crate::journal::{CommitGroup, RestoreId, RestorePhase, RestoreRecord};
 use crate::storage::{self, ImportPaths, StagingPrefix};
 
 /// Where a restore's way to its decision stands, as the gate sees it.
@@ -29,7 +29,7 @@ enum Course {
     Staging,
     /// Every file is staged and verified.
     Staged,
-    /// The stage, or a collection's arrival, failed: nothing more is imported.
+    /// The stage, the DDL or a collection's arrival failed: nothing more is imported.
     Failed,
 }
 
@@ -123,7 +123,7 @@ impl ImportGate {
         });
     }
 
-    /// Nothing more is imported: a collection did not arrive.
+    /// Nothing more is imported: the DDL failed or a collection did not arrive.
     pub fn fail(&self) {
         self.course.send_replace(Course::Failed);
     }
@@ -166,22 +166,27 @@ impl ImportGate {
 /// order, opening the gate batch by batch; ends the gate either way. The caller has
 /// recorded the prefix ([`Destinations::record_in`]).
 ///
-/// Stops at an interrupt, like every stage before the decision. A failure is the restore's:
-/// it is recorded for the groups to abort on.
+/// Stops at an interrupt, like every stage before the decision, and when the restore fails
+/// elsewhere. A failure is the restore's: it is recorded for the groups to abort on.
 pub(super) async fn stage(
     shared: &Shared<'_>,
     pf: &Preflight,
     to: &Destinations,
     gate: &ImportGate,
 ) -> Result<StagingReport, Stop> {
-    let staged = match shared
-        .engine
-        .interrupt
-        .race(stage_files(shared, pf, to, gate))
-        .await
-    {
-        Ok(staged) => staged.map_err(Stop::Failed),
-        Err(interrupted) => Err(interrupted.into()),
+    // Rides on the next journal write: nothing recovers differently for it.
+    shared.enter_phase(RestorePhase::Staging);
+    let staged = tokio::select! {
+        staged = shared.engine.interrupt.race(stage_files(shared, pf, to, gate)) => match staged {
+            Ok(staged) => staged.map_err(Stop::Failed),
+            Err(interrupted) => Err(interrupted.into()),
+        },
+        // A restore that failed meanwhile (a mirror, a create, the DDL) imports nothing
+        // more; the rest of a long copy would only be deleted again.
+        () = shared.stopped() => {
+            tracing::info!("staging stopped: the restore failed before its decision");
+            Err(Stop::Failed("staging stopped: the restore failed".into()))
+        }
     };
     // The failure is recorded before the gate closes, so the groups that wake on it abort
     // with the stage's reason, not their own.

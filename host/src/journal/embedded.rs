@@ -219,6 +219,7 @@ mod tests {
             staging_prefix: None,
             staged_ends: vec![],
             created_collections: vec![],
+            to_create: vec![],
             groups: vec![],
             outcome: None,
             report: None,

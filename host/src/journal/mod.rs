@@ -237,6 +237,11 @@ pub struct RestoreRecord {
     pub staged_ends: Vec<String>,
     /// Collections this restore created (db, name): dropped again if it rolls back.
     pub created_collections: Vec<(String, String)>,
+    /// Collections the DDL is to create that did not exist at preflight, recorded before it
+    /// starts: recovery drops them too (a missing one drops as a no-op), so a crash before
+    /// the write that lists a created collection leaves nothing behind.
+    #[serde(default)]
+    pub to_create: Vec<(String, String)>,
     pub groups: Vec<CommitGroup>,
     pub outcome: Option<Outcome>,
     /// The final report, as JSON, once the restore finished.
@@ -247,6 +252,19 @@ impl RestoreRecord {
     /// Still needs work: no outcome, or an outcome that did not converge.
     pub fn is_unfinished(&self) -> bool {
         matches!(self.outcome, None | Some(Outcome::Incomplete))
+    }
+
+    /// What a rollback after a crash drops: every collection the restore created or may
+    /// have created. A collection that existed before it is never among them unless the
+    /// restore dropped and recreated it.
+    pub fn collections_to_drop(&self) -> Vec<(String, String)> {
+        let mut all = self.created_collections.clone();
+        for c in &self.to_create {
+            if !all.contains(c) {
+                all.push(c.clone());
+            }
+        }
+        all
     }
 
     /// Whether any commit group was decided for commit: from then on, only forward.

@@ -26,6 +26,7 @@ fn record(id: &RestoreId, attempt: u32) -> RestoreRecord {
         staging_prefix: None,
         staged_ends: vec![],
         created_collections: vec![],
+        to_create: vec![],
         groups: vec![],
         outcome: None,
         report: None,

@@ -2,7 +2,9 @@
 //! (moto), staged by lockstep and read back by milvus-sim's imports. Skipped (after saying
 //! so) when `LOCKSTEP_TEST_S3_ENDPOINT` is unset.
 
-use e2e::{BackupStore, RunResult, StorageService, TARGET, World, WorldSpec};
+use e2e::{BackupStore, RunResult, StorageService, TARGET, World, WorldSpec, secondary};
+use milvus_sim::faults::{JobFailure, JobSelector};
+use milvus_sim::jobs::JobState;
 
 use crate::invariants::commits_followed_every_uncommitted;
 
@@ -189,6 +191,85 @@ async fn a_backup_missing_from_s3_is_refused_before_anything_is_written() -> any
             objects.is_empty(),
             "{end}'s bucket was written: {objects:?}"
         );
+    }
+    Ok(())
+}
+
+/// A restore that fails while its stage still copies stops copying: what is left would only
+/// be deleted again, and on S3 every byte goes through the host. With collection atomicity
+/// the first collection's jobs are held while the stage streams the other collections into
+/// three buckets; its mirror on s1 fails, and the stage must stop short of its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_that_fails_mid_stage_stops_copying() -> anyhow::Result<()> {
+    let Some(endpoint) = e2e::s3_endpoint("s3::a_restore_that_fails_mid_stage_stops_copying")
+    else {
+        return Ok(());
+    };
+    let mut spec = s3_world(endpoint);
+    spec.backup.collections = 12;
+    let world = World::start(spec).await?;
+    let failing = secondary(0);
+    world
+        .sim
+        .cluster(&failing)
+        .control()
+        .fail_job(&JobFailure {
+            job: JobSelector::Next,
+            state: JobState::PreImporting,
+            reason: "injected mirror failure".into(),
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let job = world.job("s3-stopped", "[two_phase]\natomicity = \"collection\"\n")?;
+    let run = world
+        .run(&["--log-format", "json", "run", job.to_str().unwrap()], &[])
+        .await?;
+    assert_eq!(run.code, 1, "{}", run.explain());
+    assert_eq!(run.outcome(), "rolled_back");
+    assert!(run.summary().contains(&failing), "{}", run.summary());
+    let logged: Vec<serde_json::Value> = run
+        .stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let said = |message: &str| {
+        logged
+            .iter()
+            .filter(|l| l["fields"]["message"] == message)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        said("staging stopped: the restore failed before its decision").len(),
+        1,
+        "{}",
+        run.explain()
+    );
+    let progress = said("staging");
+    assert!(
+        !progress.is_empty(),
+        "no staging progress:\n{}",
+        run.explain()
+    );
+    assert!(
+        progress
+            .iter()
+            .all(|p| p["fields"]["files"] != p["fields"]["of_files"]),
+        "the stage copied every file before it stopped:\n{}",
+        run.explain()
+    );
+    assert!(
+        run.report["staging"].is_null(),
+        "a stopped stage reports no staging: {}",
+        run.report["staging"]
+    );
+    assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
+    world.assert_nothing_held().await?;
+    crate::invariants::nothing_restored(&world).await?;
+    for end in world.ends() {
+        let staged = world
+            .objects_under(&end, lockstep::storage::STAGING_ROOT)
+            .await?;
+        assert!(staged.is_empty(), "{end} kept staged files: {staged:?}");
     }
     Ok(())
 }

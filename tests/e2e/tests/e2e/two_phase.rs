@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use e2e::{TARGET, World, WorldSpec, eventually, secondary};
-use milvus_sim::faults::{JobFailure, JobSelector};
+use milvus_sim::faults::{ApiEffect, ApiFace, JobFailure, JobSelector};
 use milvus_sim::jobs::JobState;
 
 use crate::invariants::{commits_followed_every_uncommitted, nothing_restored};
@@ -271,6 +271,101 @@ async fn a_file_that_fails_late_in_the_stage_aborts_the_jobs_created_before_it()
     })
     .await?;
     nothing_restored(&world).await
+}
+
+/// The DDL runs beside the stage: a collection's jobs are created once it is on every end,
+/// while later collections are still being created. A DDL call that fails late fails the
+/// restore like any failure before the decision: the jobs already created are aborted
+/// everywhere, nothing commits, and every collection the restore created is dropped.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ddl_call_that_fails_late_aborts_the_jobs_created_before_it() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::with_collections(40)).await?;
+    // The last collection's index names a field its schema lacks: with `rebuild_index`,
+    // Milvus refuses that index after the collection itself was created.
+    let last = &world
+        .backup
+        .info
+        .collection_backups
+        .last()
+        .expect("forty collections")
+        .collection_name;
+    let meta = world
+        .path("backups")
+        .join(world.backup.backup_dir.as_ref())
+        .join("meta");
+    let edited = point_index_at_a_missing_field(&meta, last)?;
+    assert!(edited > 0, "no meta file describes {last}'s index");
+    // Slow DDL answers, so that the early collections' jobs are created while the DDL of
+    // the later ones still runs.
+    world
+        .sim
+        .cluster(TARGET)
+        .control()
+        .api_fault(
+            ApiFace::Grpc,
+            ApiEffect::Delay { delay_ms: 15 },
+            Duration::from_secs(60),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let job = world.job("late-ddl", "[restore]\nrebuild_index = true\n")?;
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 1, "{}", run.explain());
+    assert_eq!(run.outcome(), "rolled_back");
+    assert!(
+        run.summary().contains("DDL on the target failed")
+            && run.summary().contains("non-exist field"),
+        "{}",
+        run.summary()
+    );
+    assert!(
+        world.requests(TARGET, "import/create").await? > 0,
+        "no job was created while the DDL ran"
+    );
+    assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
+    world.assert_nothing_held().await?;
+    eventually(Duration::from_secs(10), || async {
+        Ok(nothing_restored(&world).await.is_ok())
+    })
+    .await?;
+    nothing_restored(&world).await
+}
+
+/// Rewrites every meta file in the backup's `meta` folder so that `collection`'s indexes
+/// name a field its schema lacks; how many indexes it changed.
+fn point_index_at_a_missing_field(
+    meta: &std::path::Path,
+    collection: &str,
+) -> anyhow::Result<usize> {
+    fn edit(value: &mut serde_json::Value, collection: &str) -> usize {
+        match value {
+            serde_json::Value::Object(map) => {
+                let ours = map.get("collection_name").and_then(|n| n.as_str()) == Some(collection);
+                match map.get_mut("index_infos") {
+                    Some(serde_json::Value::Array(infos)) if ours => {
+                        for info in infos.iter_mut() {
+                            info["field_name"] = "no_such_field".into();
+                        }
+                        infos.len()
+                    }
+                    _ => map.values_mut().map(|v| edit(v, collection)).sum(),
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().map(|v| edit(v, collection)).sum(),
+            _ => 0,
+        }
+    }
+    let mut edited = 0;
+    for entry in std::fs::read_dir(meta)? {
+        let path = entry?.path();
+        let mut json: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)?;
+        let n = edit(&mut json, collection);
+        if n > 0 {
+            std::fs::write(&path, serde_json::to_vec(&json)?)?;
+            edited += n;
+        }
+    }
+    Ok(edited)
 }
 
 /// Found by the fault runner (seed 3074): staged files deleted while a mirror listed its
