@@ -9,7 +9,7 @@
 //!   (median, p95), and status calls per job per minute, over repeated restores whose mirrors
 //!   lag their target;
 //! - orchestration overhead: lockstep's end-to-end time over the emulator's own import time for
-//!   100 collections × 4 partitions;
+//!   100 collections × 4 partitions, the median of a few restores;
 //! - scale: 1,000 collections × 4 partitions against instant imports, wall time and peak RSS.
 //!
 //! Every figure is read from milvus-sim's own request log and job histories, not from
@@ -21,6 +21,7 @@ use e2e::{TARGET, World, WorldSpec};
 use milvus_sim::jobs::JobState;
 
 const REACTION_RUNS: usize = 15;
+const OVERHEAD_RUNS: usize = 5;
 
 fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -152,7 +153,9 @@ async fn reaction() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn overhead() -> anyhow::Result<()> {
+/// One restore on a fresh world: lockstep's wall time and the emulator's own import time,
+/// from the first create it received to the last job Completed on any end.
+async fn overhead_run() -> anyhow::Result<(Duration, Duration)> {
     let mut spec = WorldSpec::with_collections(100);
     spec.backup.partitions = 4;
     spec.backup.segments_per_partition = 1;
@@ -162,8 +165,6 @@ async fn overhead() -> anyhow::Result<()> {
     spec.max_import_job_num = 2048;
     let world = World::start(spec).await?;
     let (wall, _) = restore(&world, "").await?;
-    // The emulator's own import time: from the first create it received to the last job
-    // Completed on any end.
     let mut first_create = i64::MAX;
     let mut last_done = 0i64;
     for end in world.ends() {
@@ -175,13 +176,35 @@ async fn overhead() -> anyhow::Result<()> {
             }
         }
     }
-    let import = Duration::from_millis((last_done - first_create) as u64);
-    println!("overhead: 100 collections × 4 partitions, 3 ends, 2 s per import stage");
+    Ok((
+        wall,
+        Duration::from_millis((last_done - first_create) as u64),
+    ))
+}
+
+async fn overhead() -> anyhow::Result<()> {
+    // One restore varies by several points with the disk and the scheduler; the median of a
+    // few is the figure.
+    let mut overheads = Vec::new();
     println!(
-        "  lockstep end to end {:.2} s, emulator import {:.2} s: {:+.1}% over   (target ≤ 5%)",
-        wall.as_secs_f64(),
-        import.as_secs_f64(),
-        (wall.as_secs_f64() / import.as_secs_f64() - 1.0) * 100.0
+        "overhead: 100 collections × 4 partitions, 3 ends, 2 s per import stage, {OVERHEAD_RUNS} restores"
+    );
+    for _ in 0..OVERHEAD_RUNS {
+        let (wall, import) = overhead_run().await?;
+        let over = (wall.as_secs_f64() / import.as_secs_f64() - 1.0) * 100.0;
+        println!(
+            "  lockstep end to end {:.2} s, emulator import {:.2} s: {over:+.1}%",
+            wall.as_secs_f64(),
+            import.as_secs_f64(),
+        );
+        overheads.push(over);
+    }
+    overheads.sort_by(f64::total_cmp);
+    println!(
+        "  median {:+.1}% over, range {:+.1}% to {:+.1}%   (target ≤ 5%)",
+        percentile(&overheads, 0.5),
+        overheads[0],
+        overheads[overheads.len() - 1]
     );
     Ok(())
 }
