@@ -444,8 +444,9 @@ async fn execute(
                             fail(stop);
                         }
                     }
-                    // Nothing more is imported: waiting for a late collection is moot.
-                    () = shared.stopped() => {}
+                    // Nothing more is imported: waiting for a late collection is moot, and
+                    // the batches that wait for one must not wait on.
+                    () = shared.stopped() => gate.fail(),
                 }
             };
             let staging = async {
@@ -853,7 +854,7 @@ async fn submit(
         first_batch,
         gate,
     } = *group;
-    if !gate.batch_ready(first_batch).await {
+    if !batch_ready(shared, gate, first_batch).await {
         return Err(Stop::Failed(GATE_FAILED.into()));
     }
     // Written with the keys below.
@@ -870,12 +871,7 @@ async fn submit(
     let target = shared.ends.target();
     let mut creates = futures::stream::iter(batches.iter().enumerate())
         .map(|(i, b)| async move {
-            // A create that is not sent yet waits for nothing once the restore failed.
-            let ready = tokio::select! {
-                ready = gate.batch_ready(first_batch + i) => ready,
-                () = shared.stopped() => false,
-            };
-            if !ready {
+            if !batch_ready(shared, gate, first_batch + i).await {
                 return (i, None);
             }
             let body = CreateImport {
@@ -918,6 +914,15 @@ async fn submit(
         None if unstaged => Err(Stop::Failed(GATE_FAILED.into())),
         None => Ok(()),
         Some(stop) => Err(stop),
+    }
+}
+
+/// Waits until `batch` may be imported: false once the gate or the restore failed, since a
+/// create that is not sent yet waits for nothing then.
+async fn batch_ready(shared: &Shared<'_>, gate: &ImportGate, batch: usize) -> bool {
+    tokio::select! {
+        ready = gate.batch_ready(batch) => ready,
+        () = shared.stopped() => false,
     }
 }
 

@@ -824,11 +824,17 @@ impl Running {
         }
     }
 
-    /// Waits for the process to end (at most 180 s) and returns what it left.
+    /// Waits for the process to end (at most 180 s) and returns what it left; a process
+    /// that does not end is killed, and the error shows what it logged.
     pub async fn finish(mut self) -> anyhow::Result<RunResult> {
-        let status = tokio::time::timeout(RUN_LIMIT, self.child.wait())
-            .await
-            .context("lockstep did not finish within 180 s")??;
+        let Ok(status) = tokio::time::timeout(RUN_LIMIT, self.child.wait()).await else {
+            let _ = self.child.start_kill();
+            bail!(
+                "lockstep did not finish within 180 s; its log:\n{}",
+                self.log()
+            );
+        };
+        let status = status?;
         let stdout = self.stdout.await??;
         self.log_reader.await?;
         let log = std::mem::take(

@@ -1,7 +1,10 @@
 //! Restore-level atomicity: one collection failing leaves no collection visible anywhere;
 //! collection-level atomicity commits collection by collection within the job budget.
 
-use e2e::{TARGET, World, WorldSpec};
+use std::time::Duration;
+
+use e2e::{TARGET, World, WorldSpec, secondary};
+use milvus_sim::faults::{ApiEffect, ApiFace, JobFailure, JobSelector};
 use milvus_sim::jobs::JobState;
 
 use crate::invariants::{commits_followed_every_uncommitted, nothing_restored};
@@ -73,4 +76,45 @@ async fn collection_atomicity_commits_in_waves_within_the_budget() -> anyhow::Re
     }
     assert!(peak <= 10, "{peak} jobs active at once on a budget of 10");
     Ok(())
+}
+
+/// Found by the fault runner (seed 6002): with collection atomicity, a collection that fails
+/// while later collections are still being created stops the wait for their arrival, and
+/// their groups, waiting for that arrival, must stop too rather than wait forever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collection_failing_while_later_ones_are_created_ends_the_restore() -> anyhow::Result<()>
+{
+    let world = World::start(WorldSpec::with_collections(12)).await?;
+    // Slow DDL answers: the later collections are still being created when the first
+    // collection's mirror fails.
+    world
+        .sim
+        .cluster(TARGET)
+        .control()
+        .api_fault(
+            ApiFace::Grpc,
+            ApiEffect::Delay { delay_ms: 40 },
+            Duration::from_secs(60),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    world
+        .sim
+        .cluster(&secondary(0))
+        .control()
+        .fail_job(&JobFailure {
+            job: JobSelector::Next,
+            state: JobState::PreImporting,
+            reason: "injected mirror failure".into(),
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let job = world.job("stopped-waves", "[two_phase]\natomicity = \"collection\"\n")?;
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 1, "{}", run.explain());
+    assert_eq!(run.outcome(), "rolled_back");
+    assert!(run.summary().contains(&secondary(0)), "{}", run.summary());
+    assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
+    world.assert_nothing_held().await?;
+    nothing_restored(&world).await
 }
