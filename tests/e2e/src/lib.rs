@@ -429,6 +429,45 @@ impl World {
             .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
+    /// Fails the next job created on `end` (a mirror counts) when it reaches `state`.
+    pub async fn fail_next_job(
+        &self,
+        end: &str,
+        state: milvus_sim::jobs::JobState,
+        reason: &str,
+    ) -> anyhow::Result<()> {
+        self.sim
+            .cluster(end)
+            .control()
+            .fail_job(&milvus_sim::faults::JobFailure {
+                job: milvus_sim::faults::JobSelector::Next,
+                state,
+                reason: reason.into(),
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// Delays every gRPC answer of `end` (DDL among them) by `delay`, for `lasting`.
+    pub async fn slow_grpc(
+        &self,
+        end: &str,
+        delay: Duration,
+        lasting: Duration,
+    ) -> anyhow::Result<()> {
+        let delay_ms = u64::try_from(delay.as_millis())?;
+        self.sim
+            .cluster(end)
+            .control()
+            .api_fault(
+                milvus_sim::faults::ApiFace::Grpc,
+                milvus_sim::faults::ApiEffect::Delay { delay_ms },
+                lasting,
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
     pub async fn state(&self, end: &str) -> anyhow::Result<ClusterSnapshot> {
         self.sim
             .cluster(end)

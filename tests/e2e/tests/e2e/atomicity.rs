@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use e2e::{TARGET, World, WorldSpec, secondary};
-use milvus_sim::faults::{ApiEffect, ApiFace, JobFailure, JobSelector};
 use milvus_sim::jobs::JobState;
 
 use crate::invariants::{commits_followed_every_uncommitted, nothing_restored};
@@ -88,27 +87,15 @@ async fn a_collection_failing_while_later_ones_are_created_ends_the_restore() ->
     // Slow DDL answers: the later collections are still being created when the first
     // collection's mirror fails.
     world
-        .sim
-        .cluster(TARGET)
-        .control()
-        .api_fault(
-            ApiFace::Grpc,
-            ApiEffect::Delay { delay_ms: 40 },
-            Duration::from_secs(60),
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .slow_grpc(TARGET, Duration::from_millis(40), Duration::from_secs(60))
+        .await?;
     world
-        .sim
-        .cluster(&secondary(0))
-        .control()
-        .fail_job(&JobFailure {
-            job: JobSelector::Next,
-            state: JobState::PreImporting,
-            reason: "injected mirror failure".into(),
-        })
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .fail_next_job(
+            &secondary(0),
+            JobState::PreImporting,
+            "injected mirror failure",
+        )
+        .await?;
     let job = world.job("stopped-waves", "[two_phase]\natomicity = \"collection\"\n")?;
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 1, "{}", run.explain());

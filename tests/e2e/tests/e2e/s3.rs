@@ -3,7 +3,6 @@
 //! so) when `LOCKSTEP_TEST_S3_ENDPOINT` is unset.
 
 use e2e::{BackupStore, RunResult, StorageService, TARGET, World, WorldSpec, secondary};
-use milvus_sim::faults::{JobFailure, JobSelector};
 use milvus_sim::jobs::JobState;
 
 use crate::invariants::commits_followed_every_uncommitted;
@@ -210,16 +209,8 @@ async fn a_restore_that_fails_mid_stage_stops_copying() -> anyhow::Result<()> {
     let world = World::start(spec).await?;
     let failing = secondary(0);
     world
-        .sim
-        .cluster(&failing)
-        .control()
-        .fail_job(&JobFailure {
-            job: JobSelector::Next,
-            state: JobState::PreImporting,
-            reason: "injected mirror failure".into(),
-        })
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .fail_next_job(&failing, JobState::PreImporting, "injected mirror failure")
+        .await?;
     let job = world.job("s3-stopped", "[two_phase]\natomicity = \"collection\"\n")?;
     let run = world
         .run(&["--log-format", "json", "run", job.to_str().unwrap()], &[])

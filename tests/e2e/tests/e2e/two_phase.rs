@@ -3,10 +3,12 @@
 use std::time::Duration;
 
 use e2e::{TARGET, World, WorldSpec, eventually, secondary};
-use milvus_sim::faults::{ApiEffect, ApiFace, JobFailure, JobSelector};
+use milvus_sim::faults::{JobFailure, JobSelector};
 use milvus_sim::jobs::JobState;
 
-use crate::invariants::{commits_followed_every_uncommitted, nothing_restored};
+use crate::invariants::{
+    commits_followed_every_uncommitted, nothing_restored, nothing_restored_eventually,
+};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn happy_path_makes_the_backup_visible_on_every_end() -> anyhow::Result<()> {
@@ -72,16 +74,8 @@ async fn a_mirror_failing_before_the_commit_rolls_everything_back() -> anyhow::R
     let world = World::start(WorldSpec::default()).await?;
     let failing = secondary(1);
     world
-        .sim
-        .cluster(&failing)
-        .control()
-        .fail_job(&JobFailure {
-            job: JobSelector::Next,
-            state: JobState::Importing,
-            reason: "disk full".into(),
-        })
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .fail_next_job(&failing, JobState::Importing, "disk full")
+        .await?;
     let job = world.job("doomed", "")?;
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 1, "{}", run.explain());
@@ -266,11 +260,7 @@ async fn a_file_that_fails_late_in_the_stage_aborts_the_jobs_created_before_it()
     );
     assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
     world.assert_nothing_held().await?;
-    eventually(Duration::from_secs(10), || async {
-        Ok(nothing_restored(&world).await.is_ok())
-    })
-    .await?;
-    nothing_restored(&world).await
+    nothing_restored_eventually(&world).await
 }
 
 /// The DDL runs beside the stage: a collection's jobs are created once it is on every end,
@@ -298,16 +288,8 @@ async fn a_ddl_call_that_fails_late_aborts_the_jobs_created_before_it() -> anyho
     // Slow DDL answers, so that the early collections' jobs are created while the DDL of
     // the later ones still runs.
     world
-        .sim
-        .cluster(TARGET)
-        .control()
-        .api_fault(
-            ApiFace::Grpc,
-            ApiEffect::Delay { delay_ms: 15 },
-            Duration::from_secs(60),
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .slow_grpc(TARGET, Duration::from_millis(15), Duration::from_secs(60))
+        .await?;
     let job = world.job("late-ddl", "[restore]\nrebuild_index = true\n")?;
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 1, "{}", run.explain());
@@ -324,11 +306,7 @@ async fn a_ddl_call_that_fails_late_aborts_the_jobs_created_before_it() -> anyho
     );
     assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
     world.assert_nothing_held().await?;
-    eventually(Duration::from_secs(10), || async {
-        Ok(nothing_restored(&world).await.is_ok())
-    })
-    .await?;
-    nothing_restored(&world).await
+    nothing_restored_eventually(&world).await
 }
 
 /// Rewrites every meta file in the backup's `meta` folder so that `collection`'s indexes
@@ -413,11 +391,7 @@ async fn a_secondary_missing_one_binlog_of_a_staged_segment_rolls_back_instead_o
     );
     assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
     // The drops of the rolled-back collections reach the secondaries over the lagging stream.
-    eventually(Duration::from_secs(10), || async {
-        Ok(nothing_restored(&world).await.is_ok())
-    })
-    .await?;
-    nothing_restored(&world).await
+    nothing_restored_eventually(&world).await
 }
 
 /// The first file under `dir` that `wanted` accepts, in name order, depth first.
