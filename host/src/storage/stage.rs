@@ -25,9 +25,16 @@ use crate::journal::RestoreId;
 
 /// Top-level directory of every staged restore in a destination store.
 pub const STAGING_ROOT: &str = "lockstep-staging";
-/// Files copied at once. milvus-backup uses 128 for S3 transfers; 32 keeps a local disk
-/// and a 2-core host busy without thrashing, and S3 copies are latency-bound either way.
+/// Files copied at once. milvus-backup uses 128 for S3 transfers; S3 copies are
+/// latency-bound, and 32 keeps a 2-core host busy. Local placements are capped lower
+/// ([`LOCAL_IN_FLIGHT`]).
 pub const DEFAULT_CONCURRENCY: usize = 32;
+/// Links and copies on a local disk at once. They are disk-bound file-system calls on
+/// blocking threads: more at once only queue in the file system and take the CPU from the
+/// rest of the restore, whose DDL and creates now run beside the stage. Measured on a
+/// 2-core host: 6,000 links took 2.7 s at 32 at once and 1.9 s at 8, and the DDL beside
+/// them went from 0.25 s a collection to 0.02 s.
+const LOCAL_IN_FLIGHT: usize = 8;
 /// Streamed objects above this size go through a multipart upload in parts of this size
 /// (S3 parts must be at least 5 MiB); memory held is at most concurrency × 2 parts.
 pub const PART_SIZE: u64 = 16 << 20;
@@ -351,6 +358,7 @@ pub async fn stage(
     }
 
     let file_bytes: u64 = files.iter().map(|f| f.size).sum();
+    let local = tokio::sync::Semaphore::new(LOCAL_IN_FLIGHT);
     let done = Mutex::new(Tally {
         progress: StageProgress {
             bytes_done: 0,
@@ -372,7 +380,7 @@ pub async fn stage(
         let (group, file) = (&groups[g], &files[f]);
         let (from, to) = (&sources[f], &targets[f]);
         let listed = existing[g].get(to).copied();
-        let done = &done;
+        let (done, local) = (&done, &local);
         async move {
             let transfer = async {
                 if listed == Some(file.size)
@@ -387,6 +395,7 @@ pub async fn stage(
                     to,
                     file.size,
                     options.hard_links,
+                    local,
                 )
                 .await
             }
@@ -558,6 +567,7 @@ async fn make_durable(groups: &[&StoreGroup<'_>]) -> Result<(), Error> {
 /// One object from the backup's store to a destination store. `listed_size` (from the
 /// backup listing) picks a whole-object copy or a multipart one; the parts follow the
 /// object's real size, so a stale listing shows up in verification, not as a cut copy.
+/// A placement between two local stores waits for one of the stage's `local` slots.
 async fn copy(
     from_store: &OpenedStore,
     to_store: &OpenedStore,
@@ -565,6 +575,7 @@ async fn copy(
     to: &Path,
     listed_size: u64,
     hard_links: bool,
+    local: &tokio::sync::Semaphore,
 ) -> object_store::Result<Transfer> {
     if from_store.id == to_store.id {
         to_store.store.copy(from, to).await?;
@@ -574,6 +585,10 @@ async fn copy(
         let src = from_files.path_to_filesystem(from)?;
         let dst = to_files.path_to_filesystem(to)?;
         let placed = {
+            let _slot = local
+                .acquire()
+                .await
+                .expect("the stage's semaphore is never closed");
             let src = src.clone();
             blocking(move || place_local_file(&src, &dst, hard_links)).await
         };
