@@ -261,14 +261,24 @@ impl Run<'_> {
     async fn heal(&mut self) -> anyhow::Result<()> {
         for end in self.world.ends() {
             let control = self.world.sim.cluster(&end).control();
-            control
-                .wait_ready(Duration::from_secs(30))
-                .await
-                .with_context(|| format!("{end} did not come back"))?;
-            control
-                .clear_faults()
-                .await
-                .with_context(|| format!("clearing faults on {end}"))?;
+            // A restart answers before its port closes (20 ms later): an end restarted just
+            // before the heal can look up and then go down, so the clear is retried once it
+            // is back.
+            let mut tries = 0;
+            loop {
+                control
+                    .wait_ready(Duration::from_secs(30))
+                    .await
+                    .with_context(|| format!("{end} did not come back"))?;
+                match control.clear_faults().await {
+                    Ok(()) => break,
+                    Err(_) if tries < 3 => {
+                        tries += 1;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(e) => return Err(e).with_context(|| format!("clearing faults on {end}")),
+                }
+            }
         }
         let target = self.world.sim.cluster(TARGET).control();
         for i in 0..self.scenario.secondaries {
