@@ -4,11 +4,12 @@
 //! wait for a clean abort: the caller judges each sighting, the [`Schedule`] decides when
 //! each pair is asked next and caps the rate of calls.
 //!
-//! The jobs of one collection on one end are read together: one `list` answers for all of
-//! them (Milvus returns a collection's every job, with state, progress and reason), where a
-//! `describe` answers for one. A restore of many partitions thus costs one call per
-//! collection and end per look, not one per job, and each look sees every job of the
-//! collection, so the last transition is seen as soon as any of them is due.
+//! The jobs of one database on one end are read together: one `list` answers for all of
+//! them, where a `describe` answers for one. Milvus's list returns every job of a
+//! collection, or every job when no collection is named, each with state, progress and
+//! reason. A restore of many collections and partitions thus costs one call per end per
+//! look, not one per job or per collection, and each look sees every job, so the last
+//! transition is seen as soon as any of them is due.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -87,12 +88,22 @@ pub enum Judgement {
 enum Call {
     /// A pair alone in its collection on its end.
     Describe(usize),
-    /// Every pair still watched in one collection on one end.
+    /// Every pair still watched in one database on one end: a list of their collection
+    /// when they all belong to one, else of every job the end has.
     List {
         end: usize,
-        collection: String,
+        db: String,
+        collection: Option<String>,
         pairs: Vec<usize>,
     },
+}
+
+/// `db.collection` as its two names. Milvus names cannot hold a dot, so the first one ends
+/// the database name.
+fn names(collection: &str) -> (&str, &str) {
+    collection
+        .split_once('.')
+        .unwrap_or(("default", collection))
 }
 
 /// Asks about every pair until the judge calls each one done (`Ok`) or stops the watch
@@ -106,6 +117,10 @@ pub async fn watch(
 ) -> Result<(), String> {
     let mut schedule = Schedule::new(pairs.len(), jobs, Instant::now(), first);
     let mut remaining = pairs.len();
+    // Pairs an end was seen not to have: a list that leaves one out again is believed, where
+    // a describe would only say the same (a mirror's jobs arrive over CDC, a stream's lag
+    // after the target's).
+    let mut absent: HashSet<usize> = HashSet::new();
     while remaining > 0 {
         let due = match schedule.due(Instant::now()) {
             Ok(due) => due,
@@ -116,9 +131,14 @@ pub async fn watch(
         };
         let mut calls = plan(pairs, &due, &schedule);
         calls.truncate(schedule.calls_allowed());
-        let mut looks =
-            futures::stream::iter(calls.into_iter().map(|call| look(ends, pairs, call)))
-                .buffer_unordered(CALLS_IN_FLIGHT);
+        let known_absent = &absent;
+        let mut looks = futures::stream::iter(
+            calls
+                .into_iter()
+                .map(|call| look(ends, pairs, known_absent, call)),
+        )
+        .buffer_unordered(CALLS_IN_FLIGHT);
+        let mut seen_absent = Vec::new();
         while let Some((sightings, made)) = looks.next().await {
             schedule.spend(made);
             for (i, sight) in sightings {
@@ -129,7 +149,11 @@ pub async fn watch(
                 let now = Instant::now();
                 let progress = match &sight {
                     Sight::Seen(s) => s.progress,
-                    _ => 0,
+                    Sight::Missing => {
+                        seen_absent.push(i);
+                        0
+                    }
+                    Sight::Unreachable(_) => 0,
                 };
                 match judge(i, sight, now) {
                     Judgement::Done => {
@@ -141,34 +165,44 @@ pub async fn watch(
                 }
             }
         }
+        drop(looks);
+        absent.extend(seen_absent);
     }
     Ok(())
 }
 
-/// The calls that answer for the `due` pairs, soonest due first: one list per collection
-/// and end that has two or more pairs still watched (it answers for all of them, due or
-/// not), one describe for a pair alone in its collection.
+/// The calls that answer for the `due` pairs, soonest due first: one list per database and
+/// end that has two or more pairs still watched (it answers for all of them, due or not),
+/// one describe for a pair alone in its database on its end.
 fn plan(pairs: &[Pair], due: &[usize], schedule: &Schedule) -> Vec<Call> {
     let mut watched: HashMap<(usize, &str), Vec<usize>> = HashMap::new();
     for (i, p) in pairs.iter().enumerate() {
         if schedule.is_active(i) {
-            watched.entry((p.end, &p.collection)).or_default().push(i);
+            watched
+                .entry((p.end, names(&p.collection).0))
+                .or_default()
+                .push(i);
         }
     }
     // Keyed by the position of the group's soonest due pair, which `due` is sorted by.
     let mut calls: BTreeMap<usize, Call> = BTreeMap::new();
     let mut listed: HashSet<(usize, &str)> = HashSet::new();
     for (position, &i) in due.iter().enumerate() {
-        let key = (pairs[i].end, pairs[i].collection.as_str());
+        let key = (pairs[i].end, names(&pairs[i].collection).0);
         let group = &watched[&key];
         if group.len() < 2 {
             calls.insert(position, Call::Describe(i));
         } else if listed.insert(key) {
+            // One collection's list is all the answer needs; the end's whole list is
+            // larger, but one call where there would be one per collection.
+            let collection = &pairs[group[0]].collection;
+            let one = group.iter().all(|&j| pairs[j].collection == *collection);
             calls.insert(
                 position,
                 Call::List {
                     end: key.0,
-                    collection: key.1.to_owned(),
+                    db: key.1.to_owned(),
+                    collection: one.then(|| names(collection).1.to_owned()),
                     pairs: group.clone(),
                 },
             );
@@ -177,11 +211,18 @@ fn plan(pairs: &[Pair], due: &[usize], schedule: &Schedule) -> Vec<Call> {
     calls.into_values().collect()
 }
 
-/// Makes one call; returns what it saw of each pair and how many calls that took (a pair a
-/// list does not show is asked about alone, to tell a job not created yet from one the
-/// list leaves out, as Milvus does for collections the caller cannot import into; so is
-/// every pair of a list the end refuses).
-async fn look(ends: &Ends, pairs: &[Pair], call: Call) -> (Vec<(usize, Sight)>, usize) {
+/// Makes one call; returns what it saw of each pair and how many calls that took. A pair a
+/// list does not show is asked about alone, to tell a job not created yet from one the list
+/// leaves out (as Milvus does for collections the caller cannot import into), unless that
+/// is already known: the pair is `absent` (seen missing before), or the list showed another
+/// job of its collection, or a describe found one missing. Every pair of a list the end
+/// refuses is asked about alone.
+async fn look(
+    ends: &Ends,
+    pairs: &[Pair],
+    absent: &HashSet<usize>,
+    call: Call,
+) -> (Vec<(usize, Sight)>, usize) {
     match call {
         Call::Describe(i) => {
             let end = &ends.all()[pairs[i].end];
@@ -189,16 +230,17 @@ async fn look(ends: &Ends, pairs: &[Pair], call: Call) -> (Vec<(usize, Sight)>, 
         }
         Call::List {
             end,
+            db,
             collection,
             pairs: group,
         } => {
             let end = &ends.all()[end];
-            // Milvus names cannot hold a dot, so the first one ends the database name.
-            let (db, name) = collection
-                .split_once('.')
-                .unwrap_or(("default", &collection));
-            let rows = match end.rest.list(db, name).await {
-                Ok(rows) => rows,
+            let (rows, answered) = match end
+                .rest
+                .list(&db, collection.as_deref().unwrap_or(""))
+                .await
+            {
+                Ok(rows) => (rows, true),
                 Err(e) if e.is_retriable() => {
                     let e = Arc::new(e);
                     let sightings = group
@@ -210,18 +252,37 @@ async fn look(ends: &Ends, pairs: &[Pair], call: Call) -> (Vec<(usize, Sight)>, 
                 // An answer, not an outage: the collection is gone (dropped by a rollback,
                 // or by hand) or the list is refused. Its jobs still have their states, by
                 // id; asking the list again would get the same answer forever.
-                Err(_) => Vec::new(),
+                Err(_) => (Vec::new(), false),
             };
             let mut rows: HashMap<MilvusJobId, ImportListEntry> =
                 rows.into_iter().map(|r| (r.job_id.clone(), r)).collect();
+            let found: Vec<Option<ImportListEntry>> =
+                group.iter().map(|&i| rows.remove(&pairs[i].job)).collect();
+            // Collections the list leaves nothing of out: it showed one of their jobs, or a
+            // describe found one missing (the end has none of them yet, as a mirror before
+            // the stream brings them).
+            let mut explained: HashSet<&str> = group
+                .iter()
+                .zip(&found)
+                .filter(|(_, row)| row.is_some())
+                .map(|(&i, _)| pairs[i].collection.as_str())
+                .collect();
             let mut sightings = Vec::with_capacity(group.len());
             let mut made = 1;
-            for i in group {
-                let sight = match rows.remove(&pairs[i].job) {
+            for (i, row) in group.into_iter().zip(found) {
+                let collection = pairs[i].collection.as_str();
+                let sight = match row {
                     Some(row) => Sight::Seen(row.into()),
+                    None if answered && (absent.contains(&i) || explained.contains(collection)) => {
+                        Sight::Missing
+                    }
                     None => {
                         made += 1;
-                        describe(end, &pairs[i].job).await
+                        let sight = describe(end, &pairs[i].job).await;
+                        if matches!(sight, Sight::Missing) {
+                            explained.insert(collection);
+                        }
+                        sight
                     }
                 };
                 sightings.push((i, sight));
@@ -258,19 +319,22 @@ mod tests {
                 Call::Describe(i) => format!("describe {i}"),
                 Call::List {
                     end,
+                    db,
                     collection,
                     pairs,
-                } => format!("list {collection}@{end} {pairs:?}"),
+                } => format!(
+                    "list {db}.{}@{end} {pairs:?}",
+                    collection.as_deref().unwrap_or("*")
+                ),
             })
             .collect()
     }
 
-    /// Seeds 3662 and 3929: a rollback dropped the collection, every list of it answered
-    /// "collection not found", and the watch asked the list again until killed.
-    #[tokio::test(flavor = "multi_thread")]
-    async fn a_list_refused_for_a_dropped_collection_falls_back_to_describing_each_job() {
+    /// A one-cluster sim, `t`, with each of `collections` (in `default`) holding `jobs`
+    /// uncommitted imports; their ids, per collection.
+    async fn sim_with(collections: &[&str], jobs: usize) -> (milvus_sim::Sim, Vec<Vec<i64>>) {
         use milvus_proto::schema::{CollectionSchema, FieldSchema};
-        use milvus_sim::catalog::{DdlOp, NewCollection};
+        use milvus_sim::catalog::NewCollection;
         use milvus_sim::cluster::CreateImport;
 
         let topology = milvus_sim::Topology::from_toml_str(
@@ -281,52 +345,75 @@ mod tests {
         .expect("topology");
         let sim = milvus_sim::Sim::start(topology).await.expect("sim starts");
         let t = sim.cluster("t");
-        t.create_collection(NewCollection {
-            db: "default".into(),
-            name: "c".into(),
-            schema: CollectionSchema {
-                name: "c".into(),
-                fields: vec![FieldSchema {
-                    field_id: 100,
-                    name: "id".into(),
-                    is_primary_key: true,
-                    data_type: 5,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            },
-            shards_num: 1,
-            consistency_level: 0,
-            properties: vec![],
-            num_partitions: 0,
-        })
-        .expect("collection");
-        let jobs: Vec<i64> = (0..2)
-            .map(|_| {
-                t.create_import(CreateImport {
-                    db_name: String::new(),
-                    collection_name: "c".into(),
-                    partition_name: "_default".into(),
-                    files: vec![vec!["bk/".into()]],
-                    options: [("backup", "true"), ("auto_commit", "false")]
-                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                        .into(),
-                    idempotency_key: None,
-                    protocol: milvus_sim::Protocol::Rest,
+        let ids = collections
+            .iter()
+            .map(|&name| {
+                t.create_collection(NewCollection {
+                    db: "default".into(),
+                    name: name.into(),
+                    schema: CollectionSchema {
+                        name: name.into(),
+                        fields: vec![FieldSchema {
+                            field_id: 100,
+                            name: "id".into(),
+                            is_primary_key: true,
+                            data_type: 5,
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    },
+                    shards_num: 1,
+                    consistency_level: 0,
+                    properties: vec![],
+                    num_partitions: 0,
                 })
-                .expect("created")
+                .expect("collection");
+                (0..jobs)
+                    .map(|_| {
+                        t.create_import(CreateImport {
+                            db_name: String::new(),
+                            collection_name: name.into(),
+                            partition_name: "_default".into(),
+                            files: vec![vec!["bk/".into()]],
+                            options: [("backup", "true"), ("auto_commit", "false")]
+                                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                                .into(),
+                            idempotency_key: None,
+                            protocol: milvus_sim::Protocol::Rest,
+                        })
+                        .expect("created")
+                    })
+                    .collect()
             })
             .collect();
-        t.execute_ddl(DdlOp::DropCollection {
-            db: "default".into(),
-            name: "c".into(),
-        })
-        .expect("dropped");
+        (sim, ids)
+    }
 
-        let ends = Ends::from_clients(vec![
-            EndClient::connect("t", crate::journal::Role::Target, &t.uri(), None).expect("client"),
-        ]);
-        let pairs: Vec<Pair> = jobs
+    fn target_of(sim: &milvus_sim::Sim) -> Ends {
+        Ends::from_clients(vec![
+            EndClient::connect(
+                "t",
+                crate::journal::Role::Target,
+                &sim.cluster("t").uri(),
+                None,
+            )
+            .expect("client"),
+        ])
+    }
+
+    /// Seeds 3662 and 3929: a rollback dropped the collection, every list of it answered
+    /// "collection not found", and the watch asked the list again until killed.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_list_refused_for_a_dropped_collection_falls_back_to_describing_each_job() {
+        let (sim, ids) = sim_with(&["c"], 2).await;
+        sim.cluster("t")
+            .execute_ddl(milvus_sim::catalog::DdlOp::DropCollection {
+                db: "default".into(),
+                name: "c".into(),
+            })
+            .expect("dropped");
+        let ends = target_of(&sim);
+        let pairs: Vec<Pair> = ids[0]
             .iter()
             .map(|j| pair(&j.to_string(), 0, "default.c"))
             .collect();
@@ -352,23 +439,90 @@ mod tests {
         assert_eq!(failed, [0, 1], "each job's state, by describe");
     }
 
+    /// One look at two collections' jobs is one list of the end. A job the list does not
+    /// show, in a collection it shows other jobs of, is not there yet: no describe asks.
+    /// One in a collection the list shows nothing of may be hidden from the caller, and is
+    /// described, once: the next list that leaves it out is believed, and so is this list
+    /// for the rest of that collection's jobs.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn one_list_of_the_end_sees_every_collection_and_describes_only_the_unexplained() {
+        let (sim, ids) = sim_with(&["a", "b"], 2).await;
+        let ends = target_of(&sim);
+        let mut pairs: Vec<Pair> = ids
+            .iter()
+            .zip(["default.a", "default.b"])
+            .flat_map(|(jobs, c)| jobs.iter().map(move |j| pair(&j.to_string(), 0, c)))
+            .collect();
+        pairs.push(pair("1", 0, "default.a"));
+        pairs.push(pair("2", 0, "default.c"));
+        pairs.push(pair("3", 0, "default.c"));
+        let mut sights = vec![String::new(); pairs.len()];
+        // A missing job is looked at twice.
+        let mut judge = |i: usize, sight: Sight, _: Instant| match sight {
+            Sight::Missing if sights[i].is_empty() => {
+                sights[i] = "missing once".into();
+                Judgement::Wait
+            }
+            sight => {
+                sights[i] = match sight {
+                    Sight::Seen(s) => format!("{:?}", s.state),
+                    Sight::Missing => "missing twice".into(),
+                    Sight::Unreachable(e) => format!("unreachable: {e}"),
+                };
+                Judgement::Done
+            }
+        };
+        watch(&ends, &pairs, pairs.len(), FirstLook::Now, &mut judge)
+            .await
+            .expect("watched");
+        let pending = format!("{:?}", JobState::Pending);
+        assert_eq!(
+            sights,
+            [
+                &pending,
+                &pending,
+                &pending,
+                &pending,
+                "missing twice",
+                "missing twice",
+                "missing twice"
+            ]
+        );
+        let t = sim.cluster("t").snapshot();
+        assert_eq!(t.requests_to("import/list").len(), 2, "one list a look");
+        assert_eq!(
+            t.requests_to("import/describe").len(),
+            1,
+            "only the job in a collection the list showed nothing of"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn one_list_answers_for_a_collections_jobs_on_an_end_and_a_lone_job_is_described() {
+    async fn one_list_answers_for_a_databases_jobs_on_an_end_and_a_lone_job_is_described() {
         let pairs = [
             pair("1", 0, "db.a"),
             pair("2", 0, "db.a"),
             pair("3", 0, "db.a"),
             pair("1", 1, "db.a"),
             pair("4", 0, "db.b"),
+            pair("5", 0, "other.c"),
+            pair("6", 0, "other.c"),
+            pair("7", 1, "other.d"),
         ];
-        let mut schedule = Schedule::new(pairs.len(), 4, Instant::now(), FirstLook::Now);
+        let mut schedule = Schedule::new(pairs.len(), 7, Instant::now(), FirstLook::Now);
         schedule.finish(2);
-        // Due: job 2 and job 4 on the target, job 1 on the secondary; job 1 on the target
-        // is not due but is read by the same list as job 2; job 3 is finished.
-        let calls = plan(&pairs, &[1, 4, 3], &schedule);
+        // Due: job 2 and job 4 on the target, job 1 on the secondary, job 5 on the target.
+        // One list of the whole end answers for `db`'s jobs on the target, a and b, due
+        // or not (job 1 is not due; job 3 is finished); `other` has one collection
+        // there, so its list names it; job 1 is alone in `db` on the secondary.
+        let calls = plan(&pairs, &[1, 4, 3, 5], &schedule);
         assert_eq!(
             shape(&calls),
-            ["list db.a@0 [0, 1]", "describe 4", "describe 3"]
+            [
+                "list db.*@0 [0, 1, 4]",
+                "describe 3",
+                "list other.c@0 [5, 6]"
+            ]
         );
     }
 }

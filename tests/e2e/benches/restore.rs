@@ -99,6 +99,7 @@ async fn reaction() -> anyhow::Result<()> {
     // few calls it makes: the calls per job and end, and the wall time, say which it is.
     let mut per_job_end = Vec::new();
     let mut walls = Vec::new();
+    let mut list_share = Vec::new();
     for run in 0..REACTION_RUNS {
         eprint!("\rreaction run {}/{REACTION_RUNS}", run + 1);
         let mut spec = WorldSpec::with_collections(10);
@@ -111,13 +112,17 @@ async fn reaction() -> anyhow::Result<()> {
         let (wall, _) = restore(&world, "").await?;
         let mut last_ready = 0i64;
         let mut describes = 0usize;
+        let mut list_calls = 0usize;
         let target = world.state(TARGET).await?;
         for end in world.ends() {
             let state = world.state(&end).await?;
-            describes += ["import/describe", "import/get_progress", "import/list"]
-                .iter()
-                .map(|route| state.requests_to(route).len())
-                .sum::<usize>();
+            let lists = state.requests_to("import/list").len();
+            describes += lists
+                + ["import/describe", "import/get_progress"]
+                    .iter()
+                    .map(|route| state.requests_to(route).len())
+                    .sum::<usize>();
+            list_calls += lists;
             for job in &state.jobs {
                 if let Some(h) = job
                     .history
@@ -138,6 +143,7 @@ async fn reaction() -> anyhow::Result<()> {
         let jobs = target.jobs.len() as f64;
         describe_rates.push(describes as f64 / jobs / (wall.as_secs_f64() / 60.0));
         per_job_end.push(describes as f64 / jobs / world.ends().len() as f64);
+        list_share.push(list_calls as f64 / describes.max(1) as f64);
         walls.push(wall.as_secs_f64());
     }
     eprintln!();
@@ -146,6 +152,7 @@ async fn reaction() -> anyhow::Result<()> {
         &mut describe_rates,
         &mut per_job_end,
         &mut walls,
+        &mut list_share,
     ] {
         v.sort_by(f64::total_cmp);
     }
@@ -163,8 +170,9 @@ async fn reaction() -> anyhow::Result<()> {
         describe_rates.last().copied().unwrap_or(0.0)
     );
     println!(
-        "  status calls per job and end over the whole restore: median {:.1}; restore wall time: median {:.2} s",
+        "  status calls per job and end over the whole restore: median {:.2} ({:.0}% lists); restore wall time: median {:.2} s",
         percentile(&per_job_end, 0.5),
+        percentile(&list_share, 0.5) * 100.0,
         percentile(&walls, 0.5)
     );
     Ok(())
