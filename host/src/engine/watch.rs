@@ -24,6 +24,12 @@ use crate::milvus::{self, ImportListEntry, ImportProgress, JobState, MilvusJobId
 /// Calls in flight at once across all ends.
 const CALLS_IN_FLIGHT: usize = 32;
 
+/// Rows of other jobs than the watch's own that a list of a whole end may bring before that
+/// end's lists name their collection again. Milvus keeps finished jobs for hours and computes each
+/// row's progress, so on a busy cluster the whole list costs it more than one per
+/// collection would.
+const FOREIGN_ROWS: usize = 256;
+
 /// One pair to watch: a job on an end (index into [`Ends::all`]).
 #[derive(Debug, Clone)]
 pub struct Pair {
@@ -84,6 +90,15 @@ pub enum Judgement {
     Stop(String),
 }
 
+/// One call to an end, and what it says of the end's whole list.
+struct Look {
+    sightings: Vec<(usize, Sight)>,
+    /// Calls it took: a list, and a describe for each job it left out unexplained.
+    made: usize,
+    /// The end, when a list of all its jobs brought more than [`FOREIGN_ROWS`] of others.
+    crowded: Option<usize>,
+}
+
 /// One call to an end.
 enum Call {
     /// A pair alone in its collection on its end.
@@ -121,6 +136,10 @@ pub async fn watch(
     // a describe would only say the same (a mirror's jobs arrive over CDC, a stream's lag
     // after the target's).
     let mut absent: HashSet<usize> = HashSet::new();
+    // Ends whose whole list is mostly other jobs: their lists name one collection each.
+    // The watch's own jobs, finished or not, are not others.
+    let mut crowded: HashSet<usize> = HashSet::new();
+    let ours: HashSet<&MilvusJobId> = pairs.iter().map(|p| &p.job).collect();
     while remaining > 0 {
         let due = match schedule.due(Instant::now()) {
             Ok(due) => due,
@@ -129,19 +148,21 @@ pub async fn watch(
                 continue;
             }
         };
-        let mut calls = plan(pairs, &due, &schedule);
+        let mut calls = plan(pairs, &due, &schedule, &crowded);
         calls.truncate(schedule.calls_allowed());
         let known_absent = &absent;
         let mut looks = futures::stream::iter(
             calls
                 .into_iter()
-                .map(|call| look(ends, pairs, known_absent, call)),
+                .map(|call| look(ends, pairs, known_absent, &ours, call)),
         )
         .buffer_unordered(CALLS_IN_FLIGHT);
         let mut seen_absent = Vec::new();
-        while let Some((sightings, made)) = looks.next().await {
-            schedule.spend(made);
-            for (i, sight) in sightings {
+        let mut seen_crowded = Vec::new();
+        while let Some(look) = looks.next().await {
+            schedule.spend(look.made);
+            seen_crowded.extend(look.crowded);
+            for (i, sight) in look.sightings {
                 // A list can answer for a pair finished earlier in this round.
                 if !schedule.is_active(i) {
                     continue;
@@ -167,28 +188,37 @@ pub async fn watch(
         }
         drop(looks);
         absent.extend(seen_absent);
+        crowded.extend(seen_crowded);
     }
     Ok(())
 }
 
+/// The pairs one list answers for: those of one database on an end, or of one collection on
+/// a crowded end (`db.collection` begins with its database's name).
+fn scope<'p>(p: &'p Pair, crowded: &HashSet<usize>) -> (usize, &'p str) {
+    if crowded.contains(&p.end) {
+        (p.end, p.collection.as_str())
+    } else {
+        (p.end, names(&p.collection).0)
+    }
+}
+
 /// The calls that answer for the `due` pairs, soonest due first: one list per database and
 /// end that has two or more pairs still watched (it answers for all of them, due or not),
-/// one describe for a pair alone in its database on its end.
-fn plan(pairs: &[Pair], due: &[usize], schedule: &Schedule) -> Vec<Call> {
+/// one describe for a pair alone in its database on its end. On a `crowded` end, the same
+/// per collection.
+fn plan(pairs: &[Pair], due: &[usize], schedule: &Schedule, crowded: &HashSet<usize>) -> Vec<Call> {
     let mut watched: HashMap<(usize, &str), Vec<usize>> = HashMap::new();
     for (i, p) in pairs.iter().enumerate() {
         if schedule.is_active(i) {
-            watched
-                .entry((p.end, names(&p.collection).0))
-                .or_default()
-                .push(i);
+            watched.entry(scope(p, crowded)).or_default().push(i);
         }
     }
     // Keyed by the position of the group's soonest due pair, which `due` is sorted by.
     let mut calls: BTreeMap<usize, Call> = BTreeMap::new();
     let mut listed: HashSet<(usize, &str)> = HashSet::new();
     for (position, &i) in due.iter().enumerate() {
-        let key = (pairs[i].end, names(&pairs[i].collection).0);
+        let key = scope(&pairs[i], crowded);
         let group = &watched[&key];
         if group.len() < 2 {
             calls.insert(position, Call::Describe(i));
@@ -201,7 +231,7 @@ fn plan(pairs: &[Pair], due: &[usize], schedule: &Schedule) -> Vec<Call> {
                 position,
                 Call::List {
                     end: key.0,
-                    db: key.1.to_owned(),
+                    db: names(collection).0.to_owned(),
                     collection: one.then(|| names(collection).1.to_owned()),
                     pairs: group.clone(),
                 },
@@ -211,7 +241,7 @@ fn plan(pairs: &[Pair], due: &[usize], schedule: &Schedule) -> Vec<Call> {
     calls.into_values().collect()
 }
 
-/// Makes one call; returns what it saw of each pair and how many calls that took. A pair a
+/// Makes one call: what it saw of each pair, and how many calls that took. A pair a
 /// list does not show is asked about alone, to tell a job not created yet from one the list
 /// leaves out (as Milvus does for collections the caller cannot import into), unless that
 /// is already known: the pair is `absent` (seen missing before), or the list showed another
@@ -221,20 +251,25 @@ async fn look(
     ends: &Ends,
     pairs: &[Pair],
     absent: &HashSet<usize>,
+    ours: &HashSet<&MilvusJobId>,
     call: Call,
-) -> (Vec<(usize, Sight)>, usize) {
+) -> Look {
     match call {
         Call::Describe(i) => {
             let end = &ends.all()[pairs[i].end];
-            (vec![(i, describe(end, &pairs[i].job).await)], 1)
+            Look {
+                sightings: vec![(i, describe(end, &pairs[i].job).await)],
+                made: 1,
+                crowded: None,
+            }
         }
         Call::List {
-            end,
+            end: index,
             db,
             collection,
             pairs: group,
         } => {
-            let end = &ends.all()[end];
+            let end = &ends.all()[index];
             let (rows, answered) = match end
                 .rest
                 .list(&db, collection.as_deref().unwrap_or(""))
@@ -247,7 +282,11 @@ async fn look(
                         .into_iter()
                         .map(|i| (i, Sight::Unreachable(Arc::clone(&e))))
                         .collect();
-                    return (sightings, 1);
+                    return Look {
+                        sightings,
+                        made: 1,
+                        crowded: None,
+                    };
                 }
                 // An answer, not an outage: the collection is gone (dropped by a rollback,
                 // or by hand) or the list is refused. Its jobs still have their states, by
@@ -258,6 +297,8 @@ async fn look(
                 rows.into_iter().map(|r| (r.job_id.clone(), r)).collect();
             let found: Vec<Option<ImportListEntry>> =
                 group.iter().map(|&i| rows.remove(&pairs[i].job)).collect();
+            let others = rows.keys().filter(|id| !ours.contains(id)).count();
+            let crowded = (collection.is_none() && others > FOREIGN_ROWS).then_some(index);
             // Collections the list leaves nothing of out: it showed one of their jobs, or a
             // describe found one missing (the end has none of them yet, as a mirror before
             // the stream brings them).
@@ -287,7 +328,11 @@ async fn look(
                 };
                 sightings.push((i, sight));
             }
-            (sightings, made)
+            Look {
+                sightings,
+                made,
+                crowded,
+            }
         }
     }
 }
@@ -330,9 +375,9 @@ mod tests {
             .collect()
     }
 
-    /// A one-cluster sim, `t`, with each of `collections` (in `default`) holding `jobs`
+    /// A one-cluster sim, `t`, with each of `collections` (in `default`) holding that many
     /// uncommitted imports; their ids, per collection.
-    async fn sim_with(collections: &[&str], jobs: usize) -> (milvus_sim::Sim, Vec<Vec<i64>>) {
+    async fn sim_with(collections: &[(&str, usize)]) -> (milvus_sim::Sim, Vec<Vec<i64>>) {
         use milvus_proto::schema::{CollectionSchema, FieldSchema};
         use milvus_sim::catalog::NewCollection;
         use milvus_sim::cluster::CreateImport;
@@ -347,7 +392,7 @@ mod tests {
         let t = sim.cluster("t");
         let ids = collections
             .iter()
-            .map(|&name| {
+            .map(|&(name, jobs)| {
                 t.create_collection(NewCollection {
                     db: "default".into(),
                     name: name.into(),
@@ -405,7 +450,7 @@ mod tests {
     /// "collection not found", and the watch asked the list again until killed.
     #[tokio::test(flavor = "multi_thread")]
     async fn a_list_refused_for_a_dropped_collection_falls_back_to_describing_each_job() {
-        let (sim, ids) = sim_with(&["c"], 2).await;
+        let (sim, ids) = sim_with(&[("c", 2)]).await;
         sim.cluster("t")
             .execute_ddl(milvus_sim::catalog::DdlOp::DropCollection {
                 db: "default".into(),
@@ -446,7 +491,7 @@ mod tests {
     /// for the rest of that collection's jobs.
     #[tokio::test(flavor = "multi_thread")]
     async fn one_list_of_the_end_sees_every_collection_and_describes_only_the_unexplained() {
-        let (sim, ids) = sim_with(&["a", "b"], 2).await;
+        let (sim, ids) = sim_with(&[("a", 2), ("b", 2)]).await;
         let ends = target_of(&sim);
         let mut pairs: Vec<Pair> = ids
             .iter()
@@ -515,7 +560,7 @@ mod tests {
         // One list of the whole end answers for `db`'s jobs on the target, a and b, due
         // or not (job 1 is not due; job 3 is finished); `other` has one collection
         // there, so its list names it; job 1 is alone in `db` on the secondary.
-        let calls = plan(&pairs, &[1, 4, 3, 5], &schedule);
+        let calls = plan(&pairs, &[1, 4, 3, 5], &schedule, &HashSet::new());
         assert_eq!(
             shape(&calls),
             [
@@ -524,5 +569,39 @@ mod tests {
                 "list other.c@0 [5, 6]"
             ]
         );
+    }
+
+    /// A busy cluster keeps thousands of other jobs: once a list of the whole end brings
+    /// more of them than [`FOREIGN_ROWS`], that end's lists name their collection.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_end_crowded_with_other_jobs_is_listed_collection_by_collection() {
+        let (sim, ids) = sim_with(&[("a", 2), ("b", 2), ("z", FOREIGN_ROWS + 1)]).await;
+        let ends = target_of(&sim);
+        let pairs: Vec<Pair> = ids[..2]
+            .iter()
+            .zip(["default.a", "default.b"])
+            .flat_map(|(jobs, c)| jobs.iter().map(move |j| pair(&j.to_string(), 0, c)))
+            .collect();
+        // Each pair is looked at twice.
+        let mut looks = vec![0; pairs.len()];
+        let mut judge = |i: usize, sight: Sight, _: Instant| {
+            assert!(matches!(sight, Sight::Seen(_)), "{sight:?}");
+            looks[i] += 1;
+            if looks[i] == 2 {
+                Judgement::Done
+            } else {
+                Judgement::Wait
+            }
+        };
+        watch(&ends, &pairs, pairs.len(), FirstLook::Now, &mut judge)
+            .await
+            .expect("watched");
+        let t = sim.cluster("t").snapshot();
+        assert_eq!(
+            t.requests_to("import/list").len(),
+            3,
+            "one list of the end, then one of each collection"
+        );
+        assert!(t.requests_to("import/describe").is_empty());
     }
 }
