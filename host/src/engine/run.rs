@@ -46,6 +46,10 @@ const GATE_FAILED: &str = "the DDL, staging or a collection's arrival on a secon
 /// Bound on DDL and on each control call's retries when the job sets no timeout.
 const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(600);
 
+/// How often the jobs a group created are looked at while its other creates wait on the
+/// stage: milvus-backup's and the Milvus guide's poll.
+const SENTRY_EVERY: Duration = Duration::from_secs(3);
+
 /// What stopped a restore before its decision.
 #[derive(Debug, Clone)]
 pub(super) enum Stop {
@@ -726,7 +730,20 @@ async fn run_group(
         if shared.failed() {
             return Err(Stop::Failed("another commit group failed".into()));
         }
-        submit(shared, &group, &mut tracker, call_timeout, honours_key).await?;
+        {
+            let submitted = submit(shared, &group, &mut tracker, call_timeout, honours_key);
+            tokio::pin!(submitted);
+            tokio::select! {
+                submitted = &mut submitted => submitted?,
+                // The creates not sent yet stop; those in flight finish: no job id is lost.
+                () = sentry(shared, g, job.two_phase.mirror_grace) => submitted.await?,
+            }
+        }
+        if shared.failed() {
+            return Err(Stop::Failed(
+                "a job failed while the creates went out".into(),
+            ));
+        }
         // The commit timeout counts from the creates: they may have waited on staging.
         let deadline = job.two_phase.commit_timeout.map(|t| Instant::now() + t);
         shared
@@ -914,6 +931,44 @@ async fn submit(
         None if unstaged => Err(Stop::Failed(GATE_FAILED.into())),
         None => Ok(()),
         Some(stop) => Err(stop),
+    }
+}
+
+/// Watches the jobs group `g` created so far while the rest wait on the stage, which can take
+/// hours: a job that fails on any end, or a mirror past its grace, fails the restore now
+/// rather than once the last batch was staged, and so stops the stage and the creates not
+/// sent yet. Returns once it failed the restore; never otherwise.
+async fn sentry(shared: &Shared<'_>, g: usize, grace: Duration) {
+    loop {
+        tokio::time::sleep(SENTRY_EVERY).await;
+        let mut tracker = shared.trackers.lock().expect("tracker lock")[g].clone();
+        {
+            let r = shared.record.lock().expect("record lock");
+            for (t, b) in tracker.jobs.iter_mut().zip(&r.groups[g].batches) {
+                t.job_id.clone_from(&b.job_id);
+            }
+        }
+        let created: Vec<usize> = (0..tracker.jobs.len())
+            .filter(|&j| tracker.jobs[j].job_id.is_some())
+            .collect();
+        if created.is_empty() {
+            continue;
+        }
+        // One round of the hold: it stops on what would stop the hold itself.
+        let round = two_phase::hold(
+            shared.ends,
+            &mut tracker,
+            &created,
+            grace,
+            None,
+            FirstLook::Now,
+            &|_| {},
+        );
+        if let Ok(Err(reason)) = tokio::time::timeout(SENTRY_EVERY, round).await {
+            tracing::warn!(group = g, %reason, "a created job failed while the stage went on");
+            shared.fail(Stop::Failed(reason));
+            return;
+        }
     }
 }
 

@@ -200,8 +200,28 @@ async fn a_backup_missing_from_s3_is_refused_before_anything_is_written() -> any
 /// three buckets; its mirror on s1 fails, and the stage must stop short of its end.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restore_that_fails_mid_stage_stops_copying() -> anyhow::Result<()> {
-    let Some(endpoint) = e2e::s3_endpoint("s3::a_restore_that_fails_mid_stage_stops_copying")
-    else {
+    failing_mid_stage(
+        "s3::a_restore_that_fails_mid_stage_stops_copying",
+        "collection",
+    )
+    .await
+}
+
+/// The same with restore atomicity, where no job is held before the last create: the jobs
+/// created so far are watched while the rest wait on the stage.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mirror_failing_mid_stage_stops_a_restore_atomic_stage() -> anyhow::Result<()> {
+    failing_mid_stage(
+        "s3::a_mirror_failing_mid_stage_stops_a_restore_atomic_stage",
+        "restore",
+    )
+    .await
+}
+
+/// The first mirror job on s1 fails while the stage copies 12 collections; the restore must
+/// roll back with the stage stopped short of its end.
+async fn failing_mid_stage(test: &str, atomicity: &str) -> anyhow::Result<()> {
+    let Some(endpoint) = e2e::s3_endpoint(test) else {
         return Ok(());
     };
     let mut spec = s3_world(endpoint);
@@ -211,7 +231,10 @@ async fn a_restore_that_fails_mid_stage_stops_copying() -> anyhow::Result<()> {
     world
         .fail_next_job(&failing, JobState::PreImporting, "injected mirror failure")
         .await?;
-    let job = world.job("s3-stopped", "[two_phase]\natomicity = \"collection\"\n")?;
+    let job = world.job(
+        "s3-stopped",
+        &format!("[two_phase]\natomicity = \"{atomicity}\"\n"),
+    )?;
     let run = world
         .run(&["--log-format", "json", "run", job.to_str().unwrap()], &[])
         .await?;
