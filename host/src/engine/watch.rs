@@ -378,7 +378,6 @@ mod tests {
     /// A one-cluster sim, `t`, with each of `collections` (in `default`) holding that many
     /// uncommitted imports; their ids, per collection.
     async fn sim_with(collections: &[(&str, usize)]) -> (milvus_sim::Sim, Vec<Vec<i64>>) {
-        use milvus_proto::schema::{CollectionSchema, FieldSchema};
         use milvus_sim::catalog::NewCollection;
         use milvus_sim::cluster::CreateImport;
 
@@ -393,26 +392,8 @@ mod tests {
         let ids = collections
             .iter()
             .map(|&(name, jobs)| {
-                t.create_collection(NewCollection {
-                    db: "default".into(),
-                    name: name.into(),
-                    schema: CollectionSchema {
-                        name: name.into(),
-                        fields: vec![FieldSchema {
-                            field_id: 100,
-                            name: "id".into(),
-                            is_primary_key: true,
-                            data_type: 5,
-                            ..Default::default()
-                        }],
-                        ..Default::default()
-                    },
-                    shards_num: 1,
-                    consistency_level: 0,
-                    properties: vec![],
-                    num_partitions: 0,
-                })
-                .expect("collection");
+                t.create_collection(NewCollection::keyed("default", name))
+                    .expect("collection");
                 (0..jobs)
                     .map(|_| {
                         t.create_import(CreateImport {

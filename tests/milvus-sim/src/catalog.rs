@@ -120,6 +120,30 @@ pub struct NewCollection {
 }
 
 impl NewCollection {
+    /// The smallest collection Milvus accepts, one shard with one Int64 primary key `id`: for
+    /// callers that need a collection to import into, not a schema.
+    pub fn keyed(db: &str, name: &str) -> NewCollection {
+        NewCollection {
+            db: db.into(),
+            name: name.into(),
+            schema: CollectionSchema {
+                name: name.into(),
+                fields: vec![FieldSchema {
+                    field_id: 100,
+                    name: "id".into(),
+                    is_primary_key: true,
+                    data_type: DataType::Int64 as i32,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            shards_num: 1,
+            consistency_level: 0,
+            properties: vec![],
+            num_partitions: 0,
+        }
+    }
+
     /// Validates the request and decides every id (`next_id` hands them out) and each shard's
     /// pchannel (`next_pchannel` hands out a round-robin counter over the cluster's
     /// `pchannel_count` pchannels), giving the op that is applied on this cluster and

@@ -4,7 +4,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use milvus_proto::schema::{CollectionSchema, FieldSchema};
 use milvus_sim::catalog::NewCollection;
 use milvus_sim::cluster::CreateImport;
 use milvus_sim::jobs::JobState;
@@ -252,27 +251,8 @@ async fn timeout_fails_an_uncommitted_job_with_import_timeout() {
     .expect("valid");
     let sim = Sim::start(topology).await.expect("starts");
     let a = sim.cluster("a");
-    let schema = CollectionSchema {
-        name: "c".into(),
-        fields: vec![FieldSchema {
-            field_id: 100,
-            name: "id".into(),
-            is_primary_key: true,
-            data_type: 5,
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    a.create_collection(NewCollection {
-        db: "default".into(),
-        name: "c".into(),
-        schema,
-        shards_num: 1,
-        consistency_level: 0,
-        properties: vec![],
-        num_partitions: 0,
-    })
-    .expect("collection created");
+    a.create_collection(NewCollection::keyed("default", "c"))
+        .expect("collection created");
     a.store()
         .put(
             &ObjectPath::from("rows.json"),

@@ -2,7 +2,6 @@
 //! one import job per partition, instant stages, on a primary with one secondary. (Speed is
 //! measured by benchmarks; this checks that the load completes and every end agrees.)
 
-use milvus_proto::schema::{CollectionSchema, FieldSchema};
 use milvus_sim::Protocol;
 use milvus_sim::catalog::{DdlOp, NewCollection};
 use milvus_sim::cluster::CreateImport;
@@ -41,27 +40,8 @@ async fn a_thousand_collections_of_four_partitions_import_and_commit_on_both_end
     let mut jobs = Vec::new();
     for c in 0..COLLECTIONS {
         let name = format!("c{c}");
-        let schema = CollectionSchema {
-            name: name.clone(),
-            fields: vec![FieldSchema {
-                field_id: 100,
-                name: "id".into(),
-                is_primary_key: true,
-                data_type: 5,
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        a.create_collection(NewCollection {
-            db: "default".into(),
-            name: name.clone(),
-            schema,
-            shards_num: 1,
-            consistency_level: 0,
-            properties: vec![],
-            num_partitions: 0,
-        })
-        .expect("collection");
+        a.create_collection(NewCollection::keyed("default", &name))
+            .expect("collection");
         for p in 1..PARTITIONS {
             a.execute_ddl(DdlOp::CreatePartition {
                 db: "default".into(),
