@@ -25,9 +25,9 @@ use crate::milvus::{self, ImportListEntry, ImportProgress, JobState, MilvusJobId
 const CALLS_IN_FLIGHT: usize = 32;
 
 /// Rows of other jobs than the watch's own that a list of a whole end may bring before that
-/// end's lists name their collection again. Milvus keeps finished jobs for hours and computes each
-/// row's progress, so on a busy cluster the whole list costs it more than one per
-/// collection would.
+/// end's lists name their collection again. Milvus keeps finished jobs for hours and
+/// computes each row's progress, so on a busy cluster the whole list costs it more than one
+/// list per collection would.
 const FOREIGN_ROWS: usize = 256;
 
 /// One pair to watch: a job on an end (index into [`Ends::all`]).
@@ -101,7 +101,7 @@ struct Look {
 
 /// One call to an end.
 enum Call {
-    /// A pair alone in its collection on its end.
+    /// A pair alone in what one list would answer for (see [`scope`]).
     Describe(usize),
     /// Every pair still watched in one database on one end: a list of their collection
     /// when they all belong to one, else of every job the end has.
