@@ -417,16 +417,13 @@ impl World {
             .as_u64()
             .filter(|&n| n >= 2)
             .with_context(|| format!("no batch count of 2 or more in the plan: {}", plan.stdout))?;
-        self.sim
-            .cluster(TARGET)
-            .control()
-            .fail_job(&milvus_sim::faults::JobFailure {
-                job: milvus_sim::faults::JobSelector::Nth(u32::try_from(batches)?),
-                state: milvus_sim::jobs::JobState::Uncommitted,
-                reason: reason.into(),
-            })
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))
+        self.fail_job(
+            TARGET,
+            milvus_sim::faults::JobSelector::Nth(u32::try_from(batches)?),
+            milvus_sim::jobs::JobState::Uncommitted,
+            reason,
+        )
+        .await
     }
 
     /// Fails the next job created on `end` (a mirror counts) when it reaches `state`.
@@ -436,11 +433,23 @@ impl World {
         state: milvus_sim::jobs::JobState,
         reason: &str,
     ) -> anyhow::Result<()> {
+        self.fail_job(end, milvus_sim::faults::JobSelector::Next, state, reason)
+            .await
+    }
+
+    /// Fails the `job` of `end` with `reason` when it reaches `state`.
+    async fn fail_job(
+        &self,
+        end: &str,
+        job: milvus_sim::faults::JobSelector,
+        state: milvus_sim::jobs::JobState,
+        reason: &str,
+    ) -> anyhow::Result<()> {
         self.sim
             .cluster(end)
             .control()
             .fail_job(&milvus_sim::faults::JobFailure {
-                job: milvus_sim::faults::JobSelector::Next,
+                job,
                 state,
                 reason: reason.into(),
             })
