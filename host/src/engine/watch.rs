@@ -150,11 +150,10 @@ pub async fn watch(
         };
         let mut calls = plan(pairs, &due, &schedule, &crowded);
         calls.truncate(schedule.calls_allowed());
-        let known_absent = &absent;
         let mut looks = futures::stream::iter(
             calls
                 .into_iter()
-                .map(|call| look(ends, pairs, known_absent, &ours, call)),
+                .map(|call| look(ends, pairs, &absent, &ours, call)),
         )
         .buffer_unordered(CALLS_IN_FLIGHT);
         let mut seen_absent = Vec::new();
