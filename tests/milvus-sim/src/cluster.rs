@@ -34,7 +34,8 @@ use crate::options::{self, CommitMode};
 use crate::replication::{self, Role};
 use crate::request_log::RequestLog;
 use crate::topology::ClusterSpec;
-use crate::version::ServerVersion;
+use crate::topology::StorageType;
+use crate::version::{ImportFace, ServerVersion};
 
 /// Reason a rollback gives a job. Milvus's `importJobReasonAbortedByUser` text was not found
 /// (reference §2.2); this wording is [infer].
@@ -204,13 +205,27 @@ impl Cluster {
         &self.0.spec.version
     }
 
+    /// The import API its version serves.
+    pub fn import_face(&self) -> ImportFace {
+        self.0.version.import_face()
+    }
+
     pub fn pchannels(&self) -> &[String] {
         &self.0.pchannels
     }
 
-    /// The cluster's own object storage, where its imports read from.
+    /// The cluster's own object storage.
     pub fn store(&self) -> Arc<dyn ObjectStore> {
         self.0.store.clone()
+    }
+
+    /// Where its imports read from: its store, or under local storage the filesystem from
+    /// its root, where Milvus's local chunk manager resolves a path.
+    pub fn import_store(&self) -> Arc<dyn ObjectStore> {
+        match self.0.spec.storage_type {
+            StorageType::Minio => self.store(),
+            StorageType::Local => Arc::new(object_store::local::LocalFileSystem::new()),
+        }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -321,7 +336,12 @@ impl Cluster {
         if req.files.is_empty() {
             return Err(MilvusError::import_failed("import request is empty"));
         }
-        let parsed = options::parse(&req.options, &req.partition_name)?;
+        let mut parsed = options::parse(&req.options, &req.partition_name)?;
+        // Before 3.0 `auto_commit` is an option Milvus does not know: every job commits
+        // itself.
+        if self.import_face() != ImportFace::TwoPhase {
+            parsed.commit = CommitMode::Auto;
+        }
         if replication::is_replicating(state.replicate_config.as_ref()) {
             let gate = if !self.0.spec.import_in_replicating_cluster {
                 Some("import in replicating cluster is not supported yet")
@@ -594,6 +614,11 @@ impl Cluster {
             entry.watch.send_replace(entry.job.state);
         }
         Some(result)
+    }
+
+    /// The rows an injected short import takes from `job_id`, consumed.
+    pub(crate) fn take_short_import(&self, job_id: i64) -> Option<i64> {
+        self.lock().faults.take_short_import(job_id)
     }
 
     /// The injected failure for a job arriving in `state`, consumed.
@@ -1030,6 +1055,11 @@ impl Cluster {
             return;
         }
         self.lock().faults.add_job_failure(failure);
+    }
+
+    /// The next job (or a named one) imports fewer rows than its files hold.
+    pub fn add_short_import(&self, short: crate::faults::ShortImport) {
+        self.lock().faults.add_short_import(short);
     }
 
     pub fn add_api_fault(

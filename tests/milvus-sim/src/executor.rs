@@ -12,9 +12,10 @@
 use std::future::pending;
 
 use crate::cluster::{Cluster, IMPORT_TIMEOUT};
-use crate::import_reader::{self, ReadOutcome};
+use crate::import_reader::{self, ReadError, ReadOutcome};
 use crate::jobs::JobState;
 use crate::options::CommitMode;
+use crate::version::ImportFace;
 
 /// What a stage ended with.
 enum StageEnd {
@@ -123,7 +124,12 @@ async fn run_stage(
             let outcome = read_files(cluster, job_id).await;
             tokio::time::sleep(d.preimport).await;
             return match outcome {
-                Ok(read) => StageEnd::Advance(Some(read)),
+                Ok(mut read) => {
+                    if let Some(short) = cluster.take_short_import(job_id) {
+                        read.rows -= short.clamp(0, read.rows);
+                    }
+                    StageEnd::Advance(Some(read))
+                }
                 Err(reason) => StageEnd::Fail(reason),
             };
         }
@@ -151,13 +157,20 @@ async fn read_files(cluster: &Cluster, job_id: i64) -> Result<ReadOutcome, Strin
         c.collection_by_id(job.collection_id)
             .map(|coll| coll.schema.clone())
     });
-    let store = cluster.store();
-    import_reader::read_groups(
+    let store = cluster.import_store();
+    let read = import_reader::read_groups(
         store.as_ref(),
         job.parsed_options.source,
         &job.files,
         schema.as_ref(),
     )
-    .await
-    .map_err(|e| e.to_string())
+    .await;
+    match read {
+        // Milvus 2.3's binlog parser lists an insert prefix that holds nothing
+        // (`logsCount=0`) and completes the import with 0 rows, no error.
+        Err(ReadError::EmptyPrefix { .. }) if cluster.import_face() == ImportFace::V1Only => {
+            Ok(ReadOutcome::default())
+        }
+        read => read.map_err(|e| e.to_string()),
+    }
 }

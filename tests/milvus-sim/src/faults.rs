@@ -31,6 +31,27 @@ pub struct JobFailure {
     pub reason: String,
 }
 
+/// A job that imports `rows` fewer rows than its files hold and still completes, its
+/// imported and total rows alike: what Milvus 2.3 does with an insert prefix that lists
+/// nothing (`logsCount=0`), so a restore that trusts the server's own `totalRows` is fooled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShortImport {
+    pub job: JobSelector,
+    pub rows: i64,
+}
+
+impl JobSelector {
+    /// This selector once the job `job_id` was created.
+    fn bind(self, job_id: i64) -> JobSelector {
+        match self {
+            JobSelector::Next | JobSelector::Nth(0 | 1) => JobSelector::Id(job_id),
+            JobSelector::Nth(n) => JobSelector::Nth(n - 1),
+            id @ JobSelector::Id(_) => id,
+        }
+    }
+}
+
 /// Which API face a fault hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -72,6 +93,7 @@ struct ApiFault {
 #[derive(Debug, Default)]
 pub struct Faults {
     job_failures: Vec<JobFailure>,
+    short_imports: Vec<ShortImport>,
     api: Vec<ApiFault>,
 }
 
@@ -80,16 +102,28 @@ impl Faults {
         self.job_failures.push(failure);
     }
 
-    /// Binds every `Next` (and `Nth(1)`) failure to the job just created, and counts the
-    /// other `Nth` failures one job closer.
+    pub fn add_short_import(&mut self, short: ShortImport) {
+        self.short_imports.push(short);
+    }
+
+    /// Binds every `Next` (and `Nth(1)`) fault to the job just created, and counts the
+    /// other `Nth` faults one job closer.
     pub fn bind_next(&mut self, job_id: i64) {
         for failure in &mut self.job_failures {
-            failure.job = match failure.job {
-                JobSelector::Next | JobSelector::Nth(0 | 1) => JobSelector::Id(job_id),
-                JobSelector::Nth(n) => JobSelector::Nth(n - 1),
-                id @ JobSelector::Id(_) => id,
-            };
+            failure.job = failure.job.bind(job_id);
         }
+        for short in &mut self.short_imports {
+            short.job = short.job.bind(job_id);
+        }
+    }
+
+    /// The rows `job_id` must come up short by, consuming the fault.
+    pub fn take_short_import(&mut self, job_id: i64) -> Option<i64> {
+        let index = self
+            .short_imports
+            .iter()
+            .position(|s| s.job == JobSelector::Id(job_id))?;
+        Some(self.short_imports.remove(index).rows)
     }
 
     /// The reason `job_id` must fail with on reaching `state`, consuming the fault.
@@ -170,6 +204,20 @@ mod tests {
             f.take_job_failure(9, JobState::Uncommitted).as_deref(),
             Some("third")
         );
+    }
+
+    #[test]
+    fn a_short_import_binds_like_a_failure_and_fires_once() {
+        let mut f = Faults::default();
+        f.add_short_import(ShortImport {
+            job: JobSelector::Nth(2),
+            rows: 10,
+        });
+        f.bind_next(7);
+        f.bind_next(8);
+        assert_eq!(f.take_short_import(7), None);
+        assert_eq!(f.take_short_import(8), Some(10));
+        assert_eq!(f.take_short_import(8), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -226,7 +226,9 @@ async fn read_binlog_group(
             .or_else(|| rows_by_field.values().next().copied())
             .unwrap_or(0);
     }
-    if let Some(prefix) = delta_prefix {
+    // `[insert, ""]` is how milvus-backup's v1 import says "no delta logs": Milvus skips an
+    // empty delta path rather than listing its whole bucket.
+    if let Some(prefix) = delta_prefix.filter(|p| !p.is_empty()) {
         for path in list(store, prefix).await? {
             let bytes = get(store, &path).await?;
             result.deleted_rows += binlog_rows(&path, &bytes, ExpectedLog::Delta)?;

@@ -270,15 +270,18 @@ impl ImportJob {
     }
 
     /// Imported and total rows as describe shows them: 0/0 before Importing, the share of the
-    /// stage spent so far while Importing, total/total after.
+    /// stage spent so far while Importing, total/total after. Milvus's binlog reader drops
+    /// the rows the file group's own delta logs delete before it counts (`FilterWithDelete`
+    /// in `importutilv2/binlog`), so both figures are after the job's deletes.
     pub fn row_counts(&self, stage_fraction: f64) -> (i64, i64) {
+        let total = (self.total_rows - self.deleted_rows).max(0);
         match self.state {
             JobState::Pending | JobState::PreImporting | JobState::Failed => (0, 0),
             JobState::Importing => (
-                (self.total_rows as f64 * stage_fraction.clamp(0.0, 1.0)) as i64,
-                self.total_rows,
+                (total as f64 * stage_fraction.clamp(0.0, 1.0)) as i64,
+                total,
             ),
-            _ => (self.total_rows, self.total_rows),
+            _ => (total, total),
         }
     }
 

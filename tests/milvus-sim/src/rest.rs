@@ -22,17 +22,29 @@ use crate::cluster::{Cluster, CreateImport};
 use crate::faults::ApiEffect;
 use crate::jobs::ImportJob;
 use crate::merr::{MilvusError, code};
+use crate::version::ImportFace;
 
 const PREFIX: &str = "/v2/vectordb/jobs/import";
 
+/// The import routes the cluster's version has; the others answer HTTP 404, as a Milvus
+/// without them does.
 pub(crate) fn router(cluster: Cluster) -> Router {
-    Router::new()
+    let face = cluster.import_face();
+    let mut router = Router::new();
+    if face == ImportFace::V1Only {
+        return router.with_state(cluster);
+    }
+    router = router
         .route(&format!("{PREFIX}/create"), post(create))
         .route(&format!("{PREFIX}/describe"), post(describe))
         .route(&format!("{PREFIX}/get_progress"), post(describe))
-        .route(&format!("{PREFIX}/list"), post(list))
-        .route(&format!("{PREFIX}/commit"), post(commit))
-        .route(&format!("{PREFIX}/abort"), post(abort))
+        .route(&format!("{PREFIX}/list"), post(list));
+    if face == ImportFace::TwoPhase {
+        router = router
+            .route(&format!("{PREFIX}/commit"), post(commit))
+            .route(&format!("{PREFIX}/abort"), post(abort));
+    }
+    router
         .route_layer(axum::middleware::from_fn_with_state(cluster.clone(), guard))
         .with_state(cluster)
 }

@@ -62,6 +62,8 @@ struct ClusterFile {
     port: u16,
     version: Option<String>,
     storage: Option<StorageFile>,
+    /// "minio" (default) or "local".
+    storage_type: Option<Spanned<String>>,
     #[serde(default)]
     import_in_replicating_cluster: bool,
     pchannels: Option<Spanned<u32>>,
@@ -124,6 +126,8 @@ pub struct ClusterSpec {
     pub version: String,
     /// Where this cluster reads import files from.
     pub storage: StorageSpec,
+    /// Milvus's `common.storageType`: how it resolves import paths.
+    pub storage_type: StorageType,
     /// `dataCoord.import.enableInReplicatingCluster` (default false, as in Milvus).
     pub import_in_replicating_cluster: bool,
     /// Number of pchannels, named `<id>-rootcoord-dml_<i>`.
@@ -145,6 +149,7 @@ impl ClusterSpec {
             port: 0,
             version: DEFAULT_VERSION.to_owned(),
             storage: StorageSpec::TempDir,
+            storage_type: StorageType::Minio,
             import_in_replicating_cluster: false,
             pchannels: DEFAULT_PCHANNELS,
             max_import_job_num: DEFAULT_MAX_IMPORT_JOB_NUM,
@@ -160,6 +165,18 @@ impl ClusterSpec {
             .map(|i| format!("{}-rootcoord-dml_{i}", self.id))
             .collect()
     }
+}
+
+/// How a cluster resolves import paths, as Milvus's `common.storageType` says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StorageType {
+    /// Object storage: a path is a key of the cluster's bucket.
+    #[default]
+    Minio,
+    /// Local storage: a path is a file path, read from the filesystem root, so only an
+    /// absolute path under the storage directory names the cluster's files. A relative one
+    /// (bucket-style) names nothing there: Milvus 2.3 then completes its import with 0 rows.
+    Local,
 }
 
 /// Where a cluster's object storage lives.
@@ -390,6 +407,30 @@ impl Checker<'_> {
                     }
                 },
             };
+            let storage_type = match c.storage_type.as_ref().map(|t| (t, t.get_ref().as_str())) {
+                None | Some((_, "minio")) => StorageType::Minio,
+                Some((_, "local"))
+                    if matches!(storage, StorageSpec::TempDir | StorageSpec::Local(_)) =>
+                {
+                    StorageType::Local
+                }
+                Some((t, "local")) => {
+                    self.problem(
+                        t.span().start,
+                        format!("{at}.storage_type"),
+                        "storage_type \"local\" needs a local storage directory",
+                    );
+                    StorageType::Minio
+                }
+                Some((t, other)) => {
+                    self.problem(
+                        t.span().start,
+                        format!("{at}.storage_type"),
+                        format!("unknown storage_type `{other}`: expected \"minio\" or \"local\""),
+                    );
+                    StorageType::Minio
+                }
+            };
             let d = &c.durations;
             let mut stage = |value: &Option<Spanned<String>>, name: &str| match value {
                 Some(v) => self.duration(v, format!("{at}.durations.{name}")),
@@ -408,6 +449,7 @@ impl Checker<'_> {
                 port: c.port,
                 version: c.version.unwrap_or_else(|| DEFAULT_VERSION.to_owned()),
                 storage,
+                storage_type,
                 import_in_replicating_cluster: c.import_in_replicating_cluster,
                 pchannels,
                 max_import_job_num: c.max_import_job_num.unwrap_or(DEFAULT_MAX_IMPORT_JOB_NUM),

@@ -12,7 +12,30 @@ pub enum ServerVersion {
     Branch,
 }
 
+/// Which import API a Milvus of this version serves (reference milvus-api.md §1, §4.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportFace {
+    /// Before 2.4: the v1 gRPC `Import` alone; `/v2/vectordb/jobs/import/*` answers HTTP 404.
+    V1Only,
+    /// 2.4 to 2.6: REST v2 import without two-phase: no commit or abort route, no Uncommitted
+    /// state, and an `auto_commit` option is an option it does not know (ignored).
+    RestAutoCommit,
+    /// 3.0 and newer, and branch builds: two-phase import.
+    TwoPhase,
+}
+
 impl ServerVersion {
+    pub fn import_face(&self) -> ImportFace {
+        match *self {
+            ServerVersion::Branch => ImportFace::TwoPhase,
+            ServerVersion::Release { major, minor, .. } => match (major, minor) {
+                (0..=1, _) | (2, 0..=3) => ImportFace::V1Only,
+                (2, _) => ImportFace::RestAutoCommit,
+                _ => ImportFace::TwoPhase,
+            },
+        }
+    }
+
     pub fn parse(raw: &str) -> Self {
         let stripped = raw.strip_prefix('v').unwrap_or(raw);
         let core = stripped.split(['-', '+']).next().unwrap_or(stripped);
@@ -44,6 +67,20 @@ impl ServerVersion {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_import_api_follows_the_version() {
+        for (v, face) in [
+            ("v2.3.5-lite", ImportFace::V1Only),
+            ("2.3.21", ImportFace::V1Only),
+            ("v2.4.0", ImportFace::RestAutoCommit),
+            ("2.6.24", ImportFace::RestAutoCommit),
+            ("3.0.0", ImportFace::TwoPhase),
+            ("master-20260806-1a2b3c4", ImportFace::TwoPhase),
+        ] {
+            assert_eq!(ServerVersion::parse(v).import_face(), face, "{v}");
+        }
+    }
 
     #[test]
     fn idempotency_key_by_version() {

@@ -10,7 +10,7 @@ use super::{
     ApiFaultRequest, ClusterSnapshot, DeleteObjects, Deleted, RestartRequest, StreamUpdate,
 };
 use crate::cdc::{Flow, StreamSnapshot};
-use crate::faults::{ApiEffect, ApiFace, JobFailure};
+use crate::faults::{ApiEffect, ApiFace, JobFailure, ShortImport};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -140,6 +140,17 @@ impl SimControl {
             reqwest::Method::POST,
             "/sim/v1/faults/job",
             Some(failure),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The next job (or a named one) completes with `short.rows` fewer rows than it read.
+    pub async fn short_import(&self, short: &ShortImport) -> Result<(), ControlError> {
+        self.call::<_, serde_json::Value>(
+            reqwest::Method::POST,
+            "/sim/v1/faults/short_import",
+            Some(short),
         )
         .await
         .map(drop)

@@ -7,6 +7,7 @@
 //! | GET | `/sim/v1/state` | – | [`ClusterSnapshot`] |
 //! | POST | `/sim/v1/streams/{target}` | [`StreamUpdate`] | [`StreamSnapshot`](crate::cdc::StreamSnapshot) |
 //! | POST | `/sim/v1/faults/job` | [`JobFailure`](crate::faults::JobFailure) | `{}` |
+//! | POST | `/sim/v1/faults/short_import` | [`ShortImport`](crate::faults::ShortImport) | `{}` |
 //! | POST | `/sim/v1/faults/api` | [`ApiFaultRequest`] | `{}` |
 //! | DELETE | `/sim/v1/faults` | – | `{}` |
 //! | POST | `/sim/v1/storage/delete` | [`DeleteObjects`] | [`Deleted`] |

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::{ApiFaultRequest, DeleteObjects, Deleted, RestartRequest, StreamUpdate};
 use crate::cluster::Cluster;
-use crate::faults::JobFailure;
+use crate::faults::{JobFailure, ShortImport};
 use crate::go_duration;
 
 pub(crate) fn router(cluster: Cluster) -> Router {
@@ -21,6 +21,7 @@ pub(crate) fn router(cluster: Cluster) -> Router {
         .route("/sim/v1/state", get(state))
         .route("/sim/v1/streams/{target}", post(stream))
         .route("/sim/v1/faults/job", post(job_fault))
+        .route("/sim/v1/faults/short_import", post(short_import_fault))
         .route("/sim/v1/faults/api", post(api_fault))
         .route("/sim/v1/faults", delete(clear_faults))
         .route("/sim/v1/storage/delete", post(delete_objects))
@@ -107,6 +108,21 @@ async fn job_fault(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
         .into_response(),
         Ok(failure) => {
             cluster.add_job_failure(failure);
+            axum::Json(json!({})).into_response()
+        }
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+async fn short_import_fault(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
+    match body::<ShortImport>(&bytes) {
+        Ok(short) if short.rows <= 0 => refuse(
+            StatusCode::BAD_REQUEST,
+            "a short import takes at least one row".to_string(),
+        )
+        .into_response(),
+        Ok(short) => {
+            cluster.add_short_import(short);
             axum::Json(json!({})).into_response()
         }
         Err(refusal) => refusal.into_response(),
