@@ -58,7 +58,7 @@ fn main() -> anyhow::Result<()> {
     let stage_round = |name: String, options: StageOptions, way: Transfer| {
         let stage_dir = work.path().join(&name);
         let target = open(&StorageSpec::local(&stage_dir)?)?;
-        let prefix = StagingPrefix::for_restore(&RestoreId(name))?;
+        let prefix = StagingPrefix::for_restore(&RestoreId::new(&name, "ab", 1));
         let copied_at = std::sync::Mutex::new(None);
         let on_progress = |p: StageProgress| {
             if p.files_done == p.files_total {

@@ -20,8 +20,8 @@ pub use filter::{Filter, FilterError};
 pub use namespace::{DEFAULT_DB, Namespace, NamespaceError};
 pub use plan::{
     BatchId, BatchKind, CollectionConflict, CollectionCreation, CollectionPlan,
-    DEFAULT_MAX_SEGMENTS_PER_JOB, ImportBatch, IndexPlan, IndexedField, L0Batching, PlanTotals,
-    RestoreOptions, RestorePlan, Strategy, check_collection_exists, plan,
+    DEFAULT_MAX_SEGMENTS_PER_JOB, ExpectedRows, ImportBatch, IndexPlan, IndexedField, L0Batching,
+    PlanTotals, RestoreOptions, RestorePlan, Strategy, check_collection_exists, plan,
 };
 pub use read::{BINLOG_DIR, Backup, BackupLocation, BinlogFile, BinlogIndex, MetaSource, read};
 pub use rename::{RenameError, RenameRule, RenameRules, Renaming};

@@ -309,7 +309,7 @@ async fn status(engine: &Engine, id: Option<&str>, format: OutputFormat) -> anyh
         Some(id) => {
             let record = engine
                 .journal
-                .load(&RestoreId(id.to_string()))
+                .load(&parse_id(id)?)
                 .await?
                 .with_context(|| format!("no restore {id} in the journal"))?;
             output::record(format, &record);
@@ -320,6 +320,11 @@ async fn status(engine: &Engine, id: Option<&str>, format: OutputFormat) -> anyh
         }
     }
     Ok(0)
+}
+
+/// A restore id from the command line. The CLI may show what it refused; the API never does.
+fn parse_id(id: &str) -> anyhow::Result<RestoreId> {
+    RestoreId::parse(id).with_context(|| format!("`{id}` is not a restore id"))
 }
 
 /// Resolves unfinished restores (one, or every one), reaching their ends through the URIs
@@ -334,7 +339,7 @@ async fn recover(
         Some(id) => vec![
             engine
                 .journal
-                .load(&RestoreId(id.to_string()))
+                .load(&parse_id(id)?)
                 .await?
                 .with_context(|| format!("no restore {id} in the journal"))?,
         ],

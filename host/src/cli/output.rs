@@ -12,7 +12,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use lockstep::engine::progress::{JobCounts, format_counts};
-use lockstep::engine::{self, PlanOutput, Report};
+use lockstep::engine::{self, EndFiles, PlanOutput, Report};
 use lockstep::job::Job;
 use lockstep::journal::{RestorePhase, RestoreRecord};
 use lockstep::plugins::{CheckRun, Inspection, Verdict};
@@ -89,7 +89,8 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
         OutputFormat::Json => print_json(&json!({
             "job": job.name,
             "backup": job.backup.name,
-            "ends": plan.versions.iter().map(|(n, v)| json!({"name": n, "version": v})).collect::<Vec<_>>(),
+            "ends": plan.ends,
+            "route": plan.route,
             "totals": p.totals,
             "staging": plan.import_prefix_note,
             "collections": p.collections.iter().map(|c| json!({
@@ -109,8 +110,19 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
                 "plan for job {} (backup {}): preflight passed, nothing was changed",
                 job.name, job.backup.name
             );
-            for (name, version) in &plan.versions {
-                println!("  end {name}: Milvus {version}");
+            println!("  import: {} ({})", plan.route.route, plan.route.why);
+            for end in &plan.ends {
+                let files = match end.files {
+                    EndFiles::Staged => "files staged into its storage",
+                    EndFiles::InPlace => "imports the backup in place",
+                    EndFiles::TargetStore => {
+                        "no storage known: it must see the target's store (add `storage` to its cluster in the host config to stage into it)"
+                    }
+                };
+                println!(
+                    "  end {}: Milvus {}; {}; paths as {}",
+                    end.name, end.version, files, end.import_paths
+                );
             }
             let t = &p.totals;
             println!(

@@ -1,23 +1,38 @@
-//! The `per_seg` strategy: one v1 gRPC import per segment, auto-committed, as
-//! milvus-backup's default restore does. There is no two-phase commit here, so preflight
-//! allows it only without secondaries on a target that does not replicate, and a failure
-//! cannot be rolled back: segments imported before it stay visible, and the report says so.
+//! Imports that commit themselves: `per_seg` (one v1 gRPC import per segment, as
+//! milvus-backup's default restore does, and the only import a Milvus before 2.4 has) and
+//! merged REST v2 imports on a Milvus 2.4 to 2.6, which has no two-phase commit. Preflight
+//! allows them only without secondaries on a target that does not replicate, and a failure
+//! cannot be rolled back: what imported before it stays visible, and the report says which,
+//! with its rows.
+//!
+//! Every batch's rows are counted: each job's rows (v1 `row_count`, REST `importedRows`)
+//! summed over the batch, against what the backup meta says it holds. Milvus 2.3 completes
+//! an import whose prefix lists nothing with 0 rows and no error, so a completed job proves
+//! nothing.
 
 use futures::StreamExt;
 use milvus_proto::common::ImportState;
 use tokio::time::Instant;
 
-use super::report::Report;
-use super::run::{Shared, Stop};
+use super::ends::EndClient;
+use super::report::{EndJobState, JobReport};
+use super::retry::retry;
+use super::route::Route;
 use super::schedule::MAX_INTERVAL;
-use crate::job::Job;
-use crate::journal::{CommitGroup, Outcome};
+use crate::backup::ExpectedRows;
+use crate::journal::{BatchRecord, CommitGroup};
+use crate::milvus::{CreateImport, JobState};
 
-/// v1 imports in flight at once (milvus-backup bounds them with `importJobs`).
+/// Imports in flight at once (milvus-backup bounds them with `importJobs`).
 const IMPORTS_IN_FLIGHT: usize = 8;
+
+/// Bound on each create's and each look's retries.
+const CALL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// One v1 import: a segment's file group into its partition.
 struct V1Import<'a> {
+    /// Index of its batch in the restore's batches.
+    batch: usize,
     db: &'a str,
     collection: &'a str,
     partition: &'a str,
@@ -25,18 +40,122 @@ struct V1Import<'a> {
     options: Vec<(String, String)>,
 }
 
-pub async fn run(
-    shared: &Shared<'_>,
-    _job: &Job,
-    groups: &[CommitGroup],
-    report: &mut Report,
-) -> Result<Outcome, Stop> {
-    let target = shared.ends.target();
-    // One v1 job per file group: `[insert_prefix, delta_prefix or ""]`, or `[delta]` for L0.
-    let units: Vec<V1Import<'_>> = groups
+/// What one batch's v1 imports came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchImport {
+    pub batch_id: String,
+    /// `db.collection`.
+    pub collection: String,
+    pub partition: String,
+    pub expected: Option<ExpectedRows>,
+    /// The REST job's id (`None` for v1 imports, whose task ids say nothing to a user).
+    pub job_id: Option<String>,
+    /// Rows the target says the batch's completed imports hold.
+    pub imported: i64,
+    /// The first of its imports that failed, if any did.
+    pub failure: Option<String>,
+}
+
+impl BatchImport {
+    /// Whether every import of the batch completed with the rows the backup holds.
+    pub fn whole(&self) -> bool {
+        self.failure.is_none() && self.expected.is_none_or(|e| e.accepts(self.imported))
+    }
+
+    /// Why the batch is not whole: its failure, or its rows.
+    pub fn problem(&self) -> Option<String> {
+        if let Some(failure) = &self.failure {
+            return Some(failure.clone());
+        }
+        let expected = self.expected?;
+        (!expected.accepts(self.imported)).then(|| {
+            format!(
+                "{} imported {} rows, the backup holds {expected}",
+                self.batch_id, self.imported
+            )
+        })
+    }
+
+    /// The batch as a job of the report, on the target alone.
+    pub fn job_report(&self, target: &str) -> JobReport {
+        JobReport {
+            batch: self.batch_id.clone(),
+            collection: self.collection.clone(),
+            partition: self.partition.clone(),
+            job_id: self.job_id.clone(),
+            rows: self.expected.map_or(0, |e| e.inserted),
+            expected_rows: self.expected,
+            states: vec![EndJobState {
+                end: target.to_owned(),
+                state: Some(if self.failure.is_some() {
+                    JobState::Failed
+                } else {
+                    JobState::Completed
+                }),
+                reason: self.problem(),
+                imported_rows: Some(self.imported),
+            }],
+        }
+    }
+}
+
+/// Runs every batch of `groups` on `target` by `route` (an auto-commit one) and says what
+/// each batch came to. Never stops early: an auto-committed import cannot be taken back, so
+/// the rest go on and the report names every batch.
+pub async fn run(target: &EndClient, groups: &[CommitGroup], route: Route) -> Vec<BatchImport> {
+    let batches: Vec<&BatchRecord> = groups.iter().flat_map(|g| g.batches.iter()).collect();
+    let mut out: Vec<BatchImport> = batches
         .iter()
-        .flat_map(|g| g.batches.iter())
-        .flat_map(|b| {
+        .map(|b| BatchImport {
+            batch_id: b.batch_id.clone(),
+            collection: format!("{}.{}", b.db, b.collection),
+            partition: b.partition.clone(),
+            expected: b.expected_rows,
+            job_id: None,
+            imported: 0,
+            failure: None,
+        })
+        .collect();
+    if route == Route::PerSeg {
+        for (batch, result) in v1_imports(target, &batches).await {
+            match result {
+                Ok(rows) => out[batch].imported += rows,
+                Err(reason) => {
+                    out[batch].failure.get_or_insert(reason);
+                }
+            }
+        }
+        return out;
+    }
+    let results: Vec<(usize, Option<String>, Result<i64, String>)> =
+        futures::stream::iter(batches.iter().enumerate())
+            .map(|(batch, b)| async move {
+                let (job_id, result) = rest_import(target, b).await;
+                (batch, job_id, result)
+            })
+            .buffer_unordered(IMPORTS_IN_FLIGHT)
+            .collect()
+            .await;
+    for (batch, job_id, result) in results {
+        out[batch].job_id = job_id;
+        match result {
+            Ok(rows) => out[batch].imported = rows,
+            Err(reason) => out[batch].failure = Some(reason),
+        }
+    }
+    out
+}
+
+/// One v1 import per file group of every batch: `[insert_prefix, delta_prefix or ""]`, or
+/// `[delta]` for L0. What each came to, by batch index.
+async fn v1_imports(
+    target: &EndClient,
+    batches: &[&BatchRecord],
+) -> Vec<(usize, Result<i64, String>)> {
+    let units: Vec<V1Import<'_>> = batches
+        .iter()
+        .enumerate()
+        .flat_map(|(batch, b)| {
             let options: Vec<(String, String)> = b
                 .options
                 .iter()
@@ -48,6 +167,7 @@ pub async fn run(
                     files.push(String::new());
                 }
                 V1Import {
+                    batch,
                     db: &b.db,
                     collection: &b.collection,
                     partition: &b.partition,
@@ -57,60 +177,116 @@ pub async fn run(
             })
         })
         .collect();
-    let total = units.len();
-    let results: Vec<Result<i64, String>> = futures::stream::iter(units)
-        .map(|unit| async move {
-            let files = unit.files;
-            let task = target
-                .grpc
-                .import_v1(
-                    unit.db,
-                    unit.collection,
-                    unit.partition,
-                    files.clone(),
-                    unit.options,
-                )
-                .await
-                .map_err(|e| format!("import of {files:?}: {e}"))?;
-            loop {
-                let state = target
-                    .grpc
-                    .import_state(task)
-                    .await
-                    .map_err(|e| format!("import task {task}: {e}"))?;
-                match state.state {
-                    ImportState::ImportCompleted => return Ok(state.row_count),
-                    ImportState::ImportFailed | ImportState::ImportFailedAndCleaned => {
-                        return Err(format!(
-                            "import task {task} of {files:?} failed: {}",
-                            state.reason.unwrap_or_default()
-                        ));
-                    }
-                    _ => tokio::time::sleep_until(Instant::now() + MAX_INTERVAL / 6).await,
-                }
-            }
-        })
+    futures::stream::iter(units)
+        .map(|unit| async move { (unit.batch, import(target, unit).await) })
         .buffer_unordered(IMPORTS_IN_FLIGHT)
         .collect()
-        .await;
-    let failures: Vec<String> = results
-        .iter()
-        .filter_map(|r| r.as_ref().err().cloned())
-        .collect();
-    let rows: i64 = results.iter().filter_map(|r| r.as_ref().ok()).sum();
-    if failures.is_empty() {
-        for c in &mut report.collections {
-            c.committed = true;
+        .await
+}
+
+/// One REST v2 import of a whole batch, sent as a Milvus before 3.0 takes it (no
+/// `auto_commit`: it commits every job itself), to its end: the job id once created, and
+/// the rows it imported or why it failed.
+async fn rest_import(target: &EndClient, b: &BatchRecord) -> (Option<String>, Result<i64, String>) {
+    let body = CreateImport {
+        db_name: b.db.clone(),
+        collection_name: b.collection.clone(),
+        partition_name: (!b.partition.is_empty()).then(|| b.partition.clone()),
+        files: b.files.clone(),
+        options: b.options.clone(),
+    };
+    let deadline = Instant::now() + CALL_DEADLINE;
+    let job = match retry(deadline, || target.rest.create_import(&body, None)).await {
+        Ok(job) => job,
+        Err(e) => return (None, Err(format!("import create failed: {e}"))),
+    };
+    let id = Some(job.to_string());
+    loop {
+        let deadline = Instant::now() + CALL_DEADLINE;
+        let seen = match retry(deadline, || target.rest.describe(&job)).await {
+            Ok(seen) => seen,
+            Err(e) => return (id, Err(format!("import job {job}: {e}"))),
+        };
+        match seen.state {
+            JobState::Completed => return (id, Ok(seen.imported_rows)),
+            JobState::Failed => {
+                return (
+                    id,
+                    Err(format!(
+                        "import job {job} failed: {}",
+                        seen.reason.unwrap_or_default()
+                    )),
+                );
+            }
+            _ => tokio::time::sleep_until(Instant::now() + MAX_INTERVAL / 6).await,
         }
-        report.summary = format!("per_seg: {total} v1 import(s) completed, {rows} rows");
-        Ok(Outcome::Succeeded)
-    } else {
-        Err(Stop::Failed(format!(
-            "per_seg: {} of {total} imports failed and per_seg cannot roll back: the other {} \
-             are visible. First failure: {}",
-            failures.len(),
-            total - failures.len(),
-            failures[0]
-        )))
+    }
+}
+
+/// One v1 import, to its end: the rows the target says it imported, or why it failed.
+async fn import(target: &EndClient, unit: V1Import<'_>) -> Result<i64, String> {
+    let files = unit.files;
+    let task = target
+        .grpc
+        .import_v1(
+            unit.db,
+            unit.collection,
+            unit.partition,
+            files.clone(),
+            unit.options,
+        )
+        .await
+        .map_err(|e| format!("import of {files:?}: {e}"))?;
+    loop {
+        let state = target
+            .grpc
+            .import_state(task)
+            .await
+            .map_err(|e| format!("import task {task}: {e}"))?;
+        match state.state {
+            ImportState::ImportCompleted => return Ok(state.row_count),
+            ImportState::ImportFailed | ImportState::ImportFailedAndCleaned => {
+                return Err(format!(
+                    "import task {task} of {files:?} failed: {}",
+                    state.reason.unwrap_or_default()
+                ));
+            }
+            _ => tokio::time::sleep_until(Instant::now() + MAX_INTERVAL / 6).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(imported: i64, failure: Option<&str>) -> BatchImport {
+        BatchImport {
+            batch_id: "default.c/_default/data-0".into(),
+            collection: "default.c".into(),
+            partition: "_default".into(),
+            expected: Some(ExpectedRows {
+                inserted: 30,
+                deletes: Some(0),
+            }),
+            job_id: None,
+            imported,
+            failure: failure.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_batch_is_whole_only_with_every_import_completed_and_its_rows() {
+        assert!(batch(30, None).whole());
+        assert!(!batch(0, None).whole());
+        assert_eq!(
+            batch(20, None).problem().as_deref(),
+            Some("default.c/_default/data-0 imported 20 rows, the backup holds 30")
+        );
+        assert!(!batch(30, Some("boom")).whole());
+        let report = batch(0, None).job_report("t");
+        assert_eq!(report.states[0].imported_rows, Some(0));
+        assert_eq!(report.states[0].state, Some(JobState::Completed));
+        assert!(report.states[0].reason.is_some());
     }
 }

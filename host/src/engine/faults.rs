@@ -41,16 +41,25 @@ pub enum Bug {
     SkipAbort,
     /// `no-decision`: commit without writing the decision to the journal first.
     NoDecision,
+    /// `skip-rows`: decide, and report completion, without holding each end's rows against
+    /// the backup's.
+    SkipRows,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 3] = [Bug::CommitEarly, Bug::SkipAbort, Bug::NoDecision];
+    pub const ALL: [Bug; 4] = [
+        Bug::CommitEarly,
+        Bug::SkipAbort,
+        Bug::NoDecision,
+        Bug::SkipRows,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Bug::CommitEarly => "commit-early",
             Bug::SkipAbort => "skip-abort",
             Bug::NoDecision => "no-decision",
+            Bug::SkipRows => "skip-rows",
         }
     }
 }

@@ -8,16 +8,19 @@
 //!   abort; `watch` and [`schedule`]: polling; `recover`: finishing what a crash left.
 //! - [`report`]: the outcome for people and scripts.
 
+mod auto_commit;
 mod checks;
 mod ddl;
 mod ends;
 pub mod faults;
-mod per_seg;
+mod outcome;
 pub mod preflight;
 pub mod progress;
 mod recover;
 pub mod report;
 mod retry;
+pub mod route;
+mod rows;
 mod run;
 pub mod schedule;
 mod staging;
@@ -95,8 +98,31 @@ impl Interrupt {
 /// What `lockstep plan` prints: preflight passed, and this is what a run would do.
 pub struct PlanOutput {
     pub plan: RestorePlan,
-    pub versions: Vec<(String, String)>,
+    pub ends: Vec<EndPlan>,
     pub import_prefix_note: String,
+    pub route: route::Choice,
+}
+
+/// How one end gets the files it imports, and reads their paths.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EndPlan {
+    pub name: String,
+    pub version: String,
+    /// The form of the import paths its Milvus resolves.
+    pub import_paths: crate::job::PathForm,
+    pub files: EndFiles,
+}
+
+/// Where an end's import files come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndFiles {
+    /// Copied into its own store under the staging prefix.
+    Staged,
+    /// Its store holds the backup: imported where they are.
+    InPlace,
+    /// lockstep knows no store of it: it must see the target's, or its mirrors find nothing.
+    TargetStore,
 }
 
 impl Engine {
@@ -163,17 +189,35 @@ impl Engine {
     pub async fn plan(&self, job: &Job) -> Result<PlanOutput, Vec<String>> {
         let ends = Ends::for_job(job).map_err(|e| vec![e.to_string()])?;
         let pf = preflight::preflight(job, &ends).await?;
-        let versions = ends
-            .all()
-            .iter()
-            .map(|e| e.name.clone())
-            .zip(pf.versions.iter().map(|v| v.to_string()))
-            .collect();
         let dest: Vec<storage::OpenedStore> = run::destinations(job)
             .iter()
             .filter_map(|(_, spec)| storage::open(spec).ok())
             .collect();
         let in_place = !dest.is_empty() && dest.iter().all(|d| d.id == pf.backup_store.id);
+        let known = if in_place {
+            EndFiles::InPlace
+        } else {
+            EndFiles::Staged
+        };
+        let mut planned = vec![(&job.target.end, known)];
+        for s in &job.secondaries {
+            let files = if s.storage.is_some() {
+                known
+            } else {
+                EndFiles::TargetStore
+            };
+            planned.push((&s.end, files));
+        }
+        let ends = planned
+            .into_iter()
+            .zip(&pf.versions)
+            .map(|((end, files), version)| EndPlan {
+                name: end.name.to_string(),
+                version: version.to_string(),
+                import_paths: end.paths.clone(),
+                files,
+            })
+            .collect();
         let import_prefix_note = if in_place {
             format!("imports read the backup in place ({})", pf.backup.location)
         } else {
@@ -186,21 +230,21 @@ impl Engine {
         checks::CheckSetup::load(self, job).await?;
         Ok(PlanOutput {
             plan: pf.plan,
-            versions,
+            ends,
             import_prefix_note,
+            route: pf.route,
         })
     }
 
     /// A refusal before any journal record exists (the ends or the journal cannot be used).
     async fn refused_early(&self, job: &Job, refusals: Vec<String>) -> Report {
-        Report::refused(
-            String::new(),
-            job.name.clone(),
-            job.id().to_string(),
-            job.backup.name.clone(),
-            format!("refused: {}", refusals.join("; ")),
-            refusals,
-        )
+        let of = report::ReportOf {
+            restore_id: String::new(),
+            job_name: job.name.clone(),
+            job_id: job.id().to_string(),
+            backup: job.backup.name.clone(),
+        };
+        Report::refused(of, format!("refused: {}", refusals.join("; ")), refusals)
     }
 }
 

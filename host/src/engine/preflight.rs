@@ -7,7 +7,8 @@
 use futures::future::join_all;
 
 use super::ends::Ends;
-use crate::backup::{self, Backup, CollectionCreation, RestorePlan, Strategy};
+use super::route::{self, Choice, ImportApi, Route};
+use crate::backup::{self, Backup, CollectionCreation, RestorePlan};
 use crate::job::{Atomicity, Job};
 use crate::milvus::{ServerVersion, Topology, topology::same_endpoint};
 use crate::storage::{self, OpenedStore};
@@ -21,6 +22,8 @@ pub struct Preflight {
     pub plan: RestorePlan,
     /// Per collection of the plan: whether the target already has it.
     pub exists: Vec<bool>,
+    /// The import this restore drives, and why.
+    pub route: Choice,
 }
 
 /// Runs every check; `Err` holds every reason to refuse.
@@ -55,7 +58,15 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
         }
     }
 
-    check_topology(job, ends, &known[0], &mut refusals).await;
+    let route = match choose_route(job, ends, &known[0]).await {
+        Ok(route) => route,
+        Err(refusal) => {
+            refusals.push(refusal);
+            return Err(refusals);
+        }
+    };
+    check_topology(job, ends, &known[0], route.route, &mut refusals).await;
+    check_path_forms(job, &mut refusals);
     unsupported_options(job, &mut refusals);
 
     // The backup and its plan.
@@ -75,7 +86,7 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
     }
     let mut planned = None;
     if let Some(b) = &read {
-        match backup::plan(b, &job.restore) {
+        match backup::plan(b, &job.restore, route.route.strategy()) {
             Ok(p) if p.collections.is_empty() => refusals.push(format!(
                 "nothing to restore: no collection of backup {} passes the job's filters",
                 job.backup.name
@@ -87,7 +98,9 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
 
     let mut exists = Vec::new();
     if let Some(plan) = &planned {
-        check_budget(job, ends, plan, &mut refusals).await;
+        if route.route == Route::TwoPhase {
+            check_budget(job, ends, plan, &mut refusals).await;
+        }
         let target = ends.target();
         let answers = join_all(plan.collections.iter().map(|c| {
             target
@@ -108,7 +121,7 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
                     exists.push(found);
                 }
                 // A database that does not exist yet means the collection does not either.
-                Err(e) if e.code() == Some(800) => {
+                Err(e) if e.is_database_missing() => {
                     if job.restore.collection_creation == CollectionCreation::UseExisting {
                         refusals.push(format!(
                             "collection {} does not exist on the target (no database {}), and \
@@ -133,8 +146,40 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
             backup,
             plan,
             exists,
+            route,
         }),
         _ => Err(refusals),
+    }
+}
+
+/// The route from what the job named and what the target's import API can do, probed
+/// where the version cannot tell.
+async fn choose_route(job: &Job, ends: &Ends, version: &ServerVersion) -> Result<Choice, String> {
+    let target = ends.target();
+    let api = match ImportApi::of(version) {
+        Some(api) => api,
+        None => ImportApi::probe(target).await.map_err(|e| {
+            format!(
+                "{} runs the branch build {version}, and asking which import routes it serves                  failed: {e}",
+                target.name
+            )
+        })?,
+    };
+    route::choose(job.strategy(), api, version, job.secondaries.len())
+}
+
+/// A mirror imports the target's paths verbatim: every end must read them one way.
+fn check_path_forms(job: &Job, refusals: &mut Vec<String>) {
+    let target = &job.target.end;
+    for s in &job.secondaries {
+        if s.end.paths != target.paths {
+            refusals.push(format!(
+                "secondary {} reads import paths as {}, but the target {} as {}; a mirror \
+                 imports the target's paths verbatim, so set storage_type and \
+                 local_storage_path alike on every end",
+                s.end.name, s.end.paths, target.name, target.paths
+            ));
+        }
     }
 }
 
@@ -145,6 +190,7 @@ async fn check_topology(
     job: &Job,
     ends: &Ends,
     target_version: &ServerVersion,
+    route: Route,
     refusals: &mut Vec<String>,
 ) {
     let target = ends.target();
@@ -159,8 +205,7 @@ async fn check_topology(
         }
     };
     let replicating = topology.is_replicating();
-    let per_seg = job.strategy() == Strategy::PerSeg;
-    if per_seg && replicating {
+    if route == Route::PerSeg && replicating {
         refusals.push(format!(
             "strategy per_seg uses auto-commit imports, which Milvus refuses in a replicating \
              cluster and {} replicates; use strategy = \"merged\" with its secondaries",
@@ -266,13 +311,15 @@ async fn check_topology(
 fn unsupported_options(job: &Job, refusals: &mut Vec<String>) {
     if job.restore.rbac {
         refusals.push(
-            "restore.rbac: restoring users, roles and grants is not supported by this version of              lockstep; restore RBAC with milvus-backup or leave rbac off"
+            "restore.rbac: restoring users, roles and grants is not supported by this version of \
+             lockstep; restore RBAC with milvus-backup or leave rbac off"
                 .into(),
         );
     }
     if job.restore.drop_exist_index {
         refusals.push(
-            "restore.drop_exist_index is not supported by this version of lockstep; drop the              indexes first or use drop_exist_collection"
+            "restore.drop_exist_index is not supported by this version of lockstep; drop the \
+             indexes first or use drop_exist_collection"
                 .into(),
         );
     }
@@ -281,7 +328,7 @@ fn unsupported_options(job: &Job, refusals: &mut Vec<String>) {
 /// Restore-level atomicity holds every job Uncommitted at once, and Uncommitted jobs count
 /// against `dataCoord.import.maxImportJobNum`; refuse a restore that cannot fit.
 async fn check_budget(job: &Job, ends: &Ends, plan: &RestorePlan, refusals: &mut Vec<String>) {
-    if job.restore.meta_only || job.strategy() == Strategy::PerSeg {
+    if job.restore.meta_only {
         return;
     }
     let target = ends.target();

@@ -11,7 +11,7 @@ use jiff::Timestamp;
 use tokio::time::Instant;
 
 use super::ends::Ends;
-use super::report::{CollectionReport, EndReport, Report};
+use super::report::{CollectionReport, Report, ReportOf};
 use super::retry::retry;
 use super::run::{Shared, job_reports};
 use super::two_phase::{self, Tracked, Tracker};
@@ -77,9 +77,10 @@ pub async fn recover(
                     batch_id: b.batch_id.clone(),
                     collection: format!("{}.{}", b.db, b.collection),
                     partition: b.partition.clone(),
-                    rows: 0,
+                    expected: b.expected_rows,
                     job_id: b.job_id.clone(),
                     seen: vec![None; names.len()],
+                    imported: vec![None; names.len()],
                 })
                 .collect(),
         };
@@ -90,6 +91,7 @@ pub async fn recover(
                 let (more, finished) =
                     two_phase::complete(&ends, &mut tracker, &jobs, Some(deadline), &|_| {}).await;
                 d.extend(more);
+                d.extend(super::rows::after_commit(&ends, &mut tracker, &jobs, deadline).await);
                 divergences.extend(d);
                 forward_incomplete |= !finished;
             }
@@ -132,12 +134,8 @@ pub async fn recover(
             } else {
                 TempFiles::Delete
             };
-            match StagingPrefix::for_restore(&record.id) {
-                Ok(prefix) => {
-                    super::cleanup_prefix(&super::run::destinations(job), &prefix, temp).await
-                }
-                Err(_) => false,
-            }
+            let prefix = StagingPrefix::for_restore(&record.id);
+            super::cleanup_prefix(&super::run::destinations(job), &prefix, temp).await
         }
         _ => false,
     };
@@ -263,30 +261,15 @@ fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report 
             }
         }
     }
-    Report {
+    let of = ReportOf {
         restore_id: record.id.to_string(),
         job_name: record.job_name.clone(),
         job_id: record.content_hash.clone(),
         backup: record.backup.clone(),
+    };
+    Report {
         outcome: Outcome::Incomplete,
-        summary: String::new(),
-        started_at: started,
-        finished_at: started,
-        ends: ends
-            .all()
-            .iter()
-            .map(|e| EndReport {
-                name: e.name.clone(),
-                role: e.role,
-                uri: e.uri.clone(),
-                version: None,
-            })
-            .collect(),
         collections,
-        jobs: vec![],
-        divergences: vec![],
-        refusals: vec![],
-        checks: vec![],
         staging: record
             .staging_prefix
             .as_ref()
@@ -299,7 +282,6 @@ fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report 
                 destinations: record.staged_ends.clone(),
                 cleaned_up: false,
             }),
-        phases: vec![],
-        reaction_ms: None,
+        ..Report::new(of, ends.reports(), started)
     }
 }

@@ -8,6 +8,7 @@ use std::fmt::{self, Write as _};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use crate::backup::ExpectedRows;
 use crate::journal::Outcome;
 use crate::journal::Role;
 use crate::milvus::JobState;
@@ -23,6 +24,9 @@ pub struct Report {
     pub outcome: Outcome,
     /// One line a person reads first: why it ended this way.
     pub summary: String,
+    /// The import it drove (preflight's choice); none when refused before the choice.
+    #[serde(default)]
+    pub route: Option<super::route::Route>,
     pub started_at: Timestamp,
     pub finished_at: Timestamp,
     pub ends: Vec<EndReport>,
@@ -67,7 +71,12 @@ pub struct JobReport {
     pub collection: String,
     pub partition: String,
     pub job_id: Option<String>,
+    /// The rows the backup's segments hold for the batch, before deletes.
     pub rows: i64,
+    /// What every end had to import (a range when the batch carries deletes); absent for
+    /// L0 batches.
+    #[serde(default)]
+    pub expected_rows: Option<ExpectedRows>,
     /// The last state seen on each end, target first.
     pub states: Vec<EndJobState>,
 }
@@ -77,6 +86,9 @@ pub struct EndJobState {
     pub end: String,
     pub state: Option<JobState>,
     pub reason: Option<String>,
+    /// The rows the end said it imported, once it held the job Uncommitted or past it.
+    #[serde(default)]
+    pub imported_rows: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,36 +129,48 @@ pub struct PhaseTime {
     pub seconds: f64,
 }
 
+/// Which restore a report is of.
+pub struct ReportOf {
+    pub restore_id: String,
+    pub job_name: String,
+    /// The job's content hash.
+    pub job_id: String,
+    pub backup: String,
+}
+
 impl Report {
-    /// The report of a restore refused before anything ran: no end was written, so it has
-    /// no ends, collections, jobs or phases.
-    pub fn refused(
-        restore_id: String,
-        job_name: String,
-        job_id: String,
-        backup: String,
-        summary: String,
-        refusals: Vec<String>,
-    ) -> Report {
-        let now = Timestamp::now();
+    /// The report of a restore that started at `started` on `ends`, before anything is
+    /// known of how it went: the engine fills in the rest, and seals the outcome.
+    pub fn new(of: ReportOf, ends: Vec<EndReport>, started: Timestamp) -> Report {
         Report {
-            restore_id,
-            job_name,
-            job_id,
-            backup,
+            restore_id: of.restore_id,
+            job_name: of.job_name,
+            job_id: of.job_id,
+            backup: of.backup,
             outcome: Outcome::Refused,
-            summary,
-            started_at: now,
-            finished_at: now,
-            ends: vec![],
+            summary: String::new(),
+            route: None,
+            started_at: started,
+            finished_at: started,
+            ends,
             collections: vec![],
             jobs: vec![],
             divergences: vec![],
-            refusals,
+            refusals: vec![],
             checks: vec![],
             staging: None,
             phases: vec![],
             reaction_ms: None,
+        }
+    }
+
+    /// The report of a restore refused before anything ran: no end was written, so it has
+    /// no ends, collections, jobs or phases.
+    pub fn refused(of: ReportOf, summary: String, refusals: Vec<String>) -> Report {
+        Report {
+            summary,
+            refusals,
+            ..Report::new(of, vec![], Timestamp::now())
         }
     }
 

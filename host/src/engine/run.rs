@@ -16,17 +16,20 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
+use super::auto_commit;
 use super::checks::CheckSetup;
 use super::ddl;
 use super::ends::Ends;
+use super::outcome;
 use super::preflight::{Preflight, error_chain, preflight};
-use super::report::{CollectionReport, Divergence, EndReport, Report};
+use super::report::{CollectionReport, Divergence, Report, ReportOf};
 use super::retry::retry;
+use super::rows;
 use super::schedule::FirstLook;
 use super::staging::{self, Destinations, ImportGate};
 use super::two_phase::{self, Tracked, Tracker};
 use super::{Engine, Interrupted, faults, finish_report};
-use crate::backup::{ImportBatch, Strategy};
+use crate::backup::ImportBatch;
 use crate::job::{Atomicity, Job, StorageSpec};
 use crate::journal::{
     BatchRecord, Claim, CommitGroup, Decision, Outcome, RestoreId, RestorePhase, RestoreRecord,
@@ -236,6 +239,7 @@ pub(super) async fn attempt(
     for (end, v) in report.ends.iter_mut().zip(&pf.versions) {
         end.version = Some(v.to_string());
     }
+    report.route = Some(pf.route.route);
     let checks = match CheckSetup::load(engine, job).await {
         Ok(c) => c,
         Err(refusals) => {
@@ -265,29 +269,27 @@ pub(super) async fn attempt(
         }
         Err(Stop::Failed(reason)) => {
             // With collection atomicity, groups decided before the failure stay committed.
-            let committed: Vec<&str> = report
-                .collections
-                .iter()
-                .filter(|c| c.committed)
-                .map(|c| c.target.as_str())
-                .collect();
-            let outcome = match (committed.is_empty(), report.divergences.is_empty()) {
-                (true, _) => Outcome::RolledBack,
-                (false, true) => Outcome::PartlyCommitted,
-                (false, false) => Outcome::Diverged,
+            let facts = outcome::Facts {
+                failure: Some(reason),
+                visible: report
+                    .collections
+                    .iter()
+                    .filter(|c| c.committed)
+                    .map(|c| c.target.clone())
+                    .collect(),
+                divergences: &report.divergences,
+                ..outcome::Facts::default()
             };
-            report.summary = if committed.is_empty() {
-                reason
-            } else {
-                format!(
-                    "{reason}; committed before the failure and visible on every end: {}",
-                    committed.join(", ")
-                )
-            };
+            let id = shared.record.lock().expect("record lock").id.clone();
+            let (outcome, summary) = outcome::decide(&facts, &id);
+            report.summary = summary;
             (outcome, vec![])
         }
     };
-    report.jobs = job_reports(&shared.trackers.lock().expect("tracker lock"));
+    // Auto-commit restores track no held jobs and report their batches themselves.
+    if report.jobs.is_empty() {
+        report.jobs = job_reports(&shared.trackers.lock().expect("tracker lock"));
+    }
     finish_report(engine, report, outcome, refusals, &shared).await
 }
 
@@ -403,75 +405,80 @@ async fn execute(
     // first. Otherwise the DDL, the stage and the creates run side by side: each batch's
     // job is created as soon as its collection is on every secondary and its own files are
     // staged, and the decision waits for the whole stage.
-    let (results, cleaned_early) =
-        if checks.has(Phase::BeforeImport) || job.strategy() == Strategy::PerSeg {
-            if let Err(stop) = run_ddl(&made_tx).await {
-                return rollback(shared, stop).await;
-            }
-            if let Err(stop) = mirrored(&arrived).await {
-                return rollback(shared, stop).await;
-            }
-            match staging::stage(shared, pf, &to, &gate).await {
-                Ok(staged) => report.staging = Some(staged),
-                Err(stop) => return rollback(shared, stop).await,
-            }
-            faults::crash_point("after-stage");
-            let ctx_staged =
-                super::checks::staged_objects(&import_prefix, &pf.plan.files_to_stage, &groups);
-            if let Err(reason) = checks
-                .run_before_import(shared, job, pf, &ctx_staged, report)
+    let auto_commits = pf.route.route.auto_commits();
+    let (results, cleaned_early) = if checks.has(Phase::BeforeImport) || auto_commits {
+        if let Err(stop) = run_ddl(&made_tx).await {
+            return rollback(shared, stop).await;
+        }
+        if let Err(stop) = mirrored(&arrived).await {
+            return rollback(shared, stop).await;
+        }
+        match staging::stage(shared, pf, &to, &gate).await {
+            Ok(staged) => report.staging = Some(staged),
+            Err(stop) => return rollback(shared, stop).await,
+        }
+        faults::crash_point("after-stage");
+        let ctx_staged =
+            super::checks::staged_objects(&import_prefix, &pf.plan.files_to_stage, &groups);
+        if let Err(reason) = checks
+            .run_before_import(shared, job, pf, &ctx_staged, report)
+            .await
+        {
+            return rollback(shared, Stop::Failed(reason)).await;
+        }
+        if auto_commits {
+            shared
+                .set_phase(RestorePhase::Importing)
                 .await
-            {
-                return rollback(shared, Stop::Failed(reason)).await;
-            }
-            if job.strategy() == Strategy::PerSeg {
-                return super::per_seg::run(shared, job, &groups, report).await;
-            }
-            run_groups(shared, job, &groups, checks, pf, &gate).await
-        } else {
-            // Each failure is recorded before the gate fails, so the groups abort with it.
-            let fail = |stop: Stop| {
-                shared.fail(stop);
-                gate.fail();
-            };
-            let creating = async {
-                if let Err(stop) = run_ddl(&made_tx).await {
-                    fail(stop);
-                }
-                // Ends the wait for a collection the DDL never made, after its reason.
-                drop(made_tx);
-            };
-            let arrivals = async {
-                tokio::select! {
-                    mirrored = mirrored(&arrived) => {
-                        if let Err(stop) = mirrored {
-                            fail(stop);
-                        }
-                    }
-                    // Nothing more is imported: waiting for a late collection is moot, and
-                    // the batches that wait for one must not wait on.
-                    () = shared.stopped() => gate.fail(),
-                }
-            };
-            let staging = async {
-                match staging::stage(shared, pf, &to, &gate).await {
-                    Ok(staged) => {
-                        faults::crash_point("after-stage");
-                        Some(staged)
-                    }
-                    // The stage recorded its failure: the groups abort on it.
-                    Err(_) => None,
-                }
-            };
-            let ((), (), staged, results) = tokio::join!(
-                creating,
-                arrivals,
-                staging,
-                run_groups(shared, job, &groups, checks, pf, &gate)
-            );
-            report.staging = staged;
-            results
+                .map_err(Stop::Failed)?;
+            let imports = auto_commit::run(ends.target(), &groups, pf.route.route).await;
+            return auto_committed(shared, job, &imports, report).await;
+        }
+        run_groups(shared, job, &groups, checks, pf, &gate).await
+    } else {
+        // Each failure is recorded before the gate fails, so the groups abort with it.
+        let fail = |stop: Stop| {
+            shared.fail(stop);
+            gate.fail();
         };
+        let creating = async {
+            if let Err(stop) = run_ddl(&made_tx).await {
+                fail(stop);
+            }
+            // Ends the wait for a collection the DDL never made, after its reason.
+            drop(made_tx);
+        };
+        let arrivals = async {
+            tokio::select! {
+                mirrored = mirrored(&arrived) => {
+                    if let Err(stop) = mirrored {
+                        fail(stop);
+                    }
+                }
+                // Nothing more is imported: waiting for a late collection is moot, and
+                // the batches that wait for one must not wait on.
+                () = shared.stopped() => gate.fail(),
+            }
+        };
+        let staging = async {
+            match staging::stage(shared, pf, &to, &gate).await {
+                Ok(staged) => {
+                    faults::crash_point("after-stage");
+                    Some(staged)
+                }
+                // The stage recorded its failure: the groups abort on it.
+                Err(_) => None,
+            }
+        };
+        let ((), (), staged, results) = tokio::join!(
+            creating,
+            arrivals,
+            staging,
+            run_groups(shared, job, &groups, checks, pf, &gate)
+        );
+        report.staging = staged;
+        results
+    };
 
     let mut divergences = Vec::new();
     let mut incomplete = Vec::new();
@@ -520,30 +527,89 @@ async fn execute(
         }
     }
     report.divergences = divergences;
-    let outcome = if !incomplete.is_empty() {
-        report.summary = format!(
-            "committed, but not every end reported Completed in time: {}; `lockstep recover {restore_id}` continues it",
-            incomplete.join("; ")
-        );
-        Outcome::Incomplete
-    } else if !report.divergences.is_empty() {
-        let ends: std::collections::BTreeSet<&str> =
-            report.divergences.iter().map(|d| d.end.as_str()).collect();
-        report.summary = format!(
-            "committed on the target; {} job(s) failed to become visible on {}",
-            report.divergences.len(),
-            ends.into_iter().collect::<Vec<_>>().join(", ")
-        );
-        Outcome::Diverged
-    } else {
-        report.summary = format!(
-            "restored {} collection(s) in {} import job(s), visible on {} end(s)",
-            report.collections.len(),
-            groups.iter().map(|g| g.batches.len()).sum::<usize>(),
-            ends.len()
-        );
-        Outcome::Succeeded
+    let facts = outcome::Facts {
+        visible: report
+            .collections
+            .iter()
+            .map(|c| c.target.clone())
+            .collect(),
+        divergences: &report.divergences,
+        unconverged: incomplete,
+        collections: report.collections.len(),
+        jobs: groups.iter().map(|g| g.batches.len()).sum(),
+        ends: ends.len(),
+        ..outcome::Facts::default()
     };
+    let (outcome, summary) = outcome::decide(&facts, &restore_id);
+    report.summary = summary;
+    Ok(outcome)
+}
+
+/// The end of an auto-commit restore: what its imports made visible, counted.
+/// Nothing imported at all is rolled back (the DDL is undone); anything else stays, and the
+/// report says per collection what. The staged files go either way: nothing reads them once
+/// the imports ended.
+async fn auto_committed(
+    shared: &Shared<'_>,
+    job: &Job,
+    imports: &[auto_commit::BatchImport],
+    report: &mut Report,
+) -> Result<Outcome, Stop> {
+    let target = &shared.ends.target().name;
+    report.jobs = imports.iter().map(|b| b.job_report(target)).collect();
+    let mut partly_visible = Vec::new();
+    for c in &mut report.collections {
+        let mine: Vec<_> = imports
+            .iter()
+            .filter(|b| b.collection == c.target)
+            .collect();
+        let imported: i64 = mine.iter().map(|b| b.imported).sum();
+        c.committed = mine.iter().all(|b| b.whole());
+        if !c.committed && imported > 0 {
+            partly_visible.push(format!("{} ({imported} of {} rows)", c.target, c.rows));
+        }
+    }
+    let problems: Vec<String> = imports.iter().filter_map(|b| b.problem()).collect();
+    let failure = (!problems.is_empty()).then(|| {
+        format!(
+            "{} of {} batch(es) did not import what the backup holds, and auto-committed \
+             imports cannot be rolled back; first: {}",
+            problems.len(),
+            imports.len(),
+            problems[0]
+        )
+    });
+    let facts = outcome::Facts {
+        visible: report
+            .collections
+            .iter()
+            .filter(|c| c.committed)
+            .map(|c| c.target.clone())
+            .collect(),
+        failure,
+        partly_visible,
+        collections: report.collections.len(),
+        jobs: imports.len(),
+        ends: 1,
+        ..outcome::Facts::default()
+    };
+    let restore_id = shared.record.lock().expect("record lock").id.clone();
+    let (outcome, summary) = outcome::decide(&facts, &restore_id);
+    report.summary = summary;
+    if outcome == Outcome::RolledBack {
+        let created = shared
+            .record
+            .lock()
+            .expect("record lock")
+            .created_collections
+            .clone();
+        drop_and_unstage(shared, &created).await;
+        if let Some(s) = report.staging.as_mut() {
+            s.cleaned_up = true;
+        }
+    } else if let Some(s) = report.staging.as_mut() {
+        s.cleaned_up = cleanup_staging(job, &restore_id).await;
+    }
     Ok(outcome)
 }
 
@@ -564,9 +630,10 @@ fn track_groups(shared: &Shared<'_>, pf: &Preflight, groups: &[CommitGroup]) {
                     batch_id: b.batch_id.clone(),
                     collection: batch.target.to_string(),
                     partition: b.partition.clone(),
-                    rows: batch.rows,
+                    expected: batch.expected_rows(),
                     job_id: None,
                     seen: vec![None; names.len()],
+                    imported: vec![None; names.len()],
                 })
                 .collect(),
         });
@@ -647,19 +714,26 @@ fn build_groups(
         collection: b.target.collection.clone(),
         partition: b.partition.clone().unwrap_or_default(),
         idempotency_key: idempotency_key(restore_id, b.id.as_str()),
+        // In the form the target's Milvus resolves; the mirrors get the same paths.
         files: b
             .files
             .iter()
             .map(|group| {
                 group
                     .iter()
-                    .map(|f| format!("{import_prefix}/{f}"))
+                    .map(|f| {
+                        job.target
+                            .end
+                            .paths
+                            .import_path(&format!("{import_prefix}/{f}"))
+                    })
                     .collect()
             })
             .collect(),
         options: b.options(),
         job_id: None,
         create_sent: false,
+        expected_rows: b.expected_rows(),
     };
     match job.two_phase.atomicity {
         Atomicity::Restore => vec![CommitGroup {
@@ -782,6 +856,17 @@ async fn run_group(
             // token, only states. Without checks the hold's own sightings are that fresh.
             hold(&mut tracker, FirstLook::Now).await?;
         }
+        // Nothing is decided on a job some end holds with other rows than the backup's.
+        if !faults::planted(faults::Bug::SkipRows) {
+            rows::read(ends, &mut tracker, &jobs, Instant::now() + call_timeout)
+                .await
+                .map_err(|e| Stop::Failed(e.to_string()))?;
+            shared.trackers.lock().expect("tracker lock")[g] = tracker.clone();
+            let wrong = rows::mismatches(&tracker, &jobs);
+            if !wrong.is_empty() {
+                return Err(Stop::Failed(rows::failure(&wrong)));
+            }
+        }
         // Nothing is decided on files that were not all staged and verified.
         if !gate.staged().await {
             return Err(Stop::Failed(GATE_FAILED.into()));
@@ -848,6 +933,10 @@ async fn run_group(
     };
     let (more, finished) = two_phase::complete(ends, &mut tracker, &jobs, completion, &show).await;
     divergences.extend(more);
+    if !faults::planted(faults::Bug::SkipRows) {
+        let rows_deadline = Instant::now() + call_timeout;
+        divergences.extend(rows::after_commit(ends, &mut tracker, &jobs, rows_deadline).await);
+    }
     shared.trackers.lock().expect("tracker lock")[g] = tracker;
     if finished {
         Ok(divergences)
@@ -983,7 +1072,7 @@ async fn batch_ready(shared: &Shared<'_>, gate: &ImportGate, batch: usize) -> bo
 
 /// What a refused create means for the restore.
 fn create_failed(e: &milvus::Error) -> Stop {
-    if e.code() == Some(3000) {
+    if e.is_replicated_import_disabled() {
         Stop::Refused(vec![format!(
             "{}; enable dataCoord.import.enableInReplicatingCluster on the target and every \
              secondary (it is off by default)",
@@ -1024,7 +1113,8 @@ async fn drop_and_unstage(shared: &Shared<'_>, collections: &[(String, String)])
         let r = shared.record.lock().expect("record lock");
         (r.id.clone(), r.staging_prefix.is_some())
     };
-    if let (true, Some(job), Ok(prefix)) = (staged, shared.job, StagingPrefix::for_restore(&id)) {
+    if let (true, Some(job)) = (staged, shared.job) {
+        let prefix = StagingPrefix::for_restore(&id);
         super::cleanup_prefix(&destinations(job), &prefix, storage::TempFiles::Delete).await;
     }
 }
@@ -1065,9 +1155,7 @@ async fn rollback_after_abort(
 /// Deletes the staged files once every end completed (unless `keep_temp_files`). Whether
 /// they are gone, for the report.
 async fn cleanup_staging(job: &Job, restore_id: &RestoreId) -> bool {
-    let Ok(prefix) = StagingPrefix::for_restore(restore_id) else {
-        return false;
-    };
+    let prefix = StagingPrefix::for_restore(restore_id);
     let temp = if job.restore.keep_temp_files {
         storage::TempFiles::Keep
     } else {
@@ -1078,34 +1166,13 @@ async fn cleanup_staging(job: &Job, restore_id: &RestoreId) -> bool {
 }
 
 fn base_report(job: &Job, ends: &Ends, record: &RestoreRecord, started: Timestamp) -> Report {
-    Report {
+    let of = ReportOf {
         restore_id: record.id.to_string(),
         job_name: job.name.clone(),
         job_id: job.id().to_string(),
         backup: job.backup.name.clone(),
-        outcome: Outcome::Refused,
-        summary: String::new(),
-        started_at: started,
-        finished_at: started,
-        ends: ends
-            .all()
-            .iter()
-            .map(|e| EndReport {
-                name: e.name.clone(),
-                role: e.role,
-                uri: e.uri.clone(),
-                version: None,
-            })
-            .collect(),
-        collections: vec![],
-        jobs: vec![],
-        divergences: vec![],
-        refusals: vec![],
-        checks: vec![],
-        staging: None,
-        phases: vec![],
-        reaction_ms: None,
-    }
+    };
+    Report::new(of, ends.reports(), started)
 }
 
 pub(super) fn job_reports(trackers: &[Tracker]) -> Vec<super::report::JobReport> {
@@ -1117,15 +1184,18 @@ pub(super) fn job_reports(trackers: &[Tracker]) -> Vec<super::report::JobReport>
                 collection: j.collection.clone(),
                 partition: j.partition.clone(),
                 job_id: j.job_id.as_ref().map(|i| i.0.clone()),
-                rows: j.rows,
+                rows: j.expected.map_or(0, |e| e.inserted),
+                expected_rows: j.expected,
                 states: t
                     .end_names
                     .iter()
                     .zip(&j.seen)
-                    .map(|(end, s)| super::report::EndJobState {
+                    .zip(&j.imported)
+                    .map(|((end, s), imported)| super::report::EndJobState {
                         end: end.clone(),
                         state: s.as_ref().map(|s| s.state),
                         reason: s.as_ref().and_then(|s| s.reason.clone()),
+                        imported_rows: *imported,
                     })
                     .collect(),
             })

@@ -207,7 +207,7 @@ impl Destinations {
     /// Opens every destination store and picks the import paths: the staging prefix, or
     /// the backup itself when every destination is the backup's store.
     pub fn open(job: &Job, pf: &Preflight, restore_id: &RestoreId) -> Result<Self, String> {
-        let prefix = StagingPrefix::for_restore(restore_id).map_err(|e| e.to_string())?;
+        let prefix = StagingPrefix::for_restore(restore_id);
         let mut stores = Vec::new();
         for (end, spec) in destinations(job) {
             let store = storage::open(spec)
@@ -311,6 +311,7 @@ mod tests {
             options: Default::default(),
             job_id: None,
             create_sent: false,
+            expected_rows: None,
         };
         vec![CommitGroup {
             id: "restore".into(),

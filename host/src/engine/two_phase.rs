@@ -15,6 +15,7 @@ use super::retry::retry;
 use super::schedule::FirstLook;
 pub use super::watch::Seen;
 use super::watch::{Judgement, Pair, Sight, watch};
+use crate::backup::ExpectedRows;
 use crate::milvus::{JobState, MilvusJobId};
 
 /// Commit and abort requests in flight at once.
@@ -50,10 +51,14 @@ pub struct Tracked {
     pub batch_id: String,
     pub collection: String,
     pub partition: String,
-    pub rows: i64,
+    /// What every end must import; `None` for L0 batches and for records written before
+    /// row accounting.
+    pub expected: Option<ExpectedRows>,
     pub job_id: Option<MilvusJobId>,
     /// Per end, target first; `None` until seen (or when the end does not know the job).
     pub seen: Vec<Option<Seen>>,
+    /// Per end, the rows it says it imported, read once it held the job Uncommitted.
+    pub imported: Vec<Option<i64>>,
 }
 
 /// Every job of a restore.

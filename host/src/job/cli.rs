@@ -417,6 +417,6 @@ mod tests {
         );
         let per_seg =
             from_flags(&["-n", "b", "--target", "prod-a", "--strategy", "per_seg"]).unwrap();
-        assert_eq!(per_seg.strategy(), Strategy::PerSeg);
+        assert_eq!(per_seg.strategy(), Some(Strategy::PerSeg));
     }
 }

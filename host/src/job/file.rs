@@ -90,6 +90,11 @@ pub struct ClusterFile {
     pub storage: Option<Spanned<StorageRef>>,
     /// The cluster's `dataCoord.import.maxImportJobNum`; default 1024.
     pub max_import_jobs: Option<Spanned<i64>>,
+    /// Milvus's `common.storageType`: "minio" (any object storage; the default) or "local".
+    pub storage_type: Option<Spanned<String>>,
+    /// Milvus's `localStorage.path` as the server sees it, with `storage_type = "local"`;
+    /// default: the directory of `storage`, for a server that sees it where lockstep does.
+    pub local_storage_path: Option<Spanned<String>>,
 }
 
 /// Object storage as a cluster or `[backups]` names it.

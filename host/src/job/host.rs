@@ -18,6 +18,7 @@
 //! token_env = "PROD_A_TOKEN"
 //! storage = "minio-a"             # or an inline table
 //! max_import_jobs = 1024          # dataCoord.import.maxImportJobNum
+//! storage_type = "minio"          # common.storageType; "local": absolute import paths
 //!
 //! [backups]
 //! storage = "minio-a"
@@ -124,6 +125,44 @@ pub struct ClusterSpec {
     /// The cluster's Milvus object storage; needed to stage into a target.
     pub storage: Option<StorageSpec>,
     pub max_import_jobs: u32,
+    pub paths: PathForm,
+}
+
+/// How a Milvus resolves the paths of an import, by its `common.storageType`. A mirror
+/// imports the target's paths verbatim, so every end of a restore must read them one way.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "storage_type")]
+pub enum PathForm {
+    /// `minio` (any object storage): keys relative to the bucket, as lockstep stages them.
+    #[default]
+    Minio,
+    /// `local`: absolute paths under Milvus's `localStorage.path`. A relative path is read
+    /// from the filesystem root: Milvus 2.3 then lists nothing and completes with 0 rows.
+    Local { local_storage_path: String },
+}
+
+impl PathForm {
+    /// The path Milvus reads for `key`, a path relative to the end's store.
+    pub fn import_path(&self, key: &str) -> String {
+        match self {
+            PathForm::Minio => key.to_owned(),
+            PathForm::Local { local_storage_path } => {
+                format!("{}/{key}", local_storage_path.trim_end_matches('/'))
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for PathForm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PathForm::Minio => f.write_str("bucket-relative keys (storage_type minio)"),
+            PathForm::Local { local_storage_path } => write!(
+                f,
+                "absolute paths under {local_storage_path} (storage_type local)"
+            ),
+        }
+    }
 }
 
 /// `[backups]`, validated.
@@ -339,13 +378,80 @@ pub(crate) fn cluster_spec(
         check_env_name(token_env, &format!("{field}.token_env"), problems);
     }
     let storage_ok = file.storage.is_none() || storage.is_some();
+    let paths = path_form(file, field, storage.as_ref(), problems);
     Some(ClusterSpec {
         uri: uri?,
         token_env,
         storage,
         max_import_jobs: max_import_jobs?,
+        paths: paths?,
     })
     .filter(|_| storage_ok)
+}
+
+/// `storage_type` and `local_storage_path`: how the cluster's Milvus reads import paths.
+fn path_form(
+    file: &ClusterFile,
+    field: &str,
+    storage: Option<&StorageSpec>,
+    problems: &mut Vec<RawProblem>,
+) -> Option<PathForm> {
+    let local = match &file.storage_type {
+        None => false,
+        Some(t) => match t.get_ref().as_str() {
+            "minio" => false,
+            "local" => true,
+            other => {
+                problems.push(RawProblem::new(
+                    format!("{field}.storage_type"),
+                    Some(t.span()),
+                    format!(
+                        "invalid storage_type `{other}`: expected \"minio\" (any object storage) or \"local\", as Milvus's common.storageType"
+                    ),
+                ));
+                return None;
+            }
+        },
+    };
+    if !local {
+        if let Some(path) = &file.local_storage_path {
+            problems.push(RawProblem::new(
+                format!("{field}.local_storage_path"),
+                Some(path.span()),
+                "local_storage_path applies only with storage_type = \"local\"",
+            ));
+            return None;
+        }
+        return Some(PathForm::Minio);
+    }
+    let seen_dir = storage
+        .filter(|s| s.url.scheme() == "file")
+        .and_then(|s| s.url.to_file_path().ok());
+    let local_storage_path = match (&file.local_storage_path, seen_dir) {
+        (Some(path), _) if !path.get_ref().starts_with('/') => {
+            problems.push(RawProblem::new(
+                format!("{field}.local_storage_path"),
+                Some(path.span()),
+                format!(
+                    "invalid local_storage_path `{}`: expected an absolute path, Milvus's localStorage.path as the server sees it",
+                    path.get_ref()
+                ),
+            ));
+            return None;
+        }
+        (Some(path), Some(_)) => path.get_ref().clone(),
+        (None, Some(dir)) => dir.display().to_string(),
+        (_, None) => {
+            let span = file.storage_type.as_ref().map(Spanned::span);
+            problems.push(RawProblem::new(
+                format!("{field}.storage"),
+                span,
+                "storage_type = \"local\" needs `storage` to be the file:/// directory where lockstep sees Milvus's localStorage.path",
+            ));
+            return None;
+        }
+    };
+    Some(PathForm::Local { local_storage_path })
 }
 
 /// Parses a cluster address: `http://` or `https://` with a host.
@@ -619,7 +725,7 @@ root = "backup"
         let path = "/etc/lockstep/lockstep.toml";
         let mut expected = vec![
             format!(
-                "{path}:18:1: clusters.c.tokens: unknown field `tokens`, expected one of `uri`, `token_env`, `storage`, `max_import_jobs`"
+                "{path}:18:1: clusters.c.tokens: unknown field `tokens`, expected one of `uri`, `token_env`, `storage`, `max_import_jobs`, `storage_type`, `local_storage_path`"
             ),
             format!(
                 "{path}:4:7: storages.s.url: invalid storage URL `gs://bucket`: expected s3://bucket/root or file:///dir/root"

@@ -40,7 +40,7 @@ pub use file::{
 };
 pub use host::{
     BackupsFile, BackupsSpec, ClusterSpec, DEFAULT_BACKUP_ROOT, DEFAULT_MAX_IMPORT_JOBS,
-    DEFAULT_STATE_DIR, HostConfig, HostConfigFile, StorageSpec,
+    DEFAULT_STATE_DIR, HostConfig, HostConfigFile, PathForm, StorageSpec,
 };
 pub use rest::{ResponseMode, RestRestore};
 
@@ -131,7 +131,8 @@ impl Job {
         &self.id
     }
 
-    pub fn strategy(&self) -> Strategy {
+    /// The strategy the job named, if any; preflight chooses the route either way.
+    pub fn strategy(&self) -> Option<Strategy> {
         self.restore.strategy
     }
 
@@ -167,9 +168,9 @@ impl Job {
     }
 }
 
-/// Bumped when `JobContent` changes shape, so that an old journal's ids are not mistaken
-/// for new content.
-const JOB_CONTENT_VERSION: u32 = 1;
+/// Bumped when `JobContent` changes shape or meaning, so that an old journal's ids are not
+/// mistaken for new content (2: an unnamed strategy is no longer "merged").
+const JOB_CONTENT_VERSION: u32 = 2;
 
 /// The SHA-256 hex of a job's canonical content.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -268,6 +269,8 @@ pub struct End {
     /// The token from the cluster's `token_env`; none when it has none.
     #[serde(skip)]
     pub token: Option<Secret>,
+    /// How its Milvus reads import paths.
+    pub paths: PathForm,
 }
 
 /// The cluster restored into: DDL, staging, imports and commits go here only.
@@ -453,7 +456,7 @@ mod tests {
         assert_eq!(job.secondaries[1].storage, None);
 
         let restore = &job.restore;
-        assert_eq!(job.strategy(), Strategy::Merged);
+        assert_eq!(job.strategy(), Some(Strategy::Merged));
         assert_eq!(
             restore.filter,
             Filter::parse("default.orders_r,db2.*").unwrap()
@@ -556,7 +559,7 @@ mod tests {
             .unwrap();
         let b = job(
             "# the same job, written otherwise\nname = \"other\"\nsecondaries = [ \"prod-b\" ]\n\n\
-             target = 'prod-a'\nbackup = \"orders_bak\"\nstrategy = \"merged\"\n[two_phase]\nmirror_grace = \"300s\"\n",
+             target = 'prod-a'\nbackup = \"orders_bak\"\n[two_phase]\nmirror_grace = \"300s\"\n",
         )
         .unwrap();
         assert_ne!(a.name, b.name);

@@ -400,6 +400,7 @@ mod tests {
             backup = "orders_bak"
             target = "prod-a"
             secondaries = ["prod-b", "http://10.0.0.9:19530"]
+            strategy = "merged"
             [restore]
             backup_filter = "db2.*,default.orders"
             filter = "default.orders_r"

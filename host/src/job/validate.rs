@@ -82,12 +82,9 @@ pub(crate) fn validate(file: JobFile, context: &Context<'_>) -> Result<Job, Vec<
         target.as_ref().map(|t| &t.end),
         &mut problems,
     );
-    let strategy = file
-        .strategy
-        .as_ref()
-        .map_or(Strategy::default(), |s| *s.get_ref());
+    let strategy = file.strategy.as_ref().map(|s| *s.get_ref());
     if let Some(spanned) = &file.strategy
-        && strategy == Strategy::PerSeg
+        && strategy == Some(Strategy::PerSeg)
         && !file.secondaries.is_empty()
     {
         problems.push(
@@ -142,7 +139,7 @@ fn job_name(file: &JobFile, context: &Context<'_>, problems: &mut Problems<'_>) 
         Some(name) => (name.get_ref().clone(), Some(name.span())),
         None => (context.default_name.clone()?, None),
     };
-    if host::is_name(&name) && name.len() <= 128 {
+    if host::is_name(&name) && name.len() <= 128 && !name.bytes().all(|b| b == b'.') {
         Some(name)
     } else {
         let hint = if span.is_none() {
@@ -173,11 +170,14 @@ fn backup_source(
         return None;
     };
     let name = backup.get_ref();
-    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+    // The name becomes a directory under the backup root: one segment, nothing that walks.
+    if !host::is_name(name) || name.bytes().all(|b| b == b'.') {
         problems.push(
             "backup",
             Some(backup.span()),
-            format!("invalid backup name `{name}`: expected a directory name"),
+            format!(
+                "invalid backup name `{name}`: expected a directory name of letters, digits, `_`, `-` or `.`"
+            ),
         );
         return None;
     }
@@ -227,6 +227,7 @@ fn resolve_cluster(
                     token_env: None,
                     storage: None,
                     max_import_jobs: host::DEFAULT_MAX_IMPORT_JOBS,
+                    paths: host::PathForm::Minio,
                 },
             }
         }
@@ -293,6 +294,7 @@ fn end(
         name: resolved.name.clone(),
         uri: resolved.spec.uri.clone(),
         token,
+        paths: resolved.spec.paths.clone(),
     })
 }
 
@@ -415,7 +417,7 @@ fn secondaries(
 
 fn restore_options(
     section: &RestoreSection,
-    strategy: Strategy,
+    strategy: Option<Strategy>,
     problems: &mut Problems<'_>,
 ) -> Option<RestoreOptions> {
     let before = problems.list.len();

@@ -24,9 +24,32 @@ use crate::milvus::MilvusJobId;
 /// One attempt to run one job's content: `{name}.{hash12}.{attempt}`. A new attempt after a
 /// failure gets a new id, hence new Idempotency-Keys, hence fresh import jobs (a key Milvus
 /// remembers would hand back the failed job).
+///
+/// The id names journal files, lock files, etcd keys and staging prefixes, and it reaches
+/// lockstep from REST queries and CLI arguments: it is only ever made by [`RestoreId::new`]
+/// or checked by [`RestoreId::parse`], so it can never be a path.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct RestoreId(pub String);
+#[serde(try_from = "String", into = "String")]
+pub struct RestoreId(String);
+
+/// The longest job name part of an id ([`RestoreId::content_prefix`] cuts names there).
+const NAME_PART_MAX: usize = 64;
+/// The hash part: the first 12 hex digits of the job content's SHA-256.
+const HASH_PART_MAX: usize = 12;
+
+/// Why a string is not a restore id (or a job identity or name). Its text names the rule,
+/// never the input: it is answered to API callers, who must not learn what a path holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidId {
+    #[error(
+        "invalid id: expected `NAME.HASH.ATTEMPT` (a job name of up to 64 letters, digits, `_` or `-`, 1 to 12 hex digits, an attempt number)"
+    )]
+    RestoreId,
+    #[error(
+        "invalid id: expected a restore id `NAME.HASH.ATTEMPT`, a job identity `NAME.HASH` or a job name of up to 128 letters, digits, `_`, `-` or `.`"
+    )]
+    Lookup,
+}
 
 impl RestoreId {
     pub fn new(job_name: &str, content_hash: &str, attempt: u32) -> RestoreId {
@@ -34,6 +57,35 @@ impl RestoreId {
             "{}{attempt}",
             RestoreId::content_prefix(job_name, content_hash)
         ))
+    }
+
+    /// Accepts exactly what [`RestoreId::new`] makes: a name part of `[A-Za-z0-9_-]`, a hex
+    /// hash part and a decimal attempt, joined by dots.
+    pub fn parse(s: &str) -> Result<RestoreId, InvalidId> {
+        let mut parts = s.split('.');
+        let (Some(name), Some(hash), Some(attempt), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(InvalidId::RestoreId);
+        };
+        let name_ok = (1..=NAME_PART_MAX).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
+        let hash_ok = (1..=HASH_PART_MAX).contains(&hash.len())
+            && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        let attempt_ok = !attempt.is_empty()
+            && attempt.bytes().all(|b| b.is_ascii_digit())
+            && attempt.parse::<u32>().is_ok();
+        if name_ok && hash_ok && attempt_ok {
+            Ok(RestoreId(s.to_owned()))
+        } else {
+            Err(InvalidId::RestoreId)
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 
     /// `{name}.{hash12}.`: what every attempt of one job content starts with. The name is
@@ -48,10 +100,71 @@ impl RestoreId {
                     '_'
                 }
             })
-            .take(64)
+            .take(NAME_PART_MAX)
             .collect();
-        let hash = content_hash.get(..12).unwrap_or(content_hash);
+        let hash = content_hash.get(..HASH_PART_MAX).unwrap_or(content_hash);
         format!("{name}.{hash}.")
+    }
+}
+
+impl TryFrom<String> for RestoreId {
+    type Error = InvalidId;
+
+    fn try_from(s: String) -> Result<Self, InvalidId> {
+        RestoreId::parse(&s)
+    }
+}
+
+impl From<RestoreId> for String {
+    fn from(id: RestoreId) -> String {
+        id.0
+    }
+}
+
+/// What an operator may name a restore by: its id, its job identity (`{name}.{hash12}`, every
+/// attempt of one content) or its job name. Only a parsed id is ever looked up by key; the
+/// text is otherwise matched against listed records, so it never becomes a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreLookup {
+    text: String,
+    id: Option<RestoreId>,
+}
+
+impl RestoreLookup {
+    /// Letters, digits, `_`, `-` and `.`, at most 128 of them: every id, identity and job
+    /// name lockstep makes or accepts, and nothing that walks a path.
+    pub fn parse(s: &str) -> Result<RestoreLookup, InvalidId> {
+        let allowed = (1..=128).contains(&s.len())
+            && !s.bytes().all(|b| b == b'.')
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if !allowed {
+            return Err(InvalidId::Lookup);
+        }
+        Ok(RestoreLookup {
+            text: s.to_owned(),
+            id: RestoreId::parse(s).ok(),
+        })
+    }
+
+    /// The restore id it is, if it is one.
+    pub fn id(&self) -> Option<&RestoreId> {
+        self.id.as_ref()
+    }
+
+    /// Whether `record` is one this lookup names: by id, by job identity or by job name.
+    pub fn matches(&self, record: &RestoreRecord) -> bool {
+        let id = record.id.as_str();
+        id == self.text
+            || id
+                .strip_prefix(self.text.as_str())
+                .is_some_and(|attempt| attempt.starts_with('.'))
+            || record.job_name == self.text
+    }
+
+    /// Whether it names the job identity `identity` (`{name}.{hash12}.`).
+    pub fn names_identity(&self, identity: &str) -> bool {
+        identity.trim_end_matches('.') == self.text
     }
 }
 
@@ -177,6 +290,10 @@ pub struct BatchRecord {
     /// was lost: recovery looks the job up by its key.
     pub job_id: Option<MilvusJobId>,
     pub create_sent: bool,
+    /// What every end must import of the batch, so that recovery holds a roll-forward to
+    /// the same account; absent in records written before row accounting.
+    #[serde(default)]
+    pub expected_rows: Option<crate::backup::ExpectedRows>,
 }
 
 /// The jobs that are committed together: the whole restore (`atomicity = "restore"`) or one
@@ -338,11 +455,71 @@ mod tests {
     #[test]
     fn restore_ids_are_readable_and_key_safe() {
         let id = RestoreId::new("orders 2026/11", "0123456789abcdef0123", 2);
-        assert_eq!(id.0, "orders_2026_11.0123456789ab.2");
-        assert!(id.0.starts_with(&RestoreId::content_prefix(
+        assert_eq!(id.as_str(), "orders_2026_11.0123456789ab.2");
+        assert!(id.as_str().starts_with(&RestoreId::content_prefix(
             "orders 2026/11",
             "0123456789abcdef0123"
         )));
+        assert_eq!(RestoreId::parse(id.as_str()), Ok(id));
+    }
+
+    #[test]
+    fn ids_that_are_paths_or_odd_bytes_are_refused() {
+        let long_name = format!("{}.0123456789ab.1", "n".repeat(65));
+        for bad in [
+            "",
+            "..",
+            "../../../secret/x",
+            "/etc/passwd",
+            "orders.0123456789ab.1/../x",
+            "%2e%2e%2fx.ab.1",
+            "orders.0123456789ab.1\0",
+            "orders\0.ab.1",
+            "orders.0123456789abc.1",
+            "orders.XYZ.1",
+            "orders.ab.",
+            "orders.ab.99999999999",
+            ".ab.1",
+            "a.b.c.d",
+            long_name.as_str(),
+        ] {
+            assert_eq!(RestoreId::parse(bad), Err(InvalidId::RestoreId), "{bad:?}");
+        }
+        // The error text is answered to API callers: it must not echo what it refused.
+        assert!(!InvalidId::RestoreId.to_string().contains("secret"));
+    }
+
+    #[test]
+    fn a_journal_record_with_a_path_for_an_id_does_not_deserialize() {
+        let err = serde_json::from_str::<RestoreId>("\"../../x\"").unwrap_err();
+        assert!(err.to_string().starts_with("invalid id"), "{err}");
+        let ok: RestoreId = serde_json::from_str("\"orders.0123456789ab.3\"").unwrap();
+        assert_eq!(ok.as_str(), "orders.0123456789ab.3");
+    }
+
+    #[test]
+    fn lookups_are_an_id_an_identity_or_a_job_name_and_nothing_else() {
+        let id = RestoreLookup::parse("orders.0123456789ab.2").unwrap();
+        assert_eq!(
+            id.id().map(RestoreId::as_str),
+            Some("orders.0123456789ab.2")
+        );
+        let identity = RestoreLookup::parse("orders.0123456789ab").unwrap();
+        assert_eq!(identity.id(), None);
+        assert!(identity.names_identity("orders.0123456789ab."));
+        assert!(!identity.names_identity("orders.0123456789ab0."));
+        assert!(RestoreLookup::parse("orders-2026.11").is_ok());
+        for bad in [
+            "../../x",
+            "a/b",
+            "",
+            "..",
+            "x\0",
+            "%2e%2e%2f",
+            &"n".repeat(129),
+        ] {
+            assert_eq!(RestoreLookup::parse(bad), Err(InvalidId::Lookup), "{bad:?}");
+        }
     }
 
     #[test]

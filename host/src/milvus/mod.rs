@@ -141,12 +141,22 @@ impl Error {
             if message.contains("import job does not exist"))
     }
 
-    /// The Milvus error code, when the end answered with one.
-    pub fn code(&self) -> Option<i32> {
-        match self {
-            Error::Api { code, .. } => Some(*code),
-            _ => None,
-        }
+    /// The server has no such route (HTTP 404): a Milvus before 2.4 has no REST v2 import,
+    /// one before 3.0 no commit or abort.
+    pub fn is_missing_route(&self) -> bool {
+        matches!(self, Error::Http { status: 404, .. })
+    }
+
+    /// The database named does not exist (merr 800, `database not found`).
+    pub fn is_database_missing(&self) -> bool {
+        matches!(self, Error::Api { code: 800, .. })
+    }
+
+    /// The target refuses imports because it replicates and
+    /// `dataCoord.import.enableInReplicatingCluster` is off (merr 3000, operation not
+    /// supported).
+    pub fn is_replicated_import_disabled(&self) -> bool {
+        matches!(self, Error::Api { code: 3000, .. })
     }
 }
 

@@ -27,7 +27,7 @@ use super::runner::{Ended, Rerun, Runner, recorded_report};
 use super::watch::WatchStats;
 use crate::engine::Report;
 use crate::job::{Job, Location, ResponseMode};
-use crate::journal::{Decision, Outcome, RestoreId, RestorePhase, RestoreRecord};
+use crate::journal::{Decision, Outcome, RestoreId, RestoreLookup, RestorePhase, RestoreRecord};
 
 /// milvus-backup's `ResponseCode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,14 +232,14 @@ async fn restore(State(state): State<Arc<ApiState>>, headers: HeaderMap, body: B
         ),
         ResponseMode::Wait => match handle.ended().await {
             Ended::Report(report) => {
-                let view = match state
-                    .runner
-                    .journal()
-                    .load(&RestoreId(report.restore_id.clone()))
-                    .await
-                {
-                    Ok(Some(record)) => view_of(&state, &record),
-                    _ => view_of_report(&report),
+                let recorded = match RestoreId::parse(&report.restore_id) {
+                    Ok(id) => state.runner.journal().load(&id).await.ok().flatten(),
+                    // A refused job's report has no restore id of its own.
+                    Err(_) => None,
+                };
+                let view = match recorded {
+                    Some(record) => view_of(&state, &record),
+                    None => view_of_report(&report),
                 };
                 let (code, msg) = if report.outcome == Outcome::Succeeded {
                     (Code::Success, "success".to_string())
@@ -277,26 +277,36 @@ async fn get_restore(
     let Some(id) = query.id.filter(|i| !i.is_empty()) else {
         return envelope::<()>(rid, Code::ParameterError, "id is required", None);
     };
-    match find(&state, &id).await {
+    // The message names the rule, not the input: an id may be a probe for a path.
+    let lookup = match RestoreLookup::parse(&id) {
+        Ok(lookup) => lookup,
+        Err(e) => return envelope::<()>(rid, Code::ParameterError, e.to_string(), None),
+    };
+    match find(&state, &lookup).await {
         Ok(Some(view)) => envelope(rid, Code::Success, "success", Some(view)),
         Ok(None) => envelope::<()>(rid, Code::Fail, format!("task not found: {id}"), None),
-        Err(e) => envelope::<()>(rid, Code::Fail, format!("journal: {e}"), None),
+        Err(e) => journal_unreadable(rid, &e),
     }
 }
 
 /// A restore id; else a job identity (`{name}.{hash12}`) or a job name, whose newest
-/// attempt is shown; else a job waiting for its turn here.
-async fn find(state: &ApiState, id: &str) -> crate::journal::Result<Option<RestoreView>> {
+/// attempt is shown; else a job waiting for its turn here. Only a parsed id is loaded by
+/// key, so no query can name a file.
+async fn find(
+    state: &ApiState,
+    lookup: &RestoreLookup,
+) -> crate::journal::Result<Option<RestoreView>> {
     let journal = state.runner.journal();
-    if let Some(record) = journal.load(&RestoreId(id.to_string())).await? {
+    if let Some(id) = lookup.id()
+        && let Some(record) = journal.load(id).await?
+    {
         return Ok(Some(view_of(state, &record)));
     }
-    let prefix = format!("{id}.");
     let newest = journal
         .list()
         .await?
         .into_iter()
-        .filter(|r| r.id.0.starts_with(&prefix) || r.job_name == id)
+        .filter(|r| lookup.matches(r))
         .max_by_key(|r| (r.started_at, r.attempt));
     if let Some(record) = newest {
         return Ok(Some(view_of(state, &record)));
@@ -305,7 +315,7 @@ async fn find(state: &ApiState, id: &str) -> crate::journal::Result<Option<Resto
         .runner
         .active()
         .into_iter()
-        .find(|identity| identity.trim_end_matches('.') == id)
+        .find(|identity| lookup.names_identity(identity))
         .map(|identity| queued_view(&identity, "")))
 }
 
@@ -322,8 +332,20 @@ async fn list_restores(State(state): State<Arc<ApiState>>, headers: HeaderMap) -
             let views: Vec<RestoreView> = records.iter().map(|r| view_of(&state, r)).collect();
             envelope(rid, Code::Success, "success", Some(views))
         }
-        Err(e) => envelope::<()>(rid, Code::Fail, format!("journal: {e}"), None),
+        Err(e) => journal_unreadable(rid, &e),
     }
+}
+
+/// A journal error names journal paths and may quote a record: the log gets it, the caller
+/// does not.
+fn journal_unreadable(rid: String, e: &crate::journal::Error) -> Response {
+    tracing::warn!(error = %e, "the journal could not be read");
+    envelope::<()>(
+        rid,
+        Code::Fail,
+        "the journal could not be read; the server's log says why",
+        None,
+    )
 }
 
 async fn openapi() -> Response {
@@ -417,7 +439,7 @@ fn progress(record: &RestoreRecord, live: Option<&super::progress::Live>) -> i32
 }
 
 fn view_of(state: &ApiState, record: &RestoreRecord) -> RestoreView {
-    let live = state.runner.progress().get(&record.id.0);
+    let live = state.runner.progress().get(record.id.as_str());
     let report = recorded_report(record);
     let code = state_code(record.outcome);
     let end_time = if record.outcome.is_some() {
@@ -462,7 +484,7 @@ fn view_of(state: &ApiState, record: &RestoreRecord) -> RestoreView {
         }
     }
     RestoreView {
-        id: record.id.0.clone(),
+        id: record.id.to_string(),
         state_code: code as i32,
         error_message,
         start_time: record.started_at.as_second(),

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest as _, Sha256};
 
 use crate::engine::Report;
+use crate::engine::report::ReportOf;
 use crate::journal::RestoreId;
 
 /// The report of a job file that was refused before anything ran: it did not parse or
@@ -24,11 +25,14 @@ pub fn refused_file(path: &Path, bytes: &[u8], error: &crate::job::Error) -> Rep
         [] => vec![error.to_string()],
         problems => problems.iter().map(ToString::to_string).collect(),
     };
+    let of = ReportOf {
+        restore_id: format!("{}refused", RestoreId::content_prefix(&stem, &hash)),
+        job_name: stem,
+        job_id: hash,
+        backup: String::new(),
+    };
     Report::refused(
-        format!("{}refused", RestoreId::content_prefix(&stem, &hash)),
-        stem,
-        hash,
-        String::new(),
+        of,
         format!("job file {} refused; nothing ran", path.display()),
         refusals,
     )

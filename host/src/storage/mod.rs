@@ -48,8 +48,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    #[error("restore id `{restore_id}` cannot name a staging prefix: {reason}")]
-    InvalidRestoreId { restore_id: String, reason: String },
     #[error("backup file path `{path}` is not a valid object path: {reason}")]
     InvalidFilePath { path: String, reason: String },
     #[error("staging {path} into {end}")]

@@ -46,18 +46,9 @@ const PARTS_IN_FLIGHT: usize = 2;
 pub struct StagingPrefix(Path);
 
 impl StagingPrefix {
-    pub fn for_restore(restore_id: &RestoreId) -> Result<Self, Error> {
-        let id = restore_id.0.as_str();
-        let invalid = |reason: &str| Error::InvalidRestoreId {
-            restore_id: id.to_owned(),
-            reason: reason.to_owned(),
-        };
-        if id.is_empty() || id == "." || id == ".." || id.contains('/') {
-            return Err(invalid("a restore id must be one non-empty path segment"));
-        }
-        let path =
-            Path::parse(format!("{STAGING_ROOT}/{id}")).map_err(|e| invalid(&e.to_string()))?;
-        Ok(StagingPrefix(path))
+    /// Infallible: a [`RestoreId`] is one path segment by construction.
+    pub fn for_restore(restore_id: &RestoreId) -> Self {
+        StagingPrefix(Path::from_iter([STAGING_ROOT, restore_id.as_str()]))
     }
 
     pub fn path(&self) -> &Path {
@@ -870,7 +861,7 @@ mod tests {
     }
 
     fn prefix(id: &str) -> StagingPrefix {
-        StagingPrefix::for_restore(&RestoreId(id.into())).expect("valid restore id")
+        StagingPrefix::for_restore(&RestoreId::new(id, "ab", 1))
     }
 
     fn source(store: &OpenedStore) -> StageSource<'_> {
@@ -1026,7 +1017,7 @@ mod tests {
         );
         assert!(
             b.path()
-                .join("lockstep-staging/r1/binlogs/delta_log/1/-1/9/9001")
+                .join("lockstep-staging/r1.ab.1/binlogs/delta_log/1/-1/9/9001")
                 .is_file()
         );
         let leftovers = partial_files(b.path());
@@ -1114,8 +1105,12 @@ mod tests {
         // A local server-side copy is a hard link: the bytes exist once.
         let original =
             std::fs::metadata(dir.path().join(BACKUP_DIR).join(&files[0].path)).expect("stat");
-        let copy = std::fs::metadata(dir.path().join("lockstep-staging/r2").join(&files[0].path))
-            .expect("stat");
+        let copy = std::fs::metadata(
+            dir.path()
+                .join("lockstep-staging/r2.ab.1")
+                .join(&files[0].path),
+        )
+        .expect("stat");
         assert_eq!(original.ino(), copy.ino());
     }
 
@@ -1226,8 +1221,12 @@ mod tests {
         assert_staged_content(&target, &prefix, &files).await;
         let original = std::fs::metadata(a.path().join(BACKUP_DIR).join(&files[0].path))
             .expect("stat backup file");
-        let linked = std::fs::metadata(b.path().join("lockstep-staging/r2l").join(&files[0].path))
-            .expect("stat staged file");
+        let linked = std::fs::metadata(
+            b.path()
+                .join("lockstep-staging/r2l.ab.1")
+                .join(&files[0].path),
+        )
+        .expect("stat staged file");
         assert_eq!(original.ino(), linked.ino(), "the bytes exist once");
         let leftovers = partial_files(b.path());
         assert!(leftovers.is_empty(), "partial links left: {leftovers:?}");
@@ -1259,14 +1258,18 @@ mod tests {
         let store = local(dir.path());
         let root = dir.path().join(STAGING_ROOT);
         for i in 0..300 {
-            let segment = root.join(format!("r10/binlogs/insert_log/{}/{}/{i}", i % 7, i % 5));
+            let segment = root.join(format!(
+                "r10.ab.1/binlogs/insert_log/{}/{}/{i}",
+                i % 7,
+                i % 5
+            ));
             std::fs::create_dir_all(&segment).expect("mkdir");
             std::fs::write(segment.join("1"), b"x").expect("write");
         }
         // A part-written copy is no object, but goes with its prefix.
-        std::fs::write(root.join("r10/binlogs/insert_log/0/0/0/2#1"), b"x").expect("write");
-        std::fs::create_dir_all(root.join("r11")).expect("mkdir");
-        std::fs::write(root.join("r11/keep"), b"x").expect("write");
+        std::fs::write(root.join("r10.ab.1/binlogs/insert_log/0/0/0/2#1"), b"x").expect("write");
+        std::fs::create_dir_all(root.join("r11.ab.1")).expect("mkdir");
+        std::fs::write(root.join("r11.ab.1/keep"), b"x").expect("write");
         let destinations = [Destination {
             end: "target",
             store: &store,
@@ -1276,9 +1279,9 @@ mod tests {
             .await
             .expect("cleanup");
         assert_eq!(deleted, 300);
-        assert!(!root.join("r10").exists());
+        assert!(!root.join("r10.ab.1").exists());
         assert!(
-            root.join("r11/keep").is_file(),
+            root.join("r11.ab.1/keep").is_file(),
             "another restore's files stay"
         );
 
@@ -1316,7 +1319,7 @@ mod tests {
             .expect("first stage");
 
         // An interrupted copy left one file short and never wrote another.
-        let staged_dir = b.path().join("lockstep-staging/r3");
+        let staged_dir = b.path().join("lockstep-staging/r3.ab.1");
         std::fs::write(staged_dir.join(&files[1].path), b"short").expect("truncate");
         std::fs::remove_file(staged_dir.join(&files[2].path)).expect("remove");
 
@@ -1364,7 +1367,10 @@ mod tests {
             .expect("first stage");
 
         // What a power loss before the flush can leave: the size, not the bytes.
-        let staged_file = b.path().join("lockstep-staging/r3b").join(&files[1].path);
+        let staged_file = b
+            .path()
+            .join("lockstep-staging/r3b.ab.1")
+            .join(&files[1].path);
         std::fs::write(&staged_file, vec![0u8; 200]).expect("zero the file");
 
         let (staged, _) = stage_recording(&backup, &files, &destinations, &prefix).await;
@@ -1505,14 +1511,14 @@ mod tests {
                 .expect("keep"),
             0
         );
-        assert!(dirs[1].path().join("lockstep-staging/r6").is_dir());
+        assert!(dirs[1].path().join("lockstep-staging/r6.ab.1").is_dir());
         let deleted = cleanup(&destinations, &prefix, TempFiles::Delete)
             .await
             .expect("cleanup");
         assert_eq!(deleted, 2 * files.len() as u64);
         for dir in &dirs[1..] {
             assert!(
-                !dir.path().join("lockstep-staging/r6").exists(),
+                !dir.path().join("lockstep-staging/r6.ab.1").exists(),
                 "prefix removed, directories too"
             );
         }
@@ -1550,20 +1556,14 @@ mod tests {
                 prefix: prefix("r7")
             }
         );
-        assert_eq!(mixed.prefix().as_ref(), "lockstep-staging/r7");
+        assert_eq!(mixed.prefix().as_ref(), "lockstep-staging/r7.ab.1");
     }
 
     #[test]
-    fn restore_ids_must_be_one_path_segment() {
-        for bad in ["", "..", "a/b"] {
-            assert!(matches!(
-                StagingPrefix::for_restore(&RestoreId(bad.into())),
-                Err(Error::InvalidRestoreId { .. })
-            ));
-        }
+    fn a_restore_id_is_the_one_segment_under_the_staging_root() {
         assert_eq!(
-            prefix("orders.0123456789ab.1").path().as_ref(),
-            "lockstep-staging/orders.0123456789ab.1"
+            prefix("orders").path().as_ref(),
+            "lockstep-staging/orders.ab.1"
         );
     }
 

@@ -80,7 +80,12 @@ async fn claims_are_exclusive_across_hosts_and_records_outlive_them() {
         [1, 2]
     );
     assert_eq!(b.list().await.unwrap().len(), 3);
-    assert_eq!(b.load(&RestoreId("nope".into())).await.unwrap(), None);
+    assert_eq!(
+        b.load(&RestoreId::parse("nope.ab.1").unwrap())
+            .await
+            .unwrap(),
+        None
+    );
 }
 
 #[tokio::test]

@@ -51,7 +51,20 @@ pub struct WorldSpec {
     pub service: StorageService,
     /// Which store holds the backup.
     pub backup_store: BackupStore,
+    /// How the target's Milvus resolves import paths, and whether the host config says so.
+    pub target_paths: TargetPaths,
     pub backup: BackupSpec,
+}
+
+/// The target's `common.storageType`, and what the host config tells lockstep of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetPaths {
+    /// Object storage, as every other end: bucket-relative keys.
+    Object,
+    /// Local storage (absolute file paths), declared with `storage_type = "local"`.
+    LocalDeclared,
+    /// Local storage the host config does not mention: lockstep sends bucket-style paths.
+    LocalUndeclared,
 }
 
 /// Where the ends keep their objects.
@@ -99,6 +112,7 @@ impl Default for WorldSpec {
             storage: StorageLayout::Separate,
             service: StorageService::LocalDirs,
             backup_store: BackupStore::Own,
+            target_paths: TargetPaths::Object,
             backup: BackupSpec {
                 name: "e2e_backup".into(),
                 collections: 2,
@@ -199,6 +213,9 @@ impl World {
         target.version = spec.target_version.clone();
         target.import_in_replicating_cluster = spec.gate_on;
         target.storage = location(Store::End(TARGET)).sim_storage();
+        if spec.target_paths != TargetPaths::Object {
+            target.storage_type = milvus_sim::topology::StorageType::Local;
+        }
         target.durations = stage(spec.target_stage);
         target.max_import_job_num = spec.max_import_job_num;
         clusters.push(target);
@@ -290,6 +307,9 @@ impl World {
                     "storage = {}\n",
                     self.location(Store::End(&end)).host_storage()
                 ));
+            }
+            if end == TARGET && self.spec.target_paths == TargetPaths::LocalDeclared {
+                text.push_str("storage_type = \"local\"\n");
             }
         }
         std::fs::write(self.path("lockstep.toml"), text)?;
@@ -452,6 +472,20 @@ impl World {
                 job,
                 state,
                 reason: reason.into(),
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// Makes the next job created on `end` (a mirror counts) import `rows` fewer rows than its
+    /// files hold and complete all the same: its imported and total rows alike.
+    pub async fn short_next_import(&self, end: &str, rows: i64) -> anyhow::Result<()> {
+        self.sim
+            .cluster(end)
+            .control()
+            .short_import(&milvus_sim::faults::ShortImport {
+                job: milvus_sim::faults::JobSelector::Next,
+                rows,
             })
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))

@@ -48,6 +48,14 @@ pub enum Violation {
         job: i64,
         state: Option<JobState>,
     },
+    /// Invariants 1 and 6: a committed job shows other rows on an end than the backup holds
+    /// for its batch, and no report names it.
+    RowsWrong {
+        end: String,
+        job: i64,
+        expected: String,
+        imported: i64,
+    },
     /// Invariant 3: a report names a divergence that did not happen.
     FalseDivergence { end: String, job: String },
     /// Invariant 4: a Completed job the journal never committed (a double import).
@@ -122,6 +130,15 @@ impl fmt::Display for Violation {
             UnreportedDivergence { end, job, state } => write!(
                 f,
                 "[inv 3] committed job {job} is {state:?} on {end}, and no report names it"
+            ),
+            RowsWrong {
+                end,
+                job,
+                expected,
+                imported,
+            } => write!(
+                f,
+                "[inv 1/6] committed job {job} imported {imported} rows on {end}, the backup holds {expected}, and no report names it"
             ),
             FalseDivergence { end, job } => write!(
                 f,
@@ -384,6 +401,26 @@ pub fn check(e: &Evidence<'_>) -> Vec<Violation> {
                     });
                 }
             }
+            // What describe answers for the job on each end, against the batch's account.
+            if let Some(expected) = s.batch.expected_rows {
+                for (end, snapshot) in e.ends {
+                    let Some(j) = snapshot.job(*job) else {
+                        continue;
+                    };
+                    let imported = (j.total_rows - j.deleted_rows).max(0);
+                    if j.state == JobState::Completed
+                        && !expected.accepts(imported)
+                        && !diverged(end)
+                    {
+                        found.push(Violation::RowsWrong {
+                            end: end.clone(),
+                            job: *job,
+                            expected: expected.to_string(),
+                            imported,
+                        });
+                    }
+                }
+            }
         } else {
             // A job the failure found alive must be aborted; a drop of its collection is
             // cleanup, not the abort DESIGN.md §1 asks for.
@@ -436,7 +473,7 @@ fn check_data(e: &Evidence<'_>, submitted: &BTreeMap<i64, Submitted<'_>>) -> Vec
             .filter(of_collection)
             .filter(|s| s.committed_ms.is_some())
             .collect();
-        let attempts: BTreeSet<&str> = committed.iter().map(|s| s.record.id.0.as_str()).collect();
+        let attempts: BTreeSet<&str> = committed.iter().map(|s| s.record.id.as_str()).collect();
         if attempts.len() > 1 {
             found.push(Violation::CommittedTwice {
                 collection: name.clone(),
@@ -512,7 +549,7 @@ fn check_data(e: &Evidence<'_>, submitted: &BTreeMap<i64, Submitted<'_>>) -> Vec
 fn check_records(e: &Evidence<'_>) -> Vec<Violation> {
     let mut found = Vec::new();
     for record in e.records {
-        let restore = record.id.0.clone();
+        let restore = record.id.to_string();
         let disagree = |detail: String| Violation::OutcomeDisagrees {
             restore: restore.clone(),
             detail,
@@ -664,10 +701,12 @@ mod tests {
         let report = outcome.map(|outcome| Report {
             outcome,
             ..Report::refused(
-                "r1".into(),
-                "job".into(),
-                "job-1".into(),
-                "nightly".into(),
+                lockstep::engine::report::ReportOf {
+                    restore_id: "r1".into(),
+                    job_name: "job".into(),
+                    job_id: "job-1".into(),
+                    backup: "nightly".into(),
+                },
                 String::new(),
                 vec![],
             )

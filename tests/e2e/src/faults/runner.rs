@@ -13,7 +13,7 @@ use lockstep::journal::embedded::FileJournal;
 use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
 use lockstep::journal::{Journal, Outcome, RestoreRecord};
 use milvus_sim::control::DeleteObjects;
-use milvus_sim::faults::{JobFailure, JobSelector};
+use milvus_sim::faults::{JobFailure, JobSelector, ShortImport};
 use tokio::time::Instant;
 
 use super::checker::{self, Ending, Evidence, ProcessRun, Resubmission, Violation};
@@ -191,6 +191,13 @@ impl Run<'_> {
                     job: JobSelector::Nth(*nth),
                     state: *state,
                     reason: format!("injected failure at {state:?}"),
+                })
+                .await
+                .map_err(|e| e.to_string()),
+            Fault::ShortImport { end, nth, rows } => control(end)
+                .short_import(&ShortImport {
+                    job: JobSelector::Nth(*nth),
+                    rows: *rows,
                 })
                 .await
                 .map_err(|e| e.to_string()),

@@ -145,6 +145,9 @@ pub enum Fault {
         effect: ApiEffect,
         for_ms: u64,
     },
+    /// The `nth` job created on `end` from now imports `rows` fewer rows than its files
+    /// hold and completes all the same, as a Milvus 2.3 does with a prefix it lists empty.
+    ShortImport { end: String, nth: u32, rows: i64 },
     /// Staged files vanish from secondary `end`'s storage.
     DeleteStaged { end: String },
     /// `end` goes down for `down_ms`.
@@ -168,6 +171,7 @@ impl Fault {
                 ..
             } => "api-unavailable",
             Fault::Api { .. } => "api-slow",
+            Fault::ShortImport { .. } => "short-import",
             Fault::DeleteStaged { .. } => "staged-files-deleted",
             Fault::Restart { .. } => "cluster-restart",
             Fault::KillHost => "host-sigkill",
@@ -302,6 +306,11 @@ impl Scenario {
                 7 => Fault::Restart {
                     end: ends[d.between(0, ends.len() as u64 - 1) as usize].clone(),
                     down_ms: d.between(100, 2_000),
+                },
+                8 => Fault::ShortImport {
+                    end: ends[d.between(0, ends.len() as u64 - 1) as usize].clone(),
+                    nth: d.between(1, jobs.max(1)) as u32,
+                    rows: d.between(1, 5) as i64,
                 },
                 9 if journal == JournalKind::Etcd => Fault::RaceHost,
                 _ => Fault::KillHost,

@@ -90,6 +90,30 @@ async fn catches_a_commit_without_a_written_decision() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// s1's first mirror imports 3 rows fewer than its files hold and completes all the same.
+fn short_mirror() -> Vec<Timed> {
+    vec![Timed {
+        at_ms: 0,
+        fault: Fault::ShortImport {
+            end: secondary(0),
+            nth: 1,
+            rows: 3,
+        },
+    }]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn catches_a_commit_of_a_job_a_mirror_imported_short() -> anyhow::Result<()> {
+    let scenario = pinned(short_mirror());
+    let run = run_with(Some(Bug::SkipRows), &scenario).await?;
+    assert_caught(
+        &run,
+        &scenario,
+        |v| matches!(v, Violation::RowsWrong { end, .. } if *end == secondary(0)),
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_same_scenario_without_a_planted_bug_passes() -> anyhow::Result<()> {
     // Each planted-bug scenario, run by a correct engine: the violations above come from
@@ -110,6 +134,7 @@ async fn the_same_scenario_without_a_planted_bug_passes() -> anyhow::Result<()> 
                 state: JobState::Importing,
             },
         }],
+        short_mirror(),
     ] {
         let scenario = pinned(schedule);
         let run = run_with(None, &scenario).await?;

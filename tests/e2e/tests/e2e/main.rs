@@ -6,5 +6,7 @@ mod fault_runner;
 mod invariants;
 mod plugins;
 mod refusals;
+mod rows;
 mod s3;
 mod two_phase;
+mod versions;

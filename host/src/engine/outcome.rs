@@ -1,0 +1,195 @@
+//! How a restore ended: one function from what the engine found to the outcome and the line
+//! a person reads first. A run, a recovery and every strategy end here, so the same facts
+//! always give the same exit code.
+
+use crate::journal::{Outcome, RestoreId};
+
+use super::report::Divergence;
+
+/// What a restore came to.
+#[derive(Debug, Default)]
+pub struct Facts<'a> {
+    /// Why it stopped before (some of) its decisions; `None` if nothing failed.
+    pub failure: Option<String>,
+    /// Collections whose every row is visible on every end.
+    pub visible: Vec<String>,
+    /// Collections with some rows visible and not all (auto-commit imports that came up
+    /// short or failed part-way), each with what it shows, e.g. `default.c (20 of 30 rows)`.
+    pub partly_visible: Vec<String>,
+    pub divergences: &'a [Divergence],
+    /// What did not converge: ends that did not settle an abort, commit groups that did not
+    /// complete in time.
+    pub unconverged: Vec<String>,
+    /// For the summary of a success.
+    pub collections: usize,
+    pub jobs: usize,
+    pub ends: usize,
+}
+
+/// The outcome and its summary. `id` is named where `lockstep recover` is the way on.
+pub fn decide(facts: &Facts<'_>, id: &RestoreId) -> (Outcome, String) {
+    if !facts.unconverged.is_empty() {
+        return (
+            Outcome::Incomplete,
+            format!(
+                "not every end converged: {}; `lockstep recover {id}` continues it",
+                facts.unconverged.join("; ")
+            ),
+        );
+    }
+    let diverged = || {
+        let mut ends: Vec<&str> = facts.divergences.iter().map(|d| d.end.as_str()).collect();
+        ends.sort_unstable();
+        ends.dedup();
+        format!(
+            "{} job(s) failed to become visible on {}",
+            facts.divergences.len(),
+            ends.join(", ")
+        )
+    };
+    if let Some(reason) = &facts.failure {
+        if facts.visible.is_empty() && facts.partly_visible.is_empty() {
+            return (Outcome::RolledBack, reason.clone());
+        }
+        let mut summary = reason.clone();
+        if !facts.visible.is_empty() {
+            summary.push_str(&format!(
+                "; committed before the failure and visible on every end: {}",
+                facts.visible.join(", ")
+            ));
+        }
+        if !facts.partly_visible.is_empty() {
+            summary.push_str(&format!(
+                "; partly visible: {}",
+                facts.partly_visible.join(", ")
+            ));
+        }
+        if facts.divergences.is_empty() {
+            return (Outcome::PartlyCommitted, summary);
+        }
+        return (Outcome::Diverged, format!("{summary}; {}", diverged()));
+    }
+    if !facts.divergences.is_empty() {
+        return (
+            Outcome::Diverged,
+            format!("committed on the target; {}", diverged()),
+        );
+    }
+    (
+        Outcome::Succeeded,
+        format!(
+            "restored {} collection(s) in {} import job(s), visible on {} end(s)",
+            facts.collections, facts.jobs, facts.ends
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id() -> RestoreId {
+        RestoreId::new("orders", "0123456789ab", 1)
+    }
+
+    fn divergence(end: &str) -> Divergence {
+        Divergence {
+            end: end.into(),
+            job_id: "7".into(),
+            collection: "default.c".into(),
+            reason: "failed".into(),
+        }
+    }
+
+    #[test]
+    fn nothing_wrong_is_a_success_that_counts_what_it_restored() {
+        let facts = Facts {
+            visible: vec!["default.c".into()],
+            collections: 1,
+            jobs: 3,
+            ends: 2,
+            ..Facts::default()
+        };
+        let (outcome, summary) = decide(&facts, &id());
+        assert_eq!(outcome, Outcome::Succeeded);
+        assert_eq!(
+            summary,
+            "restored 1 collection(s) in 3 import job(s), visible on 2 end(s)"
+        );
+    }
+
+    #[test]
+    fn a_failure_with_nothing_visible_is_a_rollback() {
+        let facts = Facts {
+            failure: Some("job 7 failed on b".into()),
+            ..Facts::default()
+        };
+        assert_eq!(
+            decide(&facts, &id()),
+            (Outcome::RolledBack, "job 7 failed on b".into())
+        );
+    }
+
+    #[test]
+    fn a_failure_after_some_data_became_visible_is_partly_committed() {
+        let committed = Facts {
+            failure: Some("boom".into()),
+            visible: vec!["default.a".into()],
+            ..Facts::default()
+        };
+        let (outcome, summary) = decide(&committed, &id());
+        assert_eq!(outcome, Outcome::PartlyCommitted);
+        assert!(
+            summary.ends_with("visible on every end: default.a"),
+            "{summary}"
+        );
+        let short = Facts {
+            failure: Some("row accounting failed".into()),
+            partly_visible: vec!["default.c (20 of 30 rows)".into()],
+            ..Facts::default()
+        };
+        let (outcome, summary) = decide(&short, &id());
+        assert_eq!(outcome, Outcome::PartlyCommitted);
+        assert!(summary.ends_with("partly visible: default.c (20 of 30 rows)"));
+    }
+
+    #[test]
+    fn divergence_outranks_a_partial_commit_and_names_every_end_once() {
+        let divergences = [divergence("b"), divergence("c"), divergence("b")];
+        let after_failure = Facts {
+            failure: Some("boom".into()),
+            visible: vec!["default.a".into()],
+            divergences: &divergences,
+            ..Facts::default()
+        };
+        assert_eq!(decide(&after_failure, &id()).0, Outcome::Diverged);
+        let plain = Facts {
+            divergences: &divergences,
+            ..Facts::default()
+        };
+        assert_eq!(
+            decide(&plain, &id()),
+            (
+                Outcome::Diverged,
+                "committed on the target; 3 job(s) failed to become visible on b, c".into()
+            )
+        );
+    }
+
+    #[test]
+    fn what_did_not_converge_outranks_everything_and_says_how_to_go_on() {
+        let divergences = [divergence("b")];
+        let facts = Facts {
+            failure: Some("boom".into()),
+            divergences: &divergences,
+            unconverged: vec!["group restore: not Completed in time".into()],
+            ..Facts::default()
+        };
+        let (outcome, summary) = decide(&facts, &id());
+        assert_eq!(outcome, Outcome::Incomplete);
+        assert!(
+            summary.ends_with("`lockstep recover orders.0123456789ab.1` continues it"),
+            "{summary}"
+        );
+    }
+}
