@@ -4,5 +4,6 @@
 mod api;
 mod etcd_journal;
 mod fleet;
+mod hostile;
 mod support;
 mod watch;
