@@ -136,7 +136,8 @@ pub async fn run(args: DemoArgs, format: OutputFormat) -> anyhow::Result<i32> {
     )?;
     let host = HostConfig::load(&host_file).map_err(anyhow::Error::new)?;
     let job = Job::from_file(&job_file, &host).map_err(anyhow::Error::new)?;
-    let engine = super::build_engine(&host.state_dir, output::progress_for(format))?;
+    let journal = super::open_journal(None, &host.state_dir).await?;
+    let engine = super::engine_with(journal, &host.state_dir, output::progress_for(format));
     let report = engine.run(&job).await;
     output::report(format, &report);
 

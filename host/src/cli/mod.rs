@@ -1,5 +1,6 @@
 //! Commands, output and exit codes of the `lockstep` binary.
 
+#[cfg(feature = "demo")]
 mod demo;
 mod operate;
 mod output;
@@ -74,6 +75,7 @@ enum Command {
     Recover { id: Option<String> },
     /// Start milvus-sim in process (a primary and two secondaries), generate a backup and
     /// restore it with two-phase commit.
+    #[cfg(feature = "demo")]
     Demo(demo::DemoArgs),
     /// Develop plugin checks without a cluster.
     #[command(subcommand)]
@@ -124,6 +126,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
 
 async fn run_command(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
+        #[cfg(feature = "demo")]
         Command::Demo(args) => return demo::run(args, cli.output).await,
         Command::Plugin(cmd) => {
             return plugin_command(cmd, cli.output, &state_dir_for(&cli.state_dir, None)).await;
@@ -164,7 +167,9 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Status { id } => status(&engine, id.as_deref(), cli.output).await,
         Command::Recover { id } => recover(&engine, &host, id.as_deref(), cli.output).await,
-        Command::Demo(_) | Command::Plugin(_) | Command::Watch(_) | Command::Serve(_) => {
+        #[cfg(feature = "demo")]
+        Command::Demo(_) => unreachable!("handled above"),
+        Command::Plugin(_) | Command::Watch(_) | Command::Serve(_) => {
             unreachable!("handled above")
         }
     }
@@ -188,15 +193,6 @@ fn state_dir_for(flag: &Option<PathBuf>, host: Option<&HostConfig>) -> PathBuf {
     flag.clone()
         .or_else(|| host.map(|h| h.state_dir.clone()))
         .unwrap_or_else(|| PathBuf::from(lockstep::job::DEFAULT_STATE_DIR))
-}
-
-pub fn build_engine(
-    state_dir: &Path,
-    progress: Arc<dyn engine::Progress>,
-) -> anyhow::Result<Engine> {
-    let journal = FileJournal::open(state_dir)
-        .with_context(|| format!("opening the journal in {}", state_dir.display()))?;
-    Ok(engine_with(Arc::new(journal), state_dir, progress))
 }
 
 /// The journal `--journal` names: etcd for `etcd://...`, else the embedded one in the

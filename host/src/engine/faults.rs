@@ -3,8 +3,9 @@
 //! them. Built only with the `fault-injection` feature: a test sets
 //! `LOCKSTEP_CRASH_AT=<point>` and the process dies at that point as under SIGKILL, with no
 //! destructor, flush or journal write after it; or `LOCKSTEP_PLANT=<bug>` and the engine
-//! breaks one invariant of DESIGN.md §2 on purpose. Without the feature every point and bug
-//! is a no-op the compiler removes.
+//! breaks one invariant of DESIGN.md §2 on purpose. Without the feature, and in every build
+//! without debug assertions (a release binary, even one the workspace built with the
+//! feature unified in by `tests/e2e`), every point and bug is a no-op the compiler removes.
 
 /// Where a crash can be injected, in the order a restore passes them.
 pub const POINTS: &[&str] = &[
@@ -19,7 +20,7 @@ pub const POINTS: &[&str] = &[
 ];
 
 /// Dies here if the test asked for it.
-#[cfg(feature = "fault-injection")]
+#[cfg(all(feature = "fault-injection", debug_assertions))]
 pub fn crash_point(point: &str) {
     debug_assert!(POINTS.contains(&point), "unknown crash point {point}");
     if std::env::var("LOCKSTEP_CRASH_AT").is_ok_and(|p| p == point) {
@@ -28,7 +29,7 @@ pub fn crash_point(point: &str) {
     }
 }
 
-#[cfg(not(feature = "fault-injection"))]
+#[cfg(not(all(feature = "fault-injection", debug_assertions)))]
 #[inline(always)]
 pub fn crash_point(_point: &str) {}
 
@@ -65,7 +66,7 @@ impl Bug {
 }
 
 /// Whether the test planted `bug`.
-#[cfg(feature = "fault-injection")]
+#[cfg(all(feature = "fault-injection", debug_assertions))]
 pub fn planted(bug: Bug) -> bool {
     let planted = std::env::var("LOCKSTEP_PLANT").is_ok_and(|p| p == bug.name());
     if planted {
@@ -74,7 +75,7 @@ pub fn planted(bug: Bug) -> bool {
     planted
 }
 
-#[cfg(not(feature = "fault-injection"))]
+#[cfg(not(all(feature = "fault-injection", debug_assertions)))]
 #[inline(always)]
 pub fn planted(_bug: Bug) -> bool {
     false
