@@ -96,4 +96,15 @@ pub enum Error {
         vchannel: String,
         reason: String,
     },
+    /// The meta names binlogs the backup does not hold: an import would come up short.
+    #[error(
+        "collection {collection}, partition {partition}: segment {segment} holds {rows} rows by the backup meta, but the backup has no binlog under {prefix}; the backup is incomplete"
+    )]
+    MissingBinlogs {
+        collection: Namespace,
+        partition: String,
+        segment: i64,
+        rows: i64,
+        prefix: String,
+    },
 }

@@ -740,6 +740,9 @@ impl CollectionBatcher<'_> {
         if segments.is_empty() {
             return Ok(Vec::new());
         }
+        for segment in &segments {
+            self.check_binlogs(partition, segment)?;
+        }
         let name = Some(partition.partition_name.as_str());
         if segments.iter().all(|s| s.group_id == 0) {
             if self.options.truncate_binlog_by_ts {
@@ -772,6 +775,48 @@ impl CollectionBatcher<'_> {
             );
             self.data_entry(&dirs)
         })
+    }
+
+    /// Every field the meta lists binlogs for has some under the segment's directory, so
+    /// that nothing the meta counts is missing before anything is written. (What Milvus's
+    /// `verify` would refuse, or a 2.3 would import as 0 rows, is found here instead.)
+    fn check_binlogs(
+        &self,
+        partition: &PartitionBackupInfo,
+        segment: &SegmentBackupInfo,
+    ) -> Result<(), Error> {
+        if segment.num_of_rows == 0 {
+            return Ok(());
+        }
+        let dir = match segment.group_id {
+            0 => format!(
+                "{BINLOG_DIR}/insert_log/{}/{}/{}",
+                self.collection.collection_id, segment.partition_id, segment.segment_id
+            ),
+            group => format!(
+                "{BINLOG_DIR}/insert_log/{}/{}/{group}/{}",
+                self.collection.collection_id, segment.partition_id, segment.segment_id
+            ),
+        };
+        let listed = segment
+            .binlogs
+            .iter()
+            .filter(|field| !field.binlogs.is_empty())
+            .map(|field| format!("{dir}/{}/", field.field_id));
+        let wanted: Vec<String> = std::iter::once(format!("{dir}/")).chain(listed).collect();
+        match wanted
+            .into_iter()
+            .find(|p| !self.backup.binlogs.has_prefix(p))
+        {
+            None => Ok(()),
+            Some(prefix) => Err(Error::MissingBinlogs {
+                collection: self.source.clone(),
+                partition: partition.partition_name.clone(),
+                segment: segment.segment_id,
+                rows: segment.num_of_rows,
+                prefix,
+            }),
+        }
     }
 
     /// `[insert_log/{dirs}/, delta_log/{dirs}/]`, the delta prefix only if the backup
@@ -948,6 +993,22 @@ mod tests {
         l0: Vec<SegmentBackupInfo>,
         files: &[&str],
     ) -> Backup {
+        // A sealed segment with rows the test gave no binlog holds a RowID one, as a
+        // complete backup does.
+        let sealed: Vec<String> = partitions
+            .iter()
+            .flat_map(|p| &p.segment_backups)
+            .filter(|s| !s.is_l0 && s.num_of_rows > 0)
+            .map(|s| match s.group_id {
+                0 => format!("binlogs/insert_log/1/{}/{}/", s.partition_id, s.segment_id),
+                g => format!(
+                    "binlogs/insert_log/1/{}/{g}/{}/",
+                    s.partition_id, s.segment_id
+                ),
+            })
+            .filter(|dir| !files.iter().any(|f| f.starts_with(dir.as_str())))
+            .map(|dir| format!("{dir}0/1"))
+            .collect();
         let collection = CollectionBackupInfo {
             collection_id: 1,
             db_name: "default".into(),
@@ -956,6 +1017,7 @@ mod tests {
             l0_segments: l0,
             ..Default::default()
         };
+        let files = files.iter().map(|f| f.to_string()).chain(sealed);
         Backup {
             location: BackupLocation::new("memory://t", "backup", "b"),
             info: BackupInfo {
@@ -963,7 +1025,7 @@ mod tests {
                 ..Default::default()
             },
             meta_source: MetaSource::FullMeta,
-            binlogs: BinlogIndex::new(files.iter().map(|f| (f.to_string(), 1))),
+            binlogs: BinlogIndex::new(files.map(|f| (f, 1))),
         }
     }
 
@@ -1060,6 +1122,29 @@ mod tests {
         let ids: Vec<&str> = batches.iter().map(|b| b.id.as_str()).collect();
         assert_eq!(ids[0], "default.c/p/l0-0");
         assert_eq!(ids[5], "default.c/p/l0-5");
+    }
+
+    #[test]
+    fn a_segment_whose_binlogs_the_backup_lacks_is_refused_before_anything_is_written() {
+        let mut with_field = segment(11, 7, "v", 0, false);
+        with_field.num_of_rows = 40;
+        with_field.binlogs = vec![crate::backup::meta::FieldBinlog {
+            field_id: 101,
+            binlogs: vec![Default::default()],
+        }];
+        // The RowID binlog is there, the vector field's is gone.
+        let backup = synthetic(
+            vec![partition(7, "p", vec![with_field])],
+            vec![],
+            &["binlogs/insert_log/1/7/11/11/0/1"],
+        );
+        let err = plan(&backup, &RestoreOptions::default(), Strategy::Merged).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "collection default.c, partition p: segment 11 holds 40 rows by the backup meta, \
+             but the backup has no binlog under binlogs/insert_log/1/7/11/11/101/; the backup is \
+             incomplete"
+        );
     }
 
     // milvus-backup's TestToPaths: [insert, delta] when the delta prefix has files,

@@ -5,5 +5,6 @@ mod api;
 mod etcd_journal;
 mod fleet;
 mod hostile;
+mod logs;
 mod support;
 mod watch;
