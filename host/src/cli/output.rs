@@ -287,12 +287,69 @@ pub fn progress_for(format: OutputFormat) -> Arc<dyn engine::Progress> {
     }
 }
 
+/// The one set of bars of the process: the log writer prints above them.
+fn multi_progress() -> &'static MultiProgress {
+    static BARS: std::sync::OnceLock<MultiProgress> = std::sync::OnceLock::new();
+    BARS.get_or_init(MultiProgress::new)
+}
+
+/// The log's writer: each event goes to stderr in one write, with the bars (if any are
+/// drawn) taken away and redrawn below it, so they stay at the bottom of the terminal.
+pub struct AboveBars;
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for AboveBars {
+    type Writer = EventLine;
+
+    fn make_writer(&'a self) -> EventLine {
+        EventLine(Vec::new())
+    }
+}
+
+/// One log event, written out when the formatter is done with it.
+pub struct EventLine(Vec<u8>);
+
+impl std::io::Write for EventLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for EventLine {
+    fn drop(&mut self) {
+        use std::io::Write as _;
+        let line = std::mem::take(&mut self.0);
+        // A log line that cannot be written has nowhere else to go.
+        multi_progress().suspend(|| {
+            let _ = std::io::stderr().write_all(&line);
+        });
+    }
+}
+
+/// Colour for people at a terminal only, and not for those who set `NO_COLOR`
+/// (no-color.org: present and not empty).
+pub fn log_colour() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 /// Per restore: a spinner with its phase and job states, and a byte bar while staging.
-#[derive(Default)]
 struct Bars {
-    multi: MultiProgress,
+    multi: &'static MultiProgress,
     // No await happens under this lock.
     restores: Mutex<BTreeMap<String, (ProgressBar, Option<ProgressBar>)>>,
+}
+
+impl Default for Bars {
+    fn default() -> Self {
+        Bars {
+            multi: multi_progress(),
+            restores: Mutex::default(),
+        }
+    }
 }
 
 impl Bars {
@@ -314,7 +371,7 @@ impl Bars {
             bar.enable_steady_tick(Duration::from_millis(120));
             (bar, None)
         });
-        f(&self.multi, entry)
+        f(self.multi, entry)
     }
 }
 
