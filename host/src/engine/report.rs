@@ -194,6 +194,131 @@ impl Report {
     }
 }
 
+/// Up to this many jobs, the text report lists each one.
+const FEW_JOBS: usize = 20;
+
+/// Causes the text report lists; the rest are counted and left to the JSON report.
+const CAUSES_SHOWN: usize = 12;
+
+impl Report {
+    /// Per collection, the rows each end says its jobs imported (ends that reported none
+    /// are left out).
+    fn imported_per_collection(&self) -> BTreeMap<&str, BTreeMap<&str, i64>> {
+        let mut out: BTreeMap<&str, BTreeMap<&str, i64>> = BTreeMap::new();
+        for j in &self.jobs {
+            for s in &j.states {
+                if let Some(rows) = s.imported_rows {
+                    *out.entry(j.collection.as_str())
+                        .or_default()
+                        .entry(s.end.as_str())
+                        .or_default() += rows;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Failures grouped by cause: the same reason on many jobs and ends reads as one line.
+struct Failures<'a> {
+    /// In order of first appearance.
+    causes: Vec<Cause<'a>>,
+}
+
+/// One masked reason: the ends it was seen on, how often, and the first job.
+struct Cause<'a> {
+    reason: String,
+    ends: std::collections::BTreeSet<&'a str>,
+    count: usize,
+    first_job: &'a str,
+    /// Its batch, or for a divergence its collection.
+    first_of: &'a str,
+}
+
+impl<'a> Failures<'a> {
+    /// From (end, reason, job id, batch or collection).
+    fn of(failures: impl Iterator<Item = (&'a str, &'a str, &'a str, &'a str)>) -> Self {
+        let mut causes: Vec<Cause<'a>> = Vec::new();
+        for (end, reason, job, what) in failures {
+            let reason = masked(reason);
+            match causes.iter_mut().find(|c| c.reason == reason) {
+                Some(cause) => {
+                    cause.ends.insert(end);
+                    cause.count += 1;
+                }
+                None => causes.push(Cause {
+                    reason,
+                    ends: [end].into(),
+                    count: 1,
+                    first_job: job,
+                    first_of: what,
+                }),
+            }
+        }
+        Failures { causes }
+    }
+
+    fn write(&self, f: &mut fmt::Formatter<'_>, verb: &str) -> fmt::Result {
+        for c in self.causes.iter().take(CAUSES_SHOWN) {
+            let ends: Vec<&str> = c.ends.iter().copied().collect();
+            writeln!(
+                f,
+                "  {} {verb} on {}: {} (first: job {}, {})",
+                c.count,
+                ends.join(", "),
+                c.reason,
+                c.first_job,
+                c.first_of
+            )?;
+        }
+        if self.causes.len() > CAUSES_SHOWN {
+            writeln!(
+                f,
+                "  … {} more causes in the JSON report",
+                self.causes.len() - CAUSES_SHOWN
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// `reason` with what differs from one job to the next masked, so one cause groups: the
+/// restore id in staging paths, and every run of five digits or more (job, segment and
+/// collection ids), each kept as its first digits and an ellipsis.
+fn masked(reason: &str) -> String {
+    let staging = format!("{}/", crate::storage::STAGING_ROOT);
+    let mut text = String::with_capacity(reason.len());
+    let mut rest = reason;
+    while let Some(at) = rest.find(&staging) {
+        text.push_str(&rest[..at + staging.len()]);
+        text.push_str("<restore>");
+        rest = &rest[at + staging.len()..];
+        rest = rest.find('/').map_or("", |end| &rest[end..]);
+    }
+    text.push_str(rest);
+    let mut out = String::with_capacity(text.len());
+    let mut digits = String::new();
+    let flush = |digits: &mut String, out: &mut String| {
+        if digits.len() >= 5 {
+            out.push_str(&digits[..2]);
+            out.push('…');
+        } else {
+            out.push_str(digits);
+        }
+        digits.clear();
+    };
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+        } else {
+            flush(&mut digits, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut digits, &mut out);
+    out
+}
+
 impl fmt::Display for Report {
     /// The text report: the verdict first, then ends, collections, divergences, checks and
     /// the jobs that did not end Completed (all of them when there are few).
@@ -245,10 +370,18 @@ impl fmt::Display for Report {
         }
         if !self.collections.is_empty() {
             writeln!(f, "\ncollections")?;
+            let imported = self.imported_per_collection();
             for c in &self.collections {
+                let rows = imported
+                    .get(c.target.as_str())
+                    .map_or(String::new(), |ends| {
+                        let per_end: Vec<String> =
+                            ends.iter().map(|(end, n)| format!("{end}={n}")).collect();
+                        format!(" imported {}", per_end.join(" "))
+                    });
                 writeln!(
                     f,
-                    "  {:<36} ← {:<30} partitions={} batches={} rows={} {}",
+                    "  {:<36} ← {:<30} partitions={} batches={} rows={}{rows} {}",
                     c.target,
                     c.source,
                     c.partitions,
@@ -301,33 +434,32 @@ impl fmt::Display for Report {
                 f,
                 "\nDIVERGENCES (committed on the target, not visible on these ends)"
             )?;
-            for d in &self.divergences {
-                writeln!(
-                    f,
-                    "  {} job {} ({}): {}",
-                    d.end, d.job_id, d.collection, d.reason
-                )?;
-            }
+            let groups = Failures::of(self.divergences.iter().map(|d| {
+                (
+                    d.end.as_str(),
+                    d.reason.as_str(),
+                    d.job_id.as_str(),
+                    d.collection.as_str(),
+                )
+            }));
+            groups.write(f, "diverged")?;
         }
-        let unusual: Vec<&JobReport> = self
-            .jobs
-            .iter()
-            .filter(|j| {
-                self.jobs.len() <= 20
-                    || j.states
-                        .iter()
-                        .any(|s| s.state != Some(JobState::Completed))
-            })
-            .collect();
-        if !unusual.is_empty() {
+        let every_job_done = self.jobs.iter().all(|j| {
+            j.states
+                .iter()
+                .all(|s| s.state == Some(JobState::Completed))
+        });
+        if !self.jobs.is_empty() && (self.jobs.len() <= FEW_JOBS || !every_job_done) {
             writeln!(f, "\njobs")?;
-            for j in unusual.iter().take(200) {
+        }
+        if self.jobs.len() <= FEW_JOBS {
+            for j in &self.jobs {
                 let mut line = String::new();
                 for s in &j.states {
                     let state = s.state.map_or("-".to_string(), |s| s.to_string());
                     let _ = write!(line, " {}={state}", s.end);
-                    if let Some(r) = &s.reason {
-                        let _ = write!(line, " ({r})");
+                    if let Some(rows) = s.imported_rows {
+                        let _ = write!(line, " ({rows} rows)");
                     }
                 }
                 writeln!(
@@ -337,10 +469,116 @@ impl fmt::Display for Report {
                     j.job_id.as_deref().unwrap_or("-"),
                 )?;
             }
-            if unusual.len() > 200 {
-                writeln!(f, "  … {} more in the JSON report", unusual.len() - 200)?;
-            }
+        }
+        // Why jobs did not end Completed, one line per cause whatever their number: the
+        // JSON report has every job on every end.
+        let unfinished = self.jobs.iter().flat_map(|j| {
+            j.states
+                .iter()
+                .filter(|s| s.state != Some(JobState::Completed))
+                .map(move |s| {
+                    let why = match (&s.reason, s.state) {
+                        (Some(reason), _) => reason.clone(),
+                        (None, Some(state)) => format!("left {state}"),
+                        (None, None) => "never seen".to_string(),
+                    };
+                    (
+                        s.end.as_str(),
+                        why,
+                        j.job_id.as_deref().unwrap_or("-"),
+                        j.batch.as_str(),
+                    )
+                })
+        });
+        let unfinished: Vec<(&str, String, &str, &str)> = unfinished.collect();
+        if !unfinished.is_empty() {
+            Failures::of(
+                unfinished
+                    .iter()
+                    .map(|(e, r, j, b)| (*e, r.as_str(), *j, *b)),
+            )
+            .write(f, "did not complete")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed_report(jobs: usize) -> Report {
+        let of = ReportOf {
+            restore_id: "orders.0123456789ab.1".into(),
+            job_name: "orders".into(),
+            job_id: "0123456789ab".into(),
+            backup: "nightly".into(),
+        };
+        let mut report = Report::new(of, vec![], Timestamp::now());
+        report.outcome = Outcome::RolledBack;
+        report.jobs = (0..jobs)
+            .map(|i| JobReport {
+                batch: format!("default.orders_{i}/_default/data-0"),
+                collection: format!("default.orders_{i}"),
+                partition: "_default".into(),
+                job_id: Some(format!("47081234567{i:04}")),
+                rows: 100,
+                expected_rows: None,
+                states: ["t", "b", "c"]
+                    .iter()
+                    .map(|end| EndJobState {
+                        end: (*end).into(),
+                        state: Some(if *end == "t" {
+                            JobState::Uncommitted
+                        } else {
+                            JobState::Failed
+                        }),
+                        reason: (*end != "t").then(|| {
+                            format!(
+                                "no binlog to import, prefix=lockstep-staging/orders.0123456789ab.1/binlogs/insert_log/4492163792008{i:05}/4492163792008{i:05}/: key not found"
+                            )
+                        }),
+                        imported_rows: None,
+                    })
+                    .collect(),
+            })
+            .collect();
+        report
+    }
+
+    #[test]
+    fn a_failure_of_any_size_stays_under_a_screen_with_one_line_per_cause() {
+        let text = failed_report(400).to_string();
+        assert!(
+            text.lines().count() < 60,
+            "{} lines:\n{text}",
+            text.lines().count()
+        );
+        assert!(
+            text.contains(
+                "800 did not complete on b, c: no binlog to import, prefix=lockstep-staging/<restore>/binlogs/insert_log/44…/44…/: key not found (first: job 470812345670000, default.orders_0/_default/data-0)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("400 did not complete on t: left Uncommitted"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn few_jobs_are_listed_each_with_its_rows() {
+        let mut report = failed_report(2);
+        report.jobs[0].states[0].imported_rows = Some(100);
+        let text = report.to_string();
+        assert!(text.contains("t=Uncommitted (100 rows)"), "{text}");
+    }
+
+    #[test]
+    fn masking_keeps_the_cause_and_drops_the_ids() {
+        assert_eq!(
+            masked("job 448293190903759186 failed at lockstep-staging/a.b.1/x/12"),
+            "job 44… failed at lockstep-staging/<restore>/x/12"
+        );
     }
 }
