@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite: the plugin components, every crate's tests (unit, integration, end to end
-# against milvus-sim), and the pytest suite with the real pymilvus. `.ci/run` installs what
+# against milvus-sim), the pytest suite with the real pymilvus, and the binary against a real
+# Milvus 2.3.5. `.ci/run` installs what
 # this needs and starts moto and etcd first; on a machine where that was done once, run this.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -12,3 +13,5 @@ cargo nextest run --workspace --no-fail-fast
 # Seeded fault schedules over whole restores, DESIGN.md §2 checked after each (issue 6).
 cargo run -q -p e2e --bin faults -- --seeds 1..51
 .venv/bin/pytest -q tests/milvus-sim/pytest
+# The binary against a real Milvus 2.3.5 on the suite's etcd (tests/real-milvus/README.md).
+.venv-milvus23/bin/pytest -q tests/real-milvus

@@ -1,0 +1,250 @@
+"""lockstep against a real Milvus 2.3.5: restores of backups made from that server's own
+binlogs (make_backup.py), checked with pymilvus 2.3 (count(*) after an index and a load, the
+full set of primary keys, a sample of whole rows) against expected.json and the source
+collections. Each test restores under names of its own (a suffix or a rename per test).
+
+Without a strategy lockstep must pick milvus-backup's v1 per-segment import for 2.3 (one gRPC
+Import per segment, `backup=true`, absolute paths under localStorage.path because the cluster's
+storage_type is "local"). `test_milvus_own_v1_import_restores_the_backup` does that restore with
+Milvus's own Import and no lockstep, so a failure of the lockstep tests that it passes is
+lockstep's.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from make_backup import count_rows, describe, primary_keys
+from conftest import Lockstep
+import reference_import
+
+FULL = "full_bak"
+
+
+def _collections(target) -> set[str]:
+    from pymilvus import utility
+
+    return set(utility.list_collections(using=target.connect()))
+
+
+def _plain(value):
+    """pymilvus rows with numpy scalars and bytes made comparable."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def _rows(target, name: str, pks: list) -> dict:
+    from pymilvus import Collection
+
+    coll = Collection(name, using=target.connect())
+    pk = next(f.name for f in coll.schema.fields if f.is_primary)
+    expr = f"{pk} in {json.dumps(pks)}"
+    rows = coll.query(expr=expr, output_fields=["*"], consistency_level="Strong", timeout=60)
+    return {r[pk]: _plain(r) for r in rows}
+
+
+def assert_restored(target, source: str, restored: str, expected: dict) -> None:
+    want = expected["collections"][source]
+    assert count_rows(target, restored) == want["rows"], f"{restored}: count(*)"
+    got = primary_keys(target, restored)
+    missing = sorted(set(want["pks"]) - set(got))[:10]
+    extra = sorted(set(got) - set(want["pks"]))[:10]
+    assert got == want["pks"], f"{restored}: {len(got)} pks, want {len(want['pks'])}; missing {missing}, extra {extra}"
+    sample = want["pks"][:15] + want["pks"][-15:]
+    assert _rows(target, restored, sample) == _rows(target, source, sample), f"{restored}: rows differ from {source}"
+
+
+def schema_of(target, name: str) -> dict:
+    """DescribeCollection with ids and names aside, plus the partition count."""
+    from pymilvus.grpc_gen import milvus_pb2
+
+    desc = describe(target, name)
+    parts = target.call("ShowPartitions", milvus_pb2.ShowPartitionsRequest(collection_name=name))
+    fields = [
+        {
+            "name": f.name,
+            "data_type": int(f.data_type),
+            "type_params": sorted((kv.key, kv.value) for kv in f.type_params),
+            "index_params": sorted((kv.key, kv.value) for kv in f.index_params),
+            "is_primary_key": f.is_primary_key,
+            "autoID": f.autoID,
+            "is_partition_key": f.is_partition_key,
+            "is_dynamic": f.is_dynamic,
+            "element_type": int(f.element_type),
+            "description": f.description,
+            "default_value": f.default_value.SerializeToString() if f.HasField("default_value") else None,
+        }
+        for f in desc.schema.fields
+    ]
+    partition_key = any(f["is_partition_key"] for f in fields)
+    return {
+        "description": desc.schema.description,
+        "autoID": desc.schema.autoID,
+        "enable_dynamic_field": desc.schema.enable_dynamic_field,
+        "fields": fields,
+        "shards_num": desc.shards_num,
+        "consistency_level": int(desc.consistency_level),
+        "num_partitions": desc.num_partitions,
+        "partitions": len(parts.partition_names),
+        # Partition-key partitions are named by Milvus; others must come back by name.
+        "partition_names": None if partition_key else sorted(parts.partition_names),
+    }
+
+
+def _rows_in_report(report) -> tuple[set, set]:
+    """Every expected_rows.inserted and imported_rows the report's jobs carry."""
+    expected, imported = set(), set()
+    for job in (report or {}).get("jobs", []):
+        if job.get("expected_rows"):
+            expected.add(job["expected_rows"].get("inserted"))
+        expected.add(job.get("rows"))
+        for state in job.get("states", []):
+            if state.get("imported_rows") is not None:
+                imported.add(state["imported_rows"])
+    return expected, imported
+
+
+def _make_existing(target, name: str, rows: int = 3) -> None:
+    """A collection of another schema, with a few rows, where a restore would write."""
+    from pymilvus import Collection, CollectionSchema, DataType, FieldSchema
+
+    schema = CollectionSchema(
+        [FieldSchema("id", DataType.INT64, is_primary=True), FieldSchema("emb", DataType.FLOAT_VECTOR, dim=2)],
+        description="in the way",
+    )
+    coll = Collection(name, schema, using=target.connect())
+    coll.insert([list(range(rows)), [[0.1, 0.2]] * rows])
+    coll.flush()
+
+
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def full_backup(backups):
+    backups.get(FULL)
+    return backups.expected(FULL)
+
+
+@pytest.fixture(scope="module")
+def restored_full(milvus, target, full_backup, tmp_path_factory):
+    """One lockstep restore of the whole backup with suffix _r, shared by the tests that read it."""
+    result = Lockstep(milvus, tmp_path_factory.mktemp("lockstep-full")).run("full_r", FULL, {"suffix": "_r"})
+    return result
+
+
+def test_milvus_own_v1_import_restores_the_backup(target, backups, full_backup):
+    """The yardstick, no lockstep: each segment's group directory imports with Milvus's own v1
+    Import (backup=true) and gives back every surviving row."""
+    results = reference_import.restore(target, backups.made[FULL], "_v1")
+    for source, segments in results.items():
+        for segment, (state, rows, reason) in segments.items():
+            want = full_backup["segments"][str(segment)]
+            assert state == "ImportCompleted", (segment, reason)
+            # Milvus 2.3 counts an import's rows after the segment's own deletes.
+            assert rows == want["rows_after_deletes"], (segment, rows, want)
+        assert_restored(target, source, source + "_v1", full_backup)
+        assert schema_of(target, source + "_v1") == schema_of(target, source)
+
+
+def test_no_strategy_restores_every_row_of_every_collection(target, full_backup, restored_full):
+    assert restored_full.code == 0, str(restored_full)
+    assert restored_full.report is not None, str(restored_full)
+    for source in full_backup["collections"]:
+        assert_restored(target, source, source + "_r", full_backup)
+
+
+def test_restored_schema_equals_the_source(target, full_backup, restored_full):
+    assert restored_full.code == 0, str(restored_full)
+    for source in full_backup["collections"]:
+        assert schema_of(target, source + "_r") == schema_of(target, source)
+
+
+def test_meta_only_creates_the_collections_without_rows(target, full_backup, lockstep):
+    result = lockstep.run("meta_only", FULL, {"suffix": "_m", "meta_only": True})
+    assert result.code == 0, str(result)
+    for source in full_backup["collections"]:
+        assert schema_of(target, source + "_m") == schema_of(target, source)
+        assert count_rows(target, source + "_m") == 0
+
+
+def test_rename_restores_under_the_new_name(target, backups, lockstep):
+    backups.get("strs_bak", ["src_strs"])
+    expected = backups.expected("strs_bak")
+    new = "renamed_strs"
+    before = _collections(target)
+    result = lockstep.run("rename", "strs_bak", {"rename": [f"default.src_strs:default.{new}"]})
+    assert result.code == 0, str(result)
+    assert _collections(target) - before == {new}
+    assert_restored(target, "src_strs", new, expected)
+    assert schema_of(target, new) == schema_of(target, "src_strs")
+
+
+def test_drop_exist_collection_replaces_an_existing_collection(target, backups, lockstep):
+    backups.get("strs_bak", ["src_strs"])
+    expected = backups.expected("strs_bak")
+    _make_existing(target, "src_strs_d")
+    result = lockstep.run("drop_exist", "strs_bak", {"suffix": "_d", "drop_exist_collection": True})
+    assert result.code == 0, str(result)
+    assert schema_of(target, "src_strs_d") == schema_of(target, "src_strs")
+    assert_restored(target, "src_strs", "src_strs_d", expected)
+
+
+def test_existing_collection_without_drop_or_skip_is_refused_and_nothing_is_written(target, full_backup, lockstep):
+    _make_existing(target, "src_strs_x", rows=3)
+    in_the_way = schema_of(target, "src_strs_x")
+    before = _collections(target)
+    result = lockstep.run("exists", FULL, {"suffix": "_x"})
+    assert result.code == 2, str(result)
+    assert "src_strs_x" in result.text(), f"the refusal should name the collection in the way: {result}"
+    assert _collections(target) == before, "a refused restore created or dropped collections"
+    assert schema_of(target, "src_strs_x") == in_the_way
+    assert count_rows(target, "src_strs_x") == 3
+
+
+def test_meta_claiming_more_rows_than_a_segment_holds_fails_naming_expected_and_imported(target, backups, lockstep):
+    backups.get("inflated_bak", ["src_ints"], inflate=("first", 10))
+    inflated = backups.expected("inflated_bak")["inflated"]
+    result = lockstep.run("inflated", "inflated_bak", {"suffix": "_i"})
+    assert result.code != 0, str(result)
+    assert result.report is not None, str(result)
+    # The report's jobs carry what the meta promised (expected_rows) and what Milvus imported
+    # (states[].imported_rows): the inflated segment's job shows both.
+    jobs = [
+        job
+        for job in (result.report or {}).get("jobs", [])
+        if (job.get("expected_rows") or {}).get("inserted") == inflated["meta_rows"]
+    ]
+    assert jobs, f"no job expects the {inflated['meta_rows']} rows the meta claims: {result}"
+    imported = {s.get("imported_rows") for job in jobs for s in job.get("states", [])}
+    assert inflated["actual_rows"] in imported, (inflated, str(result))
+
+
+def test_backup_missing_a_segments_binlogs_is_refused_before_anything_is_written(target, backups, lockstep):
+    backups.get("dropped_bak", ["src_ints"], drop_binlogs_of_one_segment=True)
+    before = _collections(target)
+    result = lockstep.run("dropped", "dropped_bak", {"suffix": "_b"})
+    assert result.code == 2, f"want refused in preflight: {result}"
+    dropped = backups.expected("dropped_bak")["dropped_binlogs"]
+    text = result.text()
+    assert f"segment {dropped['segment']}" in text and "the backup is incomplete" in text, (
+        f"the refusal should name segment {dropped['segment']} and its missing binlogs: {result}"
+    )
+    assert _collections(target) == before, "a refused restore wrote a collection"
+
+
+def test_merged_strategy_is_refused_on_2_3_naming_2_4(target, full_backup, lockstep):
+    before = _collections(target)
+    result = lockstep.run("merged", FULL, {"suffix": "_g"}, strategy="merged")
+    assert result.code == 2, str(result)
+    assert "2.4" in result.text(), str(result)
+    assert _collections(target) == before
