@@ -22,7 +22,8 @@ use crate::milvus::MilvusJobId;
 /// Describes in flight at once across all ends.
 const READS_IN_FLIGHT: usize = 32;
 
-/// One end's figure for one job that the batch's expectation rejects.
+/// One end's figure for one job that the batch's expectation rejects, or that differs from
+/// the target's: a mirror reads the same files and must count the same.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RowMismatch {
     pub end: String,
@@ -30,17 +31,29 @@ pub struct RowMismatch {
     pub batch: String,
     /// `db.collection`.
     pub collection: String,
-    pub expected: ExpectedRows,
+    pub against: Against,
     pub imported: i64,
+}
+
+/// What an end's figure was held against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Against {
+    Backup(ExpectedRows),
+    /// The target's figure for the same job.
+    Target(i64),
 }
 
 impl fmt::Display for RowMismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}: job {} ({}) imported {} rows, the backup holds {}",
-            self.end, self.job_id, self.batch, self.imported, self.expected
-        )
+            "{}: job {} ({}) imported {} rows, ",
+            self.end, self.job_id, self.batch, self.imported
+        )?;
+        match self.against {
+            Against::Backup(expected) => write!(f, "the backup holds {expected}"),
+            Against::Target(rows) => write!(f, "the target {rows}"),
+        }
     }
 }
 
@@ -104,9 +117,9 @@ pub async fn read(
     Ok(())
 }
 
-/// Every (job, end) of `jobs` whose known imported rows the batch's expectation rejects.
-/// Jobs without an expectation (L0 batches, records older than row accounting) and ends
-/// whose rows are not read yet are not judged.
+/// Every (job, end) of `jobs` whose known imported rows the batch's expectation rejects, or,
+/// on a mirror, differ from the target's. Jobs without an expectation (L0 batches, records
+/// older than row accounting) and ends whose rows are not read yet are not judged.
 pub fn mismatches(tracker: &Tracker, jobs: &[usize]) -> Vec<RowMismatch> {
     let mut out = Vec::new();
     for &j in jobs {
@@ -114,19 +127,24 @@ pub fn mismatches(tracker: &Tracker, jobs: &[usize]) -> Vec<RowMismatch> {
         let (Some(expected), Some(id)) = (job.expected, &job.job_id) else {
             continue;
         };
+        let target = job.imported.first().copied().flatten();
         for (end, imported) in job.imported.iter().enumerate() {
-            if let Some(imported) = *imported
-                && !expected.accepts(imported)
-            {
-                out.push(RowMismatch {
-                    end: tracker.end_names[end].clone(),
-                    job_id: id.to_string(),
-                    batch: job.batch_id.clone(),
-                    collection: job.collection.clone(),
-                    expected,
-                    imported,
-                });
-            }
+            let Some(imported) = *imported else { continue };
+            let against = if !expected.accepts(imported) {
+                Against::Backup(expected)
+            } else if let Some(target) = target.filter(|&t| end > 0 && t != imported) {
+                Against::Target(target)
+            } else {
+                continue;
+            };
+            out.push(RowMismatch {
+                end: tracker.end_names[end].clone(),
+                job_id: id.to_string(),
+                batch: job.batch_id.clone(),
+                collection: job.collection.clone(),
+                against,
+                imported,
+            });
         }
     }
     out
@@ -273,6 +291,22 @@ mod tests {
     }
 
     #[test]
+    fn a_mirror_inside_the_range_that_counts_otherwise_than_its_target_is_a_mismatch() {
+        let with_deletes = ExpectedRows {
+            inserted: 100,
+            deletes: Some(10),
+        };
+        let found = mismatches(&tracker(Some(with_deletes), [Some(95), Some(91)]), &[0]);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].against, Against::Target(95));
+        assert_eq!(
+            found[0].to_string(),
+            "b: job 7 (default.c/_default/data-0) imported 91 rows, the target 95"
+        );
+        assert!(mismatches(&tracker(Some(with_deletes), [Some(95), Some(95)]), &[0]).is_empty());
+    }
+
+    #[test]
     fn unread_ends_and_batches_without_an_expectation_are_not_judged() {
         assert!(mismatches(&tracker(Some(EXACT), [None, Some(100)]), &[0]).is_empty());
         assert!(mismatches(&tracker(None, [Some(0), Some(3)]), &[0]).is_empty());
@@ -285,7 +319,7 @@ mod tests {
             job_id: "7".into(),
             batch: "x".into(),
             collection: "default.c".into(),
-            expected: EXACT,
+            against: Against::Backup(EXACT),
             imported: 0,
         };
         let text = failure(&vec![one; 5]);
