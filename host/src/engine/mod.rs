@@ -264,6 +264,11 @@ async fn finish_report(
         .expect("reaction lock")
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     report.finished_at = Timestamp::now();
+    report.phases = report::phase_times(
+        &shared.phase_starts.lock().expect("phase lock"),
+        report.started_at,
+        report.finished_at,
+    );
     if report.summary.is_empty() {
         report.summary = format!("{outcome:?}");
     }

@@ -129,6 +129,33 @@ pub struct PhaseTime {
     pub seconds: f64,
 }
 
+/// Each phase's time from when it began to when the next one did (the last one to
+/// `finished`); preflight runs from `started` to the first phase entered.
+pub fn phase_times(
+    starts: &[(crate::journal::RestorePhase, Timestamp)],
+    started: Timestamp,
+    finished: Timestamp,
+) -> Vec<PhaseTime> {
+    let seconds = |from: Timestamp, to: Timestamp| to.duration_since(from).as_secs_f64().max(0.0);
+    let mut out = Vec::new();
+    let first = starts.first().map_or(finished, |(_, at)| *at);
+    out.push(PhaseTime {
+        phase: "preflight".into(),
+        seconds: seconds(started, first),
+    });
+    for (i, (phase, at)) in starts.iter().enumerate() {
+        if *phase == crate::journal::RestorePhase::Finished {
+            continue;
+        }
+        let end = starts.get(i + 1).map_or(finished, |(_, next)| *next);
+        out.push(PhaseTime {
+            phase: format!("{phase:?}").to_lowercase(),
+            seconds: seconds(*at, end),
+        });
+    }
+    out
+}
+
 /// Which restore a report is of.
 pub struct ReportOf {
     pub restore_id: String,
@@ -572,6 +599,26 @@ mod tests {
         report.jobs[0].states[0].imported_rows = Some(100);
         let text = report.to_string();
         assert!(text.contains("t=Uncommitted (100 rows)"), "{text}");
+    }
+
+    #[test]
+    fn each_phase_runs_until_the_next_begins() {
+        use crate::journal::RestorePhase;
+        let at = |s: i64| Timestamp::from_second(1_700_000_000 + s).unwrap();
+        let times = phase_times(
+            &[(RestorePhase::Ddl, at(2)), (RestorePhase::Holding, at(5))],
+            at(0),
+            at(9),
+        );
+        let shown: Vec<(String, f64)> = times.into_iter().map(|p| (p.phase, p.seconds)).collect();
+        assert_eq!(
+            shown,
+            [
+                ("preflight".into(), 2.0),
+                ("ddl".into(), 3.0),
+                ("holding".into(), 4.0)
+            ]
+        );
     }
 
     #[test]

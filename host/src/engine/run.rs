@@ -87,6 +87,8 @@ pub(super) struct Shared<'a> {
     pub reaction: Mutex<Option<Duration>>,
     /// Touched whenever a tracker shows new states, to wake [`Shared::past_commit`].
     seen: watch::Sender<()>,
+    /// When each phase this process saw began, in order: the report's `phases`.
+    pub phase_starts: Mutex<Vec<(RestorePhase, Timestamp)>>,
 }
 
 impl<'a> Shared<'a> {
@@ -108,6 +110,7 @@ impl<'a> Shared<'a> {
             save_lock: tokio::sync::Mutex::new(()),
             reaction: Mutex::new(None),
             seen: watch::Sender::new(()),
+            phase_starts: Mutex::new(Vec::new()),
         }
     }
 
@@ -144,6 +147,10 @@ impl<'a> Shared<'a> {
             r.phase = phase;
             r.id.to_string()
         };
+        self.phase_starts
+            .lock()
+            .expect("phase lock")
+            .push((phase, Timestamp::now()));
         self.engine.progress.phase(&id, phase);
         true
     }

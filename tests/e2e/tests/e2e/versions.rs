@@ -124,6 +124,15 @@ async fn milvus_3_without_secondaries_is_restored_two_phase_on_the_one_end() -> 
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 0, "{}", run.explain());
     assert_eq!(run.report["route"], "two_phase");
+    let phases: Vec<&str> = run.report["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .filter_map(|p| p["phase"].as_str())
+        .collect();
+    for phase in ["preflight", "ddl", "holding", "completing"] {
+        assert!(phases.contains(&phase), "{phase} missing from {phases:?}");
+    }
     let jobs = run.report["jobs"].as_array().expect("jobs").len();
     assert_eq!(world.requests(TARGET, "import/commit").await?, jobs);
     Ok(())
