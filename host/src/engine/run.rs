@@ -49,6 +49,11 @@ const GATE_FAILED: &str = "the DDL, staging or a collection's arrival on a secon
 /// Bound on DDL and on each control call's retries when the job sets no timeout.
 const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(600);
 
+/// How long the wait after a decision lasts when the job sets no `completion_timeout`: then
+/// the restore ends incomplete (exit 4), naming the ends that still hold jobs, for
+/// `lockstep recover` to finish. A job file sets a longer one for a slower fleet.
+const DEFAULT_COMPLETION_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// How often the jobs a group created are looked at while its other creates wait on the
 /// stage: milvus-backup's and the Milvus guide's poll.
 const SENTRY_EVERY: Duration = Duration::from_secs(3);
@@ -933,22 +938,30 @@ async fn run_group(
     )
     .await;
     faults::crash_point("after-commit");
-    let completion = job.two_phase.completion_timeout.map(|t| Instant::now() + t);
+    let completion = Instant::now()
+        + job
+            .two_phase
+            .completion_timeout
+            .unwrap_or(DEFAULT_COMPLETION_TIMEOUT);
     let show = |t: &Tracker| {
         shared.trackers.lock().expect("tracker lock")[g] = t.clone();
         shared.show();
     };
-    let (more, finished) = two_phase::complete(ends, &mut tracker, &jobs, completion, &show).await;
+    let (more, finished) =
+        two_phase::complete(ends, &mut tracker, &jobs, Some(completion), &show).await;
     divergences.extend(more);
     if !faults::planted(faults::Bug::SkipRows) {
         let rows_deadline = Instant::now() + call_timeout;
         divergences.extend(rows::after_commit(ends, &mut tracker, &jobs, rows_deadline).await);
     }
+    let waiting_for = tracker.not_completed(&jobs);
     shared.trackers.lock().expect("tracker lock")[g] = tracker;
     if finished {
         Ok(divergences)
     } else {
-        Err("not every end reported Completed within the completion timeout".into())
+        Err(format!(
+            "not every end reported Completed within the completion timeout: {waiting_for}"
+        ))
     }
 }
 

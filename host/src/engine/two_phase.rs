@@ -25,6 +25,9 @@ const CONTROL_IN_FLIGHT: usize = 16;
 /// commit is sent again (it is idempotent; a lost commit would otherwise wait forever).
 const RECOMMIT_AFTER: Duration = Duration::from_secs(10);
 
+/// How often the wait after the commit says which ends still hold which jobs.
+const STILL_WAITING_EVERY: Duration = Duration::from_secs(5);
+
 /// How often a watch shows its progress. Showing copies and counts every job, so doing it
 /// on every sighting made a watch of thousands of jobs quadratic.
 const SHOW_EVERY: Duration = Duration::from_millis(100);
@@ -69,6 +72,29 @@ pub struct Tracker {
 }
 
 impl Tracker {
+    /// Which ends have which of `jobs` short of Completed, e.g. `s3: 6 Uncommitted (first
+    /// job 4470…)`; empty when every end completed every job.
+    pub fn not_completed(&self, jobs: &[usize]) -> String {
+        let mut per_end = Vec::new();
+        for (e, name) in self.end_names.iter().enumerate() {
+            let mut states: std::collections::BTreeMap<String, usize> = Default::default();
+            let mut first = None;
+            for &j in jobs {
+                let state = self.jobs[j].seen[e].as_ref().map(|s| s.state);
+                if state != Some(JobState::Completed) {
+                    let shown = state.map_or("unseen".to_string(), |s| s.to_string());
+                    *states.entry(shown).or_default() += 1;
+                    first = first.or(self.jobs[j].job_id.as_ref());
+                }
+            }
+            if let Some(first) = first {
+                let counts: Vec<String> = states.iter().map(|(s, n)| format!("{n} {s}")).collect();
+                per_end.push(format!("{name}: {} (first job {first})", counts.join(", ")));
+            }
+        }
+        per_end.join("; ")
+    }
+
     pub fn counts(&self) -> JobCounts {
         self.end_names
             .iter()
@@ -249,6 +275,7 @@ pub async fn complete(
     let started = Instant::now();
     let target = ends.target().rest.clone();
     let mut shown = Shown::default();
+    let mut said = started;
     let mut judge = |i: usize, sight: Sight, now: Instant| -> Judgement {
         let j = owner[i];
         let end = pairs[i].end;
@@ -281,6 +308,15 @@ pub async fn complete(
         }
         if deadline.is_some_and(|d| now >= d) {
             return Judgement::Stop("completion timeout".into());
+        }
+        // Past the decision nothing can be undone: a wait that goes on says what it waits for.
+        if now.saturating_duration_since(said) >= STILL_WAITING_EVERY {
+            said = now;
+            tracing::info!(
+                since_commit_s = now.saturating_duration_since(started).as_secs(),
+                waiting_for = %tracker.not_completed(jobs),
+                "committed; waiting for every end to complete"
+            );
         }
         Judgement::Wait
     };

@@ -40,6 +40,8 @@ pub struct WorldSpec {
     /// Each import stage's duration on the target and on the secondaries.
     pub target_stage: Duration,
     pub secondary_stage: Duration,
+    /// How long the first secondary's jobs stay Committing, when not `secondary_stage`.
+    pub first_secondary_committing: Option<Duration>,
     pub max_import_job_num: usize,
     /// Whether the host config gives the secondaries their storage (so lockstep stages
     /// into it). Without it a secondary cannot read the files it is asked to import.
@@ -106,6 +108,7 @@ impl Default for WorldSpec {
             stream_lag: Duration::from_millis(50),
             target_stage: Duration::from_millis(30),
             secondary_stage: Duration::from_millis(30),
+            first_secondary_committing: None,
             max_import_job_num: 1024,
             secondary_storage_known: true,
             unreplicated: 0,
@@ -225,6 +228,9 @@ impl World {
             s.import_in_replicating_cluster = spec.gate_on;
             s.storage = location(Store::End(&secondary(i))).sim_storage();
             s.durations = stage(spec.secondary_stage);
+            if let (0, Some(committing)) = (i, spec.first_secondary_committing) {
+                s.durations.committing = committing;
+            }
             s.max_import_job_num = spec.max_import_job_num;
             clusters.push(s);
         }

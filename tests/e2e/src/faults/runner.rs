@@ -181,8 +181,13 @@ impl Run<'_> {
                 let for_ms = *for_ms;
                 resumes.push(tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(for_ms)).await;
-                    // Healing resumes every stream again should this fail.
-                    let _ = target.resume_stream(&to).await;
+                    // A pause is an outage that ends: it must end even when the target is
+                    // restarting just then (seed 53164 lost its resume to a restart, and the
+                    // restore waited on s3 for ever). The heal comes only after the restore.
+                    let until = Instant::now() + Duration::from_secs(60);
+                    while target.resume_stream(&to).await.is_err() && Instant::now() < until {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
                 }));
                 paused.map_err(|e| e.to_string())
             }

@@ -523,3 +523,53 @@ async fn a_mirror_failing_after_the_commit_is_a_divergence_naming_it() -> anyhow
     assert_eq!(world.visible(&failing).await?.values().sum::<i64>(), 0);
     Ok(())
 }
+
+/// Seed 53164 of the fault runner: after the decision a mirror that does not complete kept
+/// lockstep waiting in silence for ever. Now the wait says which ends hold which jobs, and
+/// the completion timeout (an hour unless the job sets one) ends it incomplete, naming them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mirror_that_does_not_complete_after_the_commit_is_named_and_the_wait_ends()
+-> anyhow::Result<()> {
+    let world = World::start(WorldSpec {
+        first_secondary_committing: Some(Duration::from_secs(60)),
+        ..WorldSpec::default()
+    })
+    .await?;
+    let job = world.job("stuck", "[two_phase]\ncompletion_timeout = \"7s\"\n")?;
+    let run = world
+        .run(
+            &["--log-format", "json", "run", job.to_str().unwrap()],
+            &[("LOCKSTEP_LOG", "lockstep=info")],
+        )
+        .await?;
+    assert_eq!(run.code, 4, "{}", run.explain());
+    assert_eq!(run.outcome(), "incomplete");
+    let stuck = secondary(0);
+    assert!(
+        run.summary().contains(&format!("{stuck}: ")) && run.summary().contains("Committing"),
+        "{}",
+        run.summary()
+    );
+    assert!(
+        run.summary().contains("lockstep recover"),
+        "{}",
+        run.summary()
+    );
+    let said: Vec<serde_json::Value> = run
+        .stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|l: &serde_json::Value| {
+            l["fields"]["message"] == "committed; waiting for every end to complete"
+        })
+        .collect();
+    assert!(!said.is_empty(), "the wait was silent:\n{}", run.stderr);
+    let waiting_for = said[0]["fields"]["waiting_for"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        waiting_for.starts_with(&format!("{stuck}: ")) && waiting_for.contains("Committing"),
+        "{waiting_for}"
+    );
+    Ok(())
+}

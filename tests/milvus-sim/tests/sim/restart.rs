@@ -78,3 +78,42 @@ async fn messages_sent_to_a_restarting_secondary_arrive_when_it_is_back() {
     restarting.await.expect("joined").expect("restarted");
     wait_for(&b, id, JobState::Uncommitted).await;
 }
+
+/// Seed 53164 of the fault runner: the stream to a secondary paused, the primary restarted
+/// after the commit went out, the stream resumed. Milvus replicates through its WAL, so what
+/// the stream had not delivered when the primary went down is delivered once it flows again.
+#[tokio::test]
+async fn a_primary_restart_loses_nothing_its_paused_stream_had_not_delivered() {
+    let sim = start(&star()).await;
+    let a = sim.cluster("a");
+    create_collection(&a.uri(), "c").await;
+    for cluster in sim.clusters() {
+        put_segment(&cluster, "bk", 6, 0).await;
+    }
+    let rest = Rest::new(&a.uri());
+    let id = rest
+        .create_manual("c", "bk/binlogs/insert_log/1/2/3/")
+        .await;
+    for end in ["a", "b", "c"] {
+        wait_for(&sim.cluster(end), id, JobState::Uncommitted).await;
+    }
+    a.control().pause_stream("c").await.expect("paused");
+    assert_eq!(rest.commit(&id.to_string()).await["code"], 0);
+    wait_for(&a, id, JobState::Completed).await;
+    wait_for(&sim.cluster("b"), id, JobState::Completed).await;
+    a.control()
+        .restart(Duration::from_millis(300))
+        .await
+        .expect("restart accepted");
+    a.control()
+        .wait_ready(Duration::from_secs(5))
+        .await
+        .expect("back up");
+    assert_eq!(
+        sim.cluster("c").job(id).expect("mirror").state,
+        JobState::Uncommitted,
+        "the commit waits in the paused stream"
+    );
+    a.control().resume_stream("c").await.expect("resumed");
+    wait_for(&sim.cluster("c"), id, JobState::Completed).await;
+}
