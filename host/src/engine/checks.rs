@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 use object_store::ObjectStore;
 
 use super::Engine;
-use super::preflight::Preflight;
-use super::report::{CheckEntry, Report};
-use super::run::{Shared, destinations};
+use super::ends::Ends;
+use super::report::CheckEntry;
+use super::run::destinations;
 use super::two_phase::Tracker;
-use crate::backup::BinlogFile;
-use crate::job::Job;
+use crate::backup::{BinlogFile, RestorePlan};
+use crate::job::{Job, PathForm};
 use crate::journal::{CommitGroup, Role};
 use crate::milvus::JobState;
 use crate::plugins::{
@@ -24,27 +24,139 @@ use crate::plugins::{
 };
 use crate::storage;
 
-/// The job's loaded checks and what they reported.
+/// The job's loaded checks, what they reported, and the staged files they may page through.
 pub struct CheckSetup {
     checks: Vec<LoadedCheck>,
     reports: Mutex<Vec<CheckEntry>>,
     staged: Mutex<Vec<StagedObject>>,
-    collections: Mutex<Vec<CheckCollection>>,
+}
+
+/// What a restore is, for the contexts its checks are handed.
+pub struct Restore<'a> {
+    pub id: &'a str,
+    pub backup: &'a str,
+    pub ends: &'a Ends,
+    /// Every collection the restore creates or imports into ([`collections`]).
+    pub collections: &'a [CheckCollection],
+    /// Every commit group, in order: batches are numbered across them.
+    pub groups: &'a [CommitGroup],
+}
+
+/// The plan's collections as checks see them.
+pub fn collections(plan: &RestorePlan) -> Vec<CheckCollection> {
+    plan.collections
+        .iter()
+        .map(|c| CheckCollection {
+            database: c.target.db.clone(),
+            name: c.target.collection.clone(),
+            partitions: c.partitions.clone(),
+        })
+        .collect()
+}
+
+impl CheckContext {
+    /// The context a check of `phase` is handed: every collection the restore creates, and
+    /// its import jobs numbered across the whole restore, as its staged files are. Before
+    /// the import, every planned job (no id, absent everywhere); before a commit, the jobs
+    /// of commit group `group` with what each end shows of them.
+    pub(super) fn for_phase(
+        restore: &Restore<'_>,
+        phase: Phase,
+        group: Option<(usize, &Tracker)>,
+    ) -> CheckContext {
+        // `usize` is the group's first batch, numbered across the restore.
+        let end = |e: &super::EndClient| CheckEnd {
+            name: e.name.clone(),
+            uri: e.uri.clone(),
+            role: match e.role {
+                Role::Target => EndRole::Target,
+                Role::Secondary => EndRole::Secondary,
+            },
+        };
+        let absent = || {
+            restore
+                .ends
+                .all()
+                .iter()
+                .map(|e| EndJobState {
+                    end: e.name.clone(),
+                    state: plugins::JobState::Absent,
+                })
+                .collect::<Vec<_>>()
+        };
+        let jobs = match (phase, group) {
+            (Phase::BeforeCommit, Some((first, tracker))) => tracker
+                .jobs
+                .iter()
+                .enumerate()
+                .map(|(i, j)| CheckImportJob {
+                    id: j.job_id.as_ref().map(|i| i.0.clone()).unwrap_or_default(),
+                    batch: (first + i) as u32,
+                    collection: j.collection.clone(),
+                    partition: j.partition.clone(),
+                    states: tracker
+                        .end_names
+                        .iter()
+                        .zip(&j.seen)
+                        .map(|(end, s)| EndJobState {
+                            end: end.clone(),
+                            state: s.as_ref().map_or(plugins::JobState::Absent, wit_state),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            _ => restore
+                .groups
+                .iter()
+                .flat_map(|g| &g.batches)
+                .enumerate()
+                .map(|(i, b)| CheckImportJob {
+                    id: String::new(),
+                    batch: i as u32,
+                    collection: format!("{}.{}", b.db, b.collection),
+                    partition: b.partition.clone(),
+                    states: absent(),
+                })
+                .collect(),
+        };
+        CheckContext {
+            restore_id: restore.id.to_owned(),
+            backup_name: restore.backup.to_owned(),
+            phase,
+            target: end(restore.ends.target()),
+            secondaries: restore.ends.secondaries().iter().map(end).collect(),
+            collections: restore.collections.to_vec(),
+            jobs,
+        }
+    }
+}
+
+fn wit_state(s: &super::watch::Seen) -> plugins::JobState {
+    match s.state {
+        JobState::Pending => plugins::JobState::Pending,
+        JobState::Importing => plugins::JobState::Importing,
+        JobState::Uncommitted => plugins::JobState::Uncommitted,
+        JobState::Committing => plugins::JobState::Committing,
+        JobState::Completed => plugins::JobState::Completed,
+        JobState::Failed => plugins::JobState::Failed(s.reason.clone().unwrap_or_default()),
+        JobState::Unknown => plugins::JobState::Unknown(String::new()),
+    }
 }
 
 impl CheckSetup {
-    /// Loads every check of the job; a plugin that cannot load refuses the restore.
+    /// Loads every check of the job into the process's one plugin runtime; a plugin that
+    /// cannot load refuses the restore.
     pub async fn load(engine: &Engine, job: &Job) -> Result<CheckSetup, Vec<String>> {
         let mut setup = CheckSetup {
             checks: Vec::new(),
             reports: Mutex::new(Vec::new()),
             staged: Mutex::new(Vec::new()),
-            collections: Mutex::new(Vec::new()),
         };
         if job.checks.is_empty() {
             return Ok(setup);
         }
-        let runtime = PluginRuntime::new(&engine.plugin_cache).map_err(|e| vec![e.to_string()])?;
+        let runtime =
+            PluginRuntime::shared(&engine.plugin_cache).map_err(|e| vec![e.to_string()])?;
         let mut refusals = Vec::new();
         for (i, check) in job.checks.iter().enumerate() {
             match runtime.load_check(check).await {
@@ -68,12 +180,17 @@ impl CheckSetup {
         self.checks.iter().any(|c| c.phase() == p)
     }
 
-    async fn run_phase(
-        &self,
-        shared: &Shared<'_>,
-        job: &Job,
-        ctx: CheckContext,
-    ) -> Result<(), String> {
+    /// The staged files every later check may page through (before-import and
+    /// before-commit alike); set once the import paths are known.
+    pub fn set_staged(&self, staged: Vec<StagedObject>) {
+        *self.staged.lock().expect("staged lock") = staged;
+    }
+
+    /// Runs the checks of `ctx.phase` with `ctx`.
+    pub async fn run(&self, job: &Job, ctx: CheckContext) -> Result<(), String> {
+        if !self.has(ctx.phase) {
+            return Ok(());
+        }
         let host = self.host(job)?;
         let result = plugins::run_checks(ctx.phase, &ctx, &self.checks, host).await;
         let reports = match &result {
@@ -84,7 +201,6 @@ impl CheckSetup {
             .lock()
             .expect("reports lock")
             .extend(reports.iter().map(entry));
-        let _ = shared;
         result.map(|_| ()).map_err(|f| f.to_string())
     }
 
@@ -96,116 +212,6 @@ impl CheckSetup {
         }
         let staged = self.staged.lock().expect("staged lock").clone();
         Ok(Arc::new(StoreCheckHost::new(stores, staged)))
-    }
-
-    /// Runs the before-import checks after staging.
-    pub async fn run_before_import(
-        &self,
-        shared: &Shared<'_>,
-        job: &Job,
-        pf: &Preflight,
-        staged: &[StagedObject],
-        report: &mut Report,
-    ) -> Result<(), String> {
-        *self.staged.lock().expect("staged lock") = staged.to_vec();
-        *self.collections.lock().expect("collections lock") = pf
-            .plan
-            .collections
-            .iter()
-            .map(|c| CheckCollection {
-                database: c.target.db.clone(),
-                name: c.target.collection.clone(),
-                partitions: c.partitions.clone(),
-            })
-            .collect();
-        if !self.has(Phase::BeforeImport) {
-            return Ok(());
-        }
-        let ctx = self.context(shared, job, Phase::BeforeImport, &[]);
-        let result = self.run_phase(shared, job, ctx).await;
-        report.checks = self.reports();
-        result
-    }
-
-    /// Runs the before-commit checks of one commit group, with its jobs' states.
-    pub async fn run_before_commit(
-        &self,
-        shared: &Shared<'_>,
-        job: &Job,
-        _group: usize,
-        tracker: &Tracker,
-    ) -> Result<(), String> {
-        if !self.has(Phase::BeforeCommit) {
-            return Ok(());
-        }
-        let ctx = self.context(
-            shared,
-            job,
-            Phase::BeforeCommit,
-            std::slice::from_ref(tracker),
-        );
-        self.run_phase(shared, job, ctx).await
-    }
-
-    fn context(
-        &self,
-        shared: &Shared<'_>,
-        job: &Job,
-        phase: Phase,
-        trackers: &[Tracker],
-    ) -> CheckContext {
-        let end = |e: &super::EndClient| CheckEnd {
-            name: e.name.clone(),
-            uri: e.uri.clone(),
-            role: match e.role {
-                Role::Target => EndRole::Target,
-                Role::Secondary => EndRole::Secondary,
-            },
-        };
-        let mut jobs = Vec::new();
-        let mut index = 0u32;
-        for t in trackers {
-            for j in &t.jobs {
-                jobs.push(CheckImportJob {
-                    id: j.job_id.as_ref().map(|i| i.0.clone()).unwrap_or_default(),
-                    batch: index,
-                    collection: j.collection.clone(),
-                    partition: j.partition.clone(),
-                    states: t
-                        .end_names
-                        .iter()
-                        .zip(&j.seen)
-                        .map(|(end, s)| EndJobState {
-                            end: end.clone(),
-                            state: match s {
-                                None => plugins::JobState::Absent,
-                                Some(s) => match s.state {
-                                    JobState::Pending => plugins::JobState::Pending,
-                                    JobState::Importing => plugins::JobState::Importing,
-                                    JobState::Uncommitted => plugins::JobState::Uncommitted,
-                                    JobState::Committing => plugins::JobState::Committing,
-                                    JobState::Completed => plugins::JobState::Completed,
-                                    JobState::Failed => plugins::JobState::Failed(
-                                        s.reason.clone().unwrap_or_default(),
-                                    ),
-                                    JobState::Unknown => plugins::JobState::Unknown(String::new()),
-                                },
-                            },
-                        })
-                        .collect(),
-                });
-                index += 1;
-            }
-        }
-        CheckContext {
-            restore_id: shared.record.lock().expect("record lock").id.to_string(),
-            backup_name: job.backup.name.clone(),
-            phase,
-            target: end(shared.ends.target()),
-            secondaries: shared.ends.secondaries().iter().map(end).collect(),
-            collections: self.collections.lock().expect("collections lock").clone(),
-            jobs,
-        }
     }
 }
 
@@ -235,19 +241,21 @@ fn entry(r: &CheckReport) -> CheckEntry {
     }
 }
 
-/// The staged files as checks page through them: each import path with the index of the
-/// batch that reads it (batches numbered across the restore's groups, in order).
+/// The staged files as checks page through them: each path in the ends' stores with the
+/// index of the batch that reads it (batches numbered across the restore's groups, in
+/// order), found by the path Milvus is given for it (`paths`' form).
 pub fn staged_objects(
     import_prefix: &str,
     files: &[BinlogFile],
     groups: &[CommitGroup],
+    paths: &PathForm,
 ) -> Vec<StagedObject> {
     let index = BatchIndex::new(groups);
     files
         .iter()
         .filter_map(|f| {
             let path = format!("{import_prefix}/{}", f.path);
-            let batch = index.batch_of(&path)?;
+            let batch = index.batch_of(&paths.import_path(&path))?;
             Some(StagedObject {
                 path,
                 size: f.size,
@@ -277,5 +285,165 @@ impl BatchIndex {
         // The batch prefix is the greatest one not after the path that the path starts with.
         let (prefix, batch) = self.0.range(..=path.to_owned()).next_back()?;
         path.starts_with(prefix.as_str()).then_some(*batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::two_phase::Tracked;
+    use crate::engine::watch::Seen;
+    use crate::journal::BatchRecord;
+    use crate::milvus::MilvusJobId;
+
+    fn ends() -> Ends {
+        let end = |name: &str, role, port| {
+            super::super::EndClient::connect(name, role, &format!("http://127.0.0.1:{port}"), None)
+                .unwrap()
+        };
+        Ends::from_clients(vec![
+            end("t", Role::Target, 1),
+            end("s1", Role::Secondary, 2),
+        ])
+    }
+
+    fn batch(collection: &str, partition: &str) -> BatchRecord {
+        BatchRecord {
+            batch_id: format!("default.{collection}/{partition}/data-0"),
+            db: "default".into(),
+            collection: collection.into(),
+            partition: partition.into(),
+            idempotency_key: String::new(),
+            files: vec![],
+            options: Default::default(),
+            job_id: None,
+            create_sent: false,
+            expected_rows: None,
+        }
+    }
+
+    /// Two collections of one and two batches: one group for the restore, or one each.
+    fn groups(per_collection: bool) -> Vec<CommitGroup> {
+        let a = vec![batch("a", "p0")];
+        let b = vec![batch("b", "p0"), batch("b", "p1")];
+        let group = |id: &str, batches| CommitGroup {
+            id: id.into(),
+            batches,
+            decision: None,
+        };
+        if per_collection {
+            vec![group("default.a", a), group("default.b", b)]
+        } else {
+            vec![group("restore", a.into_iter().chain(b).collect())]
+        }
+    }
+
+    fn collections() -> Vec<CheckCollection> {
+        ["a", "b"]
+            .iter()
+            .map(|c| CheckCollection {
+                database: "default".into(),
+                name: (*c).into(),
+                partitions: vec!["p0".into()],
+            })
+            .collect()
+    }
+
+    /// The tracker of `group`'s jobs, each Uncommitted on both ends.
+    fn held(group: &CommitGroup) -> Tracker {
+        Tracker {
+            end_names: vec!["t".into(), "s1".into()],
+            jobs: group
+                .batches
+                .iter()
+                .enumerate()
+                .map(|(i, b)| Tracked {
+                    batch_id: b.batch_id.clone(),
+                    collection: format!("default.{}", b.collection),
+                    partition: b.partition.clone(),
+                    expected: None,
+                    job_id: Some(MilvusJobId(format!("{}", 100 + i))),
+                    seen: vec![
+                        Some(Seen {
+                            state: crate::milvus::JobState::Uncommitted,
+                            progress: 99,
+                            reason: None,
+                        });
+                        2
+                    ],
+                    imported: vec![None; 2],
+                })
+                .collect(),
+        }
+    }
+
+    // The ends' clients need a runtime to be built (they connect on first use, never here).
+    #[tokio::test]
+    async fn before_import_every_planned_job_is_there_absent_everywhere() {
+        let (ends, collections) = (ends(), collections());
+        for per_collection in [false, true] {
+            let groups = groups(per_collection);
+            let restore = Restore {
+                id: "r.ab.1",
+                backup: "nightly",
+                ends: &ends,
+                collections: &collections,
+                groups: &groups,
+            };
+            let ctx = CheckContext::for_phase(&restore, Phase::BeforeImport, None);
+            assert_eq!(ctx.collections.len(), 2);
+            let batches: Vec<u32> = ctx.jobs.iter().map(|j| j.batch).collect();
+            assert_eq!(batches, [0, 1, 2], "per collection: {per_collection}");
+            assert!(ctx.jobs.iter().all(|j| {
+                j.id.is_empty()
+                    && j.states.len() == 2
+                    && j.states
+                        .iter()
+                        .all(|s| s.state == plugins::JobState::Absent)
+            }));
+            assert_eq!(ctx.jobs[2].collection, "default.b");
+            assert_eq!(ctx.secondaries.len(), 1);
+        }
+    }
+
+    #[tokio::test]
+    async fn before_commit_a_group_sees_every_collection_and_its_jobs_numbered_across_the_restore()
+    {
+        let (ends, collections) = (ends(), collections());
+        // Restore atomicity: one group, batches from 0.
+        let one = groups(false);
+        let restore = Restore {
+            id: "r.ab.1",
+            backup: "nightly",
+            ends: &ends,
+            collections: &collections,
+            groups: &one,
+        };
+        let ctx = CheckContext::for_phase(&restore, Phase::BeforeCommit, Some((0, &held(&one[0]))));
+        assert_eq!(
+            ctx.collections.len(),
+            2,
+            "a plain restore's check sees its collections"
+        );
+        assert_eq!(
+            ctx.jobs.iter().map(|j| j.batch).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        assert!(ctx.jobs.iter().all(|j| {
+            !j.id.is_empty()
+                && j.states
+                    .iter()
+                    .all(|s| s.state == plugins::JobState::Uncommitted)
+        }));
+        // Collection atomicity: the second group's jobs go on from the first group's.
+        let two = groups(true);
+        let restore = Restore {
+            groups: &two,
+            ..restore
+        };
+        let ctx = CheckContext::for_phase(&restore, Phase::BeforeCommit, Some((1, &held(&two[1]))));
+        assert_eq!(ctx.jobs.iter().map(|j| j.batch).collect::<Vec<_>>(), [1, 2]);
+        assert!(ctx.jobs.iter().all(|j| j.collection == "default.b"));
+        assert_eq!(ctx.collections.len(), 2);
     }
 }

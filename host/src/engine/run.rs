@@ -17,7 +17,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
 use super::auto_commit;
-use super::checks::CheckSetup;
+use super::checks::{self, CheckSetup};
 use super::ddl;
 use super::ends::Ends;
 use super::outcome;
@@ -35,7 +35,7 @@ use crate::journal::{
     BatchRecord, Claim, CommitGroup, Decision, Outcome, RestoreId, RestorePhase, RestoreRecord,
 };
 use crate::milvus::{self, CreateImport, JobState, ServerVersion};
-use crate::plugins::Phase;
+use crate::plugins::{CheckContext, Phase};
 use crate::storage::{self, StagingPrefix};
 
 /// Import creates in flight at once on the target.
@@ -398,6 +398,12 @@ async fn execute(
     let import_prefix = to.paths.prefix().to_string();
     let groups = build_groups(&restore_id, job, pf, &import_prefix);
     track_groups(shared, pf, &groups);
+    checks.set_staged(checks::staged_objects(
+        &import_prefix,
+        &pf.plan.files_to_stage,
+        &groups,
+        &job.target.end.paths,
+    ));
     // One write for the groups, the prefix (so a crash mid-copy can still clean up) and the
     // phase: each is a journal commit with an fsync, and all of them come before any DDL,
     // copy or create.
@@ -430,12 +436,18 @@ async fn execute(
             Err(stop) => return rollback(shared, stop).await,
         }
         faults::crash_point("after-stage");
-        let ctx_staged =
-            super::checks::staged_objects(&import_prefix, &pf.plan.files_to_stage, &groups);
-        if let Err(reason) = checks
-            .run_before_import(shared, job, pf, &ctx_staged, report)
-            .await
-        {
+        let collections = checks::collections(&pf.plan);
+        let restore = checks::Restore {
+            id: restore_id.as_str(),
+            backup: &job.backup.name,
+            ends,
+            collections: &collections,
+            groups: &groups,
+        };
+        let before_import = CheckContext::for_phase(&restore, Phase::BeforeImport, None);
+        let checked = checks.run(job, before_import).await;
+        report.checks = checks.reports();
+        if let Err(reason) = checked {
             return rollback(shared, Stop::Failed(reason)).await;
         }
         if auto_commits {
@@ -684,6 +696,7 @@ async fn run_groups(
                 let group = GroupRun {
                     g,
                     first_batch,
+                    groups,
                     gate,
                 };
                 (g, run_group(shared, job, group, checks, pf).await)
@@ -787,6 +800,8 @@ struct GroupRun<'a> {
     g: usize,
     /// The group's first batch, numbered across the restore's groups.
     first_batch: usize,
+    /// Every group of the restore.
+    groups: &'a [CommitGroup],
     gate: &'a ImportGate,
 }
 
@@ -859,10 +874,21 @@ async fn run_group(
             hold(&mut tracker, FirstLook::Spread).await?;
         }
         if checks.has(Phase::BeforeCommit) {
-            checks
-                .run_before_commit(shared, job, g, &tracker)
-                .await
-                .map_err(Stop::Failed)?;
+            let restore_id = shared.record.lock().expect("record lock").id.clone();
+            let collections = checks::collections(&pf.plan);
+            let restore = checks::Restore {
+                id: restore_id.as_str(),
+                backup: &job.backup.name,
+                ends,
+                collections: &collections,
+                groups: group.groups,
+            };
+            let ctx = CheckContext::for_phase(
+                &restore,
+                Phase::BeforeCommit,
+                Some((group.first_batch, &tracker)),
+            );
+            checks.run(job, ctx).await.map_err(Stop::Failed)?;
             // Re-read every end right before deciding: a mirror may have failed while the
             // checks ran (an approval can take hours), and Milvus cannot check a fencing
             // token, only states. Without checks the hold's own sightings are that fresh.
@@ -979,6 +1005,7 @@ async fn submit(
         g,
         first_batch,
         gate,
+        ..
     } = *group;
     if !batch_ready(shared, gate, first_batch).await {
         return Err(Stop::Failed(GATE_FAILED.into()));

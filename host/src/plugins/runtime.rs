@@ -193,6 +193,29 @@ impl PluginRuntime {
         PluginRuntime::with_config(RuntimeConfig::new(cache_dir))
     }
 
+    /// The process's runtime for `cache_dir`, built on first use: one wasmtime engine,
+    /// linker, epoch thread and instance pool for every restore that loads checks, however
+    /// many a `serve` or a batch runs.
+    pub fn shared(cache_dir: &Path) -> Result<PluginRuntime, Error> {
+        static RUNTIMES: std::sync::OnceLock<std::sync::Mutex<BTreeMap<PathBuf, PluginRuntime>>> =
+            std::sync::OnceLock::new();
+        let mut runtimes = RUNTIMES
+            .get_or_init(Default::default)
+            .lock()
+            .expect("runtime registry: no panics under it");
+        if let Some(runtime) = runtimes.get(cache_dir) {
+            return Ok(runtime.clone());
+        }
+        let runtime = PluginRuntime::new(cache_dir)?;
+        runtimes.insert(cache_dir.to_owned(), runtime.clone());
+        Ok(runtime)
+    }
+
+    /// Whether both are one runtime.
+    pub fn is(&self, other: &PluginRuntime) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     pub fn with_config(config: RuntimeConfig) -> Result<PluginRuntime, Error> {
         let (engine, allocation) = build_engine(config.allocation)?;
         let mut linker = Linker::new(&engine);

@@ -91,3 +91,16 @@ async fn an_unsigned_entry_is_not_trusted() {
     let outcome = load_and_call(cache.path()).await;
     assert!(matches!(outcome, CacheOutcome::Rejected(_)), "{outcome:?}");
 }
+
+#[test]
+fn one_runtime_per_cache_directory_per_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = PluginRuntime::shared(dir.path()).expect("runtime");
+    let b = PluginRuntime::shared(dir.path()).expect("runtime");
+    assert!(
+        a.is(&b),
+        "a second restore gets the same engine, linker and pool"
+    );
+    let other = tempfile::tempdir().unwrap();
+    assert!(!a.is(&PluginRuntime::shared(other.path()).expect("runtime")));
+}

@@ -47,6 +47,25 @@ impl Check for TestGuest {
                 eprintln!("to stderr");
                 Ok(Verdict::Pass)
             }
+            // What the host handed it, as a failure's reason the report shows.
+            "context" => {
+                let batches = |list: Vec<u32>| {
+                    list.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                };
+                let staged = lockstep_check::storage::staged_files()
+                    .map_err(|e| format!("staged files: {e:?}"))?;
+                let mut staged_batches: Vec<u32> = staged.iter().map(|f| f.batch).collect();
+                staged_batches.dedup();
+                let with_ids = ctx.jobs.iter().filter(|j| !j.id.is_empty()).count();
+                Ok(lockstep_check::fail(format!(
+                    "collections={} jobs={} with-ids={with_ids} batches={} staged={} staged-batches={}",
+                    ctx.collections.len(),
+                    ctx.jobs.len(),
+                    batches(ctx.jobs.iter().map(|j| j.batch).collect()),
+                    staged.len(),
+                    batches(staged_batches),
+                )))
+            }
             "retry" => Ok(lockstep_check::retry_after(
                 Duration::from_millis(ctx.config_parse("after_ms")?.unwrap_or(10)),
                 "told to retry",

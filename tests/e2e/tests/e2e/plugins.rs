@@ -529,3 +529,81 @@ async fn plugin_test_prints_the_verdict_the_logs_and_the_time() -> anyhow::Resul
     );
     Ok(())
 }
+
+/// What the test guest's `context` behaviour says it was handed, from its failure's reason:
+/// `collections=2 jobs=5 with-ids=5 batches=0,1,2,3,4 staged=54 staged-batches=0,1,2,3,4`.
+fn handed(run: &RunResult) -> std::collections::BTreeMap<String, String> {
+    let (status, detail) = check_status(run, "context");
+    assert_eq!(status, "failed", "{}", run.explain());
+    detail
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn numbers(list: &str) -> Vec<u32> {
+    list.split(',').filter_map(|n| n.parse().ok()).collect()
+}
+
+/// A check is handed the whole restore in every phase: a before-commit check in a plain
+/// restore once saw `collections=0 staged=0` (its context was only filled when a
+/// before-import check ran), before-import checks saw no jobs, and with collection atomicity
+/// job batches restarted per group while staged-file batches counted across the restore.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_phase_hands_the_check_every_collection_job_and_staged_file() -> anyhow::Result<()> {
+    let world = world().await?;
+    let context = |phase: &str| {
+        check(
+            "test-guest",
+            phase,
+            "name = \"context\"\nconfig = { behaviour = \"context\" }",
+        )
+    };
+    let plan = world
+        .run(&["plan", world.job("plan", "")?.to_str().unwrap()], &[])
+        .await?;
+    let batches = plan.report["totals"]["batches"].as_u64().expect("batches") as u32;
+    let all: Vec<u32> = (0..batches).collect();
+
+    let plain = world.job("before-commit", &context("before-commit")?)?;
+    let run = world.run(&["run", plain.to_str().unwrap()], &[]).await?;
+    let seen = handed(&run);
+    assert_eq!(seen["collections"], "2", "{seen:?}");
+    assert_eq!(numbers(&seen["batches"]), all, "{seen:?}");
+    assert_eq!(seen["with-ids"], batches.to_string(), "{seen:?}");
+    let staged: u32 = seen["staged"].parse()?;
+    assert!(
+        staged > 0,
+        "a before-commit check sees the staged files: {seen:?}"
+    );
+    assert_eq!(numbers(&seen["staged-batches"]), all, "{seen:?}");
+
+    let import = world.job("before-import", &context("before-import")?)?;
+    let run = world.run(&["run", import.to_str().unwrap()], &[]).await?;
+    let seen = handed(&run);
+    assert_eq!(seen["collections"], "2", "{seen:?}");
+    assert_eq!(numbers(&seen["batches"]), all, "the planned jobs: {seen:?}");
+    assert_eq!(seen["with-ids"], "0", "{seen:?}");
+    assert_eq!(seen["staged"], staged.to_string(), "{seen:?}");
+
+    let per_collection = world.job(
+        "per-collection",
+        &format!(
+            "[two_phase]\natomicity = \"collection\"\n{}",
+            context("before-commit")?
+        ),
+    )?;
+    let run = world
+        .run(&["run", per_collection.to_str().unwrap()], &[])
+        .await?;
+    let seen = handed(&run);
+    let group = numbers(&seen["batches"]);
+    assert!(!group.is_empty() && group.len() < all.len(), "{seen:?}");
+    // One group's jobs, numbered as the restore's staged files are.
+    assert!(group.windows(2).all(|w| w[1] == w[0] + 1), "{seen:?}");
+    let staged_batches = numbers(&seen["staged-batches"]);
+    assert!(group.iter().all(|b| staged_batches.contains(b)), "{seen:?}");
+    assert_eq!(seen["collections"], "2", "{seen:?}");
+    Ok(())
+}
