@@ -27,6 +27,10 @@ pub struct DemoArgs {
     /// Partitions per collection.
     #[arg(long, default_value_t = 2)]
     partitions: u32,
+    /// After the restore, keep milvus-sim up until Ctrl-C, so that other jobs (those in
+    /// `jobs/`, say) can run against DIR/lockstep.toml.
+    #[arg(long, requires = "dir")]
+    keep_running: bool,
 }
 
 const TOPOLOGY: &str = r#"# Written by `lockstep demo`: a primary replicating to two secondaries.
@@ -167,6 +171,15 @@ pub async fn run(args: DemoArgs, format: OutputFormat) -> anyhow::Result<i32> {
         if args.dir.is_some() {
             println!("files kept in {}", dir.display());
         }
+    }
+    if args.keep_running {
+        eprintln!(
+            "milvus-sim stays up until Ctrl-C; in another terminal: lockstep --config {} watch",
+            host_file.display()
+        );
+        tokio::signal::ctrl_c()
+            .await
+            .context("waiting for Ctrl-C")?;
     }
     sim.shutdown().await;
     Ok(report.exit_code())

@@ -19,6 +19,7 @@ use lockstep::serve::{LiveProgress, Runner, WatchOptions, watch};
 #[derive(Debug, clap::Args)]
 pub struct WatchArgs {
     /// The job directory: every `*.toml` in it is a restore job.
+    #[arg(default_value = "jobs")]
     pub dir: PathBuf,
     /// Restores running at once.
     #[arg(long, default_value_t = 2)]
@@ -33,8 +34,8 @@ pub struct ServeArgs {
     /// Name of the environment variable holding the bearer token clients must send.
     #[arg(long, env = "LOCKSTEP_TOKEN_ENV")]
     pub token_env: Option<String>,
-    /// Also watch this job directory.
-    #[arg(long)]
+    /// Also watch this job directory (`--watch` alone: `jobs`).
+    #[arg(long, num_args = 0..=1, default_missing_value = "jobs")]
     pub watch: Option<PathBuf>,
     /// Restores running at once (API and directory together).
     #[arg(long, default_value_t = 2)]

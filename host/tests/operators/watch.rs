@@ -310,3 +310,40 @@ async fn ten_thousand_files_at_start_do_not_stall_the_watcher() {
     assert_eq!(world.creates().await, 2 * bulk.jobs.len());
     w.stop().await;
 }
+
+/// `lockstep watch` with no directory watches `jobs/` of the working directory, and keeps
+/// its state in `jobs/.lockstep` (which jobs/.gitignore keeps out of git).
+#[test]
+fn watch_with_no_directory_watches_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("jobs")).unwrap();
+    std::fs::write(dir.path().join("jobs/bad.toml"), "backup = 3\n").unwrap();
+    std::fs::write(dir.path().join("lockstep.toml"), "").unwrap();
+    let mut watch = std::process::Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        .arg("watch")
+        .current_dir(dir.path())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let reports = dir.path().join("jobs/.lockstep/reports");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let refused = loop {
+        let found = std::fs::read_dir(&reports).ok().and_then(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .find(|name| name.starts_with("bad.") && name.ends_with("refused.json"))
+        });
+        if found.is_some() || std::time::Instant::now() > deadline {
+            break found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let _ = watch.kill();
+    let _ = watch.wait();
+    assert!(
+        refused.is_some(),
+        "no refusal report for jobs/bad.toml under {}",
+        reports.display()
+    );
+}
