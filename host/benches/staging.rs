@@ -80,6 +80,7 @@ fn main() -> anyhow::Result<()> {
             options,
             &on_progress,
             &|_| {},
+            &tokio_util::sync::CancellationToken::new(),
         ))?;
         let durable = started.elapsed();
         let copied_at = copied_at

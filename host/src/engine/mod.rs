@@ -82,6 +82,14 @@ impl Interrupt {
         *self.0.borrow()
     }
 
+    /// Returns once the interrupt fires; never if it does not.
+    pub async fn fired(&self) {
+        let mut rx = self.0.clone();
+        if rx.wait_for(|set| *set).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Runs `fut` unless the interrupt fires first.
     pub async fn race<T>(&self, fut: impl Future<Output = T>) -> Result<T, Interrupted> {
         if self.is_set() {

@@ -12,7 +12,9 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
+use super::Interrupted;
 use super::checks::BatchIndex;
 use super::preflight::{Preflight, error_chain};
 use super::report::StagingReport;
@@ -176,16 +178,19 @@ pub(super) async fn stage(
 ) -> Result<StagingReport, Stop> {
     // Rides on the next journal write: nothing recovers differently for it.
     shared.enter_phase(RestorePhase::Staging);
+    let stop = CancellationToken::new();
+    let staging = stage_files(shared, pf, to, gate, &stop);
+    tokio::pin!(staging);
+    // A restore that fails meanwhile (a mirror, a create, the DDL) imports nothing more, and
+    // the rest of a long copy would only be deleted again; so does an interrupted one. The
+    // stage is told to stop and waited for, not dropped: a copy abandoned mid-request could
+    // land after the rollback deleted the prefix.
     let staged = tokio::select! {
-        staged = shared.engine.interrupt.race(stage_files(shared, pf, to, gate)) => match staged {
-            Ok(staged) => staged.map_err(Stop::Failed),
-            Err(interrupted) => Err(interrupted.into()),
-        },
-        // A restore that failed meanwhile (a mirror, a create, the DDL) imports nothing
-        // more; the rest of a long copy would only be deleted again.
-        () = shared.stopped() => {
-            tracing::info!("staging stopped: the restore failed before its decision");
-            Err(Stop::Failed("staging stopped: the restore failed".into()))
+        staged = &mut staging => staged.map_err(Stop::Failed),
+        why = stopped_by(shared) => {
+            stop.cancel();
+            let _ = staging.await;
+            Err(why)
         }
     };
     // The failure is recorded before the gate closes, so the groups that wake on it abort
@@ -195,6 +200,21 @@ pub(super) async fn stage(
     }
     gate.end(staged.is_ok());
     staged
+}
+
+/// Returns once the restore failed elsewhere or was interrupted, with what that means for
+/// the stage.
+async fn stopped_by(shared: &Shared<'_>) -> Stop {
+    tokio::select! {
+        () = shared.stopped() => {
+            tracing::info!("staging stopped: the restore failed before its decision");
+            Stop::Failed("staging stopped: the restore failed".into())
+        }
+        () = shared.engine.interrupt.fired() => {
+            tracing::info!("staging stopped: interrupted");
+            Interrupted.into()
+        }
+    }
 }
 
 /// The stores the ends import from, opened, and where in them.
@@ -235,6 +255,7 @@ async fn stage_files(
     pf: &Preflight,
     to: &Destinations,
     gate: &ImportGate,
+    stop: &CancellationToken,
 ) -> Result<StagingReport, String> {
     let (paths, opened) = (&to.paths, &to.stores);
     let files: Vec<storage::BackupFile> = gate
@@ -280,6 +301,7 @@ async fn stage_files(
         storage::StageOptions::default(),
         &move |p| progress.staging(&id, p),
         &|position| gate.file_ready(position),
+        stop,
     )
     .await
     .map_err(|e| format!("staging failed: {}", error_chain(&e)))?;

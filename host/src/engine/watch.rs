@@ -375,13 +375,15 @@ mod tests {
     }
 
     /// A one-cluster sim, `t`, with each of `collections` (in `default`) holding that many
-    /// uncommitted imports; their ids, per collection.
+    /// imports, all Pending; their ids, per collection.
     async fn sim_with(collections: &[(&str, usize)]) -> (milvus_sim::Sim, Vec<Vec<i64>>) {
         use milvus_sim::catalog::NewCollection;
         use milvus_sim::cluster::CreateImport;
 
         let topology = milvus_sim::Topology::from_toml_str(
-            "[[cluster]]\nid = \"t\"\nversion = \"3.0.0\"\n",
+            // Pending for the whole test, however loaded the machine: the tests count calls,
+            // and a job that moved on between looks would change what they see.
+            "[[cluster]]\nid = \"t\"\nversion = \"3.0.0\"\n[cluster.durations]\npending = \"1h\"\n",
             "test.toml",
             std::path::Path::new("."),
         )

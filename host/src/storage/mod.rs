@@ -48,6 +48,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("staging stopped before it finished")]
+    Stopped,
     #[error("backup file path `{path}` is not a valid object path: {reason}")]
     InvalidFilePath { path: String, reason: String },
     #[error("staging {path} into {end}")]

@@ -18,6 +18,7 @@ use std::sync::Mutex;
 use futures::{StreamExt as _, TryStreamExt as _};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt as _, WriteMultipart};
+use tokio_util::sync::CancellationToken;
 
 use super::Error;
 use super::open::{OpenedStore, StoreId};
@@ -324,6 +325,11 @@ async fn blocking<T: Send + 'static>(
 /// once when it is a link or a copy inside the store (no new bytes) or an S3 object (a PUT
 /// that returned is durable); a copy into a local store only after the flush at the end.
 /// `ready` promises durability, not the verification: only `stage` returning `Ok` does.
+///
+/// Once `stop` is cancelled no copy starts, those in flight finish, and the stage ends with
+/// [`Error::Stopped`]: a copy abandoned mid-request could still land after the caller
+/// deleted the prefix, and stay there.
+#[allow(clippy::too_many_arguments)]
 pub async fn stage(
     source: StageSource<'_>,
     files: &[BackupFile],
@@ -332,6 +338,7 @@ pub async fn stage(
     options: StageOptions,
     progress: &(dyn Fn(StageProgress) + Send + Sync),
     ready: &(dyn Fn(usize) + Send + Sync),
+    stop: &CancellationToken,
 ) -> Result<Vec<StagedFile>, Error> {
     let sources: Vec<Path> = files
         .iter()
@@ -418,10 +425,14 @@ pub async fn stage(
         }
     };
     let transfers: HashMap<(usize, usize), Transfer> = futures::stream::iter(tasks)
+        .take_until(stop.cancelled())
         .map(copy_one)
         .buffer_unordered(options.concurrency.max(1))
         .try_collect()
         .await?;
+    if stop.is_cancelled() {
+        return Err(Error::Stopped);
+    }
 
     let mut staged = Vec::with_capacity(files.len() * destinations.len());
     for (g, group) in groups.iter().enumerate() {
@@ -929,6 +940,7 @@ mod tests {
             options,
             &|p| push(Event::Progress(p)),
             &|f| push(Event::Ready(f)),
+            &CancellationToken::new(),
         )
         .await;
         (
@@ -965,6 +977,38 @@ mod tests {
             .filter(|f| f.end == end)
             .map(|f| f.transfer)
             .collect()
+    }
+
+    #[tokio::test]
+    async fn a_stopped_stage_starts_no_copy_and_says_it_stopped() {
+        let (a, b) = (
+            tempfile::tempdir().expect("tempdir"),
+            tempfile::tempdir().expect("tempdir"),
+        );
+        let backup = local(a.path());
+        let target = local(b.path());
+        let files = write_backup(&backup, &[10, 20]).await;
+        let stop = CancellationToken::new();
+        stop.cancel();
+        let result = stage(
+            source(&backup),
+            &files,
+            &[Destination {
+                end: "target",
+                store: &target,
+            }],
+            &prefix("r0"),
+            StageOptions::default(),
+            &|_| {},
+            &|_| {},
+            &stop,
+        )
+        .await;
+        assert!(matches!(result, Err(Error::Stopped)), "{result:?}");
+        assert!(
+            !b.path().join(STAGING_ROOT).exists(),
+            "nothing was copied once stopped"
+        );
     }
 
     #[tokio::test]

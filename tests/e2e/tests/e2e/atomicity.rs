@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use anyhow::Context as _;
+
 use e2e::{TARGET, World, WorldSpec, secondary};
 use milvus_sim::jobs::JobState;
 
@@ -98,10 +100,38 @@ async fn a_collection_failing_while_later_ones_are_created_ends_the_restore() ->
         .await?;
     let job = world.job("stopped-waves", "[two_phase]\natomicity = \"collection\"\n")?;
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
-    assert_eq!(run.code, 1, "{}", run.explain());
-    assert_eq!(run.outcome(), "rolled_back");
+    // It ends. Collections decided before the failure was seen stay committed (on a loaded
+    // machine some can be); every other one is rolled back and gone from every end.
+    assert!(matches!(run.code, 1 | 5), "{}", run.explain());
     assert!(run.summary().contains(&secondary(0)), "{}", run.summary());
-    assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
     world.assert_nothing_held().await?;
-    nothing_restored(&world).await
+    let committed: std::collections::BTreeSet<String> = run.report["collections"]
+        .as_array()
+        .expect("collections")
+        .iter()
+        .filter(|c| c["committed"] == true)
+        .filter_map(|c| c["target"].as_str().map(str::to_owned))
+        .collect();
+    if run.code == 1 {
+        assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
+        return nothing_restored(&world).await;
+    }
+    assert!(!committed.is_empty(), "{}", run.explain());
+    e2e::eventually(Duration::from_secs(10), || async {
+        for end in world.ends() {
+            let shown: std::collections::BTreeSet<String> = world
+                .state(&end)
+                .await?
+                .collections
+                .iter()
+                .map(|c| format!("{}.{}", c.db_name, c.name))
+                .collect();
+            if shown != committed {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
+    .await
+    .with_context(|| format!("every end holds exactly the committed {committed:?}"))
 }
