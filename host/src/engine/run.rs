@@ -621,13 +621,7 @@ async fn auto_committed(
     let (outcome, summary) = outcome::decide(&facts, &restore_id);
     report.summary = summary;
     if outcome == Outcome::RolledBack {
-        let created = shared
-            .record
-            .lock()
-            .expect("record lock")
-            .created_collections
-            .clone();
-        drop_and_unstage(shared, &created).await;
+        undo(shared).await;
         if let Some(s) = report.staging.as_mut() {
             s.cleaned_up = true;
         }
@@ -1140,6 +1134,12 @@ fn import_options(b: &BatchRecord) -> BTreeMap<String, String> {
 /// Rolls back a restore that stopped before any job was submitted: drop what the DDL
 /// created, delete what staging copied.
 async fn rollback(shared: &Shared<'_>, stop: Stop) -> Result<Outcome, Stop> {
+    undo(shared).await;
+    Err(stop)
+}
+
+/// Drops every collection the restore created and deletes its staged files.
+async fn undo(shared: &Shared<'_>) {
     let created = shared
         .record
         .lock()
@@ -1147,7 +1147,6 @@ async fn rollback(shared: &Shared<'_>, stop: Stop) -> Result<Outcome, Stop> {
         .created_collections
         .clone();
     drop_and_unstage(shared, &created).await;
-    Err(stop)
 }
 
 /// Drops the collections a rolled-back restore created and deletes its staged files.

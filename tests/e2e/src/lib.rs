@@ -336,6 +336,20 @@ impl World {
         self.write_job(name, &text)
     }
 
+    /// A job file restoring the world's backup into the target alone, plus `extra` TOML.
+    pub fn job_alone(&self, name: &str, extra: &str) -> anyhow::Result<PathBuf> {
+        let text = format!(
+            "backup = \"{}\"\ntarget = \"{TARGET}\"\n{extra}",
+            self.spec.backup.name
+        );
+        self.write_job(name, &text)
+    }
+
+    /// The rows every end shows once the backup is restored: inserted less deleted.
+    pub fn rows_after_deletes(&self) -> i64 {
+        (self.backup.inserted_rows() - self.backup.deleted_rows()) as i64
+    }
+
     pub fn write_job(&self, name: &str, text: &str) -> anyhow::Result<PathBuf> {
         let path = self.path("jobs").join(format!("{name}.toml"));
         std::fs::create_dir_all(path.parent().expect("jobs/"))?;

@@ -86,11 +86,6 @@ fn check_status(run: &RunResult, name: &str) -> (String, String) {
     )
 }
 
-/// Rows the backup holds once deletes apply: what every end shows after a restore.
-fn backup_rows(world: &World) -> i64 {
-    (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn storage_probe_stops_the_restore_before_any_import_naming_the_secondary()
 -> anyhow::Result<()> {
@@ -217,7 +212,7 @@ async fn approval_gate_holds_the_commit_until_the_approval_object_appears() -> a
     }
     for end in world.ends() {
         let visible: i64 = world.visible(&end).await?.values().sum();
-        assert_eq!(visible, backup_rows(&world), "{end}");
+        assert_eq!(visible, world.rows_after_deletes(), "{end}");
     }
     Ok(())
 }
@@ -374,7 +369,7 @@ async fn change_window_passes_and_fails_by_the_clock_it_is_given() -> anyhow::Re
     commits_followed_every_uncommitted(&world).await?;
     for end in world.ends() {
         let visible: i64 = world.visible(&end).await?.values().sum();
-        assert_eq!(visible, backup_rows(&world), "{end}");
+        assert_eq!(visible, world.rows_after_deletes(), "{end}");
     }
     Ok(())
 }

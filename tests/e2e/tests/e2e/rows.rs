@@ -26,17 +26,7 @@ fn standalone() -> WorldSpec {
 }
 
 fn per_seg_job(world: &World, name: &str) -> anyhow::Result<std::path::PathBuf> {
-    world.write_job(
-        name,
-        &format!(
-            "backup = \"{}\"\ntarget = \"{TARGET}\"\nstrategy = \"per_seg\"\n",
-            world.spec.backup.name
-        ),
-    )
-}
-
-fn expected_visible(world: &World) -> i64 {
-    (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64
+    world.job_alone(name, "strategy = \"per_seg\"\n")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -117,7 +107,7 @@ async fn every_job_shows_the_rows_every_end_imported_against_the_backup() -> any
     }
     assert_eq!(per_end.len(), world.ends().len());
     for (end, rows) in per_end {
-        assert_eq!(rows, expected_visible(&world), "{end}");
+        assert_eq!(rows, world.rows_after_deletes(), "{end}");
     }
     Ok(())
 }
@@ -130,7 +120,7 @@ async fn per_seg_restores_every_row_counts_them_and_cleans_its_stage() -> anyhow
     assert_eq!(run.code, 0, "{}", run.explain());
     assert_eq!(run.outcome(), "succeeded");
     let visible: i64 = world.visible(TARGET).await?.values().sum();
-    assert_eq!(visible, expected_visible(&world));
+    assert_eq!(visible, world.rows_after_deletes());
     let jobs = run.report["jobs"].as_array().expect("jobs");
     assert!(!jobs.is_empty());
     assert!(

@@ -14,25 +14,11 @@ fn standalone(version: &str) -> WorldSpec {
     }
 }
 
-fn job_alone(world: &World, name: &str, extra: &str) -> anyhow::Result<std::path::PathBuf> {
-    world.write_job(
-        name,
-        &format!(
-            "backup = \"{}\"\ntarget = \"{TARGET}\"\n{extra}",
-            world.spec.backup.name
-        ),
-    )
-}
-
-fn visible_rows(world: &World) -> i64 {
-    (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn milvus_2_3_is_restored_by_v1_import_per_segment_when_no_strategy_is_named()
 -> anyhow::Result<()> {
     let world = World::start(standalone("v2.3.5-lite")).await?;
-    let job = job_alone(&world, "old", "")?;
+    let job = world.job_alone("old", "")?;
     let plan = world.run(&["plan", job.to_str().unwrap()], &[]).await?;
     assert_eq!(plan.code, 0, "{}", plan.explain());
     assert_eq!(plan.report["route"]["route"], "per_seg", "{}", plan.stdout);
@@ -40,7 +26,7 @@ async fn milvus_2_3_is_restored_by_v1_import_per_segment_when_no_strategy_is_nam
     assert_eq!(run.code, 0, "{}", run.explain());
     assert_eq!(run.report["route"], "per_seg");
     let visible: i64 = world.visible(TARGET).await?.values().sum();
-    assert_eq!(visible, visible_rows(&world));
+    assert_eq!(visible, world.rows_after_deletes());
     // No REST import route exists on 2.3: nothing was asked of one.
     assert_eq!(world.requests(TARGET, "import/create").await?, 0);
     Ok(())
@@ -49,7 +35,7 @@ async fn milvus_2_3_is_restored_by_v1_import_per_segment_when_no_strategy_is_nam
 #[tokio::test(flavor = "multi_thread")]
 async fn merged_named_on_milvus_2_3_is_refused_with_what_to_do() -> anyhow::Result<()> {
     let world = World::start(standalone("v2.3.5-lite")).await?;
-    let job = job_alone(&world, "merged-old", "strategy = \"merged\"\n")?;
+    let job = world.job_alone("merged-old", "strategy = \"merged\"\n")?;
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 2, "{}", run.explain());
     let summary = run.summary();
@@ -66,12 +52,12 @@ async fn merged_named_on_milvus_2_3_is_refused_with_what_to_do() -> anyhow::Resu
 #[tokio::test(flavor = "multi_thread")]
 async fn milvus_2_5_is_restored_by_merged_imports_that_commit_themselves() -> anyhow::Result<()> {
     let world = World::start(standalone("v2.5.4")).await?;
-    let job = job_alone(&world, "middle", "")?;
+    let job = world.job_alone("middle", "")?;
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 0, "{}", run.explain());
     assert_eq!(run.report["route"], "merged_auto_commit");
     let visible: i64 = world.visible(TARGET).await?.values().sum();
-    assert_eq!(visible, visible_rows(&world));
+    assert_eq!(visible, world.rows_after_deletes());
     let jobs = run.report["jobs"].as_array().expect("jobs");
     assert_eq!(world.requests(TARGET, "import/create").await?, jobs.len());
     // 2.5 has no commit route, and a restore into it sends none.
@@ -93,7 +79,7 @@ async fn a_short_import_on_milvus_2_5_is_partly_committed_not_a_success() -> any
     spec.backup.l0_segments = milvus_sim::fixtures::L0Segments::Absent;
     let world = World::start(spec).await?;
     world.short_next_import(TARGET, 4).await?;
-    let job = job_alone(&world, "middle-short", "")?;
+    let job = world.job_alone("middle-short", "")?;
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 5, "{}", run.explain());
     assert!(
@@ -107,7 +93,7 @@ async fn a_short_import_on_milvus_2_5_is_partly_committed_not_a_success() -> any
 #[tokio::test(flavor = "multi_thread")]
 async fn a_branch_build_is_probed_and_a_two_phase_one_restored_two_phase() -> anyhow::Result<()> {
     let world = World::start(standalone("master-20260806-1a2b3c4")).await?;
-    let job = job_alone(&world, "branch", "")?;
+    let job = world.job_alone("branch", "")?;
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 0, "{}", run.explain());
     assert_eq!(run.report["route"], "two_phase");
@@ -120,7 +106,7 @@ async fn a_branch_build_is_probed_and_a_two_phase_one_restored_two_phase() -> an
 #[tokio::test(flavor = "multi_thread")]
 async fn milvus_3_without_secondaries_is_restored_two_phase_on_the_one_end() -> anyhow::Result<()> {
     let world = World::start(standalone("3.0.2")).await?;
-    let job = job_alone(&world, "single", "")?;
+    let job = world.job_alone("single", "")?;
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 0, "{}", run.explain());
     assert_eq!(run.report["route"], "two_phase");
@@ -150,7 +136,7 @@ fn local_storage(version: &str, paths: TargetPaths) -> WorldSpec {
 async fn a_local_storage_target_is_sent_absolute_paths_and_imports_every_row() -> anyhow::Result<()>
 {
     let world = World::start(local_storage("v2.3.5-lite", TargetPaths::LocalDeclared)).await?;
-    let job = job_alone(&world, "local", "")?;
+    let job = world.job_alone("local", "")?;
     let plan = world.run(&["plan", job.to_str().unwrap()], &[]).await?;
     assert_eq!(plan.code, 0, "{}", plan.explain());
     let dir = world.storage_dir(TARGET);
@@ -163,7 +149,7 @@ async fn a_local_storage_target_is_sent_absolute_paths_and_imports_every_row() -
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 0, "{}", run.explain());
     let visible: i64 = world.visible(TARGET).await?.values().sum();
-    assert_eq!(visible, visible_rows(&world));
+    assert_eq!(visible, world.rows_after_deletes());
     let target = world.state(TARGET).await?;
     let prefix = format!("{}/lockstep-staging/", dir.display());
     for j in &target.jobs {
@@ -185,7 +171,7 @@ async fn bucket_style_paths_on_a_local_storage_2_3_import_nothing_and_the_restor
     // What lockstep did before it knew storage types: Milvus 2.3 lists nothing under a
     // relative path and completes every import with 0 rows.
     let world = World::start(local_storage("v2.3.5-lite", TargetPaths::LocalUndeclared)).await?;
-    let job = job_alone(&world, "relative", "")?;
+    let job = world.job_alone("relative", "")?;
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 1, "{}", run.explain());
     assert_eq!(run.outcome(), "rolled_back");
@@ -207,7 +193,7 @@ async fn bucket_style_paths_on_a_local_storage_2_3_import_nothing_and_the_restor
 async fn bucket_style_paths_on_a_local_storage_3_0_fail_with_no_binlog_to_import()
 -> anyhow::Result<()> {
     let world = World::start(local_storage("3.0.2", TargetPaths::LocalUndeclared)).await?;
-    let job = job_alone(&world, "relative-3", "")?;
+    let job = world.job_alone("relative-3", "")?;
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 1, "{}", run.explain());
     assert!(
