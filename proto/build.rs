@@ -5,6 +5,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/common.proto",
         "proto/schema.proto",
         "proto/milvus.proto",
+        "proto/etcd/kv.proto",
+        "proto/etcd/rpc.proto",
     ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");

@@ -19,3 +19,15 @@ pub mod schema {
 pub mod milvus {
     tonic::include_proto!("milvus.proto.milvus");
 }
+
+/// The part of etcd v3's API the lockstep journal calls (a fleet's shared journal), built
+/// here with protox like Milvus's, so no build of lockstep needs a system `protoc`.
+pub mod etcd {
+    pub mod mvccpb {
+        tonic::include_proto!("mvccpb");
+    }
+
+    pub mod etcdserverpb {
+        tonic::include_proto!("etcdserverpb");
+    }
+}

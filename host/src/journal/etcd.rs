@@ -20,12 +20,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
-};
 use futures::future::BoxFuture;
+use milvus_proto::etcd::etcdserverpb::{LeaseKeepAliveRequest, response_op::Response};
 use serde::{Deserialize, Serialize};
 
+use super::etcd_client::{self as etcd, EtcdClient};
 use super::{Claim, Error, Journal, RestoreId, RestoreRecord, Result};
 
 /// How long a claim outlives its host's last renewal. Another host takes an unfinished
@@ -128,7 +127,7 @@ struct Held {
 /// The etcd journal. Cheap to clone: one client, shared state.
 #[derive(Clone)]
 pub struct EtcdJournal {
-    client: Client,
+    client: EtcdClient,
     prefix: String,
     ttl: Duration,
     me: Holder,
@@ -140,7 +139,7 @@ struct EtcdClaim {
     id: RestoreId,
     lease: i64,
     held: Arc<Mutex<HashMap<RestoreId, Held>>>,
-    client: Client,
+    client: EtcdClient,
     keep_alive: tokio::task::JoinHandle<()>,
 }
 
@@ -159,7 +158,7 @@ impl Drop for EtcdClaim {
             .lock()
             .expect("held-claims lock: no panics under it")
             .remove(&self.id);
-        let mut client = self.client.clone();
+        let client = self.client.clone();
         let lease = self.lease;
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
@@ -179,12 +178,9 @@ impl EtcdJournal {
     /// Connects to the members of `location`.
     pub async fn connect(location: &EtcdLocation) -> Result<EtcdJournal> {
         let ttl = location.lease_ttl;
-        let options = ConnectOptions::new()
-            .with_connect_timeout(REQUEST_TIMEOUT)
-            .with_timeout(REQUEST_TIMEOUT);
-        let client = Client::connect(&location.endpoints, Some(options))
-            .await
-            .map_err(|e| backend(&format!("connect {}", location.endpoints.join(",")), e))?;
+        let connect =
+            |e: etcd::CallError| backend(&format!("connect {}", location.endpoints.join(",")), e);
+        let client = EtcdClient::new(&location.endpoints, REQUEST_TIMEOUT).map_err(connect)?;
         let journal = EtcdJournal {
             client,
             prefix: location.prefix.clone(),
@@ -199,13 +195,9 @@ impl EtcdJournal {
         // Fail now, not at the first restore, when etcd is not there.
         journal
             .client
-            .clone()
-            .get(
-                journal.record_key_prefix(),
-                Some(GetOptions::new().with_count_only()),
-            )
+            .count_prefix(&journal.record_key_prefix())
             .await
-            .map_err(|e| backend("status", e))?;
+            .map_err(connect)?;
         Ok(journal)
     }
 
@@ -222,34 +214,28 @@ impl EtcdJournal {
     }
 
     async fn claim_async(&self, id: RestoreId) -> Result<Box<dyn Claim>> {
-        let mut client = self.client.clone();
+        let client = self.client.clone();
         let key = self.claim_key(&id);
         let holder = serde_json::to_string(&self.me).expect("a holder serializes");
         let lease = client
-            .lease_grant(self.ttl.as_secs() as i64, None)
+            .lease_grant(self.ttl)
             .await
-            .map_err(|e| backend("lease grant", e))?
-            .id();
-        let put = TxnOp::put(
-            key.as_str(),
-            holder.as_str(),
-            Some(PutOptions::new().with_lease(lease)),
-        );
+            .map_err(|e| backend("lease grant", e))?;
+        let put = etcd::op_put(&key, holder, lease);
         // Free: nobody holds the key.
-        let free = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([put.clone()])
-            .or_else([TxnOp::get(key.as_str(), None)]);
-        let answer = client.txn(free).await.map_err(|e| backend("claim", e))?;
-        let mut won = answer.succeeded();
+        let answer = client
+            .txn(etcd::absent(&key), put.clone(), Some(etcd::op_get(&key)))
+            .await
+            .map_err(|e| backend("claim", e))?;
+        let mut won = answer.succeeded;
         if !won {
-            let existing = answer.op_responses().into_iter().find_map(|r| match r {
-                TxnOpResponse::Get(mut g) => g.take_kvs().into_iter().next(),
+            let existing = answer.responses.into_iter().find_map(|r| match r.response {
+                Some(Response::ResponseRange(range)) => range.kvs.into_iter().next(),
                 _ => None,
             });
             let theirs = existing
                 .as_ref()
-                .and_then(|kv| serde_json::from_slice::<Holder>(kv.value()).ok());
+                .and_then(|kv| serde_json::from_slice::<Holder>(&kv.value).ok());
             let stale_own = theirs.as_ref() == Some(&self.me)
                 && !self
                     .held
@@ -259,18 +245,11 @@ impl EtcdJournal {
             // A claim this journal dropped whose revocation has not landed yet: take it back
             // if nothing changed it since it was read.
             if stale_own && let Some(kv) = existing {
-                let retake = Txn::new()
-                    .when([Compare::mod_revision(
-                        key.as_str(),
-                        CompareOp::Equal,
-                        kv.mod_revision(),
-                    )])
-                    .and_then([put]);
                 won = client
-                    .txn(retake)
+                    .txn(etcd::modified_at(&key, kv.mod_revision), put, None)
                     .await
                     .map_err(|e| backend("claim", e))?
-                    .succeeded();
+                    .succeeded;
             }
             if !won {
                 let _ = client.lease_revoke(lease).await;
@@ -327,20 +306,16 @@ impl EtcdJournal {
         })?;
         // Written only while the claim key carries this host's lease: the check happens in
         // etcd, atomically with the write.
-        let txn = Txn::new()
-            .when([Compare::lease(
-                self.claim_key(&record.id),
-                CompareOp::Equal,
-                lease,
-            )])
-            .and_then([TxnOp::put(self.record_key(&record.id), json, None)]);
         let answer = self
             .client
-            .clone()
-            .txn(txn)
+            .txn(
+                etcd::under_lease(&self.claim_key(&record.id), lease),
+                etcd::op_put(&self.record_key(&record.id), json, 0),
+                None,
+            )
             .await
             .map_err(|e| backend("save", e))?;
-        if !answer.succeeded() {
+        if !answer.succeeded {
             return Err(Error::ClaimLost(record.id.clone()));
         }
         Ok(())
@@ -348,30 +323,23 @@ impl EtcdJournal {
 
     async fn load_async(&self, id: &RestoreId) -> Result<Option<RestoreRecord>> {
         let key = self.record_key(id);
-        let answer = self
-            .client
-            .clone()
-            .get(key.as_str(), None)
-            .await
-            .map_err(|e| backend("get", e))?;
-        match answer.kvs().first() {
+        let found = self.client.get(&key).await.map_err(|e| backend("get", e))?;
+        match found {
             None => Ok(None),
-            Some(kv) => parse(&key, kv.value()).map(Some),
+            Some(kv) => parse(&key, &kv.value).map(Some),
         }
     }
 
     async fn scan(&self, id_prefix: &str) -> Result<Vec<RestoreRecord>> {
         let key = format!("{}{id_prefix}", self.record_key_prefix());
-        let answer = self
+        let kvs = self
             .client
-            .clone()
-            .get(key.as_str(), Some(GetOptions::new().with_prefix()))
+            .get_prefix(&key)
             .await
             .map_err(|e| backend("list", e))?;
-        let mut records = answer
-            .kvs()
+        let mut records = kvs
             .iter()
-            .map(|kv| parse(&String::from_utf8_lossy(kv.key()), kv.value()))
+            .map(|kv| parse(&String::from_utf8_lossy(&kv.key), &kv.value))
             .collect::<Result<Vec<_>>>()?;
         records.sort_by_key(|r| (r.started_at, r.attempt));
         Ok(records)
@@ -389,7 +357,7 @@ fn parse(key: &str, bytes: &[u8]) -> Result<RestoreRecord> {
 /// gone (TTL 0), or no renewal got through for a whole TTL, the claim is marked lost: every
 /// later save under it fails, since another host may already hold the restore.
 async fn keep_alive(
-    mut client: Client,
+    client: EtcdClient,
     lease: i64,
     ttl: Duration,
     lost: Arc<AtomicBool>,
@@ -399,20 +367,31 @@ async fn keep_alive(
     let mut last_renewed = tokio::time::Instant::now();
     let mut channel = None;
     loop {
-        if channel.is_none() {
-            channel = client.lease_keep_alive(lease).await.ok();
-        }
+        // A stream just opened carries its first renewal already.
+        let sent = match channel.as_mut() {
+            None => {
+                channel = client.lease_keep_alive(lease).await.ok();
+                Ok(())
+            }
+            Some(stream) => stream
+                .renew
+                .send(LeaseKeepAliveRequest { id: lease })
+                .await
+                .map_err(drop),
+        };
         let renewed = match channel.as_mut() {
-            Some((keeper, stream)) => match keeper.keep_alive().await {
-                Ok(()) => match tokio::time::timeout(REQUEST_TIMEOUT, stream.message()).await {
-                    Ok(Ok(Some(answer))) if answer.ttl() > 0 => true,
-                    Ok(Ok(Some(_))) => {
-                        tracing::error!(restore = %id, lease, "the claim's lease expired; this host no longer holds the restore");
-                        lost.store(true, Ordering::SeqCst);
-                        return;
+            Some(stream) => match sent {
+                Ok(()) => {
+                    match tokio::time::timeout(REQUEST_TIMEOUT, stream.answers.message()).await {
+                        Ok(Ok(Some(answer))) if answer.ttl > 0 => true,
+                        Ok(Ok(Some(_))) => {
+                            tracing::error!(restore = %id, lease, "the claim's lease expired; this host no longer holds the restore");
+                            lost.store(true, Ordering::SeqCst);
+                            return;
+                        }
+                        _ => false,
                     }
-                    _ => false,
-                },
+                }
                 Err(_) => false,
             },
             None => false,

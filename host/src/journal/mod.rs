@@ -12,6 +12,7 @@
 
 pub mod embedded;
 pub mod etcd;
+pub mod etcd_client;
 
 use std::fmt;
 

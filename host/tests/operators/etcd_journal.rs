@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use etcd_client::Client;
 use jiff::Timestamp;
 use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
+use lockstep::journal::etcd_client::EtcdClient;
 use lockstep::journal::{Error, Journal, Outcome, RestoreId, RestorePhase, RestoreRecord};
 
 use crate::support::etcd;
@@ -115,9 +115,9 @@ async fn a_save_after_the_lease_is_gone_fails_with_claim_lost() {
 
     // Revoke a's lease behind its back, as its expiry would.
     let location = EtcdLocation::parse(&url).unwrap();
-    let mut raw = Client::connect(&location.endpoints, None).await.unwrap();
+    let raw = EtcdClient::new(&location.endpoints, Duration::from_secs(5)).unwrap();
     let key = format!("{}/claim/{id}", location.prefix);
-    let lease = raw.get(key.as_str(), None).await.unwrap().kvs()[0].lease();
+    let lease = raw.get(&key).await.unwrap().expect("the claim key").lease;
     raw.lease_revoke(lease).await.unwrap();
 
     let mut newer = record(&id, 1);
