@@ -38,6 +38,7 @@ pub fn render(
         "refused",
         "rolled_back",
         "diverged",
+        "partly_committed",
         "incomplete",
     ]
     .into_iter()
@@ -107,7 +108,8 @@ pub fn render(
     let _ = writeln!(
         out,
         "lockstep_reaction_seconds_sum {}",
-        reactions.iter().sum::<f64>()
+        // Summing floats starts from -0.0, which an empty sum would print as `-0`.
+        reactions.iter().fold(0.0, |total, r| total + r)
     );
     let _ = writeln!(out, "lockstep_reaction_seconds_count {}", reactions.len());
 
@@ -158,4 +160,26 @@ fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::engine::Silent;
+
+    #[test]
+    fn an_empty_journal_has_a_zero_for_every_outcome_and_no_negative_zero() {
+        let text = render(&[], &LiveProgress::new(Arc::new(Silent)), None);
+        assert!(text.contains("lockstep_reaction_seconds_sum 0\n"), "{text}");
+        assert!(!text.contains("-0"), "{text}");
+        for outcome in Outcome::ALL {
+            let line = format!(
+                "lockstep_restores{{outcome=\"{}\"}} 0",
+                outcome_label(Some(outcome))
+            );
+            assert!(text.contains(&line), "no {line}:\n{text}");
+        }
+    }
 }
