@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
+use tracing::Instrument as _;
 
 use lockstep::engine::{self, Engine, Interrupt, Report};
 use lockstep::job::{HostConfig, Job, RestoreArgs};
@@ -352,7 +353,10 @@ async fn recover(
     let mut reports = Vec::new();
     for record in records {
         let ends = engine::Ends::from_recorded(&record.ends, host)?;
-        let report = engine::recover(engine, record, ends, None).await;
+        let span = tracing::info_span!("restore", job = %record.job_name, id = %record.id);
+        let report = engine::recover(engine, record, ends, None)
+            .instrument(span)
+            .await;
         worst = worst.worst(report.outcome);
         reports.push(report);
     }

@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use tokio::sync::watch as signal;
+use tracing::Instrument as _;
 
 pub use ends::{EndClient, Ends, RecoverError};
 pub use progress::{Logged, Progress, Silent};
@@ -136,8 +137,15 @@ pub enum EndFiles {
 impl Engine {
     /// Runs `job`: a no-op returning the earlier report when the same content already
     /// committed; otherwise resolves an attempt a crash left unfinished, then (unless that
-    /// committed) runs a new attempt.
+    /// committed) runs a new attempt. Every log line it writes carries a `restore` span
+    /// with the job's name and the restore id, so that restores running side by side (in
+    /// `serve`, a batch, a fleet) can be told apart.
     pub async fn run(&self, job: &Job) -> Report {
+        let span = tracing::info_span!("restore", job = %job.name, id = tracing::field::Empty);
+        self.run_in(job, &span).instrument(span.clone()).await
+    }
+
+    async fn run_in(&self, job: &Job, span: &tracing::Span) -> Report {
         let ends = match Ends::for_job(job) {
             Ok(e) => e,
             Err(e) => return self.refused_early(job, vec![e.to_string()]).await,
@@ -157,6 +165,7 @@ impl Engine {
                 return report;
             }
             if last.is_unfinished() {
+                span.record("id", tracing::field::display(&last.id));
                 let report = recover(self, last.clone(), ends.clone(), Some(job)).await;
                 if report.outcome != Outcome::RolledBack && report.outcome != Outcome::Refused {
                     return report;
@@ -165,6 +174,7 @@ impl Engine {
         }
         let attempt = attempts.iter().map(|r| r.attempt).max().unwrap_or(0) + 1;
         let id = RestoreId::new(&job.name, job.id().as_str(), attempt);
+        span.record("id", tracing::field::display(&id));
         let claim = match self.journal.claim(&id).await {
             Ok(c) => c,
             Err(e) => return self.refused_early(job, vec![e.to_string()]).await,

@@ -564,6 +564,8 @@ async fn a_mirror_that_does_not_complete_after_the_commit_is_named_and_the_wait_
         })
         .collect();
     assert!(!said.is_empty(), "the wait was silent:\n{}", run.stderr);
+    // Every line names its restore, as restores side by side in a serve need.
+    assert_eq!(said[0]["span"]["id"], run.report["restore_id"], "{}", said[0]);
     let waiting_for = said[0]["fields"]["waiting_for"]
         .as_str()
         .unwrap_or_default();
