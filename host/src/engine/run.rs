@@ -252,6 +252,14 @@ pub(super) async fn attempt(
         end.version = Some(v.to_string());
     }
     report.route = Some(pf.route.route);
+    for s in job.secondaries.iter().filter(|s| s.storage.is_none()) {
+        tracing::warn!(
+            secondary = %s.end.name,
+            "no storage of this secondary is known, so nothing is staged there: it must see \
+             the target's store, or its mirrors find no files; add `storage` to its cluster \
+             in the host config (and `require_staging = true` to refuse such a restore)"
+        );
+    }
     let checks = match CheckSetup::load(engine, job).await {
         Ok(c) => c,
         Err(refusals) => {
@@ -854,7 +862,9 @@ async fn run_group(
             let held = two_phase::hold(ends, tracker, &jobs, grace, deadline, first, &show);
             // A stage that fails while the jobs import ends the hold: nothing will commit.
             tokio::select! {
-                held = engine.interrupt.race(held) => held?.map_err(Stop::Failed)?,
+                held = engine.interrupt.race(held) => {
+                    held?.map_err(|reason| Stop::Failed(staging_hint(job, reason)))?
+                }
                 () = gate.failed() => {
                     return Err(Stop::Failed(GATE_FAILED.into()));
                 }
@@ -1096,9 +1106,31 @@ async fn sentry(shared: &Shared<'_>, g: usize, grace: Duration) {
         );
         if let Ok(Err(reason)) = tokio::time::timeout(SENTRY_EVERY, round).await {
             tracing::warn!(group = g, %reason, "a created job failed while the stage went on");
+            let reason = match shared.job {
+                Some(job) => staging_hint(job, reason),
+                None => reason,
+            };
             shared.fail(Stop::Failed(reason));
             return;
         }
+    }
+}
+
+/// A mirror that found no files on a secondary lockstep staged nothing into says what to
+/// add: the secondary's storage, so that the next restore stages there.
+fn staging_hint(job: &Job, reason: String) -> String {
+    let unstaged = job
+        .secondaries
+        .iter()
+        .filter(|s| s.storage.is_none())
+        .find(|s| reason.contains(&format!("secondary {}:", s.end.name)));
+    match unstaged {
+        Some(s) if reason.contains("no binlog to import") => format!(
+            "{reason}; nothing was staged on {} because the host config gives it no storage: \
+             add `storage` to its cluster (or `require_staging = true` to refuse this up front)",
+            s.end.name
+        ),
+        _ => reason,
     }
 }
 

@@ -95,6 +95,10 @@ pub struct ClusterFile {
     /// Milvus's `localStorage.path` as the server sees it, with `storage_type = "local"`;
     /// default: the directory of `storage`, for a server that sees it where lockstep does.
     pub local_storage_path: Option<Spanned<String>>,
+    /// Refuse a restore with this cluster as a secondary unless lockstep can stage into
+    /// its storage (it then needs `storage`); default false: it is assumed to see the
+    /// target's store, with a warning.
+    pub require_staging: Option<Spanned<bool>>,
 }
 
 /// Object storage as a cluster or `[backups]` names it.

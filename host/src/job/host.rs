@@ -126,6 +126,8 @@ pub struct ClusterSpec {
     pub storage: Option<StorageSpec>,
     pub max_import_jobs: u32,
     pub paths: PathForm,
+    /// `require_staging`: as a secondary, it must have `storage`.
+    pub require_staging: bool,
 }
 
 /// How a Milvus resolves the paths of an import, by its `common.storageType`. A mirror
@@ -385,6 +387,7 @@ pub(crate) fn cluster_spec(
         storage,
         max_import_jobs: max_import_jobs?,
         paths: paths?,
+        require_staging: file.require_staging.as_ref().is_some_and(|r| *r.get_ref()),
     })
     .filter(|_| storage_ok)
 }
@@ -725,7 +728,7 @@ root = "backup"
         let path = "/etc/lockstep/lockstep.toml";
         let mut expected = vec![
             format!(
-                "{path}:18:1: clusters.c.tokens: unknown field `tokens`, expected one of `uri`, `token_env`, `storage`, `max_import_jobs`, `storage_type`, `local_storage_path`"
+                "{path}:18:1: clusters.c.tokens: unknown field `tokens`, expected one of `uri`, `token_env`, `storage`, `max_import_jobs`, `storage_type`, `local_storage_path`, `require_staging`"
             ),
             format!(
                 "{path}:4:7: storages.s.url: invalid storage URL `gs://bucket`: expected s3://bucket/root or file:///dir/root"

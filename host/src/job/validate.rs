@@ -228,6 +228,7 @@ fn resolve_cluster(
                     storage: None,
                     max_import_jobs: host::DEFAULT_MAX_IMPORT_JOBS,
                     paths: host::PathForm::Minio,
+                    require_staging: false,
                 },
             }
         }
@@ -389,6 +390,18 @@ fn secondaries(
                 &field,
                 Some(cluster.span()),
                 format!("{} is listed twice", resolved.name),
+            );
+            ok = false;
+            continue;
+        }
+        if resolved.spec.require_staging && resolved.spec.storage.is_none() {
+            problems.push(
+                &field,
+                Some(cluster.span()),
+                format!(
+                    "cluster {} has require_staging = true but no storage: lockstep cannot stage the backup into it; add `storage` to [clusters.{}]",
+                    resolved.name, resolved.name
+                ),
             );
             ok = false;
             continue;

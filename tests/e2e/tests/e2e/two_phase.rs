@@ -112,8 +112,45 @@ async fn a_secondary_that_cannot_read_the_files_stops_the_restore_before_any_com
         "{}",
         run.summary()
     );
+    // It was said before anything ran, and the failure names the setting to add.
+    assert!(
+        run.stderr.contains("no storage of this secondary is known"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.summary().contains("add `storage` to its cluster"),
+        "{}",
+        run.summary()
+    );
     assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
     nothing_restored(&world).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secondary_that_requires_staging_without_storage_is_refused_before_anything_runs()
+-> anyhow::Result<()> {
+    let world = World::start(WorldSpec {
+        secondary_storage_known: false,
+        ..WorldSpec::default()
+    })
+    .await?;
+    let config = world.path("lockstep.toml");
+    let text = std::fs::read_to_string(&config)?.replace(
+        &format!("[clusters.{}]\n", secondary(0)),
+        &format!("[clusters.{}]\nrequire_staging = true\n", secondary(0)),
+    );
+    std::fs::write(&config, text)?;
+    let job = world.job("required", "")?;
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 2, "{}", run.explain());
+    assert!(
+        run.stdout.contains("require_staging = true but no storage"),
+        "{}",
+        run.explain()
+    );
+    assert!(world.writes_received().await?.is_empty());
+    Ok(())
 }
 
 /// A collection must be on every secondary before its jobs are created. One that does not
@@ -565,7 +602,11 @@ async fn a_mirror_that_does_not_complete_after_the_commit_is_named_and_the_wait_
         .collect();
     assert!(!said.is_empty(), "the wait was silent:\n{}", run.stderr);
     // Every line names its restore, as restores side by side in a serve need.
-    assert_eq!(said[0]["span"]["id"], run.report["restore_id"], "{}", said[0]);
+    assert_eq!(
+        said[0]["span"]["id"], run.report["restore_id"],
+        "{}",
+        said[0]
+    );
     let waiting_for = said[0]["fields"]["waiting_for"]
         .as_str()
         .unwrap_or_default();
