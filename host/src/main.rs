@@ -1,7 +1,8 @@
 //! The `lockstep` command line. Everything it does is in the library; this file parses
 //! flags, sets up logging and output, and maps outcomes to exit codes:
 //! 0 success, 1 failed and rolled back, 2 refused, 3 committed with divergence,
-//! 4 not converged (`lockstep recover` continues it).
+//! 4 not converged (`lockstep recover` continues it), 5 partly committed, 6 lockstep could
+//! not do its own part.
 
 mod cli;
 

@@ -120,8 +120,13 @@ pub async fn dispatch(cli: Cli) -> i32 {
         Ok(code) => code,
         Err(e) => {
             output::error(output, &e);
-            // Bad input and setup problems are refusals: nothing was done.
-            Outcome::Refused.exit_code()
+            // lockstep's own parts failing is not the job's problem; bad input is a refusal.
+            // Nothing was done either way.
+            if e.downcast_ref::<JournalUnusable>().is_some() {
+                Outcome::HostFailed.exit_code()
+            } else {
+                Outcome::Refused.exit_code()
+            }
         }
     }
 }
@@ -197,6 +202,16 @@ fn state_dir_for(flag: &Option<PathBuf>, host: Option<&HostConfig>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(lockstep::job::DEFAULT_STATE_DIR))
 }
 
+/// The journal could not be reached or opened: lockstep's own part failed (exit 6).
+#[derive(Debug)]
+struct JournalUnusable(String);
+
+impl std::fmt::Display for JournalUnusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot use the journal at {}", self.0)
+    }
+}
+
 /// The journal `--journal` names: etcd for `etcd://...`, else the embedded one in the
 /// state directory.
 pub async fn open_journal(
@@ -207,12 +222,14 @@ pub async fn open_journal(
     Ok(match location {
         Some(url) => {
             let location = EtcdLocation::parse(url)?;
-            Arc::new(EtcdJournal::connect(&location).await?)
+            let journal = EtcdJournal::connect(&location)
+                .await
+                .context(JournalUnusable(url.to_owned()))?;
+            Arc::new(journal)
         }
-        None => Arc::new(
-            FileJournal::open(state_dir)
-                .with_context(|| format!("opening the journal in {}", state_dir.display()))?,
-        ),
+        None => Arc::new(FileJournal::open(state_dir).context(JournalUnusable(
+            state_dir.join("journal").display().to_string(),
+        ))?),
     })
 }
 

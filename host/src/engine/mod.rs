@@ -152,7 +152,7 @@ impl Engine {
         };
         let attempts = match self.journal.attempts(&job.name, job.id().as_str()).await {
             Ok(a) => a,
-            Err(e) => return self.refused_early(job, vec![format!("journal: {e}")]).await,
+            Err(e) => return self.host_failed(job, format!("journal: {e}")),
         };
         if let Some(last) = attempts.last() {
             if last.outcome.is_some_and(Outcome::committed)
@@ -177,7 +177,11 @@ impl Engine {
         span.record("id", tracing::field::display(&id));
         let claim = match self.journal.claim(&id).await {
             Ok(c) => c,
-            Err(e) => return self.refused_early(job, vec![e.to_string()]).await,
+            // Another process works on it: not lockstep's failure, and not the job's either.
+            Err(e @ journal::Error::Busy { .. }) => {
+                return self.refused_early(job, vec![e.to_string()]).await;
+            }
+            Err(e) => return self.host_failed(job, format!("journal: {e}")),
         };
         let now = Timestamp::now();
         let record = RestoreRecord {
@@ -254,7 +258,24 @@ impl Engine {
         })
     }
 
-    /// A refusal before any journal record exists (the ends or the journal cannot be used).
+    /// lockstep's own failure before any journal record exists: nothing was written on any
+    /// end, and the job is not to blame (exit 6).
+    fn host_failed(&self, job: &Job, reason: String) -> Report {
+        tracing::error!(%reason, "lockstep cannot run the restore");
+        let of = report::ReportOf {
+            restore_id: String::new(),
+            job_name: job.name.clone(),
+            job_id: job.id().to_string(),
+            backup: job.backup.name.clone(),
+        };
+        Report {
+            outcome: Outcome::HostFailed,
+            ..Report::refused(of, reason, vec![])
+        }
+    }
+
+    /// A refusal before any journal record exists (the ends cannot be reached by the URIs
+    /// given, or another process holds the restore).
     async fn refused_early(&self, job: &Job, refusals: Vec<String>) -> Report {
         let of = report::ReportOf {
             restore_id: String::new(),

@@ -357,6 +357,7 @@ impl fmt::Display for Report {
             Outcome::Diverged => "COMMITTED WITH DIVERGENCE",
             Outcome::PartlyCommitted => "PARTLY COMMITTED, THE REST ROLLED BACK",
             Outcome::Incomplete => "INCOMPLETE (run `lockstep recover`)",
+            Outcome::HostFailed => "LOCKSTEP COULD NOT WORK (nothing was written on any end)",
         };
         writeln!(f, "restore {}  [{verdict}]", self.restore_id)?;
         writeln!(

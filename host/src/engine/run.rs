@@ -238,7 +238,8 @@ pub(super) async fn attempt(
         started,
     );
     if let Err(e) = shared.persist().await {
-        return finish_report(engine, report, Outcome::Refused, vec![e], &shared).await;
+        report.summary = e;
+        return finish_report(engine, report, Outcome::HostFailed, vec![], &shared).await;
     }
     let pf = match preflight(job, ends).await {
         Ok(pf) => pf,

@@ -209,20 +209,25 @@ pub enum Outcome {
     PartlyCommitted,
     /// Stopped without converging (an end stayed unreachable); `lockstep recover` resumes it.
     Incomplete,
+    /// lockstep could not do its own part before anything was written on any end: its
+    /// journal unreachable or unwritable, its state directory unusable. Not the job's fault.
+    HostFailed,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 6] = [
+    pub const ALL: [Outcome; 7] = [
         Outcome::Succeeded,
         Outcome::Refused,
         Outcome::RolledBack,
         Outcome::Diverged,
         Outcome::PartlyCommitted,
         Outcome::Incomplete,
+        Outcome::HostFailed,
     ];
 
     /// 0 success, 1 failed and rolled back, 2 refused, 3 committed with divergence,
-    /// 4 not converged (run `lockstep recover`), 5 partly committed.
+    /// 4 not converged (run `lockstep recover`), 5 partly committed, 6 lockstep itself
+    /// could not work.
     pub fn exit_code(self) -> i32 {
         match self {
             Outcome::Succeeded => 0,
@@ -231,6 +236,7 @@ impl Outcome {
             Outcome::Diverged => 3,
             Outcome::Incomplete => 4,
             Outcome::PartlyCommitted => 5,
+            Outcome::HostFailed => 6,
         }
     }
 
@@ -250,6 +256,7 @@ impl Outcome {
             match o {
                 Outcome::Succeeded => 0,
                 Outcome::Refused => 1,
+                Outcome::HostFailed => 2,
                 Outcome::RolledBack => 2,
                 Outcome::PartlyCommitted => 3,
                 Outcome::Diverged => 4,

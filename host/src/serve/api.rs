@@ -386,7 +386,11 @@ fn state_code(outcome: Option<Outcome>) -> StateCode {
         None | Some(Outcome::Incomplete) => StateCode::Executing,
         Some(Outcome::Succeeded) => StateCode::Success,
         Some(
-            Outcome::Refused | Outcome::RolledBack | Outcome::Diverged | Outcome::PartlyCommitted,
+            Outcome::Refused
+            | Outcome::RolledBack
+            | Outcome::Diverged
+            | Outcome::PartlyCommitted
+            | Outcome::HostFailed,
         ) => StateCode::Fail,
     }
 }

@@ -23,6 +23,7 @@ fn outcome_label(o: Option<Outcome>) -> &'static str {
         Some(Outcome::Diverged) => "diverged",
         Some(Outcome::PartlyCommitted) => "partly_committed",
         Some(Outcome::Incomplete) => "incomplete",
+        Some(Outcome::HostFailed) => "host_failed",
     }
 }
 
@@ -40,6 +41,7 @@ pub fn render(
         "diverged",
         "partly_committed",
         "incomplete",
+        "host_failed",
     ]
     .into_iter()
     .map(|o| (o, 0))

@@ -3,6 +3,7 @@
 
 mod api;
 mod etcd_journal;
+mod exit_codes;
 mod fleet;
 mod hostile;
 mod logs;
