@@ -192,3 +192,24 @@ async fn a_per_seg_restore_that_imports_nothing_is_rolled_back() -> anyhow::Resu
     );
     Ok(())
 }
+
+/// The control of the test above: with row accounting switched off (the planted
+/// `skip-rows` bug of fault-injection builds) the same short mirror is committed and
+/// reported a success, so it is the rule that stops it, not something else.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_row_accounting_the_short_mirror_would_be_committed_as_a_success()
+-> anyhow::Result<()> {
+    let world = World::start(sealed_only()).await?;
+    world.short_next_import(&secondary(1), 7).await?;
+    let job = world.job("short-mirror-unchecked", "")?;
+    let run = world
+        .run(
+            &["run", job.to_str().unwrap()],
+            &[("LOCKSTEP_PLANT", "skip-rows")],
+        )
+        .await?;
+    assert_eq!(run.code, 0, "{}", run.explain());
+    let short: i64 = world.visible(&secondary(1)).await?.values().sum();
+    assert_eq!(short, world.rows_after_deletes() - 7, "the mirror is short");
+    Ok(())
+}
