@@ -228,6 +228,15 @@ const FEW_JOBS: usize = 20;
 const CAUSES_SHOWN: usize = 12;
 
 impl Report {
+    /// The collections marked committed, by target name.
+    pub fn committed_collections(&self) -> Vec<String> {
+        self.collections
+            .iter()
+            .filter(|c| c.committed)
+            .map(|c| c.target.clone())
+            .collect()
+    }
+
     /// Per collection, the rows each end says its jobs imported (ends that reported none
     /// are left out).
     fn imported_per_collection(&self) -> BTreeMap<&str, BTreeMap<&str, i64>> {

@@ -292,12 +292,7 @@ pub(super) async fn attempt(
             // With collection atomicity, groups decided before the failure stay committed.
             let facts = outcome::Facts {
                 failure: Some(reason),
-                visible: report
-                    .collections
-                    .iter()
-                    .filter(|c| c.committed)
-                    .map(|c| c.target.clone())
-                    .collect(),
+                visible: report.committed_collections(),
                 divergences: &report.divergences,
                 ..outcome::Facts::default()
             };
@@ -613,12 +608,7 @@ async fn auto_committed(
         )
     });
     let facts = outcome::Facts {
-        visible: report
-            .collections
-            .iter()
-            .filter(|c| c.committed)
-            .map(|c| c.target.clone())
-            .collect(),
+        visible: report.committed_collections(),
         failure,
         partly_visible,
         collections: report.collections.len(),
