@@ -555,12 +555,8 @@ async fn execute(
         }
     }
     report.divergences = divergences;
+    // Every group decided: no failure, so what is visible follows from the divergences.
     let facts = outcome::Facts {
-        visible: report
-            .collections
-            .iter()
-            .map(|c| c.target.clone())
-            .collect(),
         divergences: &report.divergences,
         unconverged: incomplete,
         collections: report.collections.len(),
