@@ -32,6 +32,7 @@
 //!   version rules, object storage.
 //! - [`fixtures`]: `gen-backup`, backups in milvus-backup's layout.
 
+pub mod binlog;
 pub mod catalog;
 pub mod cdc;
 pub mod cluster;
