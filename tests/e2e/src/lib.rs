@@ -122,7 +122,7 @@ impl Default for WorldSpec {
                 partitions: 2,
                 segments_per_partition: 2,
                 rows_per_segment: 100,
-                bytes_per_binlog: 512,
+                dim: 8,
                 schema: SchemaMix::Plain,
                 ..BackupSpec::default()
             },

@@ -2,10 +2,10 @@
 //! group, or for binlog imports everything under each prefix. Each cluster reads its own
 //! storage, so a file missing on a secondary fails only the mirror (reference §2.4).
 //!
-//! Binlog objects use the sim's format, defined once in [`crate::fixtures::binlog`] (which
-//! `gen-backup` writes): a header naming the log kind and its row count, then payload. The
-//! field id of an insert object is the second-to-last path component
-//! (`.../insert_log/{coll}/{part}/{group}/{seg}/{field}/{logID}`).
+//! Binlog objects are Milvus's own ([`crate::binlog`], which `gen-backup` writes too); rows are
+//! counted from their payloads. The field id of an insert object is the second-to-last path
+//! component (`.../insert_log/{coll}/{part}/{group}/{seg}/{field}/{logID}`), and must be the
+//! one its descriptor names.
 //!
 //! Failure reasons name the path. Milvus's exact object-not-found text depends on the storage
 //! backend; "key not found[key=...]" is merr's `ErrIoKeyNotFound` wording, and "no binlog to
@@ -16,9 +16,9 @@ use std::collections::BTreeMap;
 use futures::TryStreamExt;
 use object_store::{ObjectStore, ObjectStoreExt, path::Path};
 
-use milvus_proto::schema::CollectionSchema;
+use milvus_proto::schema::{CollectionSchema, DataType, FieldSchema};
 
-use crate::fixtures::binlog::{LogContent, read_header};
+use crate::binlog;
 use crate::jobs::{GroupResult, ManifestEntry};
 use crate::options::ImportSource;
 
@@ -46,6 +46,16 @@ pub enum ReadError {
         field: i64,
         count: usize,
         row_ids: usize,
+        prefix: String,
+    },
+    /// [infer] wording: Milvus fails such a segment when it assembles rows.
+    #[error(
+        "imported rows are not aligned, field{field}:{rows} rows, field0:{row_ids} rows, prefix={prefix}"
+    )]
+    UnalignedRows {
+        field: i64,
+        rows: i64,
+        row_ids: i64,
         prefix: String,
     },
     #[error("failed to access {path}: {source}")]
@@ -108,34 +118,57 @@ async fn list(store: &dyn ObjectStore, prefix: &str) -> Result<Vec<Path>, ReadEr
     Ok(paths)
 }
 
-/// Which log a binlog prefix must hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ExpectedLog {
-    Insert,
-    Delta,
-}
-
-/// Reads a binlog header and returns its row count (deletes for a delta log), refusing an
-/// object that is not the `expected` kind of log.
-fn binlog_rows(path: &Path, bytes: &[u8], expected: ExpectedLog) -> Result<i64, ReadError> {
+/// Rows of an insert binlog of `field` (found in `field_id`'s directory), counted from its
+/// payload. Milvus maps a binlog to a column by its descriptor's field id, so an object filed
+/// under another field's directory is refused rather than read into the wrong column.
+fn insert_rows(
+    path: &Path,
+    bytes: &[u8],
+    field_id: i64,
+    field: Option<&FieldSchema>,
+) -> Result<i64, ReadError> {
     let bad = |detail: String| ReadError::BadBinlog {
         path: path.to_string(),
         detail,
     };
-    let count = match (
-        read_header(bytes).map_err(|e| bad(e.to_string()))?,
-        expected,
-    ) {
-        (LogContent::Insert { rows }, ExpectedLog::Insert) => rows,
-        (LogContent::Delta { deletes }, ExpectedLog::Delta) => deletes,
-        (LogContent::Delta { .. }, ExpectedLog::Insert) => {
-            return Err(bad("a delta log where an insert log was expected".into()));
-        }
-        (LogContent::Insert { .. }, ExpectedLog::Delta) => {
-            return Err(bad("an insert log where a delta log was expected".into()));
-        }
+    let log = binlog::parse(bytes).map_err(|e| bad(e.to_string()))?;
+    if log.descriptor.field_id != field_id {
+        return Err(bad(format!(
+            "the binlog is of field {}, filed under field {field_id}",
+            log.descriptor.field_id
+        )));
+    }
+    let want = match field_id {
+        ROW_ID_FIELD | TIMESTAMP_FIELD => Some(DataType::Int64 as i32),
+        _ => field.map(|f| f.data_type),
     };
-    i64::try_from(count).map_err(|_| bad(format!("row count {count} does not fit in int64")))
+    if let Some(want) = want.filter(|want| *want != log.descriptor.payload_type) {
+        return Err(bad(format!(
+            "the field is {} and the binlog holds {}",
+            type_name(want),
+            type_name(log.descriptor.payload_type)
+        )));
+    }
+    let rows = binlog::insert_rows(&log).map_err(|e| bad(e.to_string()))?;
+    i64::try_from(rows).map_err(|_| bad(format!("row count {rows} does not fit in int64")))
+}
+
+fn type_name(data_type: i32) -> String {
+    DataType::try_from(data_type).map_or_else(
+        |_| format!("data type {data_type}"),
+        |t| t.as_str_name().to_owned(),
+    )
+}
+
+/// Deletes in a delta log, in either form Milvus writes.
+fn delta_rows(path: &Path, bytes: &[u8]) -> Result<i64, ReadError> {
+    let bad = |detail: String| ReadError::BadBinlog {
+        path: path.to_string(),
+        detail,
+    };
+    let log = binlog::parse(bytes).map_err(|e| bad(e.to_string()))?;
+    let deletes = binlog::deletes(&log).map_err(|e| bad(e.to_string()))?;
+    Ok(deletes.len() as i64)
 }
 
 fn manifest_entry(path: &Path, bytes: &[u8]) -> ManifestEntry {
@@ -146,8 +179,8 @@ fn manifest_entry(path: &Path, bytes: &[u8]) -> ManifestEntry {
     }
 }
 
-/// Reads every group of a job into the collection of `schema` (its primary key's objects
-/// count rows, and every field must have binlogs; without it, the smallest field id counts).
+/// Reads every group of a job into the collection of `schema` (every field of which must have
+/// binlogs, of its data type).
 pub async fn read_groups(
     store: &dyn ObjectStore,
     source: ImportSource,
@@ -210,28 +243,34 @@ async fn read_binlog_group(
         verify_fields(schema, &logs_by_field, insert_prefix)?;
         let mut rows_by_field: BTreeMap<i64, i64> = BTreeMap::new();
         for (field_id, paths) in &logs_by_field {
+            let field = schema.and_then(|s| s.fields.iter().find(|f| f.field_id == *field_id));
             for path in paths {
                 let bytes = get(store, path).await?;
                 *rows_by_field.entry(*field_id).or_default() +=
-                    binlog_rows(path, &bytes, ExpectedLog::Insert)?;
+                    insert_rows(path, &bytes, *field_id, field)?;
                 result.size += bytes.len() as u64;
                 manifest.push(manifest_entry(path, &bytes));
             }
         }
-        let primary = schema
-            .and_then(|s| s.fields.iter().find(|f| f.is_primary_key))
-            .map(|f| f.field_id);
-        result.rows = primary
-            .and_then(|pk| rows_by_field.get(&pk).copied())
-            .or_else(|| rows_by_field.values().next().copied())
-            .unwrap_or(0);
+        // Milvus reads a segment as rows of every field at once; fields of different
+        // lengths do not make rows.
+        let row_ids = rows_by_field.get(&ROW_ID_FIELD).copied().unwrap_or(0);
+        if let Some((field, rows)) = rows_by_field.iter().find(|(_, rows)| **rows != row_ids) {
+            return Err(ReadError::UnalignedRows {
+                field: *field,
+                rows: *rows,
+                row_ids,
+                prefix: insert_prefix.to_owned(),
+            });
+        }
+        result.rows = row_ids;
     }
     // `[insert, ""]` is how milvus-backup's v1 import says "no delta logs": Milvus skips an
     // empty delta path rather than listing its whole bucket.
     if let Some(prefix) = delta_prefix.filter(|p| !p.is_empty()) {
         for path in list(store, prefix).await? {
             let bytes = get(store, &path).await?;
-            result.deleted_rows += binlog_rows(&path, &bytes, ExpectedLog::Delta)?;
+            result.deleted_rows += delta_rows(&path, &bytes)?;
             result.size += bytes.len() as u64;
             manifest.push(manifest_entry(&path, &bytes));
         }
@@ -334,8 +373,34 @@ fn csv_rows(bytes: &[u8]) -> Result<i64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::binlog::{encode_delta, encode_insert};
+    use crate::binlog::{Column, Delete, DeltaForm, Descriptor, Pk, encode_delta, encode_insert};
     use object_store::{PutPayload, memory::InMemory};
+
+    /// An insert binlog of `rows` Int64 rows of `field`, or of a float vector for field 101.
+    fn insert(field: i64, rows: usize) -> Vec<u8> {
+        let data_type = if field == 101 {
+            DataType::FloatVector
+        } else {
+            DataType::Int64
+        };
+        let column = Column::zeroed(data_type, rows).expect("a binlog type");
+        encode_insert(Descriptor::new(field, data_type), &column)
+    }
+
+    fn delta(pks: &[i64]) -> Vec<u8> {
+        let deletes: Vec<Delete> = pks
+            .iter()
+            .map(|pk| Delete {
+                pk: Pk::Int(*pk),
+                ts: 10,
+            })
+            .collect();
+        encode_delta(
+            Descriptor::new(-1, DataType::String),
+            &deletes,
+            DeltaForm::Json,
+        )
+    }
 
     async fn put(store: &InMemory, path: &str, bytes: Vec<u8>) {
         store
@@ -346,18 +411,19 @@ mod tests {
 
     /// A collection of a primary key (100, "id") and a vector (101, "vector").
     fn id_and_vector() -> CollectionSchema {
-        use milvus_proto::schema::FieldSchema;
         CollectionSchema {
             fields: vec![
                 FieldSchema {
                     field_id: 100,
                     name: "id".into(),
                     is_primary_key: true,
+                    data_type: DataType::Int64 as i32,
                     ..Default::default()
                 },
                 FieldSchema {
                     field_id: 101,
                     name: "vector".into(),
+                    data_type: DataType::FloatVector as i32,
                     ..Default::default()
                 },
             ],
@@ -368,18 +434,8 @@ mod tests {
     /// Two binlogs of 7 and 5 rows for each of `fields` under `prefix`.
     async fn put_segment(store: &InMemory, prefix: &str, fields: &[i64]) {
         for field in fields {
-            put(
-                store,
-                &format!("{prefix}/{field}/1"),
-                encode_insert(7, 1, 1),
-            )
-            .await;
-            put(
-                store,
-                &format!("{prefix}/{field}/2"),
-                encode_insert(5, 1, 2),
-            )
-            .await;
+            put(store, &format!("{prefix}/{field}/1"), insert(*field, 7)).await;
+            put(store, &format!("{prefix}/{field}/2"), insert(*field, 5)).await;
         }
     }
 
@@ -388,12 +444,7 @@ mod tests {
         let store = InMemory::new();
         let ins = "bk/binlogs/insert_log/1/2/3";
         put_segment(&store, &format!("{ins}/30"), &[0, 1, 100, 101]).await;
-        put(
-            &store,
-            "bk/binlogs/delta_log/1/2/3/30/9",
-            encode_delta(&[(1, 10), (2, 11)]),
-        )
-        .await;
+        put(&store, "bk/binlogs/delta_log/1/2/3/30/9", delta(&[1, 2])).await;
         let groups = vec![vec![
             format!("{ins}/"),
             "/bk/binlogs/delta_log/1/2/3/".into(),
@@ -403,11 +454,8 @@ mod tests {
             .await
             .expect("reads");
         assert_eq!((out.rows, out.deleted_rows, out.manifest.len()), (12, 2, 9));
-        assert_eq!(
-            out.manifest[0].crc32c,
-            crc32c::crc32c(&encode_insert(7, 1, 1))
-        );
-        // Without a known schema the smallest field id counts.
+        assert_eq!(out.manifest[0].crc32c, crc32c::crc32c(&insert(0, 7)));
+        // Without a known schema nothing is checked against it.
         let out = read_groups(&store, ImportSource::Binlogs, &groups, None)
             .await
             .expect("reads");
@@ -465,38 +513,85 @@ mod tests {
             missing.to_string().contains("key not found[key=nope/]"),
             "{missing}"
         );
-        // Each prefix is a segment whose system fields are sound and whose field 100 is not.
-        for prefix in ["bad", "x", "p"] {
-            for system_field in [0, 1] {
-                let path = format!("{prefix}/1/{system_field}/1");
-                put(&store, &path, encode_insert(1, 1, 1)).await;
+        // Each case is a segment whose other fields are sound and whose field 100 is not.
+        let pk_of = |rows| insert(100, rows);
+        let cases: Vec<(&str, Vec<u8>, String)> = vec![
+            (
+                "short",
+                b"\xbc\xfa".to_vec(),
+                "parse magic number failed: the object is 2 bytes, shorter than the magic".into(),
+            ),
+            (
+                "magic",
+                b"MSIMINS1 the old invented format".to_vec(),
+                "parse magic number failed, expected: 16775868, actual: 1296651085".into(),
+            ),
+            (
+                "packed",
+                b"PAR1 a column group".to_vec(),
+                "the object is a Parquet file, not a binlog: a storage version 2 (column group) \
+                 segment, which milvus-sim does not import"
+                    .into(),
+            ),
+            (
+                "delta",
+                delta(&[1]),
+                "the binlog is of field -1, filed under field 100".into(),
+            ),
+            (
+                "field",
+                insert(0, 3),
+                "the binlog is of field 0, filed under field 100".into(),
+            ),
+            (
+                "type",
+                encode_insert(
+                    Descriptor::new(100, DataType::VarChar),
+                    &Column::VarChar(vec!["a".into()]),
+                ),
+                "the field is Int64 and the binlog holds VarChar".into(),
+            ),
+            (
+                "cut",
+                pk_of(3)[..60].to_vec(),
+                "the event at byte 4 runs past the end of the object (60 bytes)".into(),
+            ),
+        ];
+        for (prefix, object, reason) in cases {
+            for field in [0, 1, 101] {
+                put(&store, &format!("{prefix}/1/{field}/1"), insert(field, 3)).await;
             }
+            put(&store, &format!("{prefix}/1/100/1"), object).await;
+            let err = read_groups(
+                &store,
+                ImportSource::Binlogs,
+                &[vec![prefix.into()]],
+                Some(&id_and_vector()),
+            )
+            .await
+            .expect_err(prefix);
+            assert_eq!(
+                err.to_string(),
+                format!("failed to parse binlog {prefix}/1/100/1: {reason}"),
+                "{prefix}"
+            );
         }
-        put(&store, "bad/1/100/1", b"MSIMINS1\x01".to_vec()).await;
-        let short = read_groups(&store, ImportSource::Binlogs, &[vec!["bad".into()]], None)
-            .await
-            .expect_err("short object");
-        assert!(
-            short
-                .to_string()
-                .starts_with("failed to parse binlog bad/1/100/1:"),
-            "{short}"
-        );
-        put(&store, "x/1/100/1", encode_delta(&[(1, 10)])).await;
-        let kind = read_groups(&store, ImportSource::Binlogs, &[vec!["x".into()]], None)
-            .await
-            .expect_err("a delta log under an insert prefix");
+        // Every field's binlogs are sound, but the pk has a row fewer than the RowIDs.
+        for field in [0, 1, 101] {
+            put(&store, &format!("rows/1/{field}/1"), insert(field, 3)).await;
+        }
+        put(&store, "rows/1/100/1", pk_of(2)).await;
+        let err = read_groups(
+            &store,
+            ImportSource::Binlogs,
+            &[vec!["rows".into()]],
+            Some(&id_and_vector()),
+        )
+        .await
+        .expect_err("unaligned");
         assert_eq!(
-            kind.to_string(),
-            "failed to parse binlog x/1/100/1: a delta log where an insert log was expected"
-        );
-        put(&store, "p/1/100/1", b"PAR1 not a sim binlog".to_vec()).await;
-        let magic = read_groups(&store, ImportSource::Binlogs, &[vec!["p".into()]], None)
-            .await
-            .expect_err("foreign magic");
-        assert_eq!(
-            magic.to_string(),
-            r#"failed to parse binlog p/1/100/1: log object starts with "PAR1 not", not "MSIMINS1" or "MSIMDEL1""#
+            err.to_string(),
+            "imported rows are not aligned, field100:2 rows, field0:3 rows, prefix=rows"
         );
         let not_found = read_groups(
             &store,

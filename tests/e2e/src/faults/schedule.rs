@@ -7,7 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 use milvus_sim::faults::{ApiEffect, ApiFace};
-use milvus_sim::fixtures::binlog::SplitMix64;
+use milvus_sim::fixtures::rng::SplitMix64;
 use milvus_sim::fixtures::{BackupSpec, L0Segments, SchemaMix};
 use milvus_sim::jobs::JobState;
 

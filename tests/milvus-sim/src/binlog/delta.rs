@@ -53,6 +53,7 @@ pub enum DeltaForm {
     #[default]
     Json,
     /// Columns `pk` and `ts` (`dataNode.storage.deltalog: parquet`).
+    #[value(name = "parquet")]
     MultiField,
 }
 

@@ -49,6 +49,33 @@ pub enum Column {
 }
 
 impl Column {
+    /// `rows` zeros (empty strings, `{}` documents, zero vectors of dimension 8) of
+    /// `data_type`: rows for tests that count them and never read them. None for a type this
+    /// module does not write.
+    pub fn zeroed(data_type: DataType, rows: usize) -> Option<Column> {
+        const DIM: usize = 8;
+        Some(match data_type {
+            DataType::Bool => Column::Bool(vec![false; rows]),
+            DataType::Int8 => Column::Int8(vec![0; rows]),
+            DataType::Int16 => Column::Int16(vec![0; rows]),
+            DataType::Int32 => Column::Int32(vec![0; rows]),
+            DataType::Int64 => Column::Int64(vec![0; rows]),
+            DataType::Float => Column::Float(vec![0.0; rows]),
+            DataType::Double => Column::Double(vec![0.0; rows]),
+            DataType::VarChar => Column::VarChar(vec![String::new(); rows]),
+            DataType::Json => Column::Json(vec![b"{}".to_vec(); rows]),
+            DataType::BinaryVector => Column::BinaryVector {
+                dim: DIM,
+                data: vec![0; rows * DIM / 8],
+            },
+            DataType::FloatVector => Column::FloatVector {
+                dim: DIM,
+                data: vec![0.0; rows * DIM],
+            },
+            _ => return None,
+        })
+    }
+
     pub fn data_type(&self) -> DataType {
         match self {
             Column::Bool(_) => DataType::Bool,

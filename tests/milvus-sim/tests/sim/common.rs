@@ -6,7 +6,7 @@ use std::time::Duration;
 use milvus_proto::milvus::milvus_service_client::MilvusServiceClient;
 use milvus_proto::milvus::{CreateCollectionRequest, CreatePartitionRequest};
 use milvus_proto::schema::{CollectionSchema, DataType, FieldSchema};
-use milvus_sim::fixtures::binlog::{encode_delta, encode_insert};
+use milvus_sim::binlog::{self, Column, Delete, DeltaForm, Descriptor, Pk};
 use milvus_sim::jobs::{ImportJob, JobState};
 use milvus_sim::{Cluster, Sim, Topology};
 use object_store::{ObjectStoreExt, PutPayload, path::Path as ObjectPath};
@@ -190,35 +190,48 @@ pub async fn create_collection(uri: &str, name: &str) {
 }
 
 /// Writes one backup segment group under `prefix` in a cluster's storage: `rows` rows in two
-/// insert logs for each of RowID, Timestamp, the pk field (100) and the vector field (101), as
-/// Milvus's binlog reader requires, and a delta log of `deleted`. Returns the group's
+/// insert binlogs for each of RowID, Timestamp, the pk field (100) and the vector field (101),
+/// as Milvus's binlog reader requires, and a delta log of `deleted`. Returns the group's
 /// `[insert_prefix, delta_prefix]`.
 pub async fn put_segment(cluster: &Cluster, prefix: &str, rows: u64, deleted: u64) -> [String; 2] {
-    put_segment_of(cluster, prefix, rows, deleted, &[100, 101]).await
+    let fields = [(100, DataType::Int64), (101, DataType::FloatVector)];
+    put_segment_of(cluster, prefix, rows, deleted, &fields).await
 }
 
-/// [`put_segment`] for a collection whose user fields are `fields`.
+/// [`put_segment`] for a collection whose user fields are `fields` (id and type).
 pub async fn put_segment_of(
     cluster: &Cluster,
     prefix: &str,
     rows: u64,
     deleted: u64,
-    fields: &[i64],
+    fields: &[(i64, DataType)],
 ) -> [String; 2] {
     let store = cluster.store();
     let insert = format!("{prefix}/binlogs/insert_log/1/2/3");
     let delta = format!("{prefix}/binlogs/delta_log/1/2/3");
+    let system = [(0, DataType::Int64), (1, DataType::Int64)];
     let mut objects = Vec::new();
-    for field in [0, 1].iter().chain(fields) {
-        objects.push((
-            format!("{insert}/30/{field}/1"),
-            encode_insert(rows - 1, 4, 1),
-        ));
-        objects.push((format!("{insert}/30/{field}/2"), encode_insert(1, 4, 2)));
+    for &(field, data_type) in system.iter().chain(fields) {
+        let log = |rows: u64| {
+            let column = Column::zeroed(data_type, rows as usize).expect("a type binlogs carry");
+            binlog::encode_insert(Descriptor::new(field, data_type), &column)
+        };
+        objects.push((format!("{insert}/30/{field}/1"), log(rows - 1)));
+        objects.push((format!("{insert}/30/{field}/2"), log(1)));
     }
+    let deletes: Vec<Delete> = (0..deleted as i64)
+        .map(|pk| Delete {
+            pk: Pk::Int(pk),
+            ts: 1,
+        })
+        .collect();
     objects.push((
         format!("{delta}/30/4"),
-        encode_delta(&(0..deleted as i64).map(|pk| (pk, 1)).collect::<Vec<_>>()),
+        binlog::encode_delta(
+            Descriptor::new(-1, DataType::String),
+            &deletes,
+            DeltaForm::Json,
+        ),
     ));
     for (path, bytes) in objects {
         store

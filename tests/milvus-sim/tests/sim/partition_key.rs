@@ -240,7 +240,12 @@ async fn imports_into_a_partition_key_collection_follow_the_proxy_rules() {
         .await
         .expect("answers");
     // `tenant` is field 102.
-    let files = put_segment_of(&a, "bk", 6, 1, &[100, 101, 102]).await;
+    let fields = [
+        (100, DataType::Int64),
+        (101, DataType::FloatVector),
+        (102, DataType::Int64),
+    ];
+    let files = put_segment_of(&a, "bk", 6, 1, &fields).await;
     let rest = Rest::new(&a.uri());
 
     // A backup import names one of the `_default_i` partitions.
@@ -375,7 +380,7 @@ async fn regression_issue_2_varied_backup_imports_into_its_partition_key_partiti
         partitions: 2,
         segments_per_partition: 1,
         rows_per_segment: 20,
-        bytes_per_binlog: 8,
+        dim: 4,
         schema: SchemaMix::Varied,
         ..BackupSpec::default()
     };

@@ -2,6 +2,7 @@
 //! one import job per partition, instant stages, on a primary with one secondary. (Speed is
 //! measured by benchmarks; this checks that the load completes and every end agrees.)
 
+use milvus_proto::schema::DataType;
 use milvus_sim::Protocol;
 use milvus_sim::catalog::{DdlOp, NewCollection};
 use milvus_sim::cluster::CreateImport;
@@ -26,7 +27,10 @@ async fn a_thousand_collections_of_four_partitions_import_and_commit_on_both_end
     for cluster in [&a, &b] {
         // RowID, Timestamp and the pk: the fields a segment's binlogs must cover.
         for field in [0, 1, 100] {
-            let bytes = milvus_sim::fixtures::binlog::encode_insert(10, 0, 0);
+            let bytes = milvus_sim::binlog::encode_insert(
+                milvus_sim::binlog::Descriptor::new(field, DataType::Int64),
+                &milvus_sim::binlog::Column::Int64(vec![0; 10]),
+            );
             cluster
                 .store()
                 .put(
