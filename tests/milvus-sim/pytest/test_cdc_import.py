@@ -5,13 +5,11 @@ MilvusClient's gRPC calls, partition-key and dynamic-field collections included.
 
 import itertools
 import json
-import time
 
 import pytest
-import requests
 from pymilvus import DataType, MilvusClient
 from pymilvus.exceptions import MilvusException
-from pymilvus.bulk_writer import bulk_import, get_import_progress, list_import_jobs
+from pymilvus.bulk_writer import bulk_import, list_import_jobs
 
 _names = itertools.count()
 
@@ -19,30 +17,8 @@ _names = itertools.count()
 def fresh_collection(sim):
     """A new collection created on the primary and replicated to the standby."""
     name = f"coll_{next(_names)}"
-    MilvusClient(uri=sim.uris["a"]).create_collection(name, dimension=4)
-    standby = MilvusClient(uri=sim.uris["b"])
-    wait_until(lambda: standby.has_collection(name), f"{name} on the standby")
+    sim.create_collection(name, dimension=4)
     return name
-
-
-def wait_until(predicate, what, timeout=20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def progress(uri, job_id):
-    answer = get_import_progress(url=uri, job_id=job_id).json()
-    assert answer["code"] == 0, answer
-    return answer["data"]
-
-
-def wait_state(sim, job_id, state):
-    for cluster in ("a", "b"):
-        wait_until(lambda: progress(sim.uris[cluster], job_id)["state"] == state, f"{state} on {cluster}")
 
 
 def rows_file(sim, name, count):
@@ -62,27 +38,21 @@ def create_manual_job(sim, collection, file):
     return answer["data"]["jobId"]
 
 
-def rest(uri, route, body):
-    answer = requests.post(f"{uri}/v2/vectordb/jobs/import/{route}", json=body, timeout=10)
-    assert answer.status_code == 200
-    return answer.json()
-
-
 def test_two_phase_import_commits_once_on_the_primary_and_completes_on_both(sim):
     collection = fresh_collection(sim)
     rows_file(sim, "two_phase/rows.json", 7)
     job_id = create_manual_job(sim, collection, "two_phase/rows.json")
     assert job_id.isdigit() and len(job_id) >= 17
 
-    wait_state(sim, job_id, "Uncommitted")
+    sim.wait_state(job_id, "Uncommitted")
     for cluster in ("a", "b"):
-        data = progress(sim.uris[cluster], job_id)
+        data = sim.progress(cluster, job_id)
         assert (data["progress"], data["totalRows"]) == (99, 7)
 
-    assert rest(sim.uris["a"], "commit", {"jobId": job_id}) == {"code": 0, "data": {}}
-    wait_state(sim, job_id, "Completed")
+    assert sim.rest("a", "commit", {"jobId": job_id}) == {"code": 0, "data": {}}
+    sim.wait_state(job_id, "Completed")
     for cluster in ("a", "b"):
-        data = progress(sim.uris[cluster], job_id)
+        data = sim.progress(cluster, job_id)
         assert (data["progress"], data["importedRows"]) == (100, 7)
 
     jobs = list_import_jobs(url=sim.uris["b"], collection_name=collection).json()
@@ -93,23 +63,23 @@ def test_abort_through_rest_fails_the_job_on_both_ends(sim):
     collection = fresh_collection(sim)
     rows_file(sim, "abort/rows.json", 3)
     job_id = create_manual_job(sim, collection, "abort/rows.json")
-    wait_state(sim, job_id, "Uncommitted")
-    assert rest(sim.uris["a"], "abort", {"jobId": job_id})["code"] == 0
-    wait_state(sim, job_id, "Failed")
-    assert rest(sim.uris["a"], "commit", {"jobId": job_id})["code"] != 0
+    sim.wait_state(job_id, "Uncommitted")
+    assert sim.rest("a", "abort", {"jobId": job_id})["code"] == 0
+    sim.wait_state(job_id, "Failed")
+    assert sim.rest("a", "commit", {"jobId": job_id})["code"] != 0
 
 
 def test_the_standby_refuses_commit_and_create(sim):
     collection = fresh_collection(sim)
     rows_file(sim, "standby/rows.json", 2)
     job_id = create_manual_job(sim, collection, "standby/rows.json")
-    wait_state(sim, job_id, "Uncommitted")
-    assert rest(sim.uris["b"], "commit", {"jobId": job_id})["code"] != 0
+    sim.wait_state(job_id, "Uncommitted")
+    assert sim.rest("b", "commit", {"jobId": job_id})["code"] != 0
     with pytest.raises(MilvusException, match="is not primary"):
         bulk_import(url=sim.uris["b"], collection_name=collection, files=[["standby/rows.json"]],
                     options={"auto_commit": "false"})
-    assert progress(sim.uris["b"], job_id)["state"] == "Uncommitted"
-    assert rest(sim.uris["a"], "abort", {"jobId": job_id})["code"] == 0
+    assert sim.progress("b", job_id)["state"] == "Uncommitted"
+    assert sim.rest("a", "abort", {"jobId": job_id})["code"] == 0
 
 
 def test_auto_commit_is_refused_in_a_replicating_cluster(sim):
@@ -117,7 +87,7 @@ def test_auto_commit_is_refused_in_a_replicating_cluster(sim):
     # pymilvus raises on a non-zero code; the raw answer is checked through requests.
     with pytest.raises(MilvusException, match="code: 3000"):
         bulk_import(url=sim.uris["a"], collection_name=collection, files=[["x.json"]])
-    answer = rest(sim.uris["a"], "create", {"collectionName": collection, "files": [["x.json"]]})
+    answer = sim.rest("a", "create", {"collectionName": collection, "files": [["x.json"]]})
     assert answer == {
         "code": 3000,
         "message": "failed to validate import request: auto_commit=true import in replicating cluster"
@@ -145,7 +115,7 @@ def test_milvus_client_over_grpc(sim):
     assert list(config.clusters[1].pchannels) == ["b-rootcoord-dml_0", "b-rootcoord-dml_1"]
 
     standby = MilvusClient(uri=sim.uris["b"])
-    wait_until(lambda: standby.has_collection("grpc_coll"), "grpc_coll on the standby")
+    sim.wait_until(lambda: standby.has_collection("grpc_coll"), "grpc_coll on the standby")
     assert standby.describe_collection("grpc_coll")["collection_id"] == described["collection_id"]
 
 
@@ -171,5 +141,5 @@ def test_milvus_client_partition_key_and_dynamic_field(sim):
     assert (described["num_partitions"], described["num_shards"]) == (16, 1)
 
     standby = MilvusClient(uri=sim.uris["b"])
-    wait_until(lambda: standby.has_collection("keyed_four"), "keyed_four on the standby")
+    sim.wait_until(lambda: standby.has_collection("keyed_four"), "keyed_four on the standby")
     assert standby.list_partitions("keyed_four") == client.list_partitions("keyed_four")

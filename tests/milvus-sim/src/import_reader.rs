@@ -11,7 +11,7 @@
 //! backend; "key not found[key=...]" is merr's `ErrIoKeyNotFound` wording, and "no binlog to
 //! import" is the reason milvus-backup users report for an empty prefix ([infer] for the rest).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use futures::TryStreamExt;
 use object_store::{ObjectStore, ObjectStoreExt, path::Path};
@@ -118,15 +118,16 @@ async fn list(store: &dyn ObjectStore, prefix: &str) -> Result<Vec<Path>, ReadEr
     Ok(paths)
 }
 
-/// Rows of an insert binlog of `field` (found in `field_id`'s directory), counted from its
-/// payload. Milvus maps a binlog to a column by its descriptor's field id, so an object filed
-/// under another field's directory is refused rather than read into the wrong column.
-fn insert_rows(
+/// What an insert binlog of `field` (found in `field_id`'s directory) holds: its row count,
+/// and the values of the two fields deletes are matched on (the primary key, Timestamp).
+/// Milvus maps a binlog to a column by its descriptor's field id, so an object filed under
+/// another field's directory is refused rather than read into the wrong column.
+fn read_insert(
     path: &Path,
     bytes: &[u8],
     field_id: i64,
     field: Option<&FieldSchema>,
-) -> Result<i64, ReadError> {
+) -> Result<InsertLog, ReadError> {
     let bad = |detail: String| ReadError::BadBinlog {
         path: path.to_string(),
         detail,
@@ -150,7 +151,28 @@ fn insert_rows(
         )));
     }
     let rows = binlog::insert_rows(&log).map_err(|e| bad(e.to_string()))?;
-    i64::try_from(rows).map_err(|_| bad(format!("row count {rows} does not fit in int64")))
+    let rows =
+        i64::try_from(rows).map_err(|_| bad(format!("row count {rows} does not fit in int64")))?;
+    let keys = if field.is_some_and(|f| f.is_primary_key) {
+        Keys::Pks(binlog::pk_values(&log).map_err(|e| bad(e.to_string()))?)
+    } else if field_id == TIMESTAMP_FIELD {
+        Keys::Timestamps(binlog::int64_values(&log).map_err(|e| bad(e.to_string()))?)
+    } else {
+        Keys::None
+    };
+    Ok(InsertLog { rows, keys })
+}
+
+struct InsertLog {
+    rows: i64,
+    keys: Keys,
+}
+
+/// The values of a binlog that deletes are matched on.
+enum Keys {
+    Pks(Vec<binlog::Pk>),
+    Timestamps(Vec<i64>),
+    None,
 }
 
 fn type_name(data_type: i32) -> String {
@@ -160,15 +182,30 @@ fn type_name(data_type: i32) -> String {
     )
 }
 
-/// Deletes in a delta log, in either form Milvus writes.
-fn delta_rows(path: &Path, bytes: &[u8]) -> Result<i64, ReadError> {
+/// The deletes of a delta log, in either form Milvus writes.
+fn read_deletes(path: &Path, bytes: &[u8]) -> Result<Vec<binlog::Delete>, ReadError> {
     let bad = |detail: String| ReadError::BadBinlog {
         path: path.to_string(),
         detail,
     };
     let log = binlog::parse(bytes).map_err(|e| bad(e.to_string()))?;
-    let deletes = binlog::deletes(&log).map_err(|e| bad(e.to_string()))?;
-    Ok(deletes.len() as i64)
+    binlog::deletes(&log).map_err(|e| bad(e.to_string()))
+}
+
+/// Milvus's `FilterWithDelete`: of the rows with primary keys `pks` written at `timestamps`,
+/// how many a delete of the same key at a later timestamp removes. A delete of a key the
+/// segment never held (Milvus 2.3 writes a delete into every segment whose bloom filter
+/// matches) removes nothing.
+fn deleted_rows(pks: &[binlog::Pk], timestamps: &[i64], deletes: &[binlog::Delete]) -> i64 {
+    let mut latest: HashMap<&binlog::Pk, u64> = HashMap::new();
+    for delete in deletes {
+        let ts = latest.entry(&delete.pk).or_default();
+        *ts = (*ts).max(delete.ts);
+    }
+    pks.iter()
+        .zip(timestamps)
+        .filter(|(pk, ts)| latest.get(pk).is_some_and(|deleted| *deleted > **ts as u64))
+        .count() as i64
 }
 
 fn manifest_entry(path: &Path, bytes: &[u8]) -> ManifestEntry {
@@ -226,6 +263,9 @@ async fn read_binlog_group(
     manifest: &mut Vec<ManifestEntry>,
 ) -> Result<GroupResult, ReadError> {
     let mut result = GroupResult::default();
+    // The primary keys of the segment's rows (None without a schema or an insert prefix),
+    // and their timestamps, row for row.
+    let (mut pks, mut timestamps): (Option<Vec<binlog::Pk>>, Vec<i64>) = (None, Vec::new());
     if !insert_prefix.is_empty() {
         let mut logs_by_field: BTreeMap<i64, Vec<Path>> = BTreeMap::new();
         for path in list(store, insert_prefix).await? {
@@ -246,8 +286,13 @@ async fn read_binlog_group(
             let field = schema.and_then(|s| s.fields.iter().find(|f| f.field_id == *field_id));
             for path in paths {
                 let bytes = get(store, path).await?;
-                *rows_by_field.entry(*field_id).or_default() +=
-                    insert_rows(path, &bytes, *field_id, field)?;
+                let log = read_insert(path, &bytes, *field_id, field)?;
+                *rows_by_field.entry(*field_id).or_default() += log.rows;
+                match log.keys {
+                    Keys::Pks(values) => pks.get_or_insert_default().extend(values),
+                    Keys::Timestamps(values) => timestamps.extend(values),
+                    Keys::None => {}
+                }
                 result.size += bytes.len() as u64;
                 manifest.push(manifest_entry(path, &bytes));
             }
@@ -267,14 +312,21 @@ async fn read_binlog_group(
     }
     // `[insert, ""]` is how milvus-backup's v1 import says "no delta logs": Milvus skips an
     // empty delta path rather than listing its whole bucket.
+    let mut deletes = Vec::new();
     if let Some(prefix) = delta_prefix.filter(|p| !p.is_empty()) {
         for path in list(store, prefix).await? {
             let bytes = get(store, &path).await?;
-            result.deleted_rows += delta_rows(&path, &bytes)?;
+            deletes.extend(read_deletes(&path, &bytes)?);
             result.size += bytes.len() as u64;
             manifest.push(manifest_entry(&path, &bytes));
         }
     }
+    result.deleted_rows = match pks {
+        Some(pks) => deleted_rows(&pks, &timestamps, &deletes),
+        // An L0 import's deletes apply to rows outside the job, and without a schema the
+        // rows' keys are not known: every delete counts.
+        None => deletes.len() as i64,
+    };
     Ok(result)
 }
 
@@ -333,6 +385,7 @@ async fn read_row_group(
         let rows_of: fn(&[u8]) -> Result<i64, String> = match extension.as_deref() {
             Some("json") => json_rows,
             Some("csv") => csv_rows,
+            Some("parquet") => parquet_rows,
             _ => return Err(ReadError::UnsupportedFileType { path: file.clone() }),
         };
         let bytes = get(store, &path).await?;
@@ -358,6 +411,15 @@ fn json_rows(bytes: &[u8]) -> Result<i64, String> {
         _ => return Err("expected {\"rows\": [...]} or a JSON array of rows".into()),
     };
     Ok(rows.len() as i64)
+}
+
+/// A Parquet row file (bulk_writer's default): one column per field, its rows in the footer.
+fn parquet_rows(bytes: &[u8]) -> Result<i64, String> {
+    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        bytes::Bytes::copy_from_slice(bytes),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(builder.metadata().file_metadata().num_rows())
 }
 
 /// A CSV file's rows are its non-empty lines after the header.
@@ -388,11 +450,15 @@ mod tests {
     }
 
     fn delta(pks: &[i64]) -> Vec<u8> {
-        let deletes: Vec<Delete> = pks
+        delta_at(&pks.iter().map(|pk| (*pk, 10)).collect::<Vec<_>>())
+    }
+
+    fn delta_at(deletes: &[(i64, u64)]) -> Vec<u8> {
+        let deletes: Vec<Delete> = deletes
             .iter()
-            .map(|pk| Delete {
-                pk: Pk::Int(*pk),
-                ts: 10,
+            .map(|&(pk, ts)| Delete {
+                pk: Pk::Int(pk),
+                ts,
             })
             .collect();
         encode_delta(
@@ -431,20 +497,46 @@ mod tests {
         }
     }
 
-    /// Two binlogs of 7 and 5 rows for each of `fields` under `prefix`.
+    /// Two binlogs of 7 and 5 rows for each of `fields` under `prefix`: pks 1 to 12, all
+    /// written at timestamp 5.
     async fn put_segment(store: &InMemory, prefix: &str, fields: &[i64]) {
         for field in fields {
-            put(store, &format!("{prefix}/{field}/1"), insert(*field, 7)).await;
-            put(store, &format!("{prefix}/{field}/2"), insert(*field, 5)).await;
+            for (log, pks) in [(1, 1..8), (2, 8..13)] {
+                let object = match field {
+                    100 => encode_insert(
+                        Descriptor::new(100, DataType::Int64),
+                        &Column::Int64(pks.collect()),
+                    ),
+                    1 => encode_insert(
+                        Descriptor::new(1, DataType::Int64),
+                        &Column::Int64(pks.map(|_| 5).collect()),
+                    ),
+                    _ => insert(*field, pks.count()),
+                };
+                put(store, &format!("{prefix}/{field}/{log}"), object).await;
+            }
         }
     }
 
     #[tokio::test]
-    async fn binlog_group_counts_primary_key_rows_and_deletes() {
+    async fn binlog_group_counts_rows_and_the_rows_its_deletes_remove() {
         let store = InMemory::new();
         let ins = "bk/binlogs/insert_log/1/2/3";
         put_segment(&store, &format!("{ins}/30"), &[0, 1, 100, 101]).await;
-        put(&store, "bk/binlogs/delta_log/1/2/3/30/9", delta(&[1, 2])).await;
+        // pks 1 and 2 deleted after their insert (and 2 twice), 3 before it, 99 never held:
+        // Milvus's filter removes two rows.
+        put(
+            &store,
+            "bk/binlogs/delta_log/1/2/3/30/9",
+            delta_at(&[(1, 10), (2, 10), (3, 4), (99, 10)]),
+        )
+        .await;
+        put(
+            &store,
+            "bk/binlogs/delta_log/1/2/3/30/10",
+            delta_at(&[(2, 11)]),
+        )
+        .await;
         let groups = vec![vec![
             format!("{ins}/"),
             "/bk/binlogs/delta_log/1/2/3/".into(),
@@ -453,13 +545,22 @@ mod tests {
         let out = read_groups(&store, ImportSource::Binlogs, &groups, Some(&schema))
             .await
             .expect("reads");
-        assert_eq!((out.rows, out.deleted_rows, out.manifest.len()), (12, 2, 9));
+        assert_eq!(
+            (out.rows, out.deleted_rows, out.manifest.len()),
+            (12, 2, 10)
+        );
         assert_eq!(out.manifest[0].crc32c, crc32c::crc32c(&insert(0, 7)));
-        // Without a known schema nothing is checked against it.
+        // Without a known schema the keys are not known: every delete counts.
         let out = read_groups(&store, ImportSource::Binlogs, &groups, None)
             .await
             .expect("reads");
-        assert_eq!(out.rows, 12);
+        assert_eq!((out.rows, out.deleted_rows), (12, 5));
+        // An L0 import counts its deletes.
+        let l0 = vec![vec!["bk/binlogs/delta_log/1/2/3/30/".into()]];
+        let out = read_groups(&store, ImportSource::L0Deltas, &l0, None)
+            .await
+            .expect("reads");
+        assert_eq!((out.rows, out.deleted_rows), (0, 5));
     }
 
     #[tokio::test]
@@ -605,6 +706,16 @@ mod tests {
             not_found.to_string().contains("key not found[key=a.json]"),
             "{not_found}"
         );
+        let text = read_groups(
+            &store,
+            ImportSource::RowFiles,
+            &[vec!["a.txt".into()]],
+            None,
+        )
+        .await
+        .expect_err("text");
+        assert_eq!(text.to_string(), "unsupported file type: a.txt");
+        put(&store, "a.parquet", b"PAR1 but no footer".to_vec()).await;
         let parquet = read_groups(
             &store,
             ImportSource::RowFiles,
@@ -612,8 +723,13 @@ mod tests {
             None,
         )
         .await
-        .expect_err("parquet");
-        assert_eq!(parquet.to_string(), "unsupported file type: a.parquet");
+        .expect_err("bad parquet");
+        assert!(
+            parquet
+                .to_string()
+                .starts_with("failed to parse file a.parquet:"),
+            "{parquet}"
+        );
     }
 
     #[tokio::test]
@@ -627,18 +743,26 @@ mod tests {
         .await;
         put(&store, "r/b.json", br#"[{"id":3}]"#.to_vec()).await;
         put(&store, "r/c.csv", b"id,v\n1,a\n2,b\n\n".to_vec()).await;
+        // A Parquet row file of 4 rows (the binlog payload writer makes one of one column).
+        put(
+            &store,
+            "r/d.parquet",
+            crate::binlog::Column::Int64(vec![1, 2, 3, 4]).to_parquet(),
+        )
+        .await;
         let groups = vec![
             vec!["r/a.json".into()],
             vec!["r/b.json".into()],
             vec!["r/c.csv".into()],
+            vec!["r/d.parquet".into()],
         ];
         let out = read_groups(&store, ImportSource::RowFiles, &groups, None)
             .await
             .expect("reads");
         assert_eq!(
             out.groups.iter().map(|g| g.rows).collect::<Vec<_>>(),
-            [2, 1, 2]
+            [2, 1, 2, 4]
         );
-        assert_eq!(out.rows, 5);
+        assert_eq!(out.rows, 9);
     }
 }

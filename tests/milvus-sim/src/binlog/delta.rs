@@ -24,7 +24,7 @@ const MULTI_FIELD: &str = "MULTI_FIELD";
 const NO_FIELD: i64 = -1;
 
 /// A deleted primary key.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Pk {
     Int(i64),
     VarChar(String),

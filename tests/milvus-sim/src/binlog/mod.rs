@@ -324,13 +324,44 @@ pub fn insert_rows(binlog: &Binlog<'_>) -> Result<usize, Error> {
         ))
     })?;
     let mut rows = 0;
-    for event in &binlog.events {
-        if event.kind != EventType::Insert {
-            return Err(Error::Payload("a delete event in an insert binlog".into()));
-        }
+    for event in insert_events(binlog)? {
         rows += payload::rows(event.payload, data_type)?;
     }
     Ok(rows)
+}
+
+/// The values of an insert binlog of Int64 data: RowIDs, timestamps, an Int64 primary key.
+pub fn int64_values(binlog: &Binlog<'_>) -> Result<Vec<i64>, Error> {
+    let mut out = Vec::new();
+    for event in insert_events(binlog)? {
+        out.extend(payload::int64s(event.payload)?);
+    }
+    Ok(out)
+}
+
+/// The primary keys an insert binlog of an Int64 or VarChar primary key holds.
+pub fn pk_values(binlog: &Binlog<'_>) -> Result<Vec<Pk>, Error> {
+    let varchar = binlog.descriptor.payload_type == DataType::VarChar as i32;
+    let mut out = Vec::new();
+    for event in insert_events(binlog)? {
+        if varchar {
+            out.extend(
+                payload::strings(event.payload)?
+                    .into_iter()
+                    .map(Pk::VarChar),
+            );
+        } else {
+            out.extend(payload::int64s(event.payload)?.into_iter().map(Pk::Int));
+        }
+    }
+    Ok(out)
+}
+
+fn insert_events<'b, 'a>(binlog: &'b Binlog<'a>) -> Result<&'b [Event<'a>], Error> {
+    if binlog.events.iter().any(|e| e.kind != EventType::Insert) {
+        return Err(Error::Payload("a delete event in an insert binlog".into()));
+    }
+    Ok(&binlog.events)
 }
 
 #[cfg(test)]

@@ -261,8 +261,21 @@ pub fn rows(payload: &[u8], data_type: DataType) -> Result<usize, Error> {
         .sum())
 }
 
-/// The values of a string payload (a delta log's one-column form); a null is an empty string,
-/// which then fails to parse as a delete.
+/// The values of an Int64 payload (RowIDs, timestamps, an Int64 primary key); a null is 0.
+pub fn int64s(payload: &[u8]) -> Result<Vec<i64>, Error> {
+    let mut out = Vec::new();
+    for column in single_columns(payload, DataType::Int64)? {
+        let column = column
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("check_type saw an Int64 column");
+        out.extend(column.iter().map(Option::unwrap_or_default));
+    }
+    Ok(out)
+}
+
+/// The values of a string payload (a delta log's one-column form, a VarChar primary key); a
+/// null is an empty string.
 pub fn strings(payload: &[u8]) -> Result<Vec<String>, Error> {
     let mut out = Vec::new();
     for column in single_columns(payload, DataType::String)? {
