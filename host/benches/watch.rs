@@ -22,7 +22,7 @@ fn topology(root: &Path) -> String {
     let mut text = String::new();
     for id in ["primary", "standby"] {
         text.push_str(&format!(
-            "[[cluster]]\nid = \"{id}\"\nversion = \"3.0.2\"\nimport_in_replicating_cluster = true\n\
+            "[[cluster]]\nid = \"{id}\"\nversion = \"3.0.2\"\nimport_in_replicating_cluster = true\nenable_l0_import = true\n\
              pchannels = 2\n[cluster.storage]\nurl = \"{}\"\n[cluster.durations]\npending = \"10ms\"\n\
              preimport = \"10ms\"\nimporting = \"10ms\"\nsorting = \"10ms\"\nindex_building = \"10ms\"\n\
              committing = \"10ms\"\n\n",
@@ -114,7 +114,7 @@ async fn main() -> anyhow::Result<()> {
     );
     for id in ["primary", "standby"] {
         host.push_str(&format!(
-            "\n[clusters.{id}]\nuri = \"{}\"\nstorage = {{ url = \"file://{}\" }}\n",
+            "\n[clusters.{id}]\nuri = \"{}\"\nstorage = {{ url = \"file://{}\" }}\nl0_import = true\n",
             sim.uri(id),
             root.join("storage").join(id).display()
         ));

@@ -203,7 +203,7 @@ async fn rest_import(target: &EndClient, b: &BatchRecord) -> (Option<String>, Re
     let id = Some(job.to_string());
     loop {
         let deadline = Instant::now() + CALL_DEADLINE;
-        let seen = match retry(deadline, || target.rest.describe(&job)).await {
+        let seen = match retry(deadline, || target.rest.describe(&b.db, &job)).await {
             Ok(seen) => seen,
             Err(e) => return (id, Err(format!("import job {job}: {e}"))),
         };

@@ -359,6 +359,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, b)| Tracked {
                     batch_id: b.batch_id.clone(),
+                    db: "default".into(),
                     collection: format!("default.{}", b.collection),
                     partition: b.partition.clone(),
                     expected: None,

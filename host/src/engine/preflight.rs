@@ -8,7 +8,7 @@ use futures::future::join_all;
 
 use super::ends::Ends;
 use super::route::{self, Choice, ImportApi, Route};
-use crate::backup::{self, Backup, CollectionCreation, RestorePlan};
+use crate::backup::{self, Backup, BatchKind, CollectionCreation, RestorePlan};
 use crate::job::{Atomicity, Job};
 use crate::milvus::{ServerVersion, Topology, topology::same_endpoint};
 use crate::storage::{self, OpenedStore};
@@ -101,6 +101,7 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
         if route.route == Route::TwoPhase {
             check_budget(job, ends, plan, &mut refusals).await;
         }
+        check_l0_import(job, ends, &known, plan, &mut refusals);
         let target = ends.target();
         let answers = join_all(plan.collections.iter().map(|c| {
             target
@@ -160,7 +161,8 @@ async fn choose_route(job: &Job, ends: &Ends, version: &ServerVersion) -> Result
         Some(api) => api,
         None => ImportApi::probe(target).await.map_err(|e| {
             format!(
-                "{} runs the branch build {version}, and asking which import routes it serves                  failed: {e}",
+                "{} runs the branch build {version}, and asking which import routes it serves \
+                 failed: {e}",
                 target.name
             )
         })?,
@@ -325,24 +327,13 @@ fn unsupported_options(job: &Job, refusals: &mut Vec<String>) {
     }
 }
 
-/// Restore-level atomicity holds every job Uncommitted at once, and Uncommitted jobs count
-/// against `dataCoord.import.maxImportJobNum`; refuse a restore that cannot fit.
+/// Restore-level atomicity holds every job Uncommitted at once, and every job that is not
+/// Completed or Failed counts against `dataCoord.import.maxImportJobNum`, on the target and,
+/// as mirrors, on each secondary; refuse a restore that cannot fit on every end.
 async fn check_budget(job: &Job, ends: &Ends, plan: &RestorePlan, refusals: &mut Vec<String>) {
     if job.restore.meta_only {
         return;
     }
-    let target = ends.target();
-    let active = match target.rest.list("", "").await {
-        Ok(jobs) => jobs.iter().filter(|j| !j.state.is_terminal()).count(),
-        Err(e) => {
-            refusals.push(format!(
-                "cannot list the import jobs active on {}: {e}",
-                target.name
-            ));
-            return;
-        }
-    };
-    let limit = job.target.max_import_jobs as usize;
     let largest = plan
         .collections
         .iter()
@@ -353,7 +344,23 @@ async fn check_budget(job: &Job, ends: &Ends, plan: &RestorePlan, refusals: &mut
         Atomicity::Restore => plan.totals.batches,
         Atomicity::Collection => largest,
     };
-    if held + active > limit {
+    let limits = std::iter::once(job.target.max_import_jobs)
+        .chain(job.secondaries.iter().map(|s| s.max_import_jobs));
+    for (end, limit) in ends.all().iter().zip(limits) {
+        let active = match end.rest.list("", "").await {
+            Ok(jobs) => jobs.iter().filter(|j| !j.state.is_terminal()).count(),
+            Err(e) => {
+                refusals.push(format!(
+                    "cannot list the import jobs active on {}: {e}",
+                    end.name
+                ));
+                continue;
+            }
+        };
+        let limit = limit as usize;
+        if held + active <= limit {
+            continue;
+        }
         let advice = match job.two_phase.atomicity {
             Atomicity::Restore if largest + active <= limit => format!(
                 "set [two_phase] atomicity = \"collection\" (the largest collection needs {largest} \
@@ -364,9 +371,49 @@ async fn check_budget(job: &Job, ends: &Ends, plan: &RestorePlan, refusals: &mut
                 .to_string(),
         };
         refusals.push(format!(
-            "the restore holds {held} import jobs Uncommitted at once and {} has {active} active, \
-             beyond its import job budget of {limit} (dataCoord.import.maxImportJobNum); {advice}",
-            target.name
+            "the restore holds {held} import jobs Uncommitted at once and {} has {active} active \
+             (every job not Completed or Failed counts, mirrors too), beyond its import job \
+             budget of {limit} (dataCoord.import.maxImportJobNum); {advice}",
+            end.name
+        ));
+    }
+}
+
+/// L0 segments go through `l0_import=true` jobs, which Milvus 3.0 refuses unless
+/// `dataCoord.import.enableL0Import` is on (it is off by default, #51194), and whose
+/// replicated mirror a secondary with it off creates Failed: refuse up front, naming the
+/// setting, where any end would not take them.
+fn check_l0_import(
+    job: &Job,
+    ends: &Ends,
+    versions: &[ServerVersion],
+    plan: &RestorePlan,
+    refusals: &mut Vec<String>,
+) {
+    let with_l0: Vec<String> = plan
+        .collections
+        .iter()
+        .filter(|c| c.batches.iter().any(|b| b.kind == BatchKind::L0))
+        .map(|c| c.source.to_string())
+        .collect();
+    if with_l0.is_empty() {
+        return;
+    }
+    let specs = std::iter::once(&job.target.end).chain(job.secondaries.iter().map(|s| &s.end));
+    for ((end, spec), version) in ends.all().iter().zip(specs).zip(versions) {
+        if spec.imports_l0(version) {
+            continue;
+        }
+        refusals.push(format!(
+            "{} {} runs Milvus {version}, which refuses L0 (delete-only) segments unless \
+             dataCoord.import.enableL0Import is on (off by default from 3.0), and the backup has \
+             L0 segments in {}; turn the setting on and say so with `l0_import = true` in \
+             [clusters.{}] of the host config, or restore a backup whose L0 deletes were folded \
+             into the segments' delta logs",
+            end.role,
+            end.name,
+            with_l0.join(", "),
+            end.name
         ));
     }
 }

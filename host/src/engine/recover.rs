@@ -75,6 +75,7 @@ pub async fn recover(
                 .iter()
                 .map(|b| Tracked {
                     batch_id: b.batch_id.clone(),
+                    db: b.db.clone(),
                     collection: format!("{}.{}", b.db, b.collection),
                     partition: b.partition.clone(),
                     expected: b.expected_rows,
@@ -214,7 +215,7 @@ async fn find_lost_job(ends: &Ends, b: &BatchRecord, deadline: Instant) -> Optio
         .await
         .ok()?;
     for entry in listed.iter().filter(|e| !e.state.is_terminal()) {
-        if let Ok(p) = retry(deadline, || target.rest.describe(&entry.job_id)).await {
+        if let Ok(p) = retry(deadline, || target.rest.describe(&b.db, &entry.job_id)).await {
             let groups: BTreeSet<String> = p.file_groups.into_iter().collect();
             if groups == wanted {
                 return Some(entry.job_id.clone());
@@ -227,8 +228,7 @@ async fn find_lost_job(ends: &Ends, b: &BatchRecord, deadline: Instant) -> Optio
     }
     // Not listed as active: the same key hands back the job if it was ever created (a
     // failed one included), and creates one otherwise, which is then aborted with the rest.
-    let mut options = b.options.clone();
-    options.insert("auto_commit".into(), "false".into());
+    let options = super::run::import_options(b);
     let body = CreateImport {
         db_name: b.db.clone(),
         collection_name: b.collection.clone(),

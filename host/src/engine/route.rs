@@ -89,7 +89,7 @@ impl ImportApi {
             Ok(_) => {}
         }
         // No job has id 0: a server with the route says so in its envelope.
-        match target.rest.commit(&MilvusJobId("0".into())).await {
+        match target.rest.commit("", &MilvusJobId("0".into())).await {
             Err(e) if e.is_missing_route() => Ok(ImportApi::RestAutoCommit),
             Ok(()) | Err(crate::milvus::Error::Api { .. }) => Ok(ImportApi::TwoPhase),
             Err(e) => Err(e),

@@ -91,14 +91,14 @@ pub async fn read(
         for (end, seen) in job.seen.iter().enumerate() {
             let final_count = seen.as_ref().is_some_and(|s| s.state.is_ready_to_commit());
             if final_count && job.imported[end].is_none() {
-                wanted.push((j, end, id.clone()));
+                wanted.push((j, end, job.db.clone(), id.clone()));
             }
         }
     }
     let all = ends.all();
     let mut reads = futures::stream::iter(wanted)
-        .map(|(j, end, id)| async move {
-            let described = retry(deadline, || all[end].rest.describe(&id)).await;
+        .map(|(j, end, db, id)| async move {
+            let described = retry(deadline, || all[end].rest.describe(&db, &id)).await;
             (j, end, id, described)
         })
         .buffer_unordered(READS_IN_FLIGHT);
@@ -214,6 +214,7 @@ mod tests {
             end_names: vec!["a".into(), "b".into()],
             jobs: vec![Tracked {
                 batch_id: "default.c/_default/data-0".into(),
+                db: "default".into(),
                 collection: "default.c".into(),
                 partition: "_default".into(),
                 expected,

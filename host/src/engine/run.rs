@@ -641,6 +641,7 @@ fn track_groups(shared: &Shared<'_>, pf: &Preflight, groups: &[CommitGroup]) {
                 .take(group.batches.len())
                 .map(|(batch, b)| Tracked {
                     batch_id: b.batch_id.clone(),
+                    db: b.db.clone(),
                     collection: batch.target.to_string(),
                     partition: b.partition.clone(),
                     expected: batch.expected_rows(),
@@ -1144,8 +1145,13 @@ fn create_failed(e: &milvus::Error) -> Stop {
 }
 
 /// The batch's options plus `auto_commit=false`: the job waits Uncommitted for our commit.
-fn import_options(b: &BatchRecord) -> BTreeMap<String, String> {
+/// Never a `timeout`, whatever a journal record holds: Milvus 3.0.0 and 3.0.1 fail a
+/// Committing job whose timeout runs out (`tryTimeoutJob` skips only Failed and Completed),
+/// which can leave its vchannels partly visible (milvus-3.0-changes §2.5). Without one, a
+/// held job waits for the commit as long as it takes.
+pub(super) fn import_options(b: &BatchRecord) -> BTreeMap<String, String> {
     let mut options = b.options.clone();
+    options.remove("timeout");
     options.insert("auto_commit".into(), "false".into());
     options
 }
@@ -1266,4 +1272,38 @@ pub(super) fn job_reports(trackers: &[Tracker]) -> Vec<super::report::JobReport>
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_job_is_created_without_auto_commit_and_never_with_a_timeout() {
+        let record = BatchRecord {
+            batch_id: "default.c/p/data-0".into(),
+            db: "default".into(),
+            collection: "c".into(),
+            partition: "p".into(),
+            idempotency_key: String::new(),
+            files: vec![],
+            // A record as an older or edited journal might hold it.
+            options: BTreeMap::from([
+                ("backup".to_owned(), "true".to_owned()),
+                ("timeout".to_owned(), "300s".to_owned()),
+                ("auto_commit".to_owned(), "true".to_owned()),
+            ]),
+            job_id: None,
+            create_sent: false,
+            expected_rows: None,
+        };
+        let options = import_options(&record);
+        assert_eq!(
+            options,
+            BTreeMap::from([
+                ("auto_commit".to_owned(), "false".to_owned()),
+                ("backup".to_owned(), "true".to_owned()),
+            ])
+        );
+    }
 }

@@ -52,6 +52,8 @@ impl Shown {
 #[derive(Debug, Clone)]
 pub struct Tracked {
     pub batch_id: String,
+    /// The target database, which job calls name in `DB-Name`.
+    pub db: String,
     pub collection: String,
     pub partition: String,
     /// What every end must import; `None` for L0 batches and for records written before
@@ -120,6 +122,7 @@ impl Tracker {
                 for end in 0..ends {
                     pairs.push(Pair {
                         job: id.clone(),
+                        db: self.jobs[j].db.clone(),
                         end,
                         collection: self.jobs[j].collection.clone(),
                     });
@@ -235,7 +238,10 @@ pub async fn commit(
         jobs.iter()
             .filter_map(|&j| tracker.jobs[j].job_id.clone().map(|id| (j, id))),
     )
-    .map(|(j, id)| async move { (j, retry(deadline, || target.rest.commit(&id)).await) })
+    .map(|(j, id)| async move {
+        let db = &tracker.jobs[j].db;
+        (j, retry(deadline, || target.rest.commit(db, &id)).await)
+    })
     .buffer_unordered(CONTROL_IN_FLIGHT)
     .collect()
     .await;
@@ -297,8 +303,9 @@ pub async fn complete(
                 if now.saturating_duration_since(last) > RECOMMIT_AFTER {
                     recommitted.insert(pairs[i].job.clone(), now);
                     let (rest, id) = (target.clone(), pairs[i].job.clone());
+                    let db = pairs[i].db.clone();
                     tokio::spawn(async move {
-                        if let Err(e) = rest.commit(&id).await {
+                        if let Err(e) = rest.commit(&db, &id).await {
                             tracing::warn!(job = %id, error = %e, "re-sent commit failed; will retry");
                         }
                     });
@@ -339,12 +346,15 @@ pub async fn abort(
     deadline: Instant,
 ) -> Result<(), String> {
     let target = ends.target();
-    let ids: Vec<MilvusJobId> = jobs
+    let ids: Vec<(&str, MilvusJobId)> = jobs
         .iter()
-        .filter_map(|&j| tracker.jobs[j].job_id.clone())
+        .filter_map(|&j| {
+            let job = &tracker.jobs[j];
+            job.job_id.clone().map(|id| (job.db.as_str(), id))
+        })
         .collect();
     let refused: Vec<String> = futures::stream::iter(ids.iter())
-        .map(|id| async move { (id, retry(deadline, || target.rest.abort(id)).await) })
+        .map(|(db, id)| async move { (id, retry(deadline, || target.rest.abort(db, id)).await) })
         .buffer_unordered(CONTROL_IN_FLIGHT)
         .filter_map(|(id, r)| async move {
             match r {

@@ -34,6 +34,8 @@ const FOREIGN_ROWS: usize = 256;
 #[derive(Debug, Clone)]
 pub struct Pair {
     pub job: MilvusJobId,
+    /// The job's target database, named in `DB-Name` when it is described.
+    pub db: String,
     pub end: usize,
     /// The job's target collection, `db.collection`: the pairs of one collection on one end
     /// are read with one list.
@@ -257,7 +259,7 @@ async fn look(
         Call::Describe(i) => {
             let end = &ends.all()[pairs[i].end];
             Look {
-                sightings: vec![(i, describe(end, &pairs[i].job).await)],
+                sightings: vec![(i, describe(end, &pairs[i].db, &pairs[i].job).await)],
                 made: 1,
                 crowded: None,
             }
@@ -318,7 +320,7 @@ async fn look(
                     }
                     None => {
                         made += 1;
-                        let sight = describe(end, &pairs[i].job).await;
+                        let sight = describe(end, &pairs[i].db, &pairs[i].job).await;
                         if matches!(sight, Sight::Missing) {
                             explained.insert(collection);
                         }
@@ -336,8 +338,8 @@ async fn look(
     }
 }
 
-async fn describe(end: &EndClient, job: &MilvusJobId) -> Sight {
-    match end.rest.describe(job).await {
+async fn describe(end: &EndClient, db: &str, job: &MilvusJobId) -> Sight {
+    match end.rest.describe(db, job).await {
         Ok(p) => Sight::Seen(p.into()),
         Err(e) if e.is_job_not_found() => Sight::Missing,
         Err(e) => Sight::Unreachable(Arc::new(e)),
@@ -351,6 +353,7 @@ mod tests {
     fn pair(job: &str, end: usize, collection: &str) -> Pair {
         Pair {
             job: MilvusJobId(job.into()),
+            db: collection.split_once('.').map_or("", |(db, _)| db).into(),
             end,
             collection: collection.into(),
         }

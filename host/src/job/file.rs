@@ -99,6 +99,9 @@ pub struct ClusterFile {
     /// its storage (it then needs `storage`); default false: it is assumed to see the
     /// target's store, with a warning.
     pub require_staging: Option<Spanned<bool>>,
+    /// The cluster's `dataCoord.import.enableL0Import`: whether it imports L0 (delete-only)
+    /// segments; default on before Milvus 3.0, off from 3.0 as Milvus has it.
+    pub l0_import: Option<Spanned<bool>>,
 }
 
 /// Object storage as a cluster or `[backups]` names it.

@@ -128,6 +128,8 @@ pub struct ClusterSpec {
     pub paths: PathForm,
     /// `require_staging`: as a secondary, it must have `storage`.
     pub require_staging: bool,
+    /// `l0_import`: its `dataCoord.import.enableL0Import`; `None` leaves it to the version.
+    pub l0_import: Option<bool>,
 }
 
 /// How a Milvus resolves the paths of an import, by its `common.storageType`. A mirror
@@ -388,6 +390,7 @@ pub(crate) fn cluster_spec(
         max_import_jobs: max_import_jobs?,
         paths: paths?,
         require_staging: file.require_staging.as_ref().is_some_and(|r| *r.get_ref()),
+        l0_import: file.l0_import.as_ref().map(|l| *l.get_ref()),
     })
     .filter(|_| storage_ok)
 }
@@ -728,7 +731,7 @@ root = "backup"
         let path = "/etc/lockstep/lockstep.toml";
         let mut expected = vec![
             format!(
-                "{path}:18:1: clusters.c.tokens: unknown field `tokens`, expected one of `uri`, `token_env`, `storage`, `max_import_jobs`, `storage_type`, `local_storage_path`, `require_staging`"
+                "{path}:18:1: clusters.c.tokens: unknown field `tokens`, expected one of `uri`, `token_env`, `storage`, `max_import_jobs`, `storage_type`, `local_storage_path`, `require_staging`, `l0_import`"
             ),
             format!(
                 "{path}:4:7: storages.s.url: invalid storage URL `gs://bucket`: expected s3://bucket/root or file:///dir/root"

@@ -271,6 +271,18 @@ pub struct End {
     pub token: Option<Secret>,
     /// How its Milvus reads import paths.
     pub paths: PathForm,
+    /// Its `dataCoord.import.enableL0Import` as the host config says; `None`: as its version
+    /// has it ([`End::imports_l0`]).
+    pub l0_import: Option<bool>,
+}
+
+impl End {
+    /// Whether this end imports L0 segments, running Milvus `version`: as the host config
+    /// says, else as Milvus defaults, on before 3.0 and off from 3.0 (#51194).
+    pub fn imports_l0(&self, version: &crate::milvus::ServerVersion) -> bool {
+        self.l0_import
+            .unwrap_or(!version.supports_two_phase_import())
+    }
 }
 
 /// The cluster restored into: DDL, staging, imports and commits go here only.
@@ -291,6 +303,8 @@ pub struct Secondary {
     /// The secondary's own object storage, for checks that probe it; none when the job
     /// named the secondary by URI only.
     pub storage: Option<StorageSpec>,
+    /// Its `dataCoord.import.maxImportJobNum`: the mirrors of held jobs count against it too.
+    pub max_import_jobs: u32,
 }
 
 /// `[two_phase]`, validated.

@@ -229,6 +229,7 @@ fn resolve_cluster(
                     max_import_jobs: host::DEFAULT_MAX_IMPORT_JOBS,
                     paths: host::PathForm::Minio,
                     require_staging: false,
+                    l0_import: None,
                 },
             }
         }
@@ -296,6 +297,7 @@ fn end(
         uri: resolved.spec.uri.clone(),
         token,
         paths: resolved.spec.paths.clone(),
+        l0_import: resolved.spec.l0_import,
     })
 }
 
@@ -421,6 +423,7 @@ fn secondaries(
             Some(end) => secondaries.push(Secondary {
                 end,
                 storage: resolved.spec.storage,
+                max_import_jobs: resolved.spec.max_import_jobs,
             }),
             None => ok = false,
         }

@@ -98,11 +98,14 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
-    #[error("{end}: {call} answered HTTP {status}")]
+    /// A non-200 answer; `message` is the envelope's, when the body has one (Milvus answers
+    /// 401 and 403 with one: an unauthenticated user, a privilege the user lacks).
+    #[error("{end}: {call} answered HTTP {status}{}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
     Http {
         end: String,
         call: String,
         status: u16,
+        message: Option<String>,
     },
     #[error("{end}: {call} failed with code {code}: {message}")]
     Api {
@@ -127,18 +130,24 @@ impl Error {
             Error::Unreachable { .. } => true,
             Error::Http { status, .. } => *status >= 500 || *status == 429,
             // merr: 1 not ready, 2 unavailable, 8 rate limit, 1807 HTTP rate limit,
-            // 2101 import failed on the server side, 10001 timeout.
-            Error::Api { code, .. } => matches!(code, 1 | 2 | 8 | 1807 | 2101 | 10001),
+            // 2101 import failed on the server side (the job limit among them), 10001
+            // timeout. An unknown job is 2101 too since Milvus #50221, and is an answer.
+            Error::Api { code, .. } if !self.is_job_not_found() => {
+                matches!(code, 1 | 2 | 8 | 1807 | 2101 | 10001)
+            }
+            Error::Api { .. } => false,
             Error::Protocol { .. } => false,
         }
     }
 
-    /// The end does not know the job: describe answers "import job does not exist" (2100,
-    /// or 2101 on newer servers). On a secondary this is also what a mirror looks like
-    /// before its ImportMsg arrived over CDC.
+    /// The end does not know the job: describe answers "import job does not exist", commit
+    /// and abort "job N not found" (2100, or 2101 on 3.0). On a secondary this is also what
+    /// a mirror looks like before its ImportMsg arrived over CDC, and on any end what a job
+    /// looks like after `dataCoord.import.taskRetention`.
     pub fn is_job_not_found(&self) -> bool {
         matches!(self, Error::Api { code: 2100 | 2101, message, .. }
-            if message.contains("import job does not exist"))
+            if message.contains("import job does not exist")
+                || (message.starts_with("job ") && message.contains(" not found")))
     }
 
     /// The server has no such route (HTTP 404): a Milvus before 2.4 has no REST v2 import,

@@ -146,16 +146,23 @@ impl RestClient {
         body: &CreateImport,
         idempotency_key: Option<&str>,
     ) -> Result<MilvusJobId> {
-        let data: CreateData = self.post("create", body, idempotency_key).await?;
+        let headers = Headers {
+            idempotency_key,
+            ..Headers::db(&body.db_name)
+        };
+        let data: CreateData = self.post("create", body, headers).await?;
         if data.job_id.parse::<i64>().is_err() {
             return Err(self.protocol("create", format!("jobId {:?} is not an int64", data.job_id)));
         }
         Ok(MilvusJobId(data.job_id))
     }
 
-    pub async fn describe(&self, job: &MilvusJobId) -> Result<ImportProgress> {
+    /// The job's progress. `db` is its collection's database, sent as `DB-Name`: a job
+    /// request has no `dbName`, and with authorization on Milvus 3.0 checks the `Import`
+    /// privilege on the job's collection in the header's database (default without one).
+    pub async fn describe(&self, db: &str, job: &MilvusJobId) -> Result<ImportProgress> {
         let d: DescribeData = self
-            .post("describe", &JobIdBody { job_id: &job.0 }, None)
+            .post("describe", &JobIdBody { job_id: &job.0 }, Headers::db(db))
             .await?;
         let job_id = if d.job_id.is_empty() {
             job.clone()
@@ -176,17 +183,17 @@ impl RestClient {
 
     /// Commits an Uncommitted job. Milvus answers 0 when the job is already Committing or
     /// Completed, so a retried commit is safe.
-    pub async fn commit(&self, job: &MilvusJobId) -> Result<()> {
+    pub async fn commit(&self, db: &str, job: &MilvusJobId) -> Result<()> {
         let _: Value = self
-            .post("commit", &JobIdBody { job_id: &job.0 }, None)
+            .post("commit", &JobIdBody { job_id: &job.0 }, Headers::db(db))
             .await?;
         Ok(())
     }
 
     /// Aborts a job before its commit. A repeated abort of a Failed job answers 0.
-    pub async fn abort(&self, job: &MilvusJobId) -> Result<()> {
+    pub async fn abort(&self, db: &str, job: &MilvusJobId) -> Result<()> {
         let _: Value = self
-            .post("abort", &JobIdBody { job_id: &job.0 }, None)
+            .post("abort", &JobIdBody { job_id: &job.0 }, Headers::db(db))
             .await?;
         Ok(())
     }
@@ -194,7 +201,7 @@ impl RestClient {
     /// Every import job of a collection (Milvus has no pagination here).
     pub async fn list(&self, db: &str, collection: &str) -> Result<Vec<ImportListEntry>> {
         let body = serde_json::json!({ "dbName": db, "collectionName": collection });
-        let data: ListData = self.post("list", &body, None).await?;
+        let data: ListData = self.post("list", &body, Headers::db(db)).await?;
         Ok(data
             .records
             .into_iter()
@@ -212,7 +219,7 @@ impl RestClient {
         &self,
         route: &str,
         body: &B,
-        idempotency_key: Option<&str>,
+        headers: Headers<'_>,
     ) -> Result<T> {
         let url = format!("{}/v2/vectordb/jobs/import/{route}", self.base);
         let call = format!("import/{route}");
@@ -220,8 +227,11 @@ impl RestClient {
         if let Some(token) = &self.token {
             req = req.bearer_auth(token);
         }
-        if let Some(key) = idempotency_key {
+        if let Some(key) = headers.idempotency_key {
             req = req.header("Idempotency-Key", key);
+        }
+        if let Some(db) = headers.db.filter(|db| !db.is_empty()) {
+            req = req.header("DB-Name", db);
         }
         let resp = req.send().await.map_err(|e| Error::Unreachable {
             end: self.end.clone(),
@@ -230,10 +240,17 @@ impl RestClient {
         })?;
         let status = resp.status();
         if !status.is_success() {
+            let message = resp
+                .bytes()
+                .await
+                .ok()
+                .and_then(|body| serde_json::from_slice::<Envelope>(&body).ok())
+                .and_then(|env| env.message);
             return Err(Error::Http {
                 end: self.end.clone(),
                 call,
                 status: status.as_u16(),
+                message,
             });
         }
         let bytes = resp.bytes().await.map_err(|e| Error::Unreachable {
@@ -260,6 +277,23 @@ impl RestClient {
             end: self.end.clone(),
             call: call.to_string(),
             detail,
+        }
+    }
+}
+
+/// The headers an import request carries besides authorization.
+#[derive(Default)]
+struct Headers<'a> {
+    idempotency_key: Option<&'a str>,
+    /// `DB-Name`; none or empty means the default database.
+    db: Option<&'a str>,
+}
+
+impl<'a> Headers<'a> {
+    fn db(db: &'a str) -> Self {
+        Headers {
+            db: Some(db),
+            ..Headers::default()
         }
     }
 }

@@ -133,7 +133,7 @@ fn topology(root: &Path) -> String {
     let mut text = String::new();
     for id in ["primary", "standby"] {
         text.push_str(&format!(
-            "[[cluster]]\nid = \"{id}\"\nversion = \"3.0.2\"\nimport_in_replicating_cluster = true\n\
+            "[[cluster]]\nid = \"{id}\"\nversion = \"3.0.2\"\nimport_in_replicating_cluster = true\nenable_l0_import = true\n\
              pchannels = 2\n[cluster.storage]\nurl = \"{}\"\n[cluster.durations]\npending = \"20ms\"\n\
              preimport = \"20ms\"\nimporting = \"50ms\"\nsorting = \"10ms\"\nindex_building = \"20ms\"\n\
              committing = \"20ms\"\n\n",
@@ -186,7 +186,7 @@ impl World {
         );
         for id in ["primary", "standby"] {
             text.push_str(&format!(
-                "\n[clusters.{id}]\nuri = \"{}\"\nstorage = {{ url = \"file://{}\" }}\n",
+                "\n[clusters.{id}]\nuri = \"{}\"\nstorage = {{ url = \"file://{}\" }}\nl0_import = true\n",
                 sim.uri(id),
                 root.join("storage").join(id).display()
             ));

@@ -55,7 +55,49 @@ pub struct WorldSpec {
     pub backup_store: BackupStore,
     /// How the target's Milvus resolves import paths, and whether the host config says so.
     pub target_paths: TargetPaths,
+    /// `dataCoord.import.enableL0Import` on the ends, and what the host config says of it.
+    pub l0_import: L0Import,
+    /// With grants, every end checks privileges (and wants the cluster-level `ImportBinlog`
+    /// for binlog imports), and lockstep signs in as the user [`RESTORER`] holding them.
+    pub restorer_grants: Option<Vec<milvus_sim::rbac::Grant>>,
     pub backup: BackupSpec,
+}
+
+/// Whether the ends import L0 segments (Milvus 3.0 does not by default), and what the host
+/// config tells lockstep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum L0Import {
+    /// On everywhere, and the host config says `l0_import = true` for every end.
+    On,
+    /// Milvus's default everywhere (off on 3.0), and the host config says nothing.
+    Default,
+    /// The host config says `l0_import = true` for every end, but these ends have it off.
+    ClaimedButOff(Vec<String>),
+}
+
+impl WorldSpec {
+    /// The restorer user on `cluster`, when the world checks privileges.
+    fn sign_in(&self, cluster: &mut ClusterSpec) {
+        if let Some(grants) = &self.restorer_grants {
+            cluster.users = vec![milvus_sim::rbac::User {
+                name: RESTORER.0.into(),
+                password: RESTORER.1.into(),
+                grants: grants.clone(),
+            }];
+            cluster.import_binlog_privilege = true;
+        }
+    }
+}
+
+impl L0Import {
+    /// The sim's `enable_l0_import` for `end`: unset keeps Milvus's default.
+    fn in_sim(&self, end: &str) -> Option<bool> {
+        match self {
+            L0Import::On => Some(true),
+            L0Import::Default => None,
+            L0Import::ClaimedButOff(off) => Some(!off.iter().any(|o| o == end)),
+        }
+    }
 }
 
 /// The target's `common.storageType`, and what the host config tells lockstep of it.
@@ -116,6 +158,8 @@ impl Default for WorldSpec {
             service: StorageService::LocalDirs,
             backup_store: BackupStore::Own,
             target_paths: TargetPaths::Object,
+            l0_import: L0Import::On,
+            restorer_grants: None,
             backup: BackupSpec {
                 name: "e2e_backup".into(),
                 collections: 2,
@@ -148,6 +192,11 @@ pub struct World {
     /// Names this world's buckets apart from those of every other world on the same server.
     bucket_tag: String,
 }
+
+/// The user lockstep signs in as on ends with privilege checks, and its password.
+pub const RESTORER: (&str, &str) = ("restorer", "restorer-password");
+/// The variable the host config's `token_env` names for it.
+const RESTORER_TOKEN_VAR: &str = "LOCKSTEP_E2E_RESTORER_TOKEN";
 
 /// The target is always `t`, the secondaries `s1`, `s2`, …
 pub const TARGET: &str = "t";
@@ -221,6 +270,8 @@ impl World {
         }
         target.durations = stage(spec.target_stage);
         target.max_import_job_num = spec.max_import_job_num;
+        target.enable_l0_import = spec.l0_import.in_sim(TARGET);
+        spec.sign_in(&mut target);
         clusters.push(target);
         for i in 0..spec.secondaries {
             let mut s = ClusterSpec::new(secondary(i));
@@ -232,6 +283,8 @@ impl World {
                 s.durations.committing = committing;
             }
             s.max_import_job_num = spec.max_import_job_num;
+            s.enable_l0_import = spec.l0_import.in_sim(&secondary(i));
+            spec.sign_in(&mut s);
             clusters.push(s);
         }
         let replication = (spec.replicating && spec.secondaries > 0).then(|| ReplicationSpec {
@@ -317,6 +370,12 @@ impl World {
             if end == TARGET && self.spec.target_paths == TargetPaths::LocalDeclared {
                 text.push_str("storage_type = \"local\"\n");
             }
+            if self.spec.l0_import != L0Import::Default {
+                text.push_str("l0_import = true\n");
+            }
+            if self.spec.restorer_grants.is_some() {
+                text.push_str(&format!("token_env = \"{RESTORER_TOKEN_VAR}\"\n"));
+            }
         }
         std::fs::write(self.path("lockstep.toml"), text)?;
         Ok(())
@@ -387,6 +446,9 @@ impl World {
         if let StorageService::S3 { .. } = self.spec.service {
             cmd.env(S3_KEY_VAR, S3_CREDENTIAL)
                 .env(S3_SECRET_VAR, S3_CREDENTIAL);
+        }
+        if self.spec.restorer_grants.is_some() {
+            cmd.env(RESTORER_TOKEN_VAR, format!("{}:{}", RESTORER.0, RESTORER.1));
         }
         for (k, v) in env {
             cmd.env(k, v);

@@ -30,16 +30,18 @@ use crate::control::{
 use crate::faults::{ApiEffect, Faults};
 use crate::jobs::{ImportJob, JobOrigin, JobState, Stamp};
 use crate::merr::MilvusError;
-use crate::options::{self, CommitMode};
+use crate::options::{self, CommitMode, ImportSource};
 use crate::replication::{self, Role};
 use crate::request_log::RequestLog;
 use crate::topology::ClusterSpec;
 use crate::topology::StorageType;
 use crate::version::{ImportFace, ServerVersion};
 
-/// Reason a rollback gives a job. Milvus's `importJobReasonAbortedByUser` text was not found
-/// (reference §2.2); this wording is [infer].
-pub const ABORTED_BY_USER: &str = "import job aborted by user";
+/// Reason a rollback gives a job (Milvus's `import_job.go`, milvus-3.0-changes §2.2).
+pub const ABORTED_BY_USER: &str = "aborted by user";
+/// Why an L0 import is refused, or a replicated one created Failed, with
+/// `dataCoord.import.enableL0Import` off (Milvus 3.0's default, `services.go`).
+pub const L0_IMPORT_DISABLED: &str = "l0 import is disabled (dataCoord.import.enableL0Import=false); fold L0 deletes into data segment deltalogs before restore, or set the config to true to re-enable the legacy L0 import";
 /// Reason of a job past its `timeout` option (Milvus's `tryTimeoutJob`).
 pub const IMPORT_TIMEOUT: &str = "import timeout";
 /// Milvus's `streaming.idempotency.maxKeyLength`.
@@ -206,6 +208,14 @@ impl Cluster {
     }
 
     /// The import API its version serves.
+    /// `dataCoord.import.enableL0Import`, as set or as the version has it.
+    pub fn l0_import_enabled(&self) -> bool {
+        self.0
+            .spec
+            .enable_l0_import
+            .unwrap_or(self.import_face() != ImportFace::TwoPhase)
+    }
+
     pub fn import_face(&self) -> ImportFace {
         self.0.version.import_face()
     }
@@ -305,18 +315,18 @@ impl Cluster {
     }
 
     /// Whether the presented credential opens this cluster: always when it has no token.
-    pub fn accepts_token(&self, presented: Option<&str>) -> bool {
-        match &self.0.spec.token {
-            None => true,
-            Some(token) => presented == Some(token.as_str()),
+    /// Who may call, with what privileges.
+    pub fn access(&self) -> crate::rbac::Access {
+        crate::rbac::Access {
+            token: self.0.spec.token.clone(),
+            users: self.0.spec.users.clone(),
         }
     }
 
-    fn refuse_on_secondary(&self, state: &State, operation: &str) -> Result<(), MilvusError> {
+    /// A write broadcast from a standby fails with Milvus's `ErrNotPrimary`.
+    fn refuse_on_secondary(&self, state: &State) -> Result<(), MilvusError> {
         match replication::role_of(state.replicate_config.as_ref(), self.id()) {
-            Role::Secondary { primary } => {
-                Err(MilvusError::not_primary(self.id(), &primary, operation))
-            }
+            Role::Secondary { .. } => Err(MilvusError::not_primary()),
             Role::Primary { .. } | Role::Standalone => Ok(()),
         }
     }
@@ -326,7 +336,6 @@ impl Cluster {
     /// REST create / gRPC Import on this cluster (reference §1, §2.1).
     pub fn create_import(&self, req: CreateImport) -> Result<i64, MilvusError> {
         let mut state = self.lock();
-        self.refuse_on_secondary(&state, "import")?;
         let collection = state
             .catalog
             .collection(&req.db_name, &req.collection_name)?;
@@ -337,26 +346,13 @@ impl Cluster {
             return Err(MilvusError::import_failed("import request is empty"));
         }
         let mut parsed = options::parse(&req.options, &req.partition_name)?;
+        if parsed.source == ImportSource::L0Deltas && !self.l0_import_enabled() {
+            return Err(MilvusError::import_failed(L0_IMPORT_DISABLED));
+        }
         // Before 3.0 `auto_commit` is an option Milvus does not know: every job commits
         // itself.
         if self.import_face() != ImportFace::TwoPhase {
             parsed.commit = CommitMode::Auto;
-        }
-        if replication::is_replicating(state.replicate_config.as_ref()) {
-            let gate = if !self.0.spec.import_in_replicating_cluster {
-                Some("import in replicating cluster is not supported yet")
-            } else if parsed.commit == CommitMode::Auto {
-                Some("auto_commit=true import in replicating cluster is not supported")
-            } else {
-                None
-            };
-            if let Some(msg) = gate {
-                let inner = MilvusError::operation_not_supported(msg);
-                return Err(MilvusError::new(
-                    inner.code,
-                    format!("failed to validate import request: {}", inner.message),
-                ));
-            }
         }
         let key = match req.idempotency_key.as_deref() {
             Some(key) if self.0.version.honours_idempotency_key() && !key.is_empty() => {
@@ -381,10 +377,37 @@ impl Cluster {
             .filter(|e| e.job.state.is_active())
             .count();
         if active >= self.0.spec.max_import_job_num {
-            return Err(MilvusError::import_failed(
+            return Err(MilvusError::import_sys_failed(
                 "The number of jobs has reached the limit, please try again later. If your request is set to only import a single file, please consider importing multiple files in one request for better efficiency.",
             ));
         }
+        // Milvus validates the job limit, then the replication gate, then broadcasts; a
+        // standby's broadcast is what fails.
+        if replication::is_replicating(state.replicate_config.as_ref()) {
+            let gate = if !self.0.spec.import_in_replicating_cluster {
+                Some("import in replicating cluster is not supported yet")
+            } else if parsed.commit == CommitMode::Auto {
+                Some("auto_commit=true import in replicating cluster is not supported")
+            } else {
+                None
+            };
+            if let Some(msg) = gate {
+                let inner = MilvusError::operation_not_supported(msg);
+                return Err(MilvusError::new(
+                    inner.code,
+                    format!("failed to validate import request: {}", inner.message),
+                ));
+            }
+        }
+        self.refuse_on_secondary(&state).map_err(|e| {
+            MilvusError::new(
+                e.code,
+                format!(
+                    "failed to broadcast import: failed to start broadcast with collection id: {}",
+                    e.message
+                ),
+            )
+        })?;
         let job_id = self.next_id();
         let mirror = MirrorImport {
             job_id,
@@ -477,9 +500,12 @@ impl Cluster {
     /// describe / get_progress: the job under a string id (reference §1.3).
     pub fn describe_import(&self, raw_id: &str) -> Result<ImportJob, MilvusError> {
         let job_id: i64 = raw_id.parse().map_err(|_| {
-            MilvusError::import_failed(format!(
-                "parse job id failed, err=strconv.ParseInt: parsing \"{raw_id}\": invalid syntax"
-            ))
+            MilvusError::new(
+                crate::merr::code::PARAMETER_INVALID,
+                format!(
+                    "parse job id failed: strconv.ParseInt: parsing \"{raw_id}\": invalid syntax"
+                ),
+            )
         })?;
         self.job(job_id).ok_or_else(|| job_not_found(job_id))
     }
@@ -526,70 +552,71 @@ impl Cluster {
             .map_err(|_| MilvusError::parameter_invalid("int64 jobId", raw))
     }
 
-    /// REST commit (reference §2.2): idempotent in Uncommitted, Committing and Completed;
-    /// refused before Uncommitted, after an abort, for auto-commit jobs and on a secondary.
+    /// REST commit, its checks in Milvus 3.0's order (milvus-3.0-changes §2.2): the job must
+    /// exist (2101); Committing or Completed is a no-op, anything but Uncommitted is refused
+    /// (2100); then an auto-commit job is refused; and only the broadcast, last, fails on a
+    /// standby, so a standby answers for its mirror's state first.
     pub fn commit_import(&self, raw_id: &str) -> Result<i64, MilvusError> {
         let job_id = Self::parse_job_id(raw_id)?;
         let mut state = self.lock();
-        self.refuse_on_secondary(&state, "commit import")?;
         let entry = state
             .jobs
-            .get_mut(&job_id)
-            .ok_or_else(|| job_not_found(job_id))?;
+            .get(&job_id)
+            .ok_or_else(|| MilvusError::import_sys_failed(format!("job {job_id} not found")))?;
+        match entry.job.state {
+            JobState::Committing | JobState::Completed => return Ok(job_id),
+            JobState::Uncommitted => {}
+            other => {
+                return Err(MilvusError::import_failed(format!(
+                    "job {job_id} is in state {}, expected Uncommitted",
+                    other.name()
+                )));
+            }
+        }
         if entry.job.commit_mode() == CommitMode::Auto {
             return Err(manual_not_allowed(job_id));
         }
-        match entry.job.state {
-            JobState::Uncommitted => {
-                set_state(entry, JobState::Committing);
-                self.broadcast(&mut state, CdcMessage::CommitImport { job_id });
-                Ok(job_id)
-            }
-            JobState::Committing | JobState::Completed => Ok(job_id),
-            JobState::Failed => Err(MilvusError::import_failed(format!(
-                "job {job_id} is in state Failed and cannot be committed, reason: {}",
-                entry.job.reason
-            ))),
-            other => Err(MilvusError::import_failed(format!(
-                "job {job_id} is in state {}, commit requires state Uncommitted",
-                other.name()
-            ))),
+        self.refuse_on_secondary(&state)?;
+        if let Some(entry) = state.jobs.get_mut(&job_id) {
+            set_state(entry, JobState::Committing);
         }
+        self.broadcast(&mut state, CdcMessage::CommitImport { job_id });
+        Ok(job_id)
     }
 
-    /// REST abort (reference §2.2): fails the job "aborted by user" and replicates a rollback;
-    /// a repeated abort succeeds; refused once committing or completed.
+    /// REST abort (milvus-3.0-changes §2.2): a job already aborted by the user is a no-op; a
+    /// committing or completed one is refused; any other state, a job that failed on its own
+    /// included, is rolled back everywhere (it keeps its own reason here), after the
+    /// auto-commit guard and, on a standby, the refusal of the broadcast.
     pub fn abort_import(&self, raw_id: &str) -> Result<i64, MilvusError> {
         let job_id = Self::parse_job_id(raw_id)?;
         let mut state = self.lock();
-        self.refuse_on_secondary(&state, "abort import")?;
         let entry = state
             .jobs
-            .get_mut(&job_id)
-            .ok_or_else(|| job_not_found(job_id))?;
+            .get(&job_id)
+            .ok_or_else(|| MilvusError::import_sys_failed(format!("job {job_id} not found")))?;
+        match entry.job.state {
+            JobState::Failed if entry.job.reason == ABORTED_BY_USER => return Ok(job_id),
+            s @ (JobState::Committing | JobState::Completed) => {
+                return Err(MilvusError::import_failed(format!(
+                    "job {job_id} is in terminal/committed state {}, abort not allowed",
+                    s.name()
+                )));
+            }
+            _ => {}
+        }
         if entry.job.commit_mode() == CommitMode::Auto {
             return Err(manual_not_allowed(job_id));
         }
-        match entry.job.state {
-            s @ (JobState::Committing | JobState::Completed) => {
-                Err(MilvusError::import_failed(format!(
-                    "job {job_id} is in state {}, a committed job cannot be aborted",
-                    s.name()
-                )))
-            }
-            JobState::Failed => {
-                // Still replicated: a job that failed here on its own may hold an Uncommitted
-                // mirror that only a rollback releases.
-                self.broadcast(&mut state, CdcMessage::RollbackImport { job_id });
-                Ok(job_id)
-            }
-            _ => {
-                entry.job.fail(ABORTED_BY_USER);
-                entry.watch.send_replace(JobState::Failed);
-                self.broadcast(&mut state, CdcMessage::RollbackImport { job_id });
-                Ok(job_id)
-            }
+        self.refuse_on_secondary(&state)?;
+        if let Some(entry) = state.jobs.get_mut(&job_id)
+            && entry.job.state != JobState::Failed
+        {
+            entry.job.fail(ABORTED_BY_USER);
+            entry.watch.send_replace(JobState::Failed);
         }
+        self.broadcast(&mut state, CdcMessage::RollbackImport { job_id });
+        Ok(job_id)
     }
 
     /// Subscribes to a job's state.
@@ -643,7 +670,7 @@ impl Cluster {
     /// anything; refused on a secondary, where DDL only arrives through the stream.
     pub fn execute_ddl(&self, op: DdlOp) -> Result<DdlOutcome, MilvusError> {
         let mut state = self.lock();
-        self.refuse_on_secondary(&state, op.name())?;
+        self.refuse_on_secondary(&state)?;
         let outcome = self.apply_ddl(&mut state, &op)?;
         if outcome != DdlOutcome::AlreadyThere {
             self.broadcast(&mut state, CdcMessage::Ddl(op));
@@ -698,8 +725,9 @@ impl Cluster {
             while changes.changed().await.is_ok() {
                 let state = self.lock();
                 let stored = state.replicate_config.as_ref();
-                if replication::validate(incoming, stored, self.id(), &self.0.pchannels)
-                    .is_ok_and(|v| v.as_ref() == stored)
+                if self
+                    .validate_config(incoming, stored)
+                    .is_ok_and(|v| Some(&v) == stored)
                 {
                     return true;
                 }
@@ -726,13 +754,8 @@ impl Cluster {
         incoming: &ReplicateConfiguration,
     ) -> Result<ConfigStep, MilvusError> {
         let mut state = self.lock();
-        let validated = replication::validate(
-            incoming,
-            state.replicate_config.as_ref(),
-            self.id(),
-            &self.0.pchannels,
-        )?;
-        if validated == state.replicate_config {
+        let validated = self.validate_config(incoming, state.replicate_config.as_ref())?;
+        if Some(&validated) == state.replicate_config.as_ref() {
             return Ok(ConfigStep::Done);
         }
         if let Role::Secondary { .. } =
@@ -741,9 +764,7 @@ impl Cluster {
             return Ok(ConfigStep::AwaitReplication);
         }
         self.store_config(&mut state, validated.clone());
-        if let Some(config) = validated {
-            self.broadcast(&mut state, CdcMessage::ReplicateConfig(config));
-        }
+        self.broadcast(&mut state, CdcMessage::ReplicateConfig(validated));
         Ok(ConfigStep::Done)
     }
 
@@ -754,19 +775,28 @@ impl Cluster {
         config: &ReplicateConfiguration,
     ) -> Result<(), MilvusError> {
         let mut state = self.lock();
-        let validated = replication::validate(
-            config,
-            state.replicate_config.as_ref(),
-            self.id(),
-            &self.0.pchannels,
-        )?;
+        let validated = self.validate_config(config, state.replicate_config.as_ref())?;
         self.store_config(&mut state, validated);
         Ok(())
     }
 
-    fn store_config(&self, state: &mut State, config: Option<ReplicateConfiguration>) {
-        state.replicate_config = config;
+    fn store_config(&self, state: &mut State, config: ReplicateConfiguration) {
+        state.replicate_config = Some(config);
         self.0.config_changed.send_modify(|n| *n += 1);
+    }
+
+    /// [`replication::validate`] with this cluster's id, pchannels and token rule.
+    fn validate_config(
+        &self,
+        incoming: &ReplicateConfiguration,
+        stored: Option<&ReplicateConfiguration>,
+    ) -> Result<ReplicateConfiguration, MilvusError> {
+        let redacted = if self.0.spec.fill_redacted_tokens {
+            replication::RedactedTokens::Filled
+        } else {
+            replication::RedactedTokens::Refused
+        };
+        replication::validate(incoming, stored, self.id(), &self.0.pchannels, redacted)
     }
 
     // ------------------------------------------------------------------ CDC
@@ -871,12 +901,7 @@ impl Cluster {
             }
             CdcMessage::ReplicateConfig(config) => {
                 let mut state = self.lock();
-                match replication::validate(
-                    &config,
-                    state.replicate_config.as_ref(),
-                    self.id(),
-                    &self.0.pchannels,
-                ) {
+                match self.validate_config(&config, state.replicate_config.as_ref()) {
                     Ok(validated) => self.store_config(&mut state, validated),
                     Err(e) => {
                         tracing::warn!(cluster = self.id(), error = %e, "replicated config refused")
@@ -900,10 +925,19 @@ impl Cluster {
             return;
         }
         let parsed = options::parse(&spec.options, &spec.partition_name).unwrap_or_default();
+        let l0_refused = parsed.source == ImportSource::L0Deltas && !self.l0_import_enabled();
         let origin = JobOrigin::Mirror {
             source: source.to_owned(),
         };
         self.insert_job(&mut state, &spec, parsed, origin, None);
+        if l0_refused {
+            // The peer's own gate: the job exists, Failed from the start.
+            if let Some(entry) = state.jobs.get_mut(&spec.job_id) {
+                entry.job.fail(L0_IMPORT_DISABLED);
+                entry.watch.send_replace(JobState::Failed);
+            }
+            return;
+        }
         drop(state);
         crate::executor::spawn_driver(self, spec.job_id);
     }
@@ -1032,13 +1066,14 @@ fn set_state(entry: &mut JobEntry, state: JobState) {
     entry.watch.send_replace(state);
 }
 
+/// describe / get_progress of an unknown job: 2101 since Milvus #50221.
 fn job_not_found(job_id: i64) -> MilvusError {
-    MilvusError::import_failed(format!("import job does not exist, jobID={job_id}"))
+    MilvusError::import_sys_failed(format!("import job does not exist, jobID={job_id}"))
 }
 
 fn manual_not_allowed(job_id: i64) -> MilvusError {
     MilvusError::import_failed(format!(
-        "manual commit/abort not allowed: job {job_id} was created with auto_commit=true"
+        "job {job_id} is auto-commit, manual commit/abort not allowed"
     ))
 }
 

@@ -23,6 +23,7 @@ use crate::cluster::{Cluster, CreateImport};
 use crate::faults::ApiEffect;
 use crate::jobs::{ExternalState, ImportJob};
 use crate::merr::{self, MilvusError};
+use crate::rbac::{Caller, Required};
 
 const SERVICE: &str = "/milvus.proto.milvus.MilvusService";
 
@@ -84,8 +85,12 @@ answers!(
 );
 
 impl MilvusGrpc {
-    /// Injected faults and authentication, before a handler runs.
-    async fn admit<Q>(&self, rpc: &str, request: &Request<Q>) -> Result<(), tonic::Status> {
+    /// Injected faults, authentication and the request's privilege, before a handler runs.
+    async fn admit<Q: Privileged>(
+        &self,
+        rpc: &str,
+        request: &Request<Q>,
+    ) -> Result<Caller, tonic::Status> {
         let route = format!("{SERVICE}/{rpc}");
         match self.cluster.api_effect(Protocol::Grpc) {
             Some(effect @ ApiEffect::Unavailable) => {
@@ -100,18 +105,15 @@ impl MilvusGrpc {
             }
             None => {}
         }
-        let header = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok());
-        let presented = header.map(|h| {
+        let metadata = |key: &str| request.metadata().get(key).and_then(|v| v.to_str().ok());
+        let presented = metadata("authorization").map(|h| {
             base64::engine::general_purpose::STANDARD
                 .decode(h.trim())
                 .ok()
                 .and_then(|b| String::from_utf8(b).ok())
                 .unwrap_or_else(|| h.to_owned())
         });
-        if !self.cluster.accepts_token(presented.as_deref()) {
+        let Some(caller) = self.cluster.access().authenticate(presented.as_deref()) else {
             self.cluster.record_request(
                 Protocol::Grpc,
                 &route,
@@ -122,8 +124,32 @@ impl MilvusGrpc {
             return Err(tonic::Status::unauthenticated(
                 "auth check failure, please check username, password or token",
             ));
+        };
+        if let Some(required) = request.get_ref().required(metadata("dbname").unwrap_or("")) {
+            self.authorize(&route, &caller, &required)?;
         }
-        Ok(())
+        Ok(caller)
+    }
+
+    fn authorize(
+        &self,
+        route: &str,
+        caller: &Caller,
+        required: &Required,
+    ) -> Result<(), tonic::Status> {
+        self.cluster
+            .access()
+            .authorize(caller, required)
+            .map_err(|denied| {
+                self.cluster.record_request(
+                    Protocol::Grpc,
+                    route,
+                    None,
+                    Some(merr::code::UNEXPECTED),
+                    None,
+                );
+                tonic::Status::permission_denied(denied.to_string())
+            })
     }
 
     fn finish<R: Answer>(
@@ -144,7 +170,7 @@ impl MilvusGrpc {
     }
 
     /// The usual shape of an RPC: admit, run a synchronous handler, log and answer.
-    async fn serve<Q, R: Answer>(
+    async fn serve<Q: Privileged, R: Answer>(
         &self,
         rpc: &str,
         request: Request<Q>,
@@ -230,6 +256,105 @@ fn import_state(job: &ImportJob, progress: i64, imported: i64) -> GetImportState
 fn import_state_of(cluster: &Cluster, job: &ImportJob) -> GetImportStateResponse {
     let fraction = cluster.stage_fraction(job);
     import_state(job, job.progress(fraction), job.row_counts(fraction).0)
+}
+
+/// What a request needs: its `privilege_ext_obj` in `milvus.proto` (None: not checked), in
+/// its `db_name`, else the `dbname` metadata's database.
+trait Privileged {
+    fn required(&self, header_db: &str) -> Option<Required>;
+}
+
+fn db<'a>(own: &'a str, header: &'a str) -> &'a str {
+    if own.is_empty() { header } else { own }
+}
+
+/// Requests whose privilege is on the database (`Global`, object `*`).
+macro_rules! global {
+    ($($request:ty => $privilege:literal),* $(,)?) => {$(
+        impl Privileged for $request {
+            fn required(&self, header_db: &str) -> Option<Required> {
+                Some(Required::global($privilege, db(&self.db_name, header_db)))
+            }
+        }
+    )*};
+}
+
+/// Requests whose privilege is on their `collection_name`.
+macro_rules! on_collection {
+    ($($request:ty => $privilege:literal),* $(,)?) => {$(
+        impl Privileged for $request {
+            fn required(&self, header_db: &str) -> Option<Required> {
+                Some(Required::collection(
+                    $privilege,
+                    db(&self.db_name, header_db),
+                    &self.collection_name,
+                ))
+            }
+        }
+    )*};
+}
+
+/// Requests Milvus checks no privilege of (authentication still applies).
+macro_rules! unchecked {
+    ($($request:ty),* $(,)?) => {$(
+        impl Privileged for $request {
+            fn required(&self, _: &str) -> Option<Required> {
+                None
+            }
+        }
+    )*};
+}
+
+global!(
+    CreateCollectionRequest => "CreateCollection",
+    DropCollectionRequest => "DropCollection",
+    DescribeCollectionRequest => "DescribeCollection",
+);
+on_collection!(
+    LoadCollectionRequest => "Load",
+    CreatePartitionRequest => "CreatePartition",
+    HasPartitionRequest => "HasPartition",
+    ShowPartitionsRequest => "ShowPartitions",
+    GetLoadStateRequest => "GetLoadState",
+    GetLoadingProgressRequest => "GetLoadState",
+    CreateIndexRequest => "CreateIndex",
+    DescribeIndexRequest => "IndexDetail",
+    ImportRequest => "Import",
+);
+unchecked!(
+    HasCollectionRequest,
+    ShowCollectionsRequest,
+    GetImportStateRequest,
+    ListImportTasksRequest,
+    GetVersionRequest,
+    CheckHealthRequest,
+    ConnectRequest,
+    ListDatabasesRequest,
+);
+
+/// Database requests: the database is the object, the privilege cluster-wide in 3.0.
+impl Privileged for CreateDatabaseRequest {
+    fn required(&self, _: &str) -> Option<Required> {
+        Some(Required::global("CreateDatabase", "*"))
+    }
+}
+
+impl Privileged for DropDatabaseRequest {
+    fn required(&self, _: &str) -> Option<Required> {
+        Some(Required::global("DropDatabase", "*"))
+    }
+}
+
+impl Privileged for UpdateReplicateConfigurationRequest {
+    fn required(&self, _: &str) -> Option<Required> {
+        Some(Required::cluster("UpdateReplicateConfiguration"))
+    }
+}
+
+impl Privileged for GetReplicateConfigurationRequest {
+    fn required(&self, _: &str) -> Option<Required> {
+        Some(Required::cluster("GetReplicateConfiguration"))
+    }
 }
 
 #[tonic::async_trait]
@@ -514,7 +639,19 @@ impl MilvusService for MilvusGrpc {
         &self,
         request: Request<ImportRequest>,
     ) -> Result<Response<ImportResponse>, tonic::Status> {
-        self.admit("Import", &request).await?;
+        let caller = self.admit("Import", &request).await?;
+        if self.cluster.spec().import_binlog_privilege
+            && request.get_ref().options.iter().any(|kv| {
+                (kv.key == "backup" || kv.key == "l0_import")
+                    && kv.value.eq_ignore_ascii_case("true")
+            })
+        {
+            self.authorize(
+                &format!("{SERVICE}/Import"),
+                &caller,
+                &Required::cluster("ImportBinlog"),
+            )?;
+        }
         let req = request.into_inner();
         let create = CreateImport {
             db_name: req.db_name,
@@ -673,15 +810,17 @@ impl MilvusService for MilvusGrpc {
         request: Request<UpdateReplicateConfigurationRequest>,
     ) -> Result<Response<Status>, tonic::Status> {
         self.admit("UpdateReplicateConfiguration", &request).await?;
-        let config = request
-            .into_inner()
-            .replicate_configuration
-            .unwrap_or_default();
-        let result = self
-            .cluster
-            .update_replicate_configuration(&config)
-            .await
-            .map(|()| merr::success());
+        let result = match request.into_inner().replicate_configuration {
+            Some(config) => self
+                .cluster
+                .update_replicate_configuration(&config)
+                .await
+                .map(|()| merr::success()),
+            None => Err(MilvusError::new(
+                merr::code::PARAMETER_INVALID,
+                "config cannot be nil: invalid parameter",
+            )),
+        };
         self.finish("UpdateReplicateConfiguration", None, result)
     }
 

@@ -13,10 +13,12 @@ pub mod code {
     pub const INDEX_DUPLICATE: i32 = 702;
     pub const DATABASE_NOT_FOUND: i32 = 800;
     pub const PARAMETER_INVALID: i32 = 1100;
+    pub const PARAMETER_MISSING: i32 = 1101;
     pub const NEED_AUTHENTICATE: i32 = 1800;
     pub const INCORRECT_PARAMETER_FORMAT: i32 = 1801;
     pub const MISSING_REQUIRED_PARAMETERS: i32 = 1802;
     pub const IMPORT_FAILED: i32 = 2100;
+    pub const IMPORT_SYS_FAILED: i32 = 2101;
     pub const OPERATION_NOT_SUPPORTED: i32 = 3000;
     pub const UNEXPECTED: i32 = 65535;
 }
@@ -40,6 +42,15 @@ impl MilvusError {
     /// `merr.WrapErrImportFailed(msg)`: "<msg>: importing data failed", code 2100.
     pub fn import_failed(msg: impl std::fmt::Display) -> Self {
         Self::new(code::IMPORT_FAILED, format!("{msg}: importing data failed"))
+    }
+
+    /// `merr.WrapErrImportSysFailedMsg(msg)`: "<msg>: importing data failed on server side",
+    /// code 2101 (a server-side condition: an unknown job, the job limit).
+    pub fn import_sys_failed(msg: impl std::fmt::Display) -> Self {
+        Self::new(
+            code::IMPORT_SYS_FAILED,
+            format!("{msg}: importing data failed on server side"),
+        )
     }
 
     /// `merr.WrapErrParameterInvalid(expected, actual)`.
@@ -89,15 +100,12 @@ impl MilvusError {
         )
     }
 
-    /// A write sent to a replication secondary. Milvus refuses it with `broadcaster.ErrNotPrimary`,
-    /// whose text was not found (reference §2.3); this message and code are [infer]: a plain Go
-    /// error surfaces as 65535, and the text names both ends and the operation.
-    pub fn not_primary(cluster: &str, primary: &str, operation: &str) -> Self {
+    /// A write broadcast on a replication standby: `broadcaster.ErrNotPrimary`, a plain Go
+    /// error, hence 65535 (milvus-3.0-changes §2.3).
+    pub fn not_primary() -> Self {
         Self::new(
             code::UNEXPECTED,
-            format!(
-                "{operation} refused: cluster '{cluster}' is not primary, it replicates from '{primary}'; send writes to the primary"
-            ),
+            "cluster is not primary, cannot do any DDL/DCL",
         )
     }
 

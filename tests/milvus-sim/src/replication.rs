@@ -80,20 +80,32 @@ fn invalid(msg: impl std::fmt::Display) -> MilvusError {
     MilvusError::new(code::PARAMETER_INVALID, format!("{msg}: invalid parameter"))
 }
 
+/// What a config carrying a blanked token (as Get returns them) does to a stored token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedactedTokens {
+    /// Released 3.0.x: an empty token is a change, refused.
+    Refused,
+    /// Newer code (`FillRedactedConnectionTokens`): the stored token is kept, so a
+    /// read-modify-write round trip works.
+    Filled,
+}
+
 /// Validates `incoming` for cluster `me` (whose pchannels are `local_pchannels`) against the
-/// `stored` config, and returns the config to store: redacted (empty) tokens filled from the
-/// stored config so a read-modify-write round trip works. An entirely empty config clears it.
+/// `stored` config, and returns the config to store. An empty clusters list is refused (the
+/// proto's "an empty config clears it" was reverted, #49080).
 pub fn validate(
     incoming: &ReplicateConfiguration,
     stored: Option<&ReplicateConfiguration>,
     me: &str,
     local_pchannels: &[String],
-) -> Result<Option<ReplicateConfiguration>, MilvusError> {
-    if incoming.clusters.is_empty() && incoming.cross_cluster_topology.is_empty() {
-        return Ok(None);
-    }
+    redacted: RedactedTokens,
+) -> Result<ReplicateConfiguration, MilvusError> {
     if incoming.clusters.is_empty() {
-        return Err(invalid("clusters list cannot be empty"));
+        // `merr.WrapErrParameterMissingMsg`, code 1101.
+        return Err(MilvusError::new(
+            code::PARAMETER_MISSING,
+            "clusters list cannot be empty: missing parameter",
+        ));
     }
     let mut config = incoming.clone();
     let mut ids = BTreeSet::new();
@@ -180,7 +192,7 @@ pub fn validate(
                     "cluster '{id}' connection_param.uri cannot be changed"
                 )));
             }
-            if param.token.is_empty() {
+            if param.token.is_empty() && redacted == RedactedTokens::Filled {
                 param.token = old_param.token.clone();
             } else if param.token != old_param.token {
                 return Err(invalid(format!(
@@ -195,7 +207,7 @@ pub fn validate(
             }
         }
     }
-    Ok(Some(config))
+    Ok(config)
 }
 
 fn validate_star(
@@ -303,16 +315,16 @@ mod tests {
         stored: Option<&ReplicateConfiguration>,
         me: &str,
     ) -> String {
-        let e = validate(config, stored, me, &local(me)).expect_err("config must be refused");
+        let e = validate(config, stored, me, &local(me), RedactedTokens::Refused)
+            .expect_err("config must be refused");
         assert_eq!(e.code, code::PARAMETER_INVALID);
         e.message
     }
 
     #[test]
     fn star_is_accepted_and_roles_follow() {
-        let stored = validate(&star(), None, "b", &local("b"))
-            .expect("valid")
-            .expect("not cleared");
+        let stored =
+            validate(&star(), None, "b", &local("b"), RedactedTokens::Refused).expect("valid");
         assert_eq!(
             role_of(Some(&stored), "a"),
             Role::Primary {
@@ -407,14 +419,34 @@ mod tests {
             Some(&stored),
             "a",
             &["a-rootcoord-dml_1".into(), "a-rootcoord-dml_0".into()],
+            RedactedTokens::Refused,
         )
         .expect_err("reordered pchannels");
         assert!(e.message.contains("can only be appended"), "{}", e.message);
 
-        // A read-modify-write with blanked tokens keeps the stored tokens.
-        let filled = validate(&sanitize(&stored), Some(&stored), "a", &local("a"))
-            .expect("round trip is valid")
-            .expect("not cleared");
+        // A read-modify-write with blanked tokens: refused by released 3.0.x, the stored
+        // tokens kept by newer code.
+        let blanked = sanitize(&stored);
+        let e = validate(
+            &blanked,
+            Some(&stored),
+            "a",
+            &local("a"),
+            RedactedTokens::Refused,
+        )
+        .expect_err("a blanked token is a change");
+        assert!(
+            e.message
+                .contains("connection_param.token cannot be changed")
+        );
+        let filled = validate(
+            &blanked,
+            Some(&stored),
+            "a",
+            &local("a"),
+            RedactedTokens::Filled,
+        )
+        .expect("round trip is valid");
         assert_eq!(filled, stored);
     }
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Request, State};
+use axum::extract::{Extension, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -22,6 +22,7 @@ use crate::cluster::{Cluster, CreateImport};
 use crate::faults::ApiEffect;
 use crate::jobs::ImportJob;
 use crate::merr::{MilvusError, code};
+use crate::rbac::{Caller, Denied, Required};
 use crate::version::ImportFace;
 
 const PREFIX: &str = "/v2/vectordb/jobs/import";
@@ -71,7 +72,7 @@ async fn guard(State(cluster): State<Cluster>, request: Request, next: Next) -> 
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    if !cluster.accepts_token(bearer) {
+    let Some(caller) = cluster.access().authenticate(bearer) else {
         cluster.record_request(
             Protocol::Rest,
             &route,
@@ -81,8 +82,96 @@ async fn guard(State(cluster): State<Cluster>, request: Request, next: Next) -> 
         );
         let body = json!({"code": code::NEED_AUTHENTICATE, "message": "user hasn't authenticated"});
         return (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
-    }
+    };
+    let mut request = request;
+    request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// A call the caller may not make: HTTP 403 with the interceptor's error, which is no merr
+/// error and so carries code 65535 (`checkAuthorizationV2`).
+struct Forbidden(Denied);
+
+/// The privilege checks of one REST call.
+struct Guard<'a> {
+    cluster: &'a Cluster,
+    caller: &'a Caller,
+    /// The `DB-Name` header's database ("" for default).
+    header_db: String,
+}
+
+impl<'a> Guard<'a> {
+    fn new(cluster: &'a Cluster, caller: &'a Caller, headers: &HeaderMap) -> Self {
+        Guard {
+            cluster,
+            caller,
+            header_db: header_db(headers),
+        }
+    }
+
+    fn require(&self, required: &Required) -> Result<(), Forbidden> {
+        self.cluster
+            .access()
+            .authorize(self.caller, required)
+            .map_err(Forbidden)
+    }
+
+    /// `Import` on a collection of `db`; for a binlog or L0 import also the cluster-level
+    /// `ImportBinlog` where the cluster wants it.
+    fn import(
+        &self,
+        db: &str,
+        collection: &str,
+        options: &BTreeMap<String, String>,
+    ) -> Result<(), Forbidden> {
+        self.require(&Required::collection("Import", db, collection))?;
+        let binlogs = ["backup", "l0_import"].iter().any(|k| {
+            options
+                .get(*k)
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        });
+        if binlogs && self.cluster.spec().import_binlog_privilege {
+            self.require(&Required::cluster("ImportBinlog"))?;
+        }
+        Ok(())
+    }
+
+    /// describe, get_progress, commit, abort (`checkImportJobAuth`): `Import` on the job's
+    /// collection in the header's database, whichever database the job is in. An unknown
+    /// job passes, for the call to answer as Milvus's progress lookup does.
+    fn job(&self, body: &[u8]) -> Result<(), Forbidden> {
+        match job_id_of(body).and_then(|raw| self.cluster.describe_import(&raw)) {
+            Ok(job) => self.require(&Required::collection(
+                "Import",
+                &self.header_db,
+                &job.collection_name,
+            )),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+fn forbidden(cluster: &Cluster, route: &str, Forbidden(denied): Forbidden) -> Response {
+    cluster.record_request(
+        Protocol::Rest,
+        &format!("{PREFIX}/{route}"),
+        None,
+        Some(code::UNEXPECTED),
+        None,
+    );
+    let body = json!({
+        "code": code::UNEXPECTED,
+        "message": format!("rpc error: code = PermissionDenied desc = {denied}"),
+    });
+    (StatusCode::FORBIDDEN, axum::Json(body)).into_response()
+}
+
+fn header_db(headers: &HeaderMap) -> String {
+    headers
+        .get("DB-Name")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// The envelope of every answer, logged on the way out.
@@ -213,19 +302,39 @@ impl Body {
             .collect()
     }
 
-    /// `map[string]string`: only string values bind.
-    fn options(&self) -> Result<BTreeMap<String, String>, MilvusError> {
-        match self.get("options") {
-            None => Ok(BTreeMap::new()),
+    /// `map[string]string`: only string values bind. Milvus 3.0's own `UnmarshalJSON`
+    /// (#50695) also takes `null` (as `""`) for every key but `auto_commit`, which must be
+    /// `"true"` or `"false"` in any case (milvus-3.0-changes §1).
+    fn options(&self, face: ImportFace) -> Result<BTreeMap<String, String>, MilvusError> {
+        let two_phase = face == ImportFace::TwoPhase;
+        let options = match self.get("options") {
+            None => return Ok(BTreeMap::new()),
             Some(Value::Object(map)) => map
                 .iter()
                 .map(|(k, v)| match v {
                     Value::String(s) => Ok((k.clone(), s.clone())),
+                    Value::Null if two_phase && k != "auto_commit" => {
+                        Ok((k.clone(), String::new()))
+                    }
                     other => Err(self.type_error("options", other, "string")),
                 })
-                .collect(),
-            Some(other) => Err(self.type_error("options", other, "map[string]string")),
+                .collect::<Result<BTreeMap<_, _>, _>>()?,
+            Some(other) => return Err(self.type_error("options", other, "map[string]string")),
+        };
+        if two_phase
+            && let Some(value) = options.get("auto_commit")
+            && !["true", "false"]
+                .iter()
+                .any(|b| value.eq_ignore_ascii_case(b))
+        {
+            return Err(MilvusError::new(
+                code::INCORRECT_PARAMETER_FORMAT,
+                format!(
+                    "can only accept json format request, error: options.auto_commit must be one of \"true\" or \"false\", got {value:?}: invalid parameter"
+                ),
+            ));
         }
+        Ok(options)
     }
 }
 
@@ -246,14 +355,16 @@ fn db_name(body: &Body, headers: &HeaderMap) -> Result<String, MilvusError> {
     if !from_body.is_empty() {
         return Ok(from_body);
     }
-    Ok(headers
-        .get("DB-Name")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned())
+    Ok(header_db(headers))
 }
 
-async fn create(State(cluster): State<Cluster>, headers: HeaderMap, bytes: Bytes) -> Response {
+async fn create(
+    State(cluster): State<Cluster>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Response {
+    let guard = Guard::new(&cluster, &caller, &headers);
     let result = (|| {
         let body = Body::parse(&bytes, "ImportReq")?;
         let request = CreateImport {
@@ -261,14 +372,25 @@ async fn create(State(cluster): State<Cluster>, headers: HeaderMap, bytes: Bytes
             collection_name: body.required_string("collectionName", "CollectionName")?,
             partition_name: body.string("partitionName")?,
             files: body.files()?,
-            options: body.options()?,
+            options: body.options(cluster.import_face())?,
             idempotency_key: headers
                 .get("Idempotency-Key")
                 .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
             protocol: crate::Protocol::Rest,
         };
-        cluster.create_import(request)
+        Ok(request)
     })();
+    let result = match result {
+        Ok(request) => {
+            let allowed =
+                guard.import(&request.db_name, &request.collection_name, &request.options);
+            if let Err(forbid) = allowed {
+                return forbidden(&cluster, "create", forbid);
+            }
+            cluster.create_import(request)
+        }
+        Err(e) => Err(e),
+    };
     let job_id = result.as_ref().ok().copied();
     answer(
         &cluster,
@@ -284,6 +406,8 @@ fn job_id_of(bytes: &[u8]) -> Result<String, MilvusError> {
 
 async fn describe(
     State(cluster): State<Cluster>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     request_path: axum::extract::OriginalUri,
     bytes: Bytes,
 ) -> Response {
@@ -293,6 +417,9 @@ async fn describe(
         .next()
         .unwrap_or("describe")
         .to_owned();
+    if let Err(forbid) = Guard::new(&cluster, &caller, &headers).job(&bytes) {
+        return forbidden(&cluster, &route, forbid);
+    }
     let result = job_id_of(&bytes).and_then(|raw| cluster.describe_import(&raw));
     let job_id = result.as_ref().ok().map(|j| j.job_id);
     answer(
@@ -354,14 +481,26 @@ fn describe_data(cluster: &Cluster, job: &ImportJob) -> Value {
     data
 }
 
-async fn list(State(cluster): State<Cluster>, headers: HeaderMap, bytes: Bytes) -> Response {
+async fn list(
+    State(cluster): State<Cluster>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Response {
+    let guard = Guard::new(&cluster, &caller, &headers);
     let result = (|| {
         let body = Body::parse(&bytes, "OptionalCollectionNameReq")?;
         let db = db_name(&body, &headers)?;
         let collection = body.string("collectionName")?;
         let jobs = cluster.list_imports(&db, Some(&collection))?;
+        // Jobs of collections the caller may not import into are left out, not refused.
         let records: Vec<Value> = jobs
             .iter()
+            .filter(|job| {
+                guard
+                    .require(&Required::collection("Import", &db, &job.collection_name))
+                    .is_ok()
+            })
             .map(|job| {
                 let mut record = json!({
                     "jobId": job.job_id.to_string(),
@@ -380,21 +519,38 @@ async fn list(State(cluster): State<Cluster>, headers: HeaderMap, bytes: Bytes) 
     answer(&cluster, "list", None, result)
 }
 
-async fn commit(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
-    job_action(&cluster, "commit", &bytes, Cluster::commit_import)
+async fn commit(
+    State(cluster): State<Cluster>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Response {
+    let guard = Guard::new(&cluster, &caller, &headers);
+    job_action(&guard, "commit", &bytes, Cluster::commit_import)
 }
 
-async fn abort(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
-    job_action(&cluster, "abort", &bytes, Cluster::abort_import)
+async fn abort(
+    State(cluster): State<Cluster>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Response {
+    let guard = Guard::new(&cluster, &caller, &headers);
+    job_action(&guard, "abort", &bytes, Cluster::abort_import)
 }
 
-/// commit and abort: a `JobIDReq` body, an action, `data: {}`.
+/// commit and abort: a `JobIDReq` body, the privilege on the job's collection, an action,
+/// `data: {}`.
 fn job_action(
-    cluster: &Cluster,
+    guard: &Guard<'_>,
     route: &str,
     bytes: &[u8],
     action: fn(&Cluster, &str) -> Result<i64, MilvusError>,
 ) -> Response {
+    let cluster = guard.cluster;
+    if let Err(forbid) = guard.job(bytes) {
+        return forbidden(cluster, route, forbid);
+    }
     let raw = job_id_of(bytes);
     let job_id = raw.as_ref().ok().and_then(|r| r.parse().ok());
     let result = raw.and_then(|raw| action(cluster, &raw));

@@ -66,10 +66,17 @@ struct ClusterFile {
     storage_type: Option<Spanned<String>>,
     #[serde(default)]
     import_in_replicating_cluster: bool,
+    enable_l0_import: Option<bool>,
     pchannels: Option<Spanned<u32>>,
     max_import_job_num: Option<usize>,
     request_log_capacity: Option<usize>,
     token: Option<String>,
+    #[serde(default)]
+    users: Vec<crate::rbac::User>,
+    #[serde(default)]
+    import_binlog_privilege: bool,
+    #[serde(default)]
+    fill_redacted_tokens: bool,
     #[serde(default)]
     durations: DurationsFile,
 }
@@ -130,6 +137,9 @@ pub struct ClusterSpec {
     pub storage_type: StorageType,
     /// `dataCoord.import.enableInReplicatingCluster` (default false, as in Milvus).
     pub import_in_replicating_cluster: bool,
+    /// `dataCoord.import.enableL0Import`; unset, the version's default: off from 3.0
+    /// (milvus-3.0-changes §1.5), on before.
+    pub enable_l0_import: Option<bool>,
     /// Number of pchannels, named `<id>-rootcoord-dml_<i>`.
     pub pchannels: u32,
     /// `dataCoord.import.maxImportJobNum`: active jobs (Uncommitted included) allowed at once.
@@ -137,7 +147,18 @@ pub struct ClusterSpec {
     /// Requests the cluster's log keeps (the oldest are dropped and counted); default 100,000.
     pub request_log_capacity: usize,
     /// When set, REST needs `Authorization: Bearer <token>` and gRPC an `authorization` header.
+    /// The token is root's: it passes every privilege check.
     pub token: Option<String>,
+    /// Users (`[[cluster.users]]`, each with `name`, `password` and `grants`): with any, the
+    /// cluster checks Milvus's privileges ([`crate::rbac`]); they sign in as `name:password`.
+    pub users: Vec<crate::rbac::User>,
+    /// Binlog and L0 imports (`backup=true`, `l0_import=true`) also need the cluster-level
+    /// `ImportBinlog` privilege, as Milvus builds with it do (milvus-3.0-changes, new item 4).
+    pub import_binlog_privilege: bool,
+    /// An update carrying the blanked tokens Get returns keeps the stored tokens
+    /// (`FillRedactedConnectionTokens`, newer than released 3.0.x); default false: it is
+    /// refused as a token change, as released 3.0.x does (milvus-3.0-changes §3).
+    pub fill_redacted_tokens: bool,
     pub durations: StageDurations,
 }
 
@@ -151,10 +172,14 @@ impl ClusterSpec {
             storage: StorageSpec::TempDir,
             storage_type: StorageType::Minio,
             import_in_replicating_cluster: false,
+            enable_l0_import: None,
             pchannels: DEFAULT_PCHANNELS,
             max_import_job_num: DEFAULT_MAX_IMPORT_JOB_NUM,
             request_log_capacity: DEFAULT_REQUEST_LOG_CAPACITY,
             token: None,
+            users: Vec::new(),
+            import_binlog_privilege: false,
+            fill_redacted_tokens: false,
             durations: StageDurations::default(),
         }
     }
@@ -451,12 +476,16 @@ impl Checker<'_> {
                 storage,
                 storage_type,
                 import_in_replicating_cluster: c.import_in_replicating_cluster,
+                enable_l0_import: c.enable_l0_import,
                 pchannels,
                 max_import_job_num: c.max_import_job_num.unwrap_or(DEFAULT_MAX_IMPORT_JOB_NUM),
                 request_log_capacity: c
                     .request_log_capacity
                     .unwrap_or(DEFAULT_REQUEST_LOG_CAPACITY),
                 token: c.token,
+                users: c.users,
+                import_binlog_privilege: c.import_binlog_privilege,
+                fill_redacted_tokens: c.fill_redacted_tokens,
                 durations,
             });
         }

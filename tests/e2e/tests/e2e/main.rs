@@ -1,5 +1,6 @@
 //! End-to-end tests: the `lockstep` binary against milvus-sim, one module per behaviour.
 
+mod access;
 mod atomicity;
 mod crash;
 mod fault_runner;

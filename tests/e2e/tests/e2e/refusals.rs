@@ -1,6 +1,6 @@
 //! Every preflight refusal: exit 2, a message that says why, and nothing written on any end.
 
-use e2e::{World, WorldSpec};
+use e2e::{L0Import, World, WorldSpec};
 
 /// Runs `job` and checks it was refused before anything was written anywhere.
 async fn refused(world: &World, job: &std::path::Path, why: &[&str]) -> anyhow::Result<String> {
@@ -205,4 +205,30 @@ async fn the_import_gate_off_on_the_target() -> anyhow::Result<()> {
         run.explain()
     );
     crate::invariants::nothing_restored(&world).await
+}
+
+/// Milvus 3.0 turns `dataCoord.import.enableL0Import` off by default; a backup with L0
+/// segments against ends the host config says nothing of is refused, naming the setting.
+#[tokio::test(flavor = "multi_thread")]
+async fn l0_segments_against_ends_that_do_not_import_them() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec {
+        l0_import: L0Import::Default,
+        ..WorldSpec::default()
+    })
+    .await?;
+    let job = world.job("l0-off", "")?;
+    refused(
+        &world,
+        &job,
+        &[
+            "dataCoord.import.enableL0Import",
+            "l0_import = true",
+            "[clusters.t]",
+            "[clusters.s1]",
+            "[clusters.s2]",
+            "collection_0",
+        ],
+    )
+    .await?;
+    Ok(())
 }

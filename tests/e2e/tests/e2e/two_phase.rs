@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use e2e::{TARGET, World, WorldSpec, eventually, secondary};
+use e2e::{L0Import, TARGET, World, WorldSpec, eventually, secondary};
 use milvus_sim::faults::{JobFailure, JobSelector};
 use milvus_sim::jobs::JobState;
 
@@ -91,6 +91,36 @@ async fn a_mirror_failing_before_the_commit_rolls_everything_back() -> anyhow::R
         "nothing may be committed"
     );
     nothing_restored(&world).await
+}
+
+/// The host config says an end imports L0 segments and it does not: on the target the
+/// create is refused, on a secondary the mirror is created Failed; either way nothing commits
+/// and the failure carries Milvus's advice.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_end_that_refuses_l0_imports_rolls_the_restore_back() -> anyhow::Result<()> {
+    for off in [TARGET.to_owned(), secondary(1)] {
+        let world = World::start(WorldSpec {
+            l0_import: L0Import::ClaimedButOff(vec![off.clone()]),
+            ..WorldSpec::default()
+        })
+        .await?;
+        let job = world.job("l0-claimed", "")?;
+        let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+        assert_eq!(run.code, 1, "{off}: {}", run.explain());
+        assert_eq!(run.outcome(), "rolled_back", "{off}");
+        let summary = run.summary();
+        assert!(
+            summary.contains(&off) && summary.contains("l0 import is disabled"),
+            "{off}: {summary}"
+        );
+        assert_eq!(
+            world.requests(TARGET, "import/commit").await?,
+            0,
+            "{off}: nothing may be committed"
+        );
+        nothing_restored(&world).await?;
+    }
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -22,6 +22,12 @@ pub fn standalone(version: &str) -> String {
     format!("[[cluster]]\nid = \"a\"\nversion = \"{version}\"\n{FAST}")
 }
 
+/// `topology` with `dataCoord.import.enableL0Import` on in every cluster (Milvus 3.0 has it
+/// off).
+pub fn with_l0_import(topology: &str) -> String {
+    topology.replace("[[cluster]]\n", "[[cluster]]\nenable_l0_import = true\n")
+}
+
 /// A star a → b, c with imports allowed in the replicating cluster.
 pub fn star() -> String {
     let mut t = String::new();
@@ -212,12 +218,18 @@ pub async fn put_segment_of(
     let system = [(0, DataType::Int64), (1, DataType::Int64)];
     let mut objects = Vec::new();
     for &(field, data_type) in system.iter().chain(fields) {
-        let log = |rows: u64| {
-            let column = Column::zeroed(data_type, rows as usize).expect("a type binlogs carry");
+        // The pk (field 100) counts 0, 1, ...; every other field is zeros, Timestamp
+        // included, so each delete below (at timestamp 1) removes its row.
+        let log = |pks: std::ops::Range<i64>| {
+            let column = match field {
+                100 => Column::Int64(pks.collect()),
+                _ => Column::zeroed(data_type, pks.count()).expect("a type binlogs carry"),
+            };
             binlog::encode_insert(Descriptor::new(field, data_type), &column)
         };
-        objects.push((format!("{insert}/30/{field}/1"), log(rows - 1)));
-        objects.push((format!("{insert}/30/{field}/2"), log(1)));
+        let split = rows as i64 - 1;
+        objects.push((format!("{insert}/30/{field}/1"), log(0..split)));
+        objects.push((format!("{insert}/30/{field}/2"), log(split..rows as i64)));
     }
     let deletes: Vec<Delete> = (0..deleted as i64)
         .map(|pk| Delete {

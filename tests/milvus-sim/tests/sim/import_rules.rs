@@ -64,6 +64,112 @@ async fn binding_errors_use_codes_1801_and_1802() {
     );
 }
 
+/// Milvus 3.0's `ImportReq` options (#50695): `auto_commit` is `"true"` or `"false"` in any
+/// case, else 1801; a `null` value of any other key reads as `""` (milvus-3.0-changes §1).
+#[tokio::test]
+async fn auto_commit_is_parsed_strictly_and_null_options_are_accepted() {
+    let sim = start(&standalone("3.0.0")).await;
+    create_collection(&sim.uri("a"), "c").await;
+    let rest = Rest::new(&sim.uri("a"));
+    for value in ["yes", "0", ""] {
+        let answer = rest
+            .create("c", "", json!([["a.json"]]), json!({"auto_commit": value}))
+            .await;
+        assert_refused(
+            &answer,
+            1801,
+            "options.auto_commit must be one of \"true\" or \"false\"",
+        );
+    }
+    let null_commit = rest
+        .create("c", "", json!([["a.json"]]), json!({"auto_commit": null}))
+        .await;
+    assert_refused(&null_commit, 1801, "of type string");
+    assert!(sim.cluster("a").snapshot().jobs.is_empty());
+
+    let upper = rest
+        .create(
+            "c",
+            "",
+            json!([["a.json"]]),
+            json!({"auto_commit": "FALSE"}),
+        )
+        .await;
+    assert_eq!(upper["code"], 0, "{upper}");
+    let null_other = rest
+        .create(
+            "c",
+            "",
+            json!([["a.json"]]),
+            json!({"sep": null, "nullkey": null}),
+        )
+        .await;
+    assert_eq!(null_other["code"], 0, "{null_other}");
+    let job = sim.cluster("a").job(job_id(&null_other)).expect("created");
+    assert_eq!(job.options.get("sep").map(String::as_str), Some(""));
+}
+
+/// `dataCoord.import.enableL0Import` is off by default from 3.0: an L0 import is refused at
+/// create, and a replicated one reaching a peer with the gate off is created Failed
+/// (milvus-3.0-changes §1.5).
+#[tokio::test]
+async fn l0_import_is_refused_while_enable_l0_import_is_off() {
+    let refusal = format!(
+        "{}: importing data failed",
+        milvus_sim::cluster::L0_IMPORT_DISABLED
+    );
+    for (topology, allowed) in [
+        (standalone("3.0.0"), false),
+        (with_l0_import(&standalone("3.0.0")), true),
+        (standalone("2.6.24"), true),
+    ] {
+        let sim = start(&topology).await;
+        create_collection(&sim.uri("a"), "c").await;
+        let files = put_segment(&sim.cluster("a"), "bk", 5, 2).await;
+        let answer = Rest::new(&sim.uri("a"))
+            .create("c", "", json!([[files[1]]]), json!({"l0_import": "true"}))
+            .await;
+        if allowed {
+            assert_eq!(answer["code"], 0, "{topology}: {answer}");
+        } else {
+            assert_refused(&answer, 2100, &refusal);
+            assert_eq!(answer["message"], refusal.as_str());
+        }
+    }
+
+    // The primary has the gate on, the peer "c" has not.
+    let topology = star().replacen(
+        "[[cluster]]\nid = \"a\"",
+        "[[cluster]]\nid = \"a\"\nenable_l0_import = true",
+        1,
+    );
+    let topology = topology.replacen(
+        "[[cluster]]\nid = \"b\"",
+        "[[cluster]]\nid = \"b\"\nenable_l0_import = true",
+        1,
+    );
+    let sim = start(&topology).await;
+    create_collection(&sim.uri("a"), "c").await;
+    wait_collection(&sim.cluster("c"), "c").await;
+    let mut files = None;
+    for cluster in sim.clusters() {
+        files = Some(put_segment(&cluster, "bk", 5, 2).await);
+    }
+    let files = files.expect("three clusters");
+    let answer = Rest::new(&sim.uri("a"))
+        .create(
+            "c",
+            "",
+            json!([[files[1]]]),
+            json!({"l0_import": "true", "auto_commit": "false"}),
+        )
+        .await;
+    let id = job_id(&answer);
+    wait_for(&sim.cluster("b"), id, JobState::Uncommitted).await;
+    let peer = wait_for(&sim.cluster("c"), id, JobState::Failed).await;
+    assert_eq!(peer.reason, milvus_sim::cluster::L0_IMPORT_DISABLED);
+}
+
 #[tokio::test]
 async fn option_errors_come_back_with_milvus_messages() {
     let sim = start(&standalone("3.0.0")).await;
@@ -235,7 +341,8 @@ async fn max_import_job_num_counts_uncommitted_jobs() {
             json!({"backup": "true", "auto_commit": "false"}),
         )
         .await;
-    assert_refused(&refused, 2100, "The number of jobs has reached the limit");
+    // A server-side condition, 2101 (`ErrImportSysFailed`), which a client may retry.
+    assert_refused(&refused, 2101, "The number of jobs has reached the limit");
     assert_eq!(rest.abort(&first.to_string()).await["code"], 0);
     rest.create_manual("c", &files[0]).await;
 }
@@ -369,16 +476,12 @@ async fn describe_and_list_show_the_fields_of_the_reference() {
         )
     );
 
-    let bad = job_id(
-        &rest
-            .create("c", "", json!([["in/x.parquet"]]), json!({}))
-            .await,
-    );
+    let bad = job_id(&rest.create("c", "", json!([["in/x.txt"]]), json!({})).await);
     wait_for(&a, bad, JobState::Failed).await;
     let listed = rest.post("list", json!({"collectionName": "c"})).await;
     let records = listed["data"]["records"].as_array().expect("records");
     assert_eq!(records.len(), 2);
-    assert_eq!(records[1]["reason"], "unsupported file type: in/x.parquet");
+    assert_eq!(records[1]["reason"], "unsupported file type: in/x.txt");
     assert!(records[0].get("reason").is_none());
     assert_eq!(a.visible_rows("", "c"), 5);
 }

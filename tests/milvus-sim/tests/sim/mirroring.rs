@@ -273,6 +273,44 @@ async fn abort_on_the_primary_fails_every_mirror() {
     }
 }
 
+/// A standby runs commit's and abort's job-state checks on its mirror, and only then does its
+/// broadcast fail as not primary (milvus-3.0-changes §2.3).
+#[tokio::test]
+async fn a_standby_answers_for_its_mirror_state_before_refusing_as_not_primary() {
+    let slow = star().replace("importing = \"5ms\"", "importing = \"30s\"");
+    let (sim, files) = star_with_segment(&slow).await;
+    let id = Rest::new(&sim.uri("a")).create_manual("c", &files[0]).await;
+    wait_for(&sim.cluster("b"), id, JobState::Importing).await;
+    assert_refused(
+        &Rest::new(&sim.uri("b")).commit(&id.to_string()).await,
+        2100,
+        &format!("job {id} is in state Importing, expected Uncommitted"),
+    );
+
+    let (sim, files) = star_with_segment(&star()).await;
+    let (a, b) = (Rest::new(&sim.uri("a")), Rest::new(&sim.uri("b")));
+    let id = a.create_manual("c", &files[0]).await;
+    wait_for(&sim.cluster("b"), id, JobState::Uncommitted).await;
+    assert_refused(
+        &b.commit(&id.to_string()).await,
+        65535,
+        "cluster is not primary, cannot do any DDL/DCL",
+    );
+    wait_for(&sim.cluster("a"), id, JobState::Uncommitted).await;
+    assert_eq!(a.commit(&id.to_string()).await["code"], 0);
+    wait_for(&sim.cluster("b"), id, JobState::Completed).await;
+    assert_eq!(
+        b.commit(&id.to_string()).await,
+        json!({"code": 0, "data": {}}),
+        "a committed mirror's commit is a no-op, even on a standby"
+    );
+    assert_refused(
+        &b.abort(&id.to_string()).await,
+        2100,
+        &format!("job {id} is in terminal/committed state Completed, abort not allowed"),
+    );
+}
+
 #[tokio::test]
 async fn writes_on_a_secondary_are_refused_without_any_change() {
     let (sim, files) = star_with_segment(&star()).await;
@@ -289,7 +327,11 @@ async fn writes_on_a_secondary_are_refused_without_any_change() {
             json!({"backup": "true", "auto_commit": "false"}),
         )
         .await;
-    assert_refused(&create, 65535, "is not primary");
+    assert_refused(
+        &create,
+        65535,
+        "failed to broadcast import: failed to start broadcast with collection id: cluster is not primary, cannot do any DDL/DCL",
+    );
     assert_refused(&b.commit(&id.to_string()).await, 65535, "is not primary");
     assert_refused(&b.abort(&id.to_string()).await, 65535, "is not primary");
     let ddl = grpc(&sim.uri("b"))

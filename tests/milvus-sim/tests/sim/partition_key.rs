@@ -232,7 +232,7 @@ async fn partition_key_rules_of_create_collection_answer_with_milvus_messages() 
 
 #[tokio::test]
 async fn imports_into_a_partition_key_collection_follow_the_proxy_rules() {
-    let sim = start(&standalone("3.0.0")).await;
+    let sim = start(&with_l0_import(&standalone("3.0.0"))).await;
     let a = sim.cluster("a");
     grpc(&a.uri())
         .await

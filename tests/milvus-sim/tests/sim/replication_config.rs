@@ -128,7 +128,9 @@ async fn a_config_applied_to_the_primary_travels_to_its_secondaries() {
     // Applying the same config to a secondary afterwards is accepted (it already arrived).
     assert_eq!(update(&sim.uri("b"), star.clone()).await.code, 0);
 
-    // Tokens are blanked on read, and a read-modify-write round trip is accepted.
+    // Tokens are blanked on read; released 3.0.x takes a blanked token sent back as a change
+    // (`blanked_tokens_sent_back_keep_the_stored_ones_where_the_cluster_fills_them` has the
+    // newer rule), and a changed one is refused either way.
     let read = grpc(&sim.uri("a"))
         .await
         .get_replicate_configuration(GetReplicateConfigurationRequest {})
@@ -141,8 +143,15 @@ async fn a_config_applied_to_the_primary_travels_to_its_secondaries() {
             .as_ref()
             .is_some_and(|p| p.token.is_empty())
     }));
-    assert_eq!(update(&sim.uri("a"), read.clone()).await.code, 0);
-    let mut changed = read;
+    let round_trip = update(&sim.uri("a"), read.clone()).await;
+    assert_eq!(round_trip.code, 1100, "{round_trip:?}");
+    assert!(
+        round_trip
+            .reason
+            .starts_with("cluster 'a' connection_param.token cannot be changed"),
+        "{round_trip:?}"
+    );
+    let mut changed = star.clone();
     changed.clusters[1]
         .connection_param
         .as_mut()
@@ -164,4 +173,53 @@ async fn a_config_applied_to_the_primary_travels_to_its_secondaries() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(sim.cluster("b").job(id).is_none());
     assert!(sim.cluster("c").job(id).is_none());
+}
+
+/// Newer Milvus fills the blanked tokens of a config sent back with the stored ones
+/// (`FillRedactedConnectionTokens`), so a read-modify-write round trip works.
+#[tokio::test]
+async fn blanked_tokens_sent_back_keep_the_stored_ones_where_the_cluster_fills_them() {
+    let topology = three_standalone().replace(
+        "import_in_replicating_cluster = true",
+        "import_in_replicating_cluster = true\nfill_redacted_tokens = true",
+    );
+    let sim = start(&topology).await;
+    let star = config(&sim, &["a", "b", "c"], &[("a", "b"), ("a", "c")], "secret");
+    assert_eq!(update(&sim.uri("a"), star).await.code, 0);
+    let read = grpc(&sim.uri("a"))
+        .await
+        .get_replicate_configuration(GetReplicateConfigurationRequest {})
+        .await
+        .expect("answers")
+        .into_inner()
+        .configuration
+        .expect("configured");
+    assert_eq!(update(&sim.uri("a"), read).await.code, 0);
+}
+
+/// An empty clusters list is refused (1101) and a missing config too (1100): the proto's
+/// "an empty config clears it" was reverted (milvus-3.0-changes §3).
+#[tokio::test]
+async fn an_empty_or_missing_replicate_configuration_is_refused() {
+    let sim = start(&three_standalone()).await;
+    let a = sim.uri("a");
+    let empty = update(&a, ReplicateConfiguration::default()).await;
+    assert_eq!(
+        (empty.code, empty.reason.as_str()),
+        (1101, "clusters list cannot be empty: missing parameter")
+    );
+    let missing = grpc(&a)
+        .await
+        .update_replicate_configuration(UpdateReplicateConfigurationRequest {
+            replicate_configuration: None,
+            force_promote: false,
+        })
+        .await
+        .expect("answers")
+        .into_inner();
+    assert_eq!(
+        (missing.code, missing.reason.as_str()),
+        (1100, "config cannot be nil: invalid parameter")
+    );
+    assert_eq!(sim.cluster("a").snapshot().role, "standalone");
 }

@@ -80,11 +80,7 @@ async fn commit_before_uncommitted_is_refused_naming_the_state() {
     let id = rest.create_manual("c", &files[0]).await;
     wait_for(&sim.cluster("a"), id, JobState::Importing).await;
     let answer = rest.commit(&id.to_string()).await;
-    assert_refused(
-        &answer,
-        2100,
-        "is in state Importing, commit requires state Uncommitted",
-    );
+    assert_refused(&answer, 2100, "is in state Importing, expected Uncommitted");
     assert_eq!(
         sim.cluster("a").job(id).expect("job").state,
         JobState::Importing,
@@ -92,10 +88,12 @@ async fn commit_before_uncommitted_is_refused_naming_the_state() {
     );
 }
 
+/// Milvus 3.0 checks the state before the auto-commit guard on commit, and the guard first on
+/// abort (milvus-3.0-changes §2.2).
 #[tokio::test]
-async fn commit_and_abort_of_an_auto_commit_job_are_refused() {
+async fn commit_and_abort_of_an_auto_commit_job_follow_the_3_0_check_order() {
     let slow = standalone("3.0.0").replace("importing = \"5ms\"", "importing = \"30s\"");
-    let (_sim, rest, files) = setup(&slow).await;
+    let (sim, rest, files) = setup(&slow).await;
     let id = job_id(
         &rest
             .create(
@@ -106,15 +104,63 @@ async fn commit_and_abort_of_an_auto_commit_job_are_refused() {
             )
             .await,
     );
+    wait_for(&sim.cluster("a"), id, JobState::Importing).await;
     assert_refused(
         &rest.commit(&id.to_string()).await,
         2100,
-        "manual commit/abort not allowed",
+        &format!("job {id} is in state Importing, expected Uncommitted"),
     );
     assert_refused(
         &rest.abort(&id.to_string()).await,
         2100,
-        "manual commit/abort not allowed",
+        &format!("job {id} is auto-commit, manual commit/abort not allowed"),
+    );
+}
+
+/// Committing or Completed makes a commit a no-op before the auto-commit guard runs.
+#[tokio::test]
+async fn commit_of_a_completed_auto_commit_job_is_a_no_op() {
+    let (sim, rest, files) = setup(&standalone("3.0.0")).await;
+    let id = job_id(
+        &rest
+            .create(
+                "c",
+                "_default",
+                json!([[files[0]]]),
+                json!({"backup": "true"}),
+            )
+            .await,
+    );
+    wait_for(&sim.cluster("a"), id, JobState::Completed).await;
+    assert_eq!(
+        rest.commit(&id.to_string()).await,
+        json!({"code": 0, "data": {}})
+    );
+}
+
+/// A job that failed on its own is rolled back by an abort (its mirrors may hold rows) and
+/// keeps its own reason; each abort broadcasts again.
+#[tokio::test]
+async fn abort_of_a_self_failed_job_rolls_back_and_keeps_its_reason() {
+    let (sim, rest, files) = setup(&standalone("3.0.0")).await;
+    let a = sim.cluster("a");
+    a.add_job_failure(milvus_sim::faults::JobFailure {
+        job: milvus_sim::faults::JobSelector::Next,
+        state: JobState::Importing,
+        reason: "disk quota exceeded, please allocate more resources".into(),
+    });
+    let id = rest.create_manual("c", &files[0]).await;
+    wait_for(&a, id, JobState::Failed).await;
+    for _ in 0..2 {
+        assert_eq!(rest.abort(&id.to_string()).await["code"], 0);
+    }
+    let job = a.job(id).expect("job");
+    assert_eq!(
+        (job.state, job.reason.as_str()),
+        (
+            JobState::Failed,
+            "disk quota exceeded, please allocate more resources"
+        )
     );
 }
 
@@ -169,13 +215,13 @@ async fn abort_after_commit_is_refused() {
     assert_refused(
         &rest.abort(&id.to_string()).await,
         2100,
-        "cannot be aborted",
+        &format!("job {id} is in terminal/committed state Committing, abort not allowed"),
     );
     wait_for(&a, id, JobState::Completed).await;
     assert_refused(
         &rest.abort(&id.to_string()).await,
         2100,
-        "is in state Completed",
+        &format!("job {id} is in terminal/committed state Completed, abort not allowed"),
     );
 }
 
@@ -218,10 +264,17 @@ async fn job_id_that_is_not_an_int64_is_code_1100() {
             "invalid parameter[expected=int64 jobId][actual=12abc]",
         );
     }
+    // An unknown job is a server-side failure, 2101, since Milvus #50221.
+    for route in ["commit", "abort"] {
+        let answer = rest
+            .post(route, json!({"jobId": "448293190903759186"}))
+            .await;
+        assert_refused(&answer, 2101, "job 448293190903759186 not found");
+    }
     assert_refused(
-        &rest.commit("448293190903759186").await,
-        2100,
+        &rest.describe("448293190903759186").await,
+        2101,
         "import job does not exist, jobID=448293190903759186",
     );
-    assert_refused(&rest.describe("x").await, 2100, "parse job id failed");
+    assert_refused(&rest.describe("x").await, 1100, "parse job id failed");
 }
