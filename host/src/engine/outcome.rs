@@ -42,7 +42,7 @@ pub fn decide(facts: &Facts<'_>, id: &RestoreId) -> (Outcome, String) {
         ends.sort_unstable();
         ends.dedup();
         format!(
-            "{} job(s) failed to become visible on {}",
+            "{} job(s) not confirmed visible on {}",
             facts.divergences.len(),
             ends.join(", ")
         )
@@ -171,7 +171,7 @@ mod tests {
             decide(&plain, &id()),
             (
                 Outcome::Diverged,
-                "committed on the target; 3 job(s) failed to become visible on b, c".into()
+                "committed on the target; 3 job(s) not confirmed visible on b, c".into()
             )
         );
     }

@@ -27,6 +27,9 @@ const RECOMMIT_AFTER: Duration = Duration::from_secs(10);
 
 /// How often the wait after the commit says which ends still hold which jobs.
 const STILL_WAITING_EVERY: Duration = Duration::from_secs(5);
+/// How long an end must keep not knowing a committed job before it is named as having
+/// forgotten it: longer than a look racing an end's restart.
+const FORGOTTEN_AFTER: Duration = Duration::from_secs(5);
 
 /// How often a watch shows its progress. Showing copies and counts every job, so doing it
 /// on every sighting made a watch of thousands of jobs quadratic.
@@ -248,16 +251,20 @@ pub async fn commit(
     results
         .into_iter()
         .filter_map(|(j, r)| {
-            r.err().map(|e| Divergence {
-                end: target.name.clone(),
-                job_id: tracker.jobs[j]
-                    .job_id
-                    .as_ref()
-                    .map(|i| i.0.clone())
-                    .unwrap_or_default(),
-                collection: tracker.jobs[j].collection.clone(),
-                reason: format!("the target refused the commit: {e}"),
-            })
+            // A job the target no longer knows was created (the journal says so): whether
+            // it completed is for `complete` to find out, not a refused commit.
+            r.err()
+                .filter(|e| !e.is_job_not_found())
+                .map(|e| Divergence {
+                    end: target.name.clone(),
+                    job_id: tracker.jobs[j]
+                        .job_id
+                        .as_ref()
+                        .map(|i| i.0.clone())
+                        .unwrap_or_default(),
+                    collection: tracker.jobs[j].collection.clone(),
+                    reason: format!("the target refused the commit: {e}"),
+                })
         })
         .collect()
 }
@@ -282,11 +289,16 @@ pub async fn complete(
     let target = ends.target().rest.clone();
     let mut shown = Shown::default();
     let mut said = started;
+    // When each pair was first seen missing, while it still is.
+    let mut missing_since: std::collections::HashMap<usize, Instant> = Default::default();
     let mut judge = |i: usize, sight: Sight, now: Instant| -> Judgement {
         let j = owner[i];
         let end = pairs[i].end;
         tracker.note(j, end, &sight);
         shown.maybe(now, || on_change(tracker));
+        if !matches!(sight, Sight::Missing) {
+            missing_since.remove(&i);
+        }
         match &sight {
             Sight::Seen(p) if p.state == JobState::Completed => return Judgement::Done,
             Sight::Seen(p) if p.state == JobState::Failed => {
@@ -297,6 +309,26 @@ pub async fn complete(
                     reason: p.reason.clone().unwrap_or_else(|| "failed".into()),
                 });
                 return Judgement::Done;
+            }
+            // Past the decision every end held the job: one that no longer knows it finished
+            // it more than `dataCoord.import.taskRetention` ago, or lost it. It was created,
+            // so it is named, not waited for and not taken for never created.
+            Sight::Missing => {
+                let since = *missing_since.entry(i).or_insert(now);
+                if now.saturating_duration_since(since) >= FORGOTTEN_AFTER {
+                    divergences.push(Divergence {
+                        end: names[end].clone(),
+                        job_id: pairs[i].job.0.clone(),
+                        collection: tracker.jobs[j].collection.clone(),
+                        reason: format!(
+                            "{} no longer knows the job: it finished more than \
+                             dataCoord.import.taskRetention ago, or the end lost it; whether \
+                             it completed, and with how many rows, cannot be read",
+                            names[end]
+                        ),
+                    });
+                    return Judgement::Done;
+                }
             }
             Sight::Seen(p) if end == 0 && p.state == JobState::Uncommitted => {
                 let last = recommitted.get(&pairs[i].job).copied().unwrap_or(started);

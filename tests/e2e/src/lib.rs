@@ -60,6 +60,8 @@ pub struct WorldSpec {
     /// With grants, every end checks privileges (and wants the cluster-level `ImportBinlog`
     /// for binlog imports), and lockstep signs in as the user [`RESTORER`] holding them.
     pub restorer_grants: Option<Vec<milvus_sim::rbac::Grant>>,
+    /// `dataCoord.import.taskRetention` on every end; None keeps the version's default.
+    pub task_retention: Option<Duration>,
     pub backup: BackupSpec,
 }
 
@@ -76,8 +78,10 @@ pub enum L0Import {
 }
 
 impl WorldSpec {
-    /// The restorer user on `cluster`, when the world checks privileges.
+    /// What every end shares besides its role: the task retention, and the restorer user
+    /// when the world checks privileges.
     fn sign_in(&self, cluster: &mut ClusterSpec) {
+        cluster.task_retention = self.task_retention;
         if let Some(grants) = &self.restorer_grants {
             cluster.users = vec![milvus_sim::rbac::User {
                 name: RESTORER.0.into(),
@@ -160,6 +164,7 @@ impl Default for WorldSpec {
             target_paths: TargetPaths::Object,
             l0_import: L0Import::On,
             restorer_grants: None,
+            task_retention: None,
             backup: BackupSpec {
                 name: "e2e_backup".into(),
                 collections: 2,

@@ -507,7 +507,21 @@ impl Cluster {
                 ),
             )
         })?;
-        self.job(job_id).ok_or_else(|| job_not_found(job_id))
+        self.job(job_id)
+            .filter(|j| self.retained(j))
+            .ok_or_else(|| job_not_found(job_id))
+    }
+
+    /// Whether a job is still known to clients: a finished one is forgotten
+    /// `dataCoord.import.taskRetention` after it finished (the sim's own record keeps it).
+    fn retained(&self, job: &ImportJob) -> bool {
+        let retention = self
+            .0
+            .spec
+            .task_retention
+            .unwrap_or_else(|| self.0.version.default_task_retention());
+        job.completed
+            .is_none_or(|done| Stamp::now().unix_ms - done.unix_ms <= retention.as_millis() as i64)
     }
 
     /// list: every job, optionally of one collection of a database.
@@ -525,6 +539,7 @@ impl Cluster {
             .jobs
             .values()
             .filter(|e| collection_id.is_none_or(|id| e.job.collection_id == id))
+            .filter(|e| self.retained(&e.job))
             .map(|e| e.job.clone())
             .collect())
     }
@@ -562,6 +577,7 @@ impl Cluster {
         let entry = state
             .jobs
             .get(&job_id)
+            .filter(|e| self.retained(&e.job))
             .ok_or_else(|| MilvusError::import_sys_failed(format!("job {job_id} not found")))?;
         match entry.job.state {
             JobState::Committing | JobState::Completed => return Ok(job_id),
@@ -594,6 +610,7 @@ impl Cluster {
         let entry = state
             .jobs
             .get(&job_id)
+            .filter(|e| self.retained(&e.job))
             .ok_or_else(|| MilvusError::import_sys_failed(format!("job {job_id} not found")))?;
         match entry.job.state {
             JobState::Failed if entry.job.reason == ABORTED_BY_USER => return Ok(job_id),

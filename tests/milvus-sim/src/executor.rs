@@ -70,9 +70,13 @@ async fn drive(cluster: Cluster, job_id: i64) {
         let Some(job) = cluster.job(job_id) else {
             break;
         };
+        // Released 3.0.x's `tryTimeoutJob` skips only Failed and Completed, so a Committing
+        // job times out too; newer code spares it (milvus-3.0-changes §2.5).
+        let times_out = state.can_fail()
+            || (state == JobState::Committing && !cluster.spec().timeout_spares_committing);
         let deadline = async {
             match job.timeout_at {
-                Some(at) if state.can_fail() => tokio::time::sleep_until(at).await,
+                Some(at) if times_out => tokio::time::sleep_until(at).await,
                 _ => pending().await,
             }
         };

@@ -78,6 +78,9 @@ struct ClusterFile {
     #[serde(default)]
     fill_redacted_tokens: bool,
     #[serde(default)]
+    timeout_spares_committing: bool,
+    task_retention: Option<Spanned<String>>,
+    #[serde(default)]
     durations: DurationsFile,
 }
 
@@ -159,6 +162,12 @@ pub struct ClusterSpec {
     /// (`FillRedactedConnectionTokens`, newer than released 3.0.x); default false: it is
     /// refused as a token change, as released 3.0.x does (milvus-3.0-changes §3).
     pub fill_redacted_tokens: bool,
+    /// A job's `timeout` leaves it alone once Committing, as newer code does; default false:
+    /// released 3.0.x fails a Committing job whose timeout runs out ("import timeout").
+    pub timeout_spares_committing: bool,
+    /// `dataCoord.import.taskRetention`: how long a finished job stays describable; unset,
+    /// the version's default (48 h from 3.0.2 and 2.6.24, 3 h before).
+    pub task_retention: Option<Duration>,
     pub durations: StageDurations,
 }
 
@@ -180,6 +189,8 @@ impl ClusterSpec {
             users: Vec::new(),
             import_binlog_privilege: false,
             fill_redacted_tokens: false,
+            timeout_spares_committing: false,
+            task_retention: None,
             durations: StageDurations::default(),
         }
     }
@@ -456,6 +467,10 @@ impl Checker<'_> {
                     StorageType::Minio
                 }
             };
+            let task_retention = c
+                .task_retention
+                .as_ref()
+                .map(|r| self.duration(r, format!("{at}.task_retention")));
             let d = &c.durations;
             let mut stage = |value: &Option<Spanned<String>>, name: &str| match value {
                 Some(v) => self.duration(v, format!("{at}.durations.{name}")),
@@ -486,6 +501,8 @@ impl Checker<'_> {
                 users: c.users,
                 import_binlog_privilege: c.import_binlog_privilege,
                 fill_redacted_tokens: c.fill_redacted_tokens,
+                timeout_spares_committing: c.timeout_spares_committing,
+                task_retention,
                 durations,
             });
         }

@@ -50,6 +50,17 @@ impl ServerVersion {
         }
     }
 
+    /// `dataCoord.import.taskRetention`'s default: 48 h where the idempotent-import work
+    /// landed (3.0.2, 2.6.24), 3 h before (milvus-3.0-changes §2.5).
+    pub fn default_task_retention(&self) -> std::time::Duration {
+        let hours = if self.honours_idempotency_key() {
+            48
+        } else {
+            3
+        };
+        std::time::Duration::from_secs(hours * 3600)
+    }
+
     /// Whether `Idempotency-Key` on import create is honoured: Milvus ≥ 3.0.2, or a 2.6 release
     /// from 2.6.24 on, or a branch build; older servers ignore the header (idempotent-import doc).
     pub fn honours_idempotency_key(&self) -> bool {

@@ -2,6 +2,8 @@
 //! the restore ends visible on every end exactly once (no double import), and no end keeps
 //! an Uncommitted job. Crash points come from the engine's `fault-injection` feature.
 
+use std::time::Duration;
+
 use e2e::{TARGET, World, WorldSpec};
 use milvus_sim::jobs::JobState;
 
@@ -141,6 +143,74 @@ async fn recover_alone_rolls_a_decided_restore_forward() -> anyhow::Result<()> {
     world.assert_nothing_held().await?;
     commits_followed_every_uncommitted(&world).await?;
     let expected = (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64;
+    for end in world.ends() {
+        assert_eq!(
+            world.visible(&end).await?.values().sum::<i64>(),
+            expected,
+            "{end}"
+        );
+    }
+    Ok(())
+}
+
+/// A restore killed after its commits went out, recovered once every end has forgotten its
+/// finished jobs (`dataCoord.import.taskRetention`): recover knows from the journal that the
+/// jobs were created and committed, so it neither re-creates nor aborts them; it names each
+/// one no end can account for any more, as not confirmed, and the data stays visible.
+#[tokio::test(flavor = "multi_thread")]
+async fn recover_after_task_retention_names_the_forgotten_jobs_instead_of_redoing_them()
+-> anyhow::Result<()> {
+    let world = World::start(WorldSpec {
+        task_retention: Some(Duration::from_millis(300)),
+        ..WorldSpec::default()
+    })
+    .await?;
+    let job = world.job("forgotten", "")?;
+    let crashed = world
+        .run(
+            &["run", job.to_str().unwrap()],
+            &[("LOCKSTEP_CRASH_AT", "after-commit")],
+        )
+        .await?;
+    assert_ne!(crashed.code, 0, "{}", crashed.explain());
+    let expected = world.rows_after_deletes();
+    for end in world.ends() {
+        e2e::eventually(Duration::from_secs(10), || async {
+            Ok(world.visible(&end).await?.values().sum::<i64>() == expected)
+        })
+        .await?;
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let creates = world.requests(TARGET, "import/create").await?;
+    let recovered = world.run(&["recover"], &[]).await?;
+    assert_eq!(recovered.code, 3, "{}", recovered.explain());
+    assert_eq!(recovered.outcome(), "diverged");
+    // Every job on every end, none of them re-created.
+    let jobs = recovered.report["jobs"].as_array().map_or(0, Vec::len);
+    let summary = recovered.summary();
+    assert!(
+        summary.contains(&format!(
+            "rolling the commit decision forward; {} job(s) diverged",
+            jobs * world.ends().len()
+        )),
+        "{summary}"
+    );
+    let text = format!("{}\n{}", recovered.stdout, recovered.stderr);
+    assert!(
+        text.contains("no longer knows the job") && text.contains("dataCoord.import.taskRetention"),
+        "{}",
+        recovered.explain()
+    );
+    assert_eq!(
+        world.requests(TARGET, "import/create").await?,
+        creates,
+        "nothing re-created"
+    );
+    assert_eq!(
+        world.requests(TARGET, "import/abort").await?,
+        0,
+        "nothing aborted"
+    );
     for end in world.ends() {
         assert_eq!(
             world.visible(&end).await?.values().sum::<i64>(),

@@ -170,6 +170,47 @@ async fn l0_import_is_refused_while_enable_l0_import_is_off() {
     assert_eq!(peer.reason, milvus_sim::cluster::L0_IMPORT_DISABLED);
 }
 
+/// The database of a create: the body's `dbName`, else the `DB-Name` header, else default
+/// (milvus-3.0-changes §1 "DB selection").
+#[tokio::test]
+async fn db_selection_takes_the_body_then_the_db_name_header_then_default() {
+    let sim = start(&standalone("3.0.0")).await;
+    let a = sim.cluster("a");
+    for db in ["db_1", "db_2"] {
+        a.execute_ddl(milvus_sim::catalog::DdlOp::CreateDatabase {
+            name: db.into(),
+            id: a.next_id(),
+        })
+        .expect("database");
+        a.create_collection(NewCollection::keyed(db, "c"))
+            .expect("collection");
+    }
+    a.create_collection(NewCollection::keyed("default", "c"))
+        .expect("collection");
+    a.store()
+        .put(
+            &ObjectPath::from("r.json"),
+            PutPayload::from_static(br#"{"rows":[{"id":1}]}"#),
+        )
+        .await
+        .expect("put");
+    let rest = Rest::new(&a.uri());
+    for (body_db, header, want) in [
+        (Some("db_1"), Some("db_2"), "db_1"),
+        (None, Some("db_2"), "db_2"),
+        (Some(""), None, "default"),
+    ] {
+        let mut body = json!({"collectionName": "c", "files": [["r.json"]]});
+        if let Some(db) = body_db {
+            body["dbName"] = json!(db);
+        }
+        let headers: Vec<(&str, &str)> = header.map(|h| ("DB-Name", h)).into_iter().collect();
+        let answer = rest.post_raw("create", &body.to_string(), &headers).await;
+        let job = a.job(job_id(&answer)).expect("job");
+        assert_eq!(job.db_name, want, "{body_db:?} {header:?}");
+    }
+}
+
 #[tokio::test]
 async fn option_errors_come_back_with_milvus_messages() {
     let sim = start(&standalone("3.0.0")).await;
@@ -403,6 +444,131 @@ async fn timeout_fails_an_uncommitted_job_with_import_timeout() {
         .expect("created");
     tokio::time::sleep(Duration::from_secs(30 * 24 * 3600)).await;
     assert_eq!(a.job(forever).expect("job").state, JobState::Uncommitted);
+}
+
+/// Released 3.0.x's `tryTimeoutJob` skips only Failed and Completed: a Committing job whose
+/// `timeout` runs out is failed; newer code spares it (milvus-3.0-changes §2.5). Why lockstep
+/// never sends `timeout` with a held job.
+#[tokio::test(start_paused = true)]
+async fn a_committing_job_whose_timeout_runs_out_fails_unless_the_version_spares_it() {
+    for (spares, want) in [
+        ("", (JobState::Failed, "import timeout")),
+        (
+            "timeout_spares_committing = true\n",
+            (JobState::Completed, ""),
+        ),
+    ] {
+        let topology = Topology::from_toml_str(
+            &format!(
+                "[[cluster]]\nid = \"a\"\n{spares}[cluster.storage]\nurl = \"memory://\"\n[cluster.durations]\npending = \"1s\"\npreimport = \"1s\"\nimporting = \"1s\"\nsorting = \"1s\"\nindex_building = \"1s\"\ncommitting = \"1h\"\n"
+            ),
+            "t.toml",
+            Path::new("."),
+        )
+        .expect("valid");
+        let sim = Sim::start(topology).await.expect("starts");
+        let a = sim.cluster("a");
+        a.create_collection(NewCollection::keyed("default", "c"))
+            .expect("collection created");
+        a.store()
+            .put(
+                &ObjectPath::from("rows.json"),
+                PutPayload::from_static(br#"{"rows":[{"id":1}]}"#),
+            )
+            .await
+            .expect("put");
+        let id = a
+            .create_import(CreateImport {
+                db_name: String::new(),
+                collection_name: "c".into(),
+                partition_name: String::new(),
+                files: vec![vec!["rows.json".into()]],
+                options: [
+                    ("auto_commit".to_owned(), "false".to_owned()),
+                    ("timeout".to_owned(), "60s".to_owned()),
+                ]
+                .into(),
+                idempotency_key: None,
+                protocol: Protocol::Rest,
+            })
+            .expect("created");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        a.commit_import(&id.to_string()).expect("committed");
+        assert_eq!(a.job(id).expect("job").state, JobState::Committing);
+        tokio::time::sleep(Duration::from_secs(7200)).await;
+        let job = a.job(id).expect("job");
+        assert_eq!((job.state, job.reason.as_str()), want, "{spares:?}");
+    }
+}
+
+/// `maxImportJobNum` counts every job that is not Completed or Failed, a standby's mirrors
+/// included: its limit is checked before its broadcast refuses the create.
+#[tokio::test]
+async fn max_import_job_num_counts_a_standbys_mirrors() {
+    let topology = star().replacen(
+        "[[cluster]]\nid = \"b\"",
+        "[[cluster]]\nid = \"b\"\nmax_import_job_num = 1",
+        1,
+    );
+    let sim = start(&topology).await;
+    create_collection(&sim.uri("a"), "c").await;
+    wait_collection(&sim.cluster("b"), "c").await;
+    let mut files = None;
+    for cluster in sim.clusters() {
+        files = Some(put_segment(&cluster, "bk", 5, 0).await);
+    }
+    let files = files.expect("three clusters");
+    let id = Rest::new(&sim.uri("a")).create_manual("c", &files[0]).await;
+    wait_for(&sim.cluster("b"), id, JobState::Uncommitted).await;
+    let answer = Rest::new(&sim.uri("b"))
+        .create(
+            "c",
+            "_default",
+            json!([[files[0]]]),
+            json!({"backup": "true", "auto_commit": "false"}),
+        )
+        .await;
+    assert_refused(&answer, 2101, "The number of jobs has reached the limit");
+}
+
+/// `dataCoord.import.taskRetention`: a finished job is forgotten after it (describe 2101
+/// `import job does not exist`, commit `job N not found`, list leaves it out); 48 h from
+/// 3.0.2, 3 h before (milvus-3.0-changes §2.5).
+#[tokio::test]
+async fn a_finished_job_is_forgotten_after_task_retention() {
+    assert_eq!(
+        milvus_sim::version::ServerVersion::parse("3.0.2").default_task_retention(),
+        Duration::from_secs(48 * 3600)
+    );
+    assert_eq!(
+        milvus_sim::version::ServerVersion::parse("3.0.1").default_task_retention(),
+        Duration::from_secs(3 * 3600)
+    );
+    let topology = standalone("3.0.2").replace("id = \"a\"", "id = \"a\"\ntask_retention = \"1s\"");
+    let sim = start(&topology).await;
+    let a = sim.cluster("a");
+    create_collection(&a.uri(), "c").await;
+    let files = put_segment(&a, "bk", 5, 0).await;
+    let rest = Rest::new(&a.uri());
+    let id = rest.create_manual("c", &files[0]).await;
+    wait_for(&a, id, JobState::Uncommitted).await;
+    assert_eq!(rest.commit(&id.to_string()).await["code"], 0);
+    wait_for(&a, id, JobState::Completed).await;
+    assert_eq!(rest.describe(&id.to_string()).await["code"], 0, "retained");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_refused(
+        &rest.describe(&id.to_string()).await,
+        2101,
+        &format!("import job does not exist, jobID={id}"),
+    );
+    assert_refused(
+        &rest.commit(&id.to_string()).await,
+        2101,
+        &format!("job {id} not found"),
+    );
+    let listed = rest.post("list", json!({"collectionName": "c"})).await;
+    assert_eq!(listed["data"]["records"], json!([]));
+    assert_eq!(a.visible_rows("", "c"), 5, "its rows stay visible");
 }
 
 #[tokio::test]

@@ -264,17 +264,32 @@ async fn job_id_that_is_not_an_int64_is_code_1100() {
             "invalid parameter[expected=int64 jobId][actual=12abc]",
         );
     }
-    // An unknown job is a server-side failure, 2101, since Milvus #50221.
+    assert_refused(&rest.describe("x").await, 1100, "parse job id failed");
+}
+
+/// An unknown job is a server-side failure, 2101, since Milvus #50221 (2100 before): describe
+/// says `import job does not exist`, commit and abort `job N not found`.
+#[tokio::test]
+async fn an_unknown_job_is_code_2101() {
+    let (_sim, rest, _) = setup(&standalone("3.0.0")).await;
     for route in ["commit", "abort"] {
         let answer = rest
             .post(route, json!({"jobId": "448293190903759186"}))
             .await;
-        assert_refused(&answer, 2101, "job 448293190903759186 not found");
+        assert_refused(
+            &answer,
+            2101,
+            "job 448293190903759186 not found: importing data failed on server side",
+        );
     }
-    assert_refused(
-        &rest.describe("448293190903759186").await,
-        2101,
-        "import job does not exist, jobID=448293190903759186",
-    );
-    assert_refused(&rest.describe("x").await, 1100, "parse job id failed");
+    for route in ["describe", "get_progress"] {
+        let answer = rest
+            .post(route, json!({"jobId": "448293190903759186"}))
+            .await;
+        assert_refused(
+            &answer,
+            2101,
+            "import job does not exist, jobID=448293190903759186",
+        );
+    }
 }
