@@ -31,12 +31,13 @@ fn print_json(value: &impl serde::Serialize) {
     }
 }
 
+/// Prints an error with its causes, each once: a cause whose text its parent already
+/// carries (thiserror messages often quote their source) is not repeated.
 pub fn error(format: OutputFormat, e: &anyhow::Error) {
+    let text = lockstep::engine::preflight::error_chain(e.as_ref());
     match format {
-        OutputFormat::Text => eprintln!("lockstep: {e:#}"),
-        OutputFormat::Json => {
-            print_json(&json!({ "outcome": "refused", "error": format!("{e:#}") }))
-        }
+        OutputFormat::Text => eprintln!("lockstep: {text}"),
+        OutputFormat::Json => print_json(&json!({ "outcome": "refused", "error": text })),
     }
 }
 

@@ -48,12 +48,23 @@ pub async fn recover(
         _ => record,
     };
     if !record.is_unfinished()
-        && let Some(report) = record
-            .report
-            .as_ref()
-            .and_then(|r| serde_json::from_value::<Report>(r.clone()).ok())
+        && let Some(stored) = &record.report
     {
-        return report;
+        // A finished restore is never run again; a stored report that no longer reads is
+        // said to be damaged, with the record's own outcome.
+        return match serde_json::from_value::<Report>(stored.clone()) {
+            Ok(report) => report,
+            Err(e) => {
+                let mut report = report_of(&record, &ends, started);
+                report.outcome = record.outcome.unwrap_or(Outcome::Incomplete);
+                report.summary = format!(
+                    "restore {} finished ({:?}), but the report in its journal record is \
+                     damaged ({e}); nothing was done",
+                    record.id, report.outcome
+                );
+                report
+            }
+        };
     }
     tracing::info!(restore = %record.id, phase = ?record.phase, decided = record.has_commit_decision(), "recovering");
     let mut report = report_of(&record, &ends, started);

@@ -542,11 +542,15 @@ async fn execute(
         return rollback_after_abort(shared, stop, &undecided, any_decided).await;
     }
 
-    // Every group decided: cleanup, then the outcome.
-    shared
-        .set_phase(RestorePhase::Completing)
-        .await
-        .map_err(Stop::Failed)?;
+    // Every group decided, or stopped past the point of aborting: cleanup, then the
+    // outcome. A group left incomplete already says why; a journal that cannot take this
+    // write either does not change that outcome.
+    if let Err(e) = shared.set_phase(RestorePhase::Completing).await {
+        if incomplete.is_empty() {
+            return Err(Stop::Failed(e));
+        }
+        tracing::warn!(error = %e, "could not record the completing phase");
+    }
     if let Some(s) = report.staging.as_mut() {
         match cleaned_early {
             Some(cleaned) => s.cleaned_up = cleaned,
@@ -943,8 +947,21 @@ async fn run_group(
                 at: Timestamp::now(),
             });
         }
-        shared.set_phase(RestorePhase::Deciding).await?;
-        shared.persist().await?;
+        let durable = match shared.set_phase(RestorePhase::Deciding).await {
+            Ok(()) => shared.persist().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = durable {
+            // Not durable, so not decided: nothing was committed. The jobs stay held, as
+            // after a crash, for `recover` to decide from what reached the journal (a write
+            // that failed may still have landed).
+            shared.record.lock().expect("record lock").groups[g].decision = None;
+            return Err(format!(
+                "the commit decision could not be made durable ({e}); nothing was committed \
+                 and the jobs are still held: run `lockstep recover` once the journal can be \
+                 written"
+            ));
+        }
     }
     faults::crash_point("after-decision");
     shared.note_reaction(ready_at.elapsed());

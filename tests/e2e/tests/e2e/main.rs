@@ -4,6 +4,7 @@ mod access;
 mod atomicity;
 mod crash;
 mod fault_runner;
+mod full_disk;
 mod invariants;
 mod plugins;
 mod refusals;
