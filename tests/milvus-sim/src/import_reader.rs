@@ -435,7 +435,7 @@ fn csv_rows(bytes: &[u8]) -> Result<i64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::binlog::{Column, Delete, DeltaForm, Descriptor, Pk, encode_delta, encode_insert};
+    use crate::binlog::{Column, Delete, DeltaForm, Descriptor, encode_delta, encode_insert};
     use object_store::{PutPayload, memory::InMemory};
 
     /// An insert binlog of `rows` Int64 rows of `field`, or of a float vector for field 101.
@@ -456,10 +456,7 @@ mod tests {
     fn delta_at(deletes: &[(i64, u64)]) -> Vec<u8> {
         let deletes: Vec<Delete> = deletes
             .iter()
-            .map(|&(pk, ts)| Delete {
-                pk: Pk::Int(pk),
-                ts,
-            })
+            .map(|&(pk, ts)| Delete::int(pk, ts))
             .collect();
         encode_delta(
             Descriptor::new(-1, DataType::String),

@@ -46,6 +46,16 @@ pub struct Delete {
     pub ts: u64,
 }
 
+impl Delete {
+    /// The delete of an Int64 primary key.
+    pub fn int(pk: i64, ts: u64) -> Self {
+        Delete {
+            pk: Pk::Int(pk),
+            ts,
+        }
+    }
+}
+
 /// Which form a delta log is written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum DeltaForm {

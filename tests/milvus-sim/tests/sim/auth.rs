@@ -83,6 +83,15 @@ grants = [
 "#
 }
 
+fn create_db_1(cluster: &milvus_sim::Cluster) {
+    cluster
+        .execute_ddl(milvus_sim::catalog::DdlOp::CreateDatabase {
+            name: "db_1".into(),
+            id: cluster.next_id(),
+        })
+        .expect("db_1");
+}
+
 /// A REST call as `credentials`, with headers; the HTTP status and the body.
 async fn rest_as(
     uri: &str,
@@ -119,11 +128,7 @@ fn denied(privilege: &str, db: &str) -> serde_json::Value {
 async fn job_calls_check_import_in_the_db_name_header_database() {
     let sim = start(&with_restorer()).await;
     let a = sim.cluster("a");
-    a.execute_ddl(milvus_sim::catalog::DdlOp::CreateDatabase {
-        name: "db_1".into(),
-        id: a.next_id(),
-    })
-    .expect("db_1");
+    create_db_1(&a);
     let mut c = milvus_sim::catalog::NewCollection::keyed("db_1", "c");
     c.schema.fields.push(milvus_proto::schema::FieldSchema {
         field_id: 101,
@@ -183,11 +188,7 @@ async fn grpc_requests_need_their_privilege_in_their_database() {
     use milvus_proto::milvus::CreateCollectionRequest;
     let sim = start(&with_restorer()).await;
     let a = sim.cluster("a");
-    a.execute_ddl(milvus_sim::catalog::DdlOp::CreateDatabase {
-        name: "db_1".into(),
-        id: a.next_id(),
-    })
-    .expect("db_1");
+    create_db_1(&a);
     let mut client = grpc(&sim.uri("a")).await;
     let as_restorer = |db: &str| {
         let mut request = create_collection_request("c");

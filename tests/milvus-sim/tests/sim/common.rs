@@ -6,7 +6,7 @@ use std::time::Duration;
 use milvus_proto::milvus::milvus_service_client::MilvusServiceClient;
 use milvus_proto::milvus::{CreateCollectionRequest, CreatePartitionRequest};
 use milvus_proto::schema::{CollectionSchema, DataType, FieldSchema};
-use milvus_sim::binlog::{self, Column, Delete, DeltaForm, Descriptor, Pk};
+use milvus_sim::binlog::{self, Column, Delete, DeltaForm, Descriptor};
 use milvus_sim::jobs::{ImportJob, JobState};
 use milvus_sim::{Cluster, Sim, Topology};
 use object_store::{ObjectStoreExt, PutPayload, path::Path as ObjectPath};
@@ -231,12 +231,7 @@ pub async fn put_segment_of(
         objects.push((format!("{insert}/30/{field}/1"), log(0..split)));
         objects.push((format!("{insert}/30/{field}/2"), log(split..rows as i64)));
     }
-    let deletes: Vec<Delete> = (0..deleted as i64)
-        .map(|pk| Delete {
-            pk: Pk::Int(pk),
-            ts: 1,
-        })
-        .collect();
+    let deletes: Vec<Delete> = (0..deleted as i64).map(|pk| Delete::int(pk, 1)).collect();
     objects.push((
         format!("{delta}/30/4"),
         binlog::encode_delta(

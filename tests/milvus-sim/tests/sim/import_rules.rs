@@ -388,11 +388,14 @@ async fn max_import_job_num_counts_uncommitted_jobs() {
     rest.create_manual("c", &files[0]).await;
 }
 
-#[tokio::test(start_paused = true)]
-async fn timeout_fails_an_uncommitted_job_with_import_timeout() {
-    // Paused time: in-memory storage and direct calls, so no blocking I/O races the clock.
+/// A cluster "a" (`extra` TOML in its table) on in-memory storage with stages of 1 s and
+/// `committing`, a collection `c` and a one-row file `rows.json`: for paused-time tests, where
+/// no blocking I/O may race the clock.
+async fn paused_cluster(extra: &str, committing: &str) -> Sim {
     let topology = Topology::from_toml_str(
-        "[[cluster]]\nid = \"a\"\n[cluster.storage]\nurl = \"memory://\"\n[cluster.durations]\npending = \"1s\"\npreimport = \"1s\"\nimporting = \"1s\"\nsorting = \"1s\"\nindex_building = \"1s\"\n",
+        &format!(
+            "[[cluster]]\nid = \"a\"\n{extra}[cluster.storage]\nurl = \"memory://\"\n[cluster.durations]\npending = \"1s\"\npreimport = \"1s\"\nimporting = \"1s\"\nsorting = \"1s\"\nindex_building = \"1s\"\ncommitting = \"{committing}\"\n"
+        ),
         "t.toml",
         Path::new("."),
     )
@@ -408,20 +411,32 @@ async fn timeout_fails_an_uncommitted_job_with_import_timeout() {
         )
         .await
         .expect("put");
-    let create = |timeout: &str| CreateImport {
+    sim
+}
+
+/// A manual-commit import of `rows.json` into `c`, with `timeout` when not empty.
+fn rows_import(timeout: &str) -> CreateImport {
+    let mut options: std::collections::BTreeMap<String, String> =
+        [("auto_commit".to_owned(), "false".to_owned())].into();
+    if !timeout.is_empty() {
+        options.insert("timeout".to_owned(), timeout.to_owned());
+    }
+    CreateImport {
         db_name: String::new(),
         collection_name: "c".into(),
         partition_name: String::new(),
         files: vec![vec!["rows.json".into()]],
-        options: [
-            ("auto_commit".to_owned(), "false".to_owned()),
-            ("timeout".to_owned(), timeout.to_owned()),
-        ]
-        .into(),
+        options,
         idempotency_key: None,
         protocol: Protocol::Rest,
-    };
-    let id = a.create_import(create("1h")).expect("created");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeout_fails_an_uncommitted_job_with_import_timeout() {
+    let sim = paused_cluster("", "5ms").await;
+    let a = sim.cluster("a");
+    let id = a.create_import(rows_import("1h")).expect("created");
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(
         a.job(id).expect("job").state,
@@ -436,12 +451,7 @@ async fn timeout_fails_an_uncommitted_job_with_import_timeout() {
     );
     assert_eq!(states(&job)[states(&job).len() - 2], JobState::Uncommitted);
     // A job without the option never times out.
-    let forever = a
-        .create_import(CreateImport {
-            options: [("auto_commit".to_owned(), "false".to_owned())].into(),
-            ..create("")
-        })
-        .expect("created");
+    let forever = a.create_import(rows_import("")).expect("created");
     tokio::time::sleep(Duration::from_secs(30 * 24 * 3600)).await;
     assert_eq!(a.job(forever).expect("job").state, JobState::Uncommitted);
 }
@@ -458,40 +468,9 @@ async fn a_committing_job_whose_timeout_runs_out_fails_unless_the_version_spares
             (JobState::Completed, ""),
         ),
     ] {
-        let topology = Topology::from_toml_str(
-            &format!(
-                "[[cluster]]\nid = \"a\"\n{spares}[cluster.storage]\nurl = \"memory://\"\n[cluster.durations]\npending = \"1s\"\npreimport = \"1s\"\nimporting = \"1s\"\nsorting = \"1s\"\nindex_building = \"1s\"\ncommitting = \"1h\"\n"
-            ),
-            "t.toml",
-            Path::new("."),
-        )
-        .expect("valid");
-        let sim = Sim::start(topology).await.expect("starts");
+        let sim = paused_cluster(spares, "1h").await;
         let a = sim.cluster("a");
-        a.create_collection(NewCollection::keyed("default", "c"))
-            .expect("collection created");
-        a.store()
-            .put(
-                &ObjectPath::from("rows.json"),
-                PutPayload::from_static(br#"{"rows":[{"id":1}]}"#),
-            )
-            .await
-            .expect("put");
-        let id = a
-            .create_import(CreateImport {
-                db_name: String::new(),
-                collection_name: "c".into(),
-                partition_name: String::new(),
-                files: vec![vec!["rows.json".into()]],
-                options: [
-                    ("auto_commit".to_owned(), "false".to_owned()),
-                    ("timeout".to_owned(), "60s".to_owned()),
-                ]
-                .into(),
-                idempotency_key: None,
-                protocol: Protocol::Rest,
-            })
-            .expect("created");
+        let id = a.create_import(rows_import("60s")).expect("created");
         tokio::time::sleep(Duration::from_secs(10)).await;
         a.commit_import(&id.to_string()).expect("committed");
         assert_eq!(a.job(id).expect("job").state, JobState::Committing);
