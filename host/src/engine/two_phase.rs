@@ -385,19 +385,35 @@ pub async fn abort(
             job.job_id.clone().map(|id| (job.db.as_str(), id))
         })
         .collect();
-    let refused: Vec<String> = futures::stream::iter(ids.iter())
+    let answers: Vec<(&MilvusJobId, crate::milvus::Result<()>)> = futures::stream::iter(ids.iter())
         .map(|(db, id)| async move { (id, retry(deadline, || target.rest.abort(db, id)).await) })
         .buffer_unordered(CONTROL_IN_FLIGHT)
-        .filter_map(|(id, r)| async move {
-            match r {
-                Ok(()) => None,
-                // Already Failed or never created: nothing to release.
-                Err(e) if e.is_job_not_found() => None,
-                Err(e) => Some(format!("abort of job {id} on {}: {e}", target.name)),
-            }
-        })
         .collect()
         .await;
+    // An abort the end refuses to this user will not settle by waiting: say so now.
+    let denied: Vec<String> = answers
+        .iter()
+        .filter_map(|(id, r)| match r {
+            Err(e) if e.is_denied() => Some(format!("abort of job {id} was refused: {e}")),
+            _ => None,
+        })
+        .collect();
+    if !denied.is_empty() {
+        return Err(format!(
+            "{}; the jobs stay held until a user allowed to abort them does",
+            denied.join("; ")
+        ));
+    }
+    let refused: Vec<String> = answers
+        .iter()
+        .filter_map(|(id, r)| match r {
+            // Already Failed or never created: nothing to release.
+            Err(e) if !e.is_job_not_found() => {
+                Some(format!("abort of job {id} on {}: {e}", target.name))
+            }
+            _ => None,
+        })
+        .collect();
     if !refused.is_empty() {
         tracing::warn!(?refused, "some aborts were refused; checking their states");
     }

@@ -168,6 +168,12 @@ pub async fn watch(
                 if !schedule.is_active(i) {
                     continue;
                 }
+                // A refusal of the caller's rights is an answer no wait changes.
+                if let Sight::Unreachable(e) = &sight
+                    && e.is_denied()
+                {
+                    return Err(e.to_string());
+                }
                 let now = Instant::now();
                 let progress = match &sight {
                     Sight::Seen(s) => s.progress,

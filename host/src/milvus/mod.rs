@@ -150,6 +150,18 @@ impl Error {
                 || (message.starts_with("job ") && message.contains(" not found")))
     }
 
+    /// The end refuses the caller: no or wrong credentials (HTTP 401), or a privilege the
+    /// user lacks (HTTP 403, with Milvus's `permission deny` in the body).
+    pub fn is_denied(&self) -> bool {
+        matches!(
+            self,
+            Error::Http {
+                status: 401 | 403,
+                ..
+            }
+        )
+    }
+
     /// The server has no such route (HTTP 404): a Milvus before 2.4 has no REST v2 import,
     /// one before 3.0 no commit or abort.
     pub fn is_missing_route(&self) -> bool {
