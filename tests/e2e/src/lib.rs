@@ -80,7 +80,7 @@ pub enum L0Import {
 impl WorldSpec {
     /// What every end shares besides its role: the task retention, and the restorer user
     /// when the world checks privileges.
-    fn sign_in(&self, cluster: &mut ClusterSpec) {
+    fn shared_settings(&self, cluster: &mut ClusterSpec) {
         cluster.task_retention = self.task_retention;
         if let Some(grants) = &self.restorer_grants {
             cluster.users = vec![milvus_sim::rbac::User {
@@ -276,7 +276,7 @@ impl World {
         target.durations = stage(spec.target_stage);
         target.max_import_job_num = spec.max_import_job_num;
         target.enable_l0_import = spec.l0_import.in_sim(TARGET);
-        spec.sign_in(&mut target);
+        spec.shared_settings(&mut target);
         clusters.push(target);
         for i in 0..spec.secondaries {
             let mut s = ClusterSpec::new(secondary(i));
@@ -289,7 +289,7 @@ impl World {
             }
             s.max_import_job_num = spec.max_import_job_num;
             s.enable_l0_import = spec.l0_import.in_sim(&secondary(i));
-            spec.sign_in(&mut s);
+            spec.shared_settings(&mut s);
             clusters.push(s);
         }
         let replication = (spec.replicating && spec.secondaries > 0).then(|| ReplicationSpec {

@@ -315,6 +315,13 @@ impl Cluster {
     }
 
     /// Whether the presented credential opens this cluster: always when it has no token.
+    /// Whether an import with `options` needs the cluster-level `ImportBinlog` privilege:
+    /// a binlog or L0 import, on a cluster that wants it.
+    pub fn requires_import_binlog(&self, options: &BTreeMap<String, String>) -> bool {
+        self.0.spec.import_binlog_privilege
+            && options::import_source(options) != ImportSource::RowFiles
+    }
+
     /// Who may call, with what privileges.
     pub fn access(&self) -> crate::rbac::Access {
         crate::rbac::Access {

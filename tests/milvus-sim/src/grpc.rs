@@ -640,18 +640,6 @@ impl MilvusService for MilvusGrpc {
         request: Request<ImportRequest>,
     ) -> Result<Response<ImportResponse>, tonic::Status> {
         let caller = self.admit("Import", &request).await?;
-        if self.cluster.spec().import_binlog_privilege
-            && request.get_ref().options.iter().any(|kv| {
-                (kv.key == "backup" || kv.key == "l0_import")
-                    && kv.value.eq_ignore_ascii_case("true")
-            })
-        {
-            self.authorize(
-                &format!("{SERVICE}/Import"),
-                &caller,
-                &Required::cluster("ImportBinlog"),
-            )?;
-        }
         let req = request.into_inner();
         let create = CreateImport {
             db_name: req.db_name,
@@ -671,6 +659,13 @@ impl MilvusService for MilvusGrpc {
             idempotency_key: Some(req.idempotency_key).filter(|k| !k.is_empty()),
             protocol: Protocol::Grpc,
         };
+        if self.cluster.requires_import_binlog(&create.options) {
+            self.authorize(
+                &format!("{SERVICE}/Import"),
+                &caller,
+                &Required::cluster("ImportBinlog"),
+            )?;
+        }
         let result = self.cluster.create_import(create);
         let job_id = result.as_ref().ok().copied();
         let result = result.map(|id| ImportResponse {

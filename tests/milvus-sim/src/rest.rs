@@ -125,12 +125,7 @@ impl<'a> Guard<'a> {
         options: &BTreeMap<String, String>,
     ) -> Result<(), Forbidden> {
         self.require(&Required::collection("Import", db, collection))?;
-        let binlogs = ["backup", "l0_import"].iter().any(|k| {
-            options
-                .get(*k)
-                .is_some_and(|v| v.eq_ignore_ascii_case("true"))
-        });
-        if binlogs && self.cluster.spec().import_binlog_privilege {
+        if self.cluster.requires_import_binlog(options) {
             self.require(&Required::cluster("ImportBinlog"))?;
         }
         Ok(())

@@ -249,6 +249,19 @@ pub async fn put_segment_of(
     [format!("{insert}/"), format!("{delta}/")]
 }
 
+/// Star a → b, c with collection `c` everywhere and the same segment in each cluster's storage.
+pub async fn star_with_segment(topology: &str) -> (Sim, [String; 2]) {
+    let sim = start(topology).await;
+    create_collection(&sim.uri("a"), "c").await;
+    let mut files = None;
+    for cluster in sim.clusters() {
+        files = Some(put_segment(&cluster, "bk", 10, 1).await);
+    }
+    wait_collection(&sim.cluster("b"), "c").await;
+    wait_collection(&sim.cluster("c"), "c").await;
+    (sim, files.expect("three clusters"))
+}
+
 /// Waits until collection `name` of the default database exists on `cluster` (at most 10 s).
 pub async fn wait_collection(cluster: &Cluster, name: &str) {
     for _ in 0..2000 {

@@ -148,14 +148,7 @@ async fn l0_import_is_refused_while_enable_l0_import_is_off() {
         "[[cluster]]\nid = \"b\"\nenable_l0_import = true",
         1,
     );
-    let sim = start(&topology).await;
-    create_collection(&sim.uri("a"), "c").await;
-    wait_collection(&sim.cluster("c"), "c").await;
-    let mut files = None;
-    for cluster in sim.clusters() {
-        files = Some(put_segment(&cluster, "bk", 5, 2).await);
-    }
-    let files = files.expect("three clusters");
+    let (sim, files) = star_with_segment(&topology).await;
     let answer = Rest::new(&sim.uri("a"))
         .create(
             "c",
@@ -489,14 +482,7 @@ async fn max_import_job_num_counts_a_standbys_mirrors() {
         "[[cluster]]\nid = \"b\"\nmax_import_job_num = 1",
         1,
     );
-    let sim = start(&topology).await;
-    create_collection(&sim.uri("a"), "c").await;
-    wait_collection(&sim.cluster("b"), "c").await;
-    let mut files = None;
-    for cluster in sim.clusters() {
-        files = Some(put_segment(&cluster, "bk", 5, 0).await);
-    }
-    let files = files.expect("three clusters");
+    let (sim, files) = star_with_segment(&topology).await;
     let id = Rest::new(&sim.uri("a")).create_manual("c", &files[0]).await;
     wait_for(&sim.cluster("b"), id, JobState::Uncommitted).await;
     let answer = Rest::new(&sim.uri("b"))

@@ -4,24 +4,10 @@
 use std::time::Duration;
 
 use milvus_proto::milvus::{CreateDatabaseRequest, CreateIndexRequest, DescribeCollectionRequest};
-use milvus_sim::Sim;
 use milvus_sim::jobs::{JobOrigin, JobState};
 use serde_json::json;
 
 use crate::common::*;
-
-/// Star a → b, c with collection `c` everywhere and the same segment in each cluster's storage.
-async fn star_with_segment(topology: &str) -> (Sim, [String; 2]) {
-    let sim = start(topology).await;
-    create_collection(&sim.uri("a"), "c").await;
-    let mut files = None;
-    for cluster in sim.clusters() {
-        files = Some(put_segment(&cluster, "bk", 10, 1).await);
-    }
-    wait_collection(&sim.cluster("b"), "c").await;
-    wait_collection(&sim.cluster("c"), "c").await;
-    (sim, files.expect("three clusters"))
-}
 
 #[tokio::test]
 async fn mirrors_have_the_same_job_id_and_commit_reaches_every_end() {
