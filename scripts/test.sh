@@ -13,5 +13,7 @@ cargo nextest run --workspace --no-fail-fast
 # Seeded fault schedules over whole restores, DESIGN.md §2 checked after each (issue 6).
 cargo run -q -p e2e --bin faults -- --seeds 1..51
 .venv/bin/pytest -q tests/milvus-sim/pytest
+# schemathesis holds `serve` to its own OpenAPI document, every check (issue 15).
+tests/schemathesis/run.sh 45
 # The binary against a real Milvus 2.3.5 on the suite's etcd (tests/real-milvus/README.md).
 .venv-milvus23/bin/pytest -q tests/real-milvus

@@ -348,8 +348,8 @@ fn journal_unreadable(rid: String, e: &crate::journal::Error) -> Response {
     )
 }
 
-async fn openapi() -> Response {
-    axum::Json(super::openapi::document()).into_response()
+async fn openapi(State(state): State<Arc<ApiState>>) -> Response {
+    axum::Json(super::openapi::document(state.token.is_some())).into_response()
 }
 
 async fn metrics(State(state): State<Arc<ApiState>>) -> Response {

@@ -170,6 +170,13 @@ async fn every_route_sync_and_async_with_state_read_back_after_a_restart() {
     let state = world.path("api-state");
     let server = Server::start(&world, state.clone(), None).await;
     let doc = document(&server.base, None).await;
+    // Started without a token, it asks for none and promises no 401.
+    assert_eq!(doc["security"], json!([]));
+    assert!(
+        doc["paths"]["/metrics"]["get"]["responses"]
+            .get("401")
+            .is_none()
+    );
 
     // The document lists exactly the routes served.
     let mut documented: Vec<(String, String)> = doc["paths"]
@@ -403,6 +410,9 @@ async fn a_token_is_required_when_set_except_for_healthz() {
     let world = World::start().await;
     let server = Server::start(&world, world.path("api-state"), Some("s3cret")).await;
     let doc = document(&server.base, Some("s3cret")).await;
+    // The document says what this server asks for: the token, on every route but /healthz.
+    assert_eq!(doc["security"], json!([{"bearer": []}]));
+    assert_eq!(doc["paths"]["/healthz"]["get"]["security"], json!([]));
     let b = &server.base;
     for (method, path) in ROUTES.iter().filter(|(_, p)| *p != "/healthz") {
         let body = (*method == "post").then_some("{}");
