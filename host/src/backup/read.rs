@@ -13,6 +13,7 @@ use super::Error;
 use super::meta::{
     BackupInfo, CollectionBackupInfo, LevelInfos, PartitionBackupInfo, SegmentBackupInfo,
 };
+use crate::job::{json_message, json_position};
 
 /// `BackupInfo.format` of the binlog format: empty, as every backup written before the
 /// field existed reads back.
@@ -228,20 +229,15 @@ async fn read_json<T: DeserializeOwned>(
             source,
         },
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| Error::CorruptMeta {
-        url,
-        line: e.line(),
-        column: e.column(),
-        message: strip_position(&e),
+    serde_json::from_slice(&bytes).map_err(|e| {
+        let (line, column) = json_position(&e);
+        Error::CorruptMeta {
+            url,
+            line,
+            column,
+            message: json_message(&e),
+        }
     })
-}
-
-/// serde_json's message without its trailing " at line L column C", which the error
-/// carries separately.
-fn strip_position(e: &serde_json::Error) -> String {
-    let full = e.to_string();
-    let suffix = format!(" at line {} column {}", e.line(), e.column());
-    full.strip_suffix(&suffix).unwrap_or(&full).to_owned()
 }
 
 async fn read_levels(

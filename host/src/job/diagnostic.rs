@@ -390,3 +390,18 @@ mod tests {
         assert_eq!(line_column("", 0), (1, 1));
     }
 }
+
+/// Where serde_json stopped, as 1-based line and column. serde_json counts a line's columns
+/// from 0 before its first character (an error right after a newline, or in an empty input,
+/// is at column 0), which names no character of the input.
+pub(crate) fn json_position(e: &serde_json::Error) -> (usize, usize) {
+    (e.line().max(1), e.column().max(1))
+}
+
+/// serde_json's message without its trailing " at line L column C": the position is
+/// reported on its own, by [`json_position`].
+pub(crate) fn json_message(e: &serde_json::Error) -> String {
+    let full = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    full.strip_suffix(&suffix).unwrap_or(&full).to_owned()
+}

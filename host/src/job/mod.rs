@@ -33,6 +33,7 @@ use crate::plugins::{AllowedHosts, Phase};
 
 pub use cli::RestoreArgs;
 pub use diagnostic::{Error, Input, Location, Problem};
+pub(crate) use diagnostic::{json_message, json_position};
 pub use file::{
     Atomicity, CheckLimitsSection, CheckSection, ClusterFile, ClusterRef, InRange, JobFile,
     MAX_CHECK_CALL_MS, MAX_CHECK_MEMORY_MIB, MAX_CHECK_WAIT_MS, OnError, RestoreSection,
@@ -90,7 +91,7 @@ impl Job {
 
     /// Validates job file text; `path` names it in messages, gives the default name (its
     /// stem) and the directory plugin paths are relative to.
-    pub(crate) fn from_str_with_env(
+    pub fn from_str_with_env(
         text: &str,
         path: &Path,
         host: &HostConfig,
@@ -378,7 +379,7 @@ impl Default for CheckLimits {
 }
 
 /// How validation reads environment variables; tests pass their own.
-pub(crate) type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// Reads a variable of this process's environment (validation's and `storage::open`'s).
 pub(crate) fn process_env(name: &str) -> Option<String> {
@@ -628,6 +629,27 @@ mod tests {
         ] {
             assert_ne!(checked.id(), job(changed).unwrap().id(), "{changed}");
         }
+    }
+
+    /// A job file's plugin path is the job file's: relative to its directory, wherever
+    /// lockstep was started, so a job kept in git names its plugins the same on every host.
+    #[test]
+    fn plugin_paths_are_relative_to_the_job_file() {
+        let dir = Path::new("/srv/jobs/nightly");
+        let job = Job::from_str_with_env(
+            "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n\
+             [[check]]\nplugin = \"probe.wasm\"\nphase = \"before-commit\"\n\
+             [[check]]\nplugin = \"../shared/gate.wasm\"\nphase = \"before-import\"\n",
+            &dir.join("orders.toml"),
+            &host(),
+            &env,
+        )
+        .unwrap();
+        let plugins: Vec<&Path> = job.checks.iter().map(|c| c.plugin.as_path()).collect();
+        assert_eq!(
+            plugins,
+            [dir.join("probe.wasm"), dir.join("../shared/gate.wasm")]
+        );
     }
 
     #[test]

@@ -127,13 +127,11 @@ fn parse_request(body: &[u8], problems: &mut Vec<Problem>) -> Option<RestoreRequ
     let value: Value = match serde_json::from_slice(body) {
         Ok(value) => value,
         Err(e) => {
+            let (line, column) = super::json_position(&e);
             problems.push(Problem {
-                location: Location::Body {
-                    line: e.line(),
-                    column: e.column(),
-                },
+                location: Location::Body { line, column },
                 field: String::new(),
-                message: format!("malformed JSON: {e}"),
+                message: format!("malformed JSON: {}", super::json_message(&e)),
             });
             return None;
         }
@@ -390,6 +388,46 @@ mod tests {
 
     fn shown(err: &Error) -> Vec<String> {
         err.problems().iter().map(ToString::to_string).collect()
+    }
+
+    /// Found by fuzzing: serde_json puts an error at column 0 of a line it has not read a
+    /// character of; the refusal names column 1, a place inside the body.
+    #[test]
+    fn a_body_cut_at_a_line_start_is_refused_at_column_one() {
+        for (body, at) in [
+            ("", "line 1, column 1"),
+            ("{\"backup_name\": \"b\",\n", "line 2, column 1"),
+        ] {
+            let shown = shown(&from_body(body).unwrap_err());
+            assert_eq!(shown.len(), 1, "{shown:?}");
+            assert!(
+                shown[0].starts_with(&format!(
+                    "request body {at}: malformed JSON: EOF while parsing"
+                )),
+                "{shown:?}"
+            );
+            assert!(!shown[0].contains("column 0"), "{shown:?}");
+        }
+    }
+
+    /// The REST API runs no caller's code: a request cannot name a plugin, in any field a
+    /// job file uses for one, so a check runs only when a job file on the host names it.
+    #[test]
+    fn a_request_cannot_name_a_plugin() {
+        for field in [
+            r#""check": [{"plugin": "/tmp/evil.wasm", "phase": "before-commit"}]"#,
+            r#""checks": [{"plugin": "../../evil.wasm"}]"#,
+            r#""plugin": "/tmp/evil.wasm""#,
+        ] {
+            let err = from_body(&format!(
+                r#"{{"backup_name": "b", "target": "prod-a", {field}}}"#
+            ))
+            .err()
+            .unwrap_or_else(|| panic!("{field} was taken"));
+            let shown = shown(&err);
+            assert_eq!(shown.len(), 1, "{shown:?}");
+            assert!(shown[0].contains("unknown field"), "{shown:?}");
+        }
     }
 
     #[test]
