@@ -3,7 +3,8 @@
 //! them. Built only with the `fault-injection` feature: a test sets
 //! `LOCKSTEP_CRASH_AT=<point>` and the process dies at that point as under SIGKILL, with no
 //! destructor, flush or journal write after it; or `LOCKSTEP_PLANT=<bug>` and the engine
-//! breaks one invariant of DESIGN.md §2 on purpose. Without the feature, and in every build
+//! breaks one invariant of DESIGN.md §2 on purpose; or `LOCKSTEP_FILL_DISK_AT=<point>` and
+//! the disk fills there. Without the feature, and in every build
 //! without debug assertions (a release binary, even one the workspace built with the
 //! feature unified in by `tests/e2e`), every point and bug is a no-op the compiler removes.
 
@@ -19,7 +20,10 @@ pub const POINTS: &[&str] = &[
     "before-report",
 ];
 
-/// Dies here if the test asked for it.
+/// Dies here if the test asked for it (`LOCKSTEP_CRASH_AT=<point>`); or, under
+/// `LOCKSTEP_FILL_DISK_AT=<point>`, fills the filesystem of the file `LOCKSTEP_FILL_DISK`
+/// names the first time the point is reached, so that every write after it (the journal's
+/// above all) meets a real ENOSPC at that phase and no other.
 #[cfg(all(feature = "fault-injection", debug_assertions))]
 pub fn crash_point(point: &str) {
     debug_assert!(POINTS.contains(&point), "unknown crash point {point}");
@@ -27,6 +31,24 @@ pub fn crash_point(point: &str) {
         // abort(): no unwinding, no destructors, nothing flushed: what SIGKILL leaves.
         std::process::abort();
     }
+    if std::env::var("LOCKSTEP_FILL_DISK_AT").is_ok_and(|p| p == point) {
+        static FILLED: std::sync::Once = std::sync::Once::new();
+        FILLED.call_once(fill_disk);
+    }
+}
+
+#[cfg(all(feature = "fault-injection", debug_assertions))]
+fn fill_disk() {
+    use std::io::Write as _;
+    let Some(path) = std::env::var_os("LOCKSTEP_FILL_DISK") else {
+        panic!("LOCKSTEP_FILL_DISK_AT without LOCKSTEP_FILL_DISK");
+    };
+    let mut file = std::fs::File::create(&path).expect("the filler file can be created");
+    let chunk = vec![0u8; 64 << 10];
+    while file.write_all(&chunk).is_ok() {}
+    // The last partial chunk may leave a few bytes; take them too.
+    while file.write_all(&[0]).is_ok() {}
+    tracing::warn!(filler = %std::path::Path::new(&path).display(), "filled the disk (fault injection)");
 }
 
 #[cfg(not(all(feature = "fault-injection", debug_assertions)))]

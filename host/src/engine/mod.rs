@@ -322,7 +322,15 @@ async fn finish_report(
         r.report = serde_json::to_value(&report).ok();
     }
     if let Err(e) = shared.persist().await {
+        // The ends are as the report says; only the journal lags. Say so where the
+        // operator reads, since `status` shows the restore unfinished until `recover`
+        // (or the next run of the job) records it.
         tracing::error!(error = %e, "could not write the final journal record");
+        report.summary = format!(
+            "{}. The journal could not record this outcome ({e}): `lockstep recover {}` \
+             records it once the journal can be written",
+            report.summary, report.restore_id
+        );
     }
     engine
         .progress

@@ -209,3 +209,130 @@ async fn a_truncated_record_and_a_damaged_report_are_named_and_nothing_runs_agai
     }
     Ok(())
 }
+
+/// The journal's disk fills at `point` (the process fills its own tmpfs there, through the
+/// `fault-injection` feature, so the phase is exact): no commit is sent unless the decision
+/// was durable before the disk filled; the run fails saying the disk is full (or, when only
+/// the outcome's write failed, succeeds saying the journal lags); and once space
+/// returns, `lockstep recover` converges: every row on every end when the commit was decided,
+/// nothing restored and nothing held when it was not.
+async fn the_journal_disk_fills_at(point: &str, decided: bool) -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let state = world.path("state");
+    let _tmpfs = Tmpfs::mount(&state, "8m")?;
+    let filler = state.join("filler");
+    let job = world.job("fills", "")?;
+    let run = world
+        .run(
+            &["run", job.to_str().unwrap()],
+            &[
+                ("LOCKSTEP_FILL_DISK_AT", point),
+                ("LOCKSTEP_FILL_DISK", filler.to_str().unwrap()),
+            ],
+        )
+        .await?;
+    assert!(
+        filler.exists(),
+        "the point {point} was not reached: {}",
+        run.explain()
+    );
+    if point == "before-report" {
+        // Every end is done; only the outcome's write failed, and the report says so.
+        assert_eq!(run.code, 0, "at {point}: {}", run.explain());
+        assert!(
+            run.summary()
+                .contains("The journal could not record this outcome")
+                && run.summary().contains("lockstep recover"),
+            "{}",
+            run.explain()
+        );
+    } else {
+        assert_ne!(run.code, 0, "at {point}: {}", run.explain());
+    }
+    let text = format!("{}\n{}", run.stdout, run.stderr);
+    assert!(
+        text.contains("No space left on device"),
+        "at {point}: {}",
+        run.explain()
+    );
+    assert!(!text.contains("panicked"), "at {point}: {}", run.explain());
+    let commits = world.requests(TARGET, "import/commit").await?;
+    if decided {
+        assert!(commits > 0, "at {point}: the decision was durable");
+    } else {
+        assert_eq!(
+            commits, 0,
+            "at {point}: no commit without a durable decision"
+        );
+    }
+
+    std::fs::remove_file(&filler)?;
+    let recovered = world.run(&["recover"], &[]).await?;
+    assert!(
+        !format!("{}{}", recovered.stdout, recovered.stderr).contains("panicked"),
+        "{}",
+        recovered.explain()
+    );
+    world.assert_nothing_held().await?;
+    let status = world.run(&["status", "--output", "json"], &[]).await?;
+    if decided {
+        let expected = (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64;
+        for end in world.ends() {
+            let visible: i64 = world.visible(&end).await?.values().sum();
+            assert_eq!(visible, expected, "{end} after the disk filled at {point}");
+        }
+        assert!(
+            status.stdout.contains("\"succeeded\""),
+            "at {point}: {}",
+            status.explain()
+        );
+    } else {
+        crate::invariants::nothing_restored_eventually(&world).await?;
+        assert!(
+            status.stdout.contains("\"rolled_back\""),
+            "at {point}: {}",
+            status.explain()
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_journal_disk_fills_after_ddl() -> anyhow::Result<()> {
+    the_journal_disk_fills_at("after-ddl", false).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_journal_disk_fills_after_staging() -> anyhow::Result<()> {
+    the_journal_disk_fills_at("after-stage", false).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_journal_disk_fills_after_recording_the_keys() -> anyhow::Result<()> {
+    the_journal_disk_fills_at("after-intent", false).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_journal_disk_fills_after_submitting() -> anyhow::Result<()> {
+    the_journal_disk_fills_at("after-submit", false).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_journal_disk_fills_while_holding() -> anyhow::Result<()> {
+    the_journal_disk_fills_at("holding", false).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_journal_disk_fills_after_the_decision() -> anyhow::Result<()> {
+    the_journal_disk_fills_at("after-decision", true).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_journal_disk_fills_after_the_commit() -> anyhow::Result<()> {
+    the_journal_disk_fills_at("after-commit", true).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_journal_disk_fills_before_the_report() -> anyhow::Result<()> {
+    the_journal_disk_fills_at("before-report", true).await
+}
