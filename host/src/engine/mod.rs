@@ -203,6 +203,7 @@ impl Engine {
             groups: vec![],
             outcome: None,
             report: None,
+            progress: None,
         };
         run::attempt(self, job, &ends, claim.as_ref(), record).await
     }

@@ -32,7 +32,8 @@ use super::{Engine, Interrupted, faults, finish_report};
 use crate::backup::ImportBatch;
 use crate::job::{Atomicity, Job, StorageSpec};
 use crate::journal::{
-    BatchRecord, Claim, CommitGroup, Decision, Outcome, RestoreId, RestorePhase, RestoreRecord,
+    BatchRecord, Claim, CommitGroup, Decision, EndProgress, Outcome, ProgressSnapshot, RestoreId,
+    RestorePhase, RestoreRecord,
 };
 use crate::milvus::{self, CreateImport, JobState, ServerVersion};
 use crate::plugins::{CheckContext, Phase};
@@ -94,7 +95,14 @@ pub(super) struct Shared<'a> {
     seen: watch::Sender<()>,
     /// When each phase this process saw began, in order: the report's `phases`.
     pub phase_starts: Mutex<Vec<(RestorePhase, Timestamp)>>,
+    /// The progress snapshot of the last successful write, so that a quiet hold writes
+    /// nothing new.
+    written_progress: Mutex<Option<ProgressSnapshot>>,
 }
+
+/// How often, at most, a running restore writes a changed progress snapshot between
+/// phase changes: fresh enough for a status page, rare enough for the journal.
+const PROGRESS_EVERY: Duration = Duration::from_secs(3);
 
 impl<'a> Shared<'a> {
     pub fn new(
@@ -116,12 +124,18 @@ impl<'a> Shared<'a> {
             reaction: Mutex::new(None),
             seen: watch::Sender::new(()),
             phase_starts: Mutex::new(Vec::new()),
+            written_progress: Mutex::new(None),
         }
     }
 
     /// Writes the current record durably.
     pub async fn persist(&self) -> Result<(), String> {
-        let _order = self.save_lock.lock().await;
+        let order = self.save_lock.lock().await;
+        self.save(order).await
+    }
+
+    /// Writes the record while `_order` keeps every other write out.
+    async fn save(&self, _order: tokio::sync::MutexGuard<'_, ()>) -> Result<(), String> {
         let snapshot = {
             let mut r = self.record.lock().expect("record lock: no panics under it");
             r.updated_at = Timestamp::now();
@@ -131,7 +145,48 @@ impl<'a> Shared<'a> {
             .journal
             .save(self.claim, &snapshot)
             .await
-            .map_err(|e| format!("journal: {}", error_chain(&e)))
+            .map_err(|e| format!("journal: {}", error_chain(&e)))?;
+        *self.written_progress.lock().expect("progress lock") = snapshot.progress;
+        Ok(())
+    }
+
+    /// Runs `work`, and meanwhile writes the record every [`PROGRESS_EVERY`] when its
+    /// progress snapshot changed since the last write, so that every host sharing the
+    /// journal sees a long hold move. A write already under way carries the snapshot, so
+    /// none is queued behind it; a failed one is only logged: the restore's own next write
+    /// meets the same journal and decides what it means.
+    pub(super) async fn with_progress_writes<T>(&self, work: impl Future<Output = T>) -> T {
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return out,
+                () = tokio::time::sleep(PROGRESS_EVERY) => {}
+            }
+            let changed = {
+                let written = self.written_progress.lock().expect("progress lock");
+                self.record.lock().expect("record lock").progress != *written
+            };
+            let Ok(order) = self.save_lock.try_lock() else {
+                continue;
+            };
+            if !changed {
+                continue;
+            }
+            let save = self.save(order);
+            tokio::pin!(save);
+            // The restore goes on while the snapshot is written; if it ends first, the
+            // write still finishes before anything after the restore writes.
+            let (saved, out) = tokio::select! {
+                saved = &mut save => (saved, None),
+                out = &mut work => (save.await, Some(out)),
+            };
+            if let Err(e) = saved {
+                tracing::warn!(error = %e, "could not write the progress snapshot");
+            }
+            if let Some(out) = out {
+                return out;
+            }
+        }
     }
 
     async fn set_phase(&self, phase: RestorePhase) -> Result<(), String> {
@@ -216,9 +271,49 @@ impl<'a> Shared<'a> {
                 }
             }
         }
-        let id = self.record.lock().expect("record lock").id.to_string();
+        let snapshot = progress_snapshot(&trackers);
+        let id = {
+            let mut r = self.record.lock().expect("record lock");
+            r.progress = Some(snapshot);
+            r.id.to_string()
+        };
         self.engine.progress.jobs(&id, &counts);
     }
+}
+
+/// Job states and rows per end over every commit group's tracker.
+fn progress_snapshot(trackers: &[Tracker]) -> ProgressSnapshot {
+    let mut snapshot = ProgressSnapshot {
+        rows_exact: true,
+        ..ProgressSnapshot::default()
+    };
+    for tracker in trackers {
+        if snapshot.ends.is_empty() {
+            snapshot.ends = (tracker.end_names.iter())
+                .map(|end| EndProgress {
+                    end: end.clone(),
+                    ..EndProgress::default()
+                })
+                .collect();
+        }
+        for job in tracker.jobs.iter().filter(|j| j.job_id.is_some()) {
+            if let Some(expected) = job.expected {
+                snapshot.rows_expected += expected.inserted - expected.deletes.unwrap_or(0);
+                snapshot.rows_exact &= expected.deletes.is_some();
+            }
+            for (end, (seen, imported)) in snapshot
+                .ends
+                .iter_mut()
+                .zip(job.seen.iter().zip(&job.imported))
+            {
+                if let Some(seen) = seen {
+                    *end.jobs.entry(seen.state).or_default() += 1;
+                }
+                end.rows_imported += imported.unwrap_or(0);
+            }
+        }
+    }
+    snapshot
 }
 
 /// Runs a new attempt of `job` under `claim`.
@@ -281,7 +376,9 @@ pub(super) async fn attempt(
             committed: false,
         })
         .collect();
-    let outcome = execute(&shared, job, &pf, &checks, &mut report).await;
+    let outcome = shared
+        .with_progress_writes(execute(&shared, job, &pf, &checks, &mut report))
+        .await;
     let (outcome, refusals) = match outcome {
         Ok(outcome) => (outcome, vec![]),
         Err(Stop::Refused(r)) => {
@@ -869,6 +966,20 @@ async fn run_group(
         if !faults::planted(faults::Bug::CommitEarly) {
             hold(&mut tracker, FirstLook::Spread).await?;
         }
+        // Nothing is decided on a job some end holds with other rows than the backup's; and
+        // no check (an approval can take hours) is asked about one. The rows of a job held
+        // Uncommitted do not change, so the checks' time does not make them stale.
+        if !faults::planted(faults::Bug::SkipRows) {
+            rows::read(ends, &mut tracker, &jobs, Instant::now() + call_timeout)
+                .await
+                .map_err(|e| Stop::Failed(e.to_string()))?;
+            shared.trackers.lock().expect("tracker lock")[g] = tracker.clone();
+            shared.show();
+            let wrong = rows::mismatches(&tracker, &jobs);
+            if !wrong.is_empty() {
+                return Err(Stop::Failed(rows::failure(&wrong)));
+            }
+        }
         if checks.has(Phase::BeforeCommit) {
             let restore_id = shared.record.lock().expect("record lock").id.clone();
             let collections = checks::collections(&pf.plan);
@@ -889,17 +1000,6 @@ async fn run_group(
             // checks ran (an approval can take hours), and Milvus cannot check a fencing
             // token, only states. Without checks the hold's own sightings are that fresh.
             hold(&mut tracker, FirstLook::Now).await?;
-        }
-        // Nothing is decided on a job some end holds with other rows than the backup's.
-        if !faults::planted(faults::Bug::SkipRows) {
-            rows::read(ends, &mut tracker, &jobs, Instant::now() + call_timeout)
-                .await
-                .map_err(|e| Stop::Failed(e.to_string()))?;
-            shared.trackers.lock().expect("tracker lock")[g] = tracker.clone();
-            let wrong = rows::mismatches(&tracker, &jobs);
-            if !wrong.is_empty() {
-                return Err(Stop::Failed(rows::failure(&wrong)));
-            }
         }
         // Nothing is decided on files that were not all staged and verified.
         if !gate.staged().await {

@@ -223,6 +223,7 @@ mod tests {
             groups: vec![],
             outcome: None,
             report: None,
+            progress: None,
         }
     }
 

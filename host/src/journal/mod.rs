@@ -371,6 +371,35 @@ pub struct RestoreRecord {
     pub outcome: Option<Outcome>,
     /// The final report, as JSON, once the restore finished.
     pub report: Option<serde_json::Value>,
+    /// What the ends were doing at the restore's last write (at each phase change and at
+    /// most every few seconds while it holds or completes): read by `status` and the status
+    /// page of any host that shares the journal, not by recovery.
+    #[serde(default)]
+    pub progress: Option<ProgressSnapshot>,
+}
+
+/// A running restore's import jobs and rows, per end, at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgressSnapshot {
+    /// Target first, then the secondaries.
+    pub ends: Vec<EndProgress>,
+    /// The rows the submitted data jobs must show on every end: their segments' rows less
+    /// the deletes the backup's meta counts.
+    pub rows_expected: i64,
+    /// Whether `rows_expected` is exact: false when some batch's deletes are not counted,
+    /// so fewer rows may be right.
+    pub rows_exact: bool,
+}
+
+/// One end in a [`ProgressSnapshot`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndProgress {
+    pub end: String,
+    /// Import jobs by their state on this end (`Uncommitted`: 3); jobs the end has not
+    /// shown yet are not counted.
+    pub jobs: std::collections::BTreeMap<crate::milvus::JobState, usize>,
+    /// The rows this end says it imported, for the jobs it held or completed so far.
+    pub rows_imported: i64,
 }
 
 impl RestoreRecord {

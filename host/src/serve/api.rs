@@ -5,8 +5,9 @@
 //! JSON (HTTP 400 `{"error": ...}`, as gin answers). Unlike milvus-backup, state is the
 //! journal's, so it survives a restart and is the same on every host of a fleet.
 //!
-//! Added: `GET /api/v1/list_restores`, `GET /healthz`, `GET /metrics` and the OpenAPI
-//! document at `/api/v1/openapi.json`. Every route but `/healthz` requires
+//! Added: `GET /api/v1/list_restores`, `GET /healthz`, `GET /metrics`, the OpenAPI
+//! document at `/api/v1/openapi.json`, and a status page at `/` (`status.html`, which reads
+//! `list_restores`). Every route but `/healthz` and the page requires
 //! `Authorization: Bearer <token>` when a token is configured; the CLI refuses to listen
 //! off loopback without one.
 
@@ -18,7 +19,7 @@ use axum::body::Bytes;
 use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -27,7 +28,9 @@ use super::runner::{Ended, Rerun, Runner, recorded_report};
 use super::watch::WatchStats;
 use crate::engine::Report;
 use crate::job::{Job, Location, ResponseMode};
-use crate::journal::{Decision, Outcome, RestoreId, RestoreLookup, RestorePhase, RestoreRecord};
+use crate::journal::{
+    Decision, Outcome, ProgressSnapshot, RestoreId, RestoreLookup, RestorePhase, RestoreRecord,
+};
 
 /// milvus-backup's `ResponseCode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +60,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/openapi.json"),
     ("get", "/healthz"),
     ("get", "/metrics"),
+    ("get", "/"),
 ];
 
 /// What the handlers share.
@@ -99,6 +103,10 @@ pub struct RestoreView {
     pub phase: Option<RestorePhase>,
     /// The final report, once finished.
     pub report: Option<Report>,
+    /// Job states and rows per end at the restore's last journal write, from whichever host
+    /// runs it.
+    #[serde(default)]
+    pub snapshot: Option<ProgressSnapshot>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -125,6 +133,8 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route_layer(middleware::from_fn_with_state(Arc::clone(&state), auth));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        // The page holds no data: its script asks the API, with the token when one is set.
+        .route("/", get(|| async { Html(include_str!("status.html")) }))
         .merge(guarded)
         .with_state(state)
 }
@@ -378,6 +388,7 @@ fn queued_view(identity: &str, job_name: &str) -> RestoreView {
         outcome: None,
         phase: None,
         report: None,
+        snapshot: None,
     }
 }
 
@@ -499,6 +510,7 @@ fn view_of(state: &ApiState, record: &RestoreRecord) -> RestoreView {
         outcome: record.outcome,
         phase: Some(record.phase),
         report,
+        snapshot: record.progress.clone(),
     }
 }
 
@@ -520,5 +532,6 @@ fn view_of_report(report: &Report) -> RestoreView {
         outcome: Some(report.outcome),
         phase: Some(RestorePhase::Finished),
         report: Some(report.clone()),
+        snapshot: None,
     }
 }

@@ -171,6 +171,67 @@ mod tests {
     use super::*;
     use crate::engine::Silent;
 
+    /// Every query of `examples/serve/grafana.json` names a metric `/metrics` serves (a
+    /// histogram by its `_bucket`, `_sum` or `_count` series), and every metric served is on
+    /// the dashboard.
+    #[test]
+    fn the_grafana_dashboard_queries_only_served_metrics() {
+        fn exprs<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a str>) {
+            match v {
+                serde_json::Value::Object(map) => {
+                    for (key, value) in map {
+                        match (key.as_str(), value.as_str()) {
+                            ("expr", Some(expr)) => out.push(expr),
+                            _ => exprs(value, out),
+                        }
+                    }
+                }
+                serde_json::Value::Array(items) => items.iter().for_each(|v| exprs(v, out)),
+                _ => {}
+            }
+        }
+        let text = render(
+            &[],
+            &LiveProgress::new(Arc::new(Silent)),
+            Some(&WatchStats::default()),
+        );
+        let served: BTreeMap<&str, &str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .collect();
+        let dashboard: serde_json::Value =
+            serde_json::from_str(include_str!("../../../examples/serve/grafana.json"))
+                .expect("the dashboard is JSON");
+        let mut queries = Vec::new();
+        exprs(&dashboard, &mut queries);
+        assert!(queries.len() >= 7, "{queries:?}");
+        let mut used = std::collections::BTreeSet::new();
+        for query in queries {
+            let names = query.match_indices("lockstep_").map(|(at, _)| {
+                let rest = &query[at..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                &rest[..end]
+            });
+            for name in names {
+                let metric = if served.contains_key(name) {
+                    name
+                } else {
+                    ["_bucket", "_sum", "_count"]
+                        .iter()
+                        .find_map(|suffix| name.strip_suffix(suffix))
+                        .filter(|base| served.get(base) == Some(&"histogram"))
+                        .unwrap_or_else(|| panic!("{query}: `{name}` is not served:\n{text}"))
+                };
+                used.insert(metric);
+            }
+        }
+        let unused: Vec<_> = served.keys().filter(|m| !used.contains(*m)).collect();
+        assert!(unused.is_empty(), "not on the dashboard: {unused:?}");
+    }
+
     #[test]
     fn an_empty_journal_has_a_zero_for_every_outcome_and_no_negative_zero() {
         let text = render(&[], &LiveProgress::new(Arc::new(Silent)), None);

@@ -87,6 +87,11 @@ pub fn document(token_required: bool) -> Value {
                     "200": ok(json!({"type": "object", "required": ["openapi", "paths"]}), "The OpenAPI document"),
                 })),
             }},
+            "/": {"get": {
+                "summary": "The status page: restores, running first, with their phase, job states and rows per end, divergences and a link to their JSON. It holds no data and needs no token; its script reads /api/v1/list_restores, asking for the token when this server requires one",
+                "security": [],
+                "responses": {"200": {"description": "HTML", "content": {"text/html": {"schema": {"type": "string"}}}}}
+            }},
             "/healthz": {"get": {
                 "summary": "Liveness; never needs a token",
                 "security": [],
@@ -151,6 +156,24 @@ fn restore_view() -> Value {
             "outcome": {"type": "string", "nullable": true, "enum": ["succeeded", "refused", "rolled_back", "diverged", "partly_committed", "incomplete", "host_failed", null]},
             "phase": {"type": "string", "nullable": true},
             "report": {"type": "object", "nullable": true, "description": "The final report: outcome, route, ends, collections, every import job with its expected rows and the rows and state on every end, divergences, checks, staging, phases"},
+            "snapshot": {
+                "type": "object", "nullable": true,
+                "description": "Job states and rows per end at the restore's last journal write (each phase change, and every few seconds while it holds or completes), from whichever host runs it",
+                "required": ["ends", "rows_expected", "rows_exact"],
+                "properties": {
+                    "ends": {"type": "array", "items": {
+                        "type": "object",
+                        "required": ["end", "jobs", "rows_imported"],
+                        "properties": {
+                            "end": {"type": "string"},
+                            "jobs": {"type": "object", "additionalProperties": {"type": "integer"}, "description": "import jobs by state on this end"},
+                            "rows_imported": {"type": "integer"},
+                        }
+                    }},
+                    "rows_expected": {"type": "integer"},
+                    "rows_exact": {"type": "boolean", "description": "false when some deletes are not counted by the backup's meta, so fewer rows may be right"},
+                }
+            },
         }
     })
 }

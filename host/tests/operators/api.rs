@@ -406,15 +406,19 @@ async fn bad_bodies_get_milvus_backups_codes_and_nothing_runs() {
 }
 
 #[tokio::test]
-async fn a_token_is_required_when_set_except_for_healthz() {
+async fn a_token_is_required_when_set_except_for_healthz_and_the_page() {
     let world = World::start().await;
     let server = Server::start(&world, world.path("api-state"), Some("s3cret")).await;
     let doc = document(&server.base, Some("s3cret")).await;
-    // The document says what this server asks for: the token, on every route but /healthz.
+    // The document says what this server asks for: the token, on every route but /healthz
+    // and the status page (which holds no data; its script asks the API with the token).
     assert_eq!(doc["security"], json!([{"bearer": []}]));
-    assert_eq!(doc["paths"]["/healthz"]["get"]["security"], json!([]));
+    let open = ["/healthz", "/"];
+    for path in open {
+        assert_eq!(doc["paths"][path]["get"]["security"], json!([]), "{path}");
+    }
     let b = &server.base;
-    for (method, path) in ROUTES.iter().filter(|(_, p)| *p != "/healthz") {
+    for (method, path) in ROUTES.iter().filter(|(_, p)| !open.contains(p)) {
         let body = (*method == "post").then_some("{}");
         let (status, none) = call(&doc, method, b, path, body, None).await;
         assert_eq!(status, 401, "{path}");
@@ -424,6 +428,13 @@ async fn a_token_is_required_when_set_except_for_healthz() {
     }
     let (status, _) = call(&doc, "get", b, "/healthz", None, None).await;
     assert_eq!(status, 200);
+    let (status, page) = call(&doc, "get", b, "/", None, None).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.as_str()
+            .is_some_and(|p| p.contains("/api/v1/list_restores")),
+        "{page}"
+    );
     let (status, list) = call(
         &doc,
         "get",

@@ -30,6 +30,7 @@ fn record(id: &RestoreId, attempt: u32) -> RestoreRecord {
         groups: vec![],
         outcome: None,
         report: None,
+        progress: None,
     }
 }
 

@@ -10,5 +10,6 @@ mod plugins;
 mod refusals;
 mod rows;
 mod s3;
+mod status_page;
 mod two_phase;
 mod versions;
