@@ -230,7 +230,7 @@ async fn read_json<T: DeserializeOwned>(
         },
     })?;
     serde_json::from_slice(&bytes).map_err(|e| {
-        let (line, column) = json_position(&e);
+        let (line, column) = json_position(&e, &bytes);
         Error::CorruptMeta {
             url,
             line,

@@ -127,7 +127,7 @@ fn parse_request(body: &[u8], problems: &mut Vec<Problem>) -> Option<RestoreRequ
     let value: Value = match serde_json::from_slice(body) {
         Ok(value) => value,
         Err(e) => {
-            let (line, column) = super::json_position(&e);
+            let (line, column) = super::json_position(&e, body);
             problems.push(Problem {
                 location: Location::Body { line, column },
                 field: String::new(),
@@ -137,10 +137,26 @@ fn parse_request(body: &[u8], problems: &mut Vec<Problem>) -> Option<RestoreRequ
         }
     };
     let Value::Object(object) = value else {
-        problems.push(problem(
-            "",
-            "expected a JSON object with milvus-backup's restore request fields",
-        ));
+        // Not a request at all, as a body that is not JSON is not (gin's binding error
+        // for both): located at the value, the body's first character that is not space.
+        let at = body
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())
+            .unwrap_or(0);
+        let before = &body[..at];
+        let line_start = before
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |i| i + 1);
+        problems.push(Problem {
+            location: Location::Body {
+                line: before.iter().filter(|b| **b == b'\n').count() + 1,
+                column: at - line_start + 1,
+            },
+            field: String::new(),
+            message: "expected a JSON object with milvus-backup's restore request fields"
+                .to_string(),
+        });
         return None;
     };
     let mut good = serde_json::Map::new();
@@ -407,6 +423,24 @@ mod tests {
                 "{shown:?}"
             );
             assert!(!shown[0].contains("column 0"), "{shown:?}");
+        }
+    }
+
+    /// Found by fuzzing: JSON that is not an object was refused naming an empty field;
+    /// it is refused at the value, as a body that is not JSON is.
+    #[test]
+    fn a_body_that_is_not_an_object_is_refused_at_its_value() {
+        for (body, at) in [
+            ("0", "line 1, column 1"),
+            ("\n  [\"b\"]", "line 2, column 3"),
+        ] {
+            let shown = shown(&from_body(body).unwrap_err());
+            assert_eq!(
+                shown,
+                [format!(
+                    "request body {at}: expected a JSON object with milvus-backup's restore request fields"
+                )]
+            );
         }
     }
 

@@ -214,7 +214,7 @@ async fn restore(State(state): State<Arc<ApiState>>, headers: HeaderMap, body: B
                 .iter()
                 .any(|p| matches!(p.location, Location::Body { .. }))
             {
-                // Not JSON at all: gin's binding error, HTTP 400.
+                // Not a JSON object at all: gin's binding error, HTTP 400.
                 return (
                     StatusCode::BAD_REQUEST,
                     axum::Json(json!({ "error": e.to_string() })),

@@ -15,7 +15,7 @@ pub fn document(token_required: bool) -> Value {
             "required": ["requestId", "code", "msg"],
             "properties": {
                 "requestId": {"type": "string"},
-                "code": {"type": "integer", "enum": [0, 2, 3, 400], "description": "milvus-backup's ResponseCode: 0 Success, 2 No_Permission, 3 Fail, 400 Parameter_Error. A request that breaks the request schema (a missing or mistyped field, an unknown field) or that names something invalid or unknown is answered with HTTP 200 and code 400, as milvus-backup answers; only a body that is not JSON gets HTTP 400"},
+                "code": {"type": "integer", "enum": [0, 2, 3, 400], "description": "milvus-backup's ResponseCode: 0 Success, 2 No_Permission, 3 Fail, 400 Parameter_Error. A request that breaks the request schema (a missing or mistyped field, an unknown field) or that names something invalid or unknown is answered with HTTP 200 and code 400, as milvus-backup answers; only a body that is not JSON, or not a JSON object, gets HTTP 400"},
                 "msg": {"type": "string"},
                 "data": data,
             }
@@ -62,7 +62,7 @@ pub fn document(token_required: bool) -> Value {
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RestoreRequest"}}}},
                 "responses": answers(json!({
                     "200": ok(envelope(json!({"$ref": "#/components/schemas/RestoreView"})), "The restore (code 0), a refused request (code 400: the body breaks this schema, or names an invalid or unknown backup, cluster or job), or a failed restore (code 3)"),
-                    "400": ok(json!({"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}), "The body is not JSON"),
+                    "400": ok(json!({"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}), "The body is not JSON, or is JSON but not an object"),
                 })),
             }},
             "/api/v1/get_restore": {"get": {
