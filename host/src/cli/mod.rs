@@ -343,7 +343,8 @@ fn parse_id(id: &str) -> anyhow::Result<RestoreId> {
 }
 
 /// Resolves unfinished restores (one, or every one), reaching their ends through the URIs
-/// in the journal and the host config's tokens.
+/// in the journal and the host config's tokens; then deletes the staged files finished
+/// restores left, where the host config names their stores.
 async fn recover(
     engine: &Engine,
     host: &HostConfig,
@@ -358,24 +359,30 @@ async fn recover(
                 .await?
                 .with_context(|| format!("no restore {id} in the journal"))?,
         ],
-        None => engine
-            .journal
-            .list()
-            .await?
-            .into_iter()
-            .filter(|r| r.is_unfinished())
-            .collect(),
+        None => engine.journal.list().await?,
     };
+    let (unfinished, finished): (Vec<_>, Vec<_>) =
+        records.into_iter().partition(|r| r.is_unfinished());
     let mut worst = Outcome::Succeeded;
     let mut reports = Vec::new();
-    for record in records {
+    for record in unfinished {
         let ends = engine::Ends::from_recorded(&record.ends, host)?;
+        let stores = engine::recorded_stores(&record, host).unwrap_or_default();
         let span = tracing::info_span!("restore", job = %record.job_name, id = %record.id);
-        let report = engine::recover(engine, record, ends, None)
+        let report = engine::recover(engine, record, ends, None, &stores)
             .instrument(span)
             .await;
         worst = worst.worst(report.outcome);
         reports.push(report);
+    }
+    for record in finished.iter().filter(|r| r.stage_left) {
+        let Some(stores) = engine::recorded_stores(record, host) else {
+            tracing::warn!(restore = %record.id, ends = ?record.staged_ends, "staged files left: the host config names no storage for every end staged into");
+            continue;
+        };
+        if let Err(e) = engine::clean_left_stage(engine, &record.id, &stores).await {
+            tracing::warn!(restore = %record.id, error = %e, "staged files left: not deleted yet");
+        }
     }
     output::reports(format, &reports, &[]);
     Ok(worst.exit_code())

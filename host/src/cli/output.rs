@@ -212,6 +212,9 @@ pub fn records(format: OutputFormat, records: &[RestoreRecord]) {
                     json!({
                         "id": r.id, "job": r.job_name, "phase": r.phase, "outcome": r.outcome,
                         "started_at": r.started_at, "updated_at": r.updated_at,
+                        "stage_left": r.stage_left.then(|| json!({
+                            "prefix": r.staging_prefix, "ends": r.staged_ends,
+                        })),
                     })
                 })
                 .collect::<Vec<_>>(),
@@ -230,6 +233,15 @@ pub fn records(format: OutputFormat, records: &[RestoreRecord]) {
                     format!("{:?}", r.phase),
                     outcome,
                     r.updated_at
+                );
+            }
+            // Stages still to clean: what a recovery could not delete, and who will.
+            for r in records.iter().filter(|r| r.stage_left) {
+                println!(
+                    "staged files still to clean: {} on {} ({}; `lockstep recover` and every serve/watch sweep retry)",
+                    r.staging_prefix.as_deref().unwrap_or("?"),
+                    r.staged_ends.join(", "),
+                    r.id
                 );
             }
         }

@@ -36,8 +36,9 @@ use tracing::Instrument as _;
 
 pub use ends::{EndClient, Ends, RecoverError};
 pub use progress::{Logged, Progress, Silent};
-pub use recover::recover;
+pub use recover::{clean_left_stage, recorded_stores, recover};
 pub use report::Report;
+pub use run::destinations as staging_stores;
 
 use crate::backup::RestorePlan;
 use crate::job::{Job, StorageSpec};
@@ -141,11 +142,19 @@ impl Engine {
     /// with the job's name and the restore id, so that restores running side by side (in
     /// `serve`, a batch, a fleet) can be told apart.
     pub async fn run(&self, job: &Job) -> Report {
-        let span = tracing::info_span!("restore", job = %job.name, id = tracing::field::Empty);
-        self.run_in(job, &span).instrument(span.clone()).await
+        self.run_because(job, None).await
     }
 
-    async fn run_in(&self, job: &Job, span: &tracing::Span) -> Report {
+    /// [`Engine::run`], saying in the new attempt's record and report why it runs
+    /// (`because`: the earlier attempt was lost with its host).
+    pub async fn run_because(&self, job: &Job, because: Option<String>) -> Report {
+        let span = tracing::info_span!("restore", job = %job.name, id = tracing::field::Empty);
+        self.run_in(job, because, &span)
+            .instrument(span.clone())
+            .await
+    }
+
+    async fn run_in(&self, job: &Job, because: Option<String>, span: &tracing::Span) -> Report {
         let ends = match Ends::for_job(job) {
             Ok(e) => e,
             Err(e) => return self.refused_early(job, vec![e.to_string()]).await,
@@ -166,7 +175,8 @@ impl Engine {
             }
             if last.is_unfinished() {
                 span.record("id", tracing::field::display(&last.id));
-                let report = recover(self, last.clone(), ends.clone(), Some(job)).await;
+                let stores = staging_stores(job);
+                let report = recover(self, last.clone(), ends.clone(), Some(job), &stores).await;
                 if report.outcome != Outcome::RolledBack && report.outcome != Outcome::Refused {
                     return report;
                 }
@@ -204,6 +214,9 @@ impl Engine {
             outcome: None,
             report: None,
             progress: None,
+            host_lost: false,
+            stage_left: false,
+            rerun_because: because,
         };
         run::attempt(self, job, &ends, claim.as_ref(), record).await
     }

@@ -16,7 +16,7 @@ use super::retry::retry;
 use super::run::{Shared, job_reports};
 use super::two_phase::{self, Tracked, Tracker};
 use super::{Engine, ddl, finish_report};
-use crate::job::Job;
+use crate::job::{Job, StorageSpec};
 use crate::journal::{BatchRecord, Decision, Outcome, RestoreRecord};
 use crate::milvus::{CreateImport, MilvusJobId};
 use crate::storage::{StagingPrefix, TempFiles};
@@ -25,12 +25,15 @@ use crate::storage::{StagingPrefix, TempFiles};
 const CALL_DEADLINE: Duration = Duration::from_secs(600);
 
 /// Resolves `record`. `job` is given when `lockstep run` found the record for the same job
-/// content (its stores are then known for cleanup); `lockstep recover` passes none.
+/// content; `lockstep recover` passes none. `stores` are the stores it staged into (the
+/// job's, or the host config's for the recorded ends): where the staged files are deleted,
+/// or, when that cannot be done now, the record says they are left for a later cleanup.
 pub async fn recover(
     engine: &Engine,
     record: RestoreRecord,
     ends: Ends,
     job: Option<&Job>,
+    stores: &[(String, &StorageSpec)],
 ) -> Report {
     let started = Timestamp::now();
     let claim = match engine.journal.claim(&record.id).await {
@@ -139,22 +142,30 @@ pub async fn recover(
             tracing::warn!(%problem, "recovery rollback");
         }
     }
-    let cleaned = match (&record.staging_prefix, job) {
-        (Some(_), Some(job)) if unsettled.is_empty() && !forward_incomplete => {
-            let temp = if job.restore.keep_temp_files && decided {
-                TempFiles::Keep
-            } else {
-                TempFiles::Delete
-            };
+    // Staged files go once no end can still read them: every job settled. A store that
+    // cannot be reached or named now leaves them for the sweep and `lockstep recover`.
+    let temp = if record.keep_temp_files && decided {
+        TempFiles::Keep
+    } else {
+        TempFiles::Delete
+    };
+    let settled = unsettled.is_empty() && !forward_incomplete;
+    let cleaned = match &record.staging_prefix {
+        Some(_) if settled && !stores.is_empty() => {
             let prefix = StagingPrefix::for_restore(&record.id);
-            super::cleanup_prefix(&super::run::destinations(job), &prefix, temp).await
+            super::cleanup_prefix(stores, &prefix, temp).await
         }
         _ => false,
     };
     if let Some(prefix) = &record.staging_prefix
         && !cleaned
     {
-        tracing::warn!(%prefix, "staged files were left in place");
+        tracing::warn!(%prefix, "staged files were left in place; they are deleted once the stores can be reached");
+    }
+    {
+        let mut r = shared.record.lock().expect("record lock");
+        r.stage_left = record.staging_prefix.is_some() && !cleaned;
+        r.host_lost = !decided && settled;
     }
 
     report.jobs = job_reports(&trackers);
@@ -207,9 +218,64 @@ pub async fn recover(
         }
     }
     if let Some(s) = report.staging.as_mut() {
-        s.cleaned_up = cleaned;
+        s.cleaned_up = cleaned && temp == TempFiles::Delete;
     }
     finish_report(engine, report, outcome, vec![], &shared).await
+}
+
+/// Deletes the staged files a finished restore left (`stage_left`) from `stores`, under
+/// the restore's claim, and records that they are gone. `Ok(false)` when another process
+/// holds the restore or it has nothing left.
+pub async fn clean_left_stage(
+    engine: &Engine,
+    id: &crate::journal::RestoreId,
+    stores: &[(String, &StorageSpec)],
+) -> Result<bool, String> {
+    let claim = match engine.journal.claim(id).await {
+        Ok(c) => c,
+        Err(crate::journal::Error::Busy { .. }) => return Ok(false),
+        Err(e) => return Err(e.to_string()),
+    };
+    let mut record = match engine.journal.load(id).await {
+        Ok(Some(r)) if r.stage_left && !r.is_unfinished() => r,
+        Ok(_) => return Ok(false),
+        Err(e) => return Err(e.to_string()),
+    };
+    let temp = if record.keep_temp_files && record.has_commit_decision() {
+        TempFiles::Keep
+    } else {
+        TempFiles::Delete
+    };
+    if !super::cleanup_prefix(stores, &StagingPrefix::for_restore(id), temp).await {
+        return Err(format!(
+            "the staged files of {id} could not all be deleted yet"
+        ));
+    }
+    record.stage_left = false;
+    record.updated_at = Timestamp::now();
+    engine
+        .journal
+        .save(claim.as_ref(), &record)
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(restore = %id, "deleted the staged files a recovery had left");
+    Ok(true)
+}
+
+/// The stores a recorded restore staged into, from the host config; `None` when one of
+/// the ends it staged into has no storage there (an end named by URI, say).
+pub fn recorded_stores<'h>(
+    record: &RestoreRecord,
+    host: &'h crate::job::HostConfig,
+) -> Option<Vec<(String, &'h StorageSpec)>> {
+    record
+        .staged_ends
+        .iter()
+        .map(|end| {
+            let spec = host.clusters.get(end)?.storage.as_ref()?;
+            Some((end.clone(), spec))
+        })
+        .collect()
 }
 
 /// Finds the job a create may have made when its answer was lost: by its Idempotency-Key

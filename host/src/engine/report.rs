@@ -43,6 +43,9 @@ pub struct Report {
     /// Milliseconds from the last end reported ready (Uncommitted) to the commit going out,
     /// the decision's durable write included; the slowest commit group's.
     pub reaction_ms: Option<u64>,
+    /// Why this attempt ran: the attempt before it was lost with its host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_because: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -188,6 +191,7 @@ impl Report {
             staging: None,
             phases: vec![],
             reaction_ms: None,
+            rerun_because: None,
         }
     }
 
@@ -377,6 +381,9 @@ impl fmt::Display for Report {
             self.exit_code()
         )?;
         writeln!(f, "  {}", self.summary)?;
+        if let Some(why) = &self.rerun_because {
+            writeln!(f, "  run again: {why}")?;
+        }
         let secs = self
             .finished_at
             .duration_since(self.started_at)

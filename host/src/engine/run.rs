@@ -807,7 +807,7 @@ async fn run_groups(
 
 /// The ends whose stores the ends import from: the target's, and each secondary's that the
 /// job names (a secondary known only by URI must already see the files some other way).
-pub(super) fn destinations(job: &Job) -> Vec<(String, &StorageSpec)> {
+pub fn destinations(job: &Job) -> Vec<(String, &StorageSpec)> {
     let mut out = vec![(job.target.end.name.to_string(), &job.target.storage)];
     for s in &job.secondaries {
         if let Some(spec) = &s.storage {
@@ -1360,7 +1360,10 @@ fn base_report(job: &Job, ends: &Ends, record: &RestoreRecord, started: Timestam
         job_id: job.id().to_string(),
         backup: job.backup.name.clone(),
     };
-    Report::new(of, ends.reports(), started)
+    Report {
+        rerun_because: record.rerun_because.clone(),
+        ..Report::new(of, ends.reports(), started)
+    }
 }
 
 pub(super) fn job_reports(trackers: &[Tracker]) -> Vec<super::report::JobReport> {

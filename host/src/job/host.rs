@@ -58,6 +58,9 @@ pub struct HostConfigFile {
     pub default_target: Option<Spanned<String>>,
     /// The journal and report directory; default ".lockstep" beside this file.
     pub state_dir: Option<Spanned<String>>,
+    /// How many attempts a watched or requested job gets when attempts are lost with
+    /// their host (default 3).
+    pub max_attempts: Option<Spanned<i64>>,
 }
 
 /// `[backups]` as written.
@@ -185,7 +188,13 @@ pub struct HostConfig {
     pub backups: Option<BackupsSpec>,
     pub default_target: Option<String>,
     pub state_dir: PathBuf,
+    /// Attempts of one job content, counting those lost with their host (1..=100).
+    pub max_attempts: u32,
 }
+
+/// `max_attempts` when the host config sets none: a host lost twice in a row is a fleet
+/// problem a person should look at, not a reason to go on.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 
 impl HostConfig {
     /// Reads and validates the host config at `path`.
@@ -221,6 +230,7 @@ impl HostConfig {
             backups: None,
             default_target: None,
             state_dir,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
         }
     }
 }
@@ -285,6 +295,20 @@ fn validate(
             ),
         ));
     }
+    let max_attempts = match &file.max_attempts {
+        None => DEFAULT_MAX_ATTEMPTS,
+        Some(n) => match u32::try_from(*n.get_ref()) {
+            Ok(n @ 1..=100) => n,
+            _ => {
+                problems.push(RawProblem::new(
+                    "max_attempts",
+                    Some(n.span()),
+                    format!("{} attempts: expected 1 to 100", n.get_ref()),
+                ));
+                DEFAULT_MAX_ATTEMPTS
+            }
+        },
+    };
     let base = path.parent().unwrap_or(Path::new("."));
     let state_dir = file
         .state_dir
@@ -296,6 +320,7 @@ fn validate(
         backups,
         default_target: file.default_target.map(Spanned::into_inner),
         state_dir: base.join(state_dir),
+        max_attempts,
     })
 }
 
@@ -645,6 +670,22 @@ mod tests {
 
     fn parse(text: &str) -> Result<HostConfig, Error> {
         HostConfig::parse_str(text, Path::new("/etc/lockstep/lockstep.toml"))
+    }
+
+    #[test]
+    fn max_attempts_defaults_to_three_and_is_bounded() {
+        assert_eq!(parse("").unwrap().max_attempts, DEFAULT_MAX_ATTEMPTS);
+        assert_eq!(parse("max_attempts = 1\n").unwrap().max_attempts, 1);
+        for bad in ["0", "101", "-2"] {
+            let err = parse(&format!("max_attempts = {bad}\n")).unwrap_err();
+            let shown: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
+            assert_eq!(
+                shown,
+                [format!(
+                    "/etc/lockstep/lockstep.toml:1:16: max_attempts: {bad} attempts: expected 1 to 100"
+                )]
+            );
+        }
     }
 
     #[test]

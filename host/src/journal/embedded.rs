@@ -224,6 +224,9 @@ mod tests {
             outcome: None,
             report: None,
             progress: None,
+            host_lost: false,
+            stage_left: false,
+            rerun_because: None,
         }
     }
 

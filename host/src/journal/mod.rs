@@ -376,6 +376,19 @@ pub struct RestoreRecord {
     /// page of any host that shares the journal, not by recovery.
     #[serde(default)]
     pub progress: Option<ProgressSnapshot>,
+    /// Ended by recovery's presumed abort: the process that ran it was lost before its
+    /// decision, and nothing about the job was found wrong. A fleet runs such a job again,
+    /// up to the host config's `max_attempts`.
+    #[serde(default)]
+    pub host_lost: bool,
+    /// The staged files are still on some end: the recovery that finished the restore
+    /// could not delete them. The sweep of `serve`/`watch` and `lockstep recover` retry
+    /// until they can; `status` lists them.
+    #[serde(default)]
+    pub stage_left: bool,
+    /// Why this attempt runs: the earlier attempt whose host was lost.
+    #[serde(default)]
+    pub rerun_because: Option<String>,
 }
 
 /// A running restore's import jobs and rows, per end, at one moment.

@@ -92,7 +92,8 @@ enum Step {
     /// Another process holds the claim.
     Wait,
     Recover(Box<RestoreRecord>),
-    Run,
+    /// A new attempt; with why, when it follows one lost with its host.
+    Run(Option<String>),
 }
 
 /// Runs restores for a watcher and an API over one journal.
@@ -303,6 +304,7 @@ impl Runner {
                                 *record,
                                 ends,
                                 Some(job.clone()),
+                                self.host.clone(),
                             )
                             .await
                             .expect("a recovery does not panic"),
@@ -316,13 +318,14 @@ impl Runner {
                         self.link_latest(&report);
                         // Loop: the journal now says whether anything is left to do.
                     }
-                    Step::Run => {
+                    Step::Run(because) => {
                         if interrupt.is_set() {
                             return Ended::NothingRan;
                         }
-                        let report = run_on_own_thread(self.engine(interrupt.clone()), job.clone())
-                            .await
-                            .expect("a restore does not panic");
+                        let report =
+                            run_on_own_thread(self.engine(interrupt.clone()), job.clone(), because)
+                                .await
+                                .expect("a restore does not panic");
                         if report.restore_id.is_empty() {
                             // Refused before any record: either another host claimed the same
                             // attempt a moment ago (the journal now has it), or a real refusal.
@@ -369,17 +372,43 @@ impl Runner {
             }
             Some(last) => {
                 let committed = last.outcome.is_some_and(Outcome::committed);
-                if rerun == Rerun::Never || committed {
+                // Lost with its host, not failed: the job is not to blame, so it runs
+                // again, until the attempts are spent.
+                let lost = last.host_lost && last.outcome == Some(Outcome::RolledBack);
+                let max = self.host.max_attempts;
+                if committed || (rerun == Rerun::Never && !lost) {
                     tracing::info!(restore = %last.id, outcome = ?last.outcome, "this job content already ran; not running it again");
                     return Ok(Step::Done(recorded_report(last).map(Box::new)));
                 }
-                last.attempt + 1
+                if lost && last.attempt >= max {
+                    tracing::error!(restore = %last.id, max_attempts = max, "every attempt was lost with its host; not running it again");
+                    let report = recorded_report(last).map(|mut report| {
+                        report.summary = format!(
+                            "{}; not run again: {} attempts were lost with their hosts \
+                             (max_attempts = {max} in the host config)",
+                            report.summary, last.attempt
+                        );
+                        Box::new(report)
+                    });
+                    return Ok(Step::Done(report));
+                }
+                let because = lost.then(|| {
+                    format!(
+                        "attempt {} ({}) was rolled back when its host was lost before its \
+                         commit decision; this is attempt {} of at most {max}",
+                        last.attempt,
+                        last.id,
+                        last.attempt + 1
+                    )
+                });
+                (last.attempt + 1, because)
             }
-            None => 1,
+            None => (1, None),
         };
+        let (next_attempt, because) = next_attempt;
         let id = RestoreId::new(&job.name, job.id().as_str(), next_attempt);
         Ok(match self.probe(&id).await? {
-            true => Step::Run,
+            true => Step::Run(because),
             false => Step::Wait,
         })
     }
@@ -418,6 +447,7 @@ impl Runner {
                     continue;
                 }
             };
+            self.clean_left_stages(&records).await;
             for record in records.into_iter().filter(RestoreRecord::is_unfinished) {
                 let identity = RestoreId::content_prefix(&record.job_name, &record.content_hash);
                 if self.lock().contains_key(&identity) {
@@ -436,12 +466,30 @@ impl Runner {
                             return Ended::NothingRan;
                         }
                     };
-                    let report = recover_on_own_thread(runner.engine(interrupt), record, ends, None)
+                    let host = runner.host.clone();
+                    let report = recover_on_own_thread(runner.engine(interrupt), record, ends, None, host)
                         .await
                         .expect("a recovery does not panic");
                     runner.link_latest(&report);
                     Ended::Report(Box::new(report))
                 }));
+            }
+        }
+    }
+
+    /// Deletes the staged files that finished restores left behind, where the host config
+    /// names their stores; what cannot be deleted yet is tried again at the next sweep.
+    async fn clean_left_stages(&self, records: &[RestoreRecord]) {
+        for record in records
+            .iter()
+            .filter(|r| r.stage_left && !r.is_unfinished())
+        {
+            let Some(stores) = engine::recorded_stores(record, &self.host) else {
+                continue;
+            };
+            let engine = self.engine(Interrupt::never());
+            if let Err(e) = engine::clean_left_stage(&engine, &record.id, &stores).await {
+                tracing::warn!(restore = %record.id, error = %e, "staged files left by a recovery: not deleted yet");
             }
         }
     }
@@ -462,17 +510,29 @@ where
     tokio::task::spawn_blocking(move || runtime.block_on(make()))
 }
 
-fn run_on_own_thread(engine: Engine, job: Job) -> tokio::task::JoinHandle<Report> {
-    on_own_thread(move || async move { engine.run(&job).await })
+fn run_on_own_thread(
+    engine: Engine,
+    job: Job,
+    because: Option<String>,
+) -> tokio::task::JoinHandle<Report> {
+    on_own_thread(move || async move { engine.run_because(&job, because).await })
 }
 
+/// Recovers `record` with the job's stores when the job is known, else the host config's.
 fn recover_on_own_thread(
     engine: Engine,
     record: RestoreRecord,
     ends: Ends,
     job: Option<Job>,
+    host: HostConfig,
 ) -> tokio::task::JoinHandle<Report> {
-    on_own_thread(move || async move { engine::recover(&engine, record, ends, job.as_ref()).await })
+    on_own_thread(move || async move {
+        let stores = match &job {
+            Some(job) => engine::staging_stores(job),
+            None => engine::recorded_stores(&record, &host).unwrap_or_default(),
+        };
+        engine::recover(&engine, record, ends, job.as_ref(), &stores).await
+    })
 }
 
 /// The report a finished record holds.

@@ -31,6 +31,9 @@ fn record(id: &RestoreId, attempt: u32) -> RestoreRecord {
         outcome: None,
         report: None,
         progress: None,
+        host_lost: false,
+        stage_left: false,
+        rerun_because: None,
     }
 }
 

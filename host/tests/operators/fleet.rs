@@ -137,8 +137,13 @@ async fn three_hosts_run_each_restore_once() {
 }
 
 /// Host 0 claims the restore and dies at `crash_at`; host 1, watching the same directory,
-/// takes it over once host 0's lease expired. Returns the final record.
-async fn takeover(test: &str, crash_at: &str) -> Option<(World, RestoreRecord)> {
+/// takes it over once host 0's lease expired. Returns once some record of the job has
+/// `outcome`, with every record.
+async fn takeover(
+    test: &str,
+    crash_at: &str,
+    outcome: Outcome,
+) -> Option<(World, Vec<RestoreRecord>)> {
     if !cfg!(feature = "fault-injection") {
         println!(
             "SKIPPED: needs the lockstep binary built with --features fault-injection (the workspace build enables it)"
@@ -166,50 +171,146 @@ async fn takeover(test: &str, crash_at: &str) -> Option<(World, RestoreRecord)> 
         },
     )
     .await;
-    let record = eventually(
+    eventually(
         Duration::from_secs(90),
         "the takeover's outcome",
         || async {
-            records(&url)
-                .await
-                .into_iter()
-                .find(|r| r.outcome.is_some() && r.outcome != Some(Outcome::Incomplete))
+            let all = records(&url).await;
+            all.iter().any(|r| r.outcome == Some(outcome)).then_some(())
         },
     )
     .await;
-    assert_eq!(records(&url).await.len(), 1, "recovered, not run again");
     eventually(
         Duration::from_secs(30),
         "no Uncommitted job on any end",
         || async { (world.uncommitted_jobs().await == 0).then_some(()) },
     )
     .await;
-    Some((world, record))
+    Some((world, records(&url).await))
 }
 
+/// Staged objects left on `end`'s store.
+fn staged_left(world: &World, end: &str) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(
+        &world.path(&format!("storage/{end}/lockstep-staging")),
+        &mut out,
+    );
+    out
+}
+
+/// The owner dies holding every job Uncommitted: the survivor aborts its attempt by
+/// presumed abort, deletes what it staged on every end, and, since the host was lost and
+/// not the job at fault, runs the job again to completion.
 #[tokio::test]
-async fn a_host_killed_while_holding_is_taken_over_and_aborted() {
-    let Some((world, record)) = takeover("holding", "holding").await else {
+async fn a_host_killed_while_holding_is_aborted_cleaned_and_run_again() {
+    let Some((world, records)) = takeover("holding", "holding", Outcome::Succeeded).await else {
         return;
     };
-    assert_eq!(record.outcome, Some(Outcome::RolledBack), "{record:?}");
-    assert!(!record.has_commit_decision());
+    assert_eq!(records.len(), 2, "{records:?}");
+    let (lost, again) = (&records[0], &records[1]);
+    assert_eq!((lost.attempt, again.attempt), (1, 2));
+    assert_eq!(lost.outcome, Some(Outcome::RolledBack), "{lost:?}");
+    assert!(lost.host_lost && !lost.has_commit_decision(), "{lost:?}");
+    assert!(!lost.stage_left, "{lost:?}");
+    let why = again.rerun_because.as_deref().unwrap_or_default();
+    assert!(
+        why.contains(&format!("attempt 1 ({})", lost.id)) && why.contains("host was lost"),
+        "{why}"
+    );
+    let report = again
+        .report
+        .as_ref()
+        .expect("a finished attempt has its report");
+    assert_eq!(report["rerun_because"], why);
     for end in ["primary", "standby"] {
-        assert_eq!(
-            world.collections_with_suffix(end, "_o").await.len(),
-            0,
-            "{end}"
-        );
+        assert_eq!(staged_left(&world, end), Vec::<PathBuf>::new(), "{end}");
+        let collections = world.collections_with_suffix(end, "_o").await;
+        assert_eq!(collections.len(), 2, "{end}");
+        for c in collections {
+            let (db, name) = c.split_once('.').unwrap();
+            let rows = world.visible_rows(end, db, name).await.unwrap();
+            assert!(rows > 0, "{end} {c}: {rows}");
+        }
     }
+}
+
+/// A job whose attempts kill their host every time (both hosts die at the same point and
+/// are started again, as a service manager would): it stops after `max_attempts`.
+#[tokio::test]
+async fn a_job_that_kills_every_host_stops_after_max_attempts() {
+    if !cfg!(feature = "fault-injection") {
+        println!("SKIPPED: needs the fault-injection build");
+        return;
+    }
+    let Some(etcd) = etcd() else { return };
+    let world = World::start().await;
+    let config = std::fs::read_to_string(&world.host_config).unwrap();
+    std::fs::write(&world.host_config, format!("max_attempts = 2\n{config}")).unwrap();
+    let url = journal_url(&etcd, "every-host");
+    let dir = jobs_dir(&world);
+    let mut hosts: Vec<Host> = (0..2)
+        .map(|n| Host::start(&world, &url, &dir, n, Some("holding")))
+        .collect();
+    std::fs::write(dir.join("orders.toml"), world.job("orders", "_o")).unwrap();
+    let lost_both = |all: &[RestoreRecord]| {
+        all.len() == 2
+            && all
+                .iter()
+                .all(|r| r.outcome == Some(Outcome::RolledBack) && r.host_lost)
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        for (n, host) in hosts.iter_mut().enumerate() {
+            if host.exited() {
+                *host = Host::start(&world, &url, &dir, n, Some("holding"));
+            }
+        }
+        if lost_both(&records(&url).await) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "two lost attempts: {:?}",
+            records(&url).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Time for a (wrong) third attempt: two sweeps and more than a lease.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let all = records(&url).await;
+    assert!(lost_both(&all), "no third attempt: {all:?}");
+    assert_eq!(world.uncommitted_jobs().await, 0);
+    let logs: String = (0..2)
+        .map(|n| std::fs::read_to_string(world.path(&format!("host-{n}.log"))).unwrap_or_default())
+        .collect();
+    assert!(
+        logs.contains("every attempt was lost with its host; not running it again"),
+        "{logs}"
+    );
 }
 
 #[tokio::test]
 async fn a_host_killed_right_after_its_decision_is_taken_over_and_committed() {
-    let Some((world, record)) = takeover("decision", "after-decision").await else {
+    let Some((world, records)) = takeover("decision", "after-decision", Outcome::Succeeded).await
+    else {
         return;
     };
+    assert_eq!(records.len(), 1, "recovered, not run again: {records:?}");
+    let record = &records[0];
     assert_eq!(record.outcome, Some(Outcome::Succeeded), "{record:?}");
     assert!(record.has_commit_decision());
+    assert!(!record.host_lost, "{record:?}");
     let collections = world.collections_with_suffix("standby", "_o").await;
     assert_eq!(collections.len(), 2);
     for c in collections {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use e2e::{TARGET, World, WorldSpec};
+use e2e::{Output, TARGET, World, WorldSpec, secondary};
 use milvus_sim::jobs::JobState;
 
 use crate::invariants::commits_followed_every_uncommitted;
@@ -218,5 +218,65 @@ async fn recover_after_task_retention_names_the_forgotten_jobs_instead_of_redoin
             "{end}"
         );
     }
+    Ok(())
+}
+
+/// Staged files that a recovery cannot delete stay on record until they are deleted: a
+/// crash while holding, recovered with a host config that names no storage for the
+/// secondaries, rolls back and leaves the stage, which `status` lists; `recover` with the
+/// stores known again deletes it on every end and `status` stops listing it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stage_recovery_could_not_delete_is_listed_and_deleted_later() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let job = world.job("left", "")?;
+    let crashed = world
+        .run(&["run", job.to_str().unwrap()], &[("LOCKSTEP_CRASH_AT", "holding")])
+        .await?;
+    assert_ne!(crashed.code, 0, "{}", crashed.explain());
+    let prefix = "lockstep-staging";
+    for end in world.ends() {
+        assert!(!world.objects_under(&end, prefix).await?.is_empty(), "staged on {end}");
+    }
+
+    // The secondaries' stores unknown: recovery aborts, but cannot delete their stage.
+    let config = world.path("lockstep.toml");
+    let full = std::fs::read_to_string(&config)?;
+    let target_only: String = full
+        .split("\n[clusters.")
+        .map(|section| {
+            if section.starts_with(TARGET) || !section.contains("\nuri") {
+                section.to_string()
+            } else {
+                section
+                    .lines()
+                    .filter(|l| !l.starts_with("storage ="))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n[clusters.");
+    assert_ne!(target_only, full);
+    std::fs::write(&config, &target_only)?;
+    let recovered = world.run(&["recover"], &[]).await?;
+    assert_eq!(recovered.outcome(), "rolled_back", "{}", recovered.explain());
+    world.assert_nothing_held().await?;
+    let status = world.run_with(Output::Text, &["status"], &[]).await?;
+    assert!(
+        status.stdout.contains("staged files still to clean: lockstep-staging/left."),
+        "{}",
+        status.explain()
+    );
+    assert!(!world.objects_under(&secondary(0), prefix).await?.is_empty());
+
+    // Known again: the next recover deletes it everywhere and the journal says so.
+    std::fs::write(&config, &full)?;
+    let cleaned = world.run(&["recover"], &[]).await?;
+    assert_eq!(cleaned.code, 0, "{}", cleaned.explain());
+    for end in world.ends() {
+        assert_eq!(world.objects_under(&end, prefix).await?, Vec::<String>::new(), "{end}");
+    }
+    let status = world.run_with(Output::Text, &["status"], &[]).await?;
+    assert!(!status.stdout.contains("still to clean"), "{}", status.explain());
     Ok(())
 }
