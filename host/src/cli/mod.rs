@@ -359,13 +359,17 @@ async fn recover(
                 .await?
                 .with_context(|| format!("no restore {id} in the journal"))?,
         ],
-        None => engine.journal.list().await?,
+        None => engine
+            .journal
+            .list()
+            .await?
+            .into_iter()
+            .filter(|r| r.is_unfinished())
+            .collect(),
     };
-    let (unfinished, finished): (Vec<_>, Vec<_>) =
-        records.into_iter().partition(|r| r.is_unfinished());
     let mut worst = Outcome::Succeeded;
     let mut reports = Vec::new();
-    for record in unfinished {
+    for record in records {
         let ends = engine::Ends::from_recorded(&record.ends, host)?;
         let stores = engine::recorded_stores(&record, host).unwrap_or_default();
         let span = tracing::info_span!("restore", job = %record.job_name, id = %record.id);
@@ -375,8 +379,11 @@ async fn recover(
         worst = worst.worst(report.outcome);
         reports.push(report);
     }
-    for record in finished.iter().filter(|r| r.stage_left) {
-        let Some(stores) = engine::recorded_stores(record, host) else {
+    let left = engine.journal.list().await?.into_iter().filter(|r| {
+        r.stage_left && !r.is_unfinished() && id.is_none_or(|id| r.id.as_str() == id)
+    });
+    for record in left {
+        let Some(stores) = engine::recorded_stores(&record, host) else {
             tracing::warn!(restore = %record.id, ends = ?record.staged_ends, "staged files left: the host config names no storage for every end staged into");
             continue;
         };

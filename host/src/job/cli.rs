@@ -203,7 +203,11 @@ pub(super) fn job_from_args(
     let context = validate::Context {
         host,
         env,
-        default_name: args.name.clone(),
+        default_name: args.name.clone().map(|name| validate::DefaultName {
+            name,
+            field: "backup",
+            hint: "the job is named after the backup it restores",
+        }),
         base_dir: std::path::PathBuf::new(),
         removed: &[],
     };

@@ -101,7 +101,11 @@ impl Job {
         let context = validate::Context {
             host,
             env,
-            default_name: path.file_stem().map(|s| s.to_string_lossy().into_owned()),
+            default_name: path.file_stem().map(|s| validate::DefaultName {
+                name: s.to_string_lossy().into_owned(),
+                field: "name",
+                hint: "taken from the file name; set `name` to choose another",
+            }),
             base_dir: path.parent().map(Path::to_owned).unwrap_or_default(),
             removed: &removed,
         };

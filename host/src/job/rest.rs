@@ -350,7 +350,11 @@ pub(super) fn restore_from_body(
     let context = validate::Context {
         host,
         env,
-        default_name: request.backup_name.clone(),
+        default_name: request.backup_name.clone().map(|name| validate::DefaultName {
+            name,
+            field: "backup",
+            hint: "taken from `backup_name`; set `id` to choose another",
+        }),
         base_dir: std::path::PathBuf::new(),
         removed: &[],
     };

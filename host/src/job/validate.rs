@@ -26,12 +26,23 @@ use crate::plugins::{AllowedHosts, Origin};
 /// `mirror_grace` default: a mirror that is catching up gets five minutes (DESIGN §1).
 const DEFAULT_MIRROR_GRACE: Duration = Duration::from_secs(5 * 60);
 
+/// A job's name when it gives none, and where it came from: an invalid one is refused at
+/// that field, saying how to choose another.
+pub(crate) struct DefaultName {
+    pub name: String,
+    /// The job-file field it came from (`name` for the file stem, `backup` for a backup).
+    pub field: &'static str,
+    /// E.g. "taken from the file name; set `name` to choose another".
+    pub hint: &'static str,
+}
+
 /// What validation needs besides the `JobFile`.
 pub(crate) struct Context<'a> {
     pub host: &'a HostConfig,
     pub env: Env<'a>,
-    /// The name when the job gives none: the file stem, or the backup name for flags.
-    pub default_name: Option<String>,
+    /// The name when the job gives none: the file stem, or the backup name for flags and
+    /// requests.
+    pub default_name: Option<DefaultName>,
     /// Relative plugin paths are resolved against this.
     pub base_dir: PathBuf,
     /// Fields deserialization refused and removed: already reported.
@@ -135,20 +146,21 @@ pub(crate) fn validate(file: JobFile, context: &Context<'_>) -> Result<Job, Vec<
 }
 
 fn job_name(file: &JobFile, context: &Context<'_>, problems: &mut Problems<'_>) -> Option<String> {
-    let (name, span) = match &file.name {
-        Some(name) => (name.get_ref().clone(), Some(name.span())),
-        None => (context.default_name.clone()?, None),
+    let (name, span, field, hint) = match (&file.name, &context.default_name) {
+        (Some(name), _) => (name.get_ref().clone(), Some(name.span()), "name", String::new()),
+        (None, Some(default)) => (
+            default.name.clone(),
+            None,
+            default.field,
+            format!(" ({})", default.hint),
+        ),
+        (None, None) => return None,
     };
     if host::is_name(&name) && name.len() <= 128 && !name.bytes().all(|b| b == b'.') {
         Some(name)
     } else {
-        let hint = if span.is_none() {
-            " (taken from the file name; set `name` to choose another)"
-        } else {
-            ""
-        };
         problems.push(
-            "name",
+            field,
             span,
             format!("invalid job name `{name}`{hint}: expected up to 128 letters, digits, `_`, `-` or `.`"),
         );
