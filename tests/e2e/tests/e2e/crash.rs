@@ -9,6 +9,19 @@ use milvus_sim::jobs::JobState;
 
 use crate::invariants::commits_followed_every_uncommitted;
 
+/// Runs job `name` of `world` until the process dies at `point`.
+async fn killed_at(world: &World, name: &str, point: &str) -> anyhow::Result<()> {
+    let job = world.job(name, "")?;
+    let crashed = world
+        .run(
+            &["run", job.to_str().unwrap()],
+            &[("LOCKSTEP_CRASH_AT", point)],
+        )
+        .await?;
+    assert_ne!(crashed.code, 0, "killed at {point}: {}", crashed.explain());
+    Ok(())
+}
+
 async fn killed_at_then_run_again(point: &str) -> anyhow::Result<()> {
     let world = World::start(WorldSpec::default()).await?;
     let job = world.job("crashy", "")?;
@@ -101,14 +114,7 @@ async fn killed_before_the_report() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn recover_alone_aborts_a_restore_killed_before_its_decision() -> anyhow::Result<()> {
     let world = World::start(WorldSpec::default()).await?;
-    let job = world.job("held", "")?;
-    let crashed = world
-        .run(
-            &["run", job.to_str().unwrap()],
-            &[("LOCKSTEP_CRASH_AT", "holding")],
-        )
-        .await?;
-    assert_ne!(crashed.code, 0, "{}", crashed.explain());
+    killed_at(&world, "held", "holding").await?;
     let recovered = world.run(&["recover"], &[]).await?;
     assert_eq!(
         recovered.code,
@@ -125,14 +131,7 @@ async fn recover_alone_aborts_a_restore_killed_before_its_decision() -> anyhow::
 #[tokio::test(flavor = "multi_thread")]
 async fn recover_alone_rolls_a_decided_restore_forward() -> anyhow::Result<()> {
     let world = World::start(WorldSpec::default()).await?;
-    let job = world.job("decided", "")?;
-    let crashed = world
-        .run(
-            &["run", job.to_str().unwrap()],
-            &[("LOCKSTEP_CRASH_AT", "after-decision")],
-        )
-        .await?;
-    assert_ne!(crashed.code, 0, "{}", crashed.explain());
+    killed_at(&world, "decided", "after-decision").await?;
     assert_eq!(
         world.requests(TARGET, "import/commit").await?,
         0,
@@ -165,14 +164,7 @@ async fn recover_after_task_retention_names_the_forgotten_jobs_instead_of_redoin
         ..WorldSpec::default()
     })
     .await?;
-    let job = world.job("forgotten", "")?;
-    let crashed = world
-        .run(
-            &["run", job.to_str().unwrap()],
-            &[("LOCKSTEP_CRASH_AT", "after-commit")],
-        )
-        .await?;
-    assert_ne!(crashed.code, 0, "{}", crashed.explain());
+    killed_at(&world, "forgotten", "after-commit").await?;
     let expected = world.rows_after_deletes();
     for end in world.ends() {
         e2e::eventually(Duration::from_secs(10), || async {
@@ -228,14 +220,13 @@ async fn recover_after_task_retention_names_the_forgotten_jobs_instead_of_redoin
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stage_recovery_could_not_delete_is_listed_and_deleted_later() -> anyhow::Result<()> {
     let world = World::start(WorldSpec::default()).await?;
-    let job = world.job("left", "")?;
-    let crashed = world
-        .run(&["run", job.to_str().unwrap()], &[("LOCKSTEP_CRASH_AT", "holding")])
-        .await?;
-    assert_ne!(crashed.code, 0, "{}", crashed.explain());
+    killed_at(&world, "left", "holding").await?;
     let prefix = "lockstep-staging";
     for end in world.ends() {
-        assert!(!world.objects_under(&end, prefix).await?.is_empty(), "staged on {end}");
+        assert!(
+            !world.objects_under(&end, prefix).await?.is_empty(),
+            "staged on {end}"
+        );
     }
 
     // The secondaries' stores unknown: recovery aborts, but cannot delete their stage.
@@ -259,11 +250,18 @@ async fn a_stage_recovery_could_not_delete_is_listed_and_deleted_later() -> anyh
     assert_ne!(target_only, full);
     std::fs::write(&config, &target_only)?;
     let recovered = world.run(&["recover"], &[]).await?;
-    assert_eq!(recovered.outcome(), "rolled_back", "{}", recovered.explain());
+    assert_eq!(
+        recovered.outcome(),
+        "rolled_back",
+        "{}",
+        recovered.explain()
+    );
     world.assert_nothing_held().await?;
     let status = world.run_with(Output::Text, &["status"], &[]).await?;
     assert!(
-        status.stdout.contains("staged files still to clean: lockstep-staging/left."),
+        status
+            .stdout
+            .contains("staged files still to clean: lockstep-staging/left."),
         "{}",
         status.explain()
     );
@@ -274,9 +272,17 @@ async fn a_stage_recovery_could_not_delete_is_listed_and_deleted_later() -> anyh
     let cleaned = world.run(&["recover"], &[]).await?;
     assert_eq!(cleaned.code, 0, "{}", cleaned.explain());
     for end in world.ends() {
-        assert_eq!(world.objects_under(&end, prefix).await?, Vec::<String>::new(), "{end}");
+        assert_eq!(
+            world.objects_under(&end, prefix).await?,
+            Vec::<String>::new(),
+            "{end}"
+        );
     }
     let status = world.run_with(Output::Text, &["status"], &[]).await?;
-    assert!(!status.stdout.contains("still to clean"), "{}", status.explain());
+    assert!(
+        !status.stdout.contains("still to clean"),
+        "{}",
+        status.explain()
+    );
     Ok(())
 }

@@ -157,6 +157,48 @@ async fn a_secondary_that_cannot_read_the_files_stops_the_restore_before_any_com
     nothing_restored(&world).await
 }
 
+/// `plan` says, for each end, how it gets its files: staged into the target's store, and
+/// for a secondary whose storage the host config does not give, that it must see the
+/// target's store and which setting would stage into it.
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_says_how_each_end_gets_its_files() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec {
+        secondary_storage_known: false,
+        ..WorldSpec::default()
+    })
+    .await?;
+    let job = world.job("planned", "")?;
+    let plan = world.run(&["plan", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(plan.code, 0, "{}", plan.explain());
+    let files: Vec<(&str, &str)> = plan.report["ends"]
+        .as_array()
+        .expect("ends")
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["files"].as_str().unwrap()))
+        .collect();
+    let mut expected = vec![(TARGET, "staged")];
+    let secondaries: Vec<String> = (0..world.spec.secondaries).map(secondary).collect();
+    expected.extend(secondaries.iter().map(|s| (s.as_str(), "target_store")));
+    assert_eq!(files, expected);
+    let text = world
+        .run_with(e2e::Output::Text, &["plan", job.to_str().unwrap()], &[])
+        .await?;
+    assert!(
+        text.stdout.contains(&format!(
+            "end {}: Milvus {}; no storage known: it must see the target's store (add `storage` to its cluster in the host config to stage into it)",
+            secondary(0),
+            world.spec.secondary_version
+        )),
+        "{}",
+        text.explain()
+    );
+    assert!(
+        world.writes_received().await?.is_empty(),
+        "plan changes nothing"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_secondary_that_requires_staging_without_storage_is_refused_before_anything_runs()
 -> anyhow::Result<()> {
