@@ -379,9 +379,10 @@ async fn recover(
         worst = worst.worst(report.outcome);
         reports.push(report);
     }
-    let left = engine.journal.list().await?.into_iter().filter(|r| {
-        r.stage_left && !r.is_unfinished() && id.is_none_or(|id| r.id.as_str() == id)
-    });
+    let left =
+        engine.journal.list().await?.into_iter().filter(|r| {
+            r.stage_left && !r.is_unfinished() && id.is_none_or(|id| r.id.as_str() == id)
+        });
     for record in left {
         let Some(stores) = engine::recorded_stores(&record, host) else {
             tracing::warn!(restore = %record.id, ends = ?record.staged_ends, "staged files left: the host config names no storage for every end staged into");

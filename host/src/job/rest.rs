@@ -350,11 +350,14 @@ pub(super) fn restore_from_body(
     let context = validate::Context {
         host,
         env,
-        default_name: request.backup_name.clone().map(|name| validate::DefaultName {
-            name,
-            field: "backup",
-            hint: "taken from `backup_name`; set `id` to choose another",
-        }),
+        default_name: request
+            .backup_name
+            .clone()
+            .map(|name| validate::DefaultName {
+                name,
+                field: "backup",
+                hint: "taken from `backup_name`; set `id` to choose another",
+            }),
         base_dir: std::path::PathBuf::new(),
         removed: &[],
     };
@@ -446,6 +449,24 @@ mod tests {
                 )]
             );
         }
+    }
+
+    /// Found by fuzzing: a request whose job name defaults to an invalid backup name is
+    /// refused at `backup_name`, saying where the name came from, not at `id` as if it came
+    /// from a file.
+    #[test]
+    fn a_job_name_taken_from_an_invalid_backup_name_is_refused_at_backup_name() {
+        let shown = shown(
+            &from_body(
+                r#"{"backup_name": "o%ders", "target": "prod-a", "secondaries": ["prod-b"]}"#,
+            )
+            .unwrap_err(),
+        );
+        assert!(
+            shown.contains(&"request field `backup_name`: invalid job name `o%ders` (taken from `backup_name`; set `id` to choose another): expected up to 128 letters, digits, `_`, `-` or `.`".to_string()),
+            "{shown:?}"
+        );
+        assert!(!shown.iter().any(|p| p.contains("file name")), "{shown:?}");
     }
 
     /// The REST API runs no caller's code: a request cannot name a plugin, in any field a

@@ -147,7 +147,12 @@ pub(crate) fn validate(file: JobFile, context: &Context<'_>) -> Result<Job, Vec<
 
 fn job_name(file: &JobFile, context: &Context<'_>, problems: &mut Problems<'_>) -> Option<String> {
     let (name, span, field, hint) = match (&file.name, &context.default_name) {
-        (Some(name), _) => (name.get_ref().clone(), Some(name.span()), "name", String::new()),
+        (Some(name), _) => (
+            name.get_ref().clone(),
+            Some(name.span()),
+            "name",
+            String::new(),
+        ),
         (None, Some(default)) => (
             default.name.clone(),
             None,
