@@ -95,9 +95,11 @@ pub(super) struct Shared<'a> {
     seen: watch::Sender<()>,
     /// When each phase this process saw began, in order: the report's `phases`.
     pub phase_starts: Mutex<Vec<(RestorePhase, Timestamp)>>,
-    /// The progress snapshot of the last successful write, so that a quiet hold writes
-    /// nothing new.
-    written_progress: Mutex<Option<ProgressSnapshot>>,
+    /// The record as last written. A progress write writes it again with only the new
+    /// snapshot: never a change the restore has made in memory but not yet written (a
+    /// decision whose own write then fails is taken back, and must not have been made
+    /// durable by someone else's write).
+    written: Mutex<Option<RestoreRecord>>,
 }
 
 /// How often, at most, a running restore writes a changed progress snapshot between
@@ -124,7 +126,7 @@ impl<'a> Shared<'a> {
             reaction: Mutex::new(None),
             seen: watch::Sender::new(()),
             phase_starts: Mutex::new(Vec::new()),
-            written_progress: Mutex::new(None),
+            written: Mutex::new(None),
         }
     }
 
@@ -134,27 +136,36 @@ impl<'a> Shared<'a> {
         self.save(order).await
     }
 
-    /// Writes the record while `_order` keeps every other write out.
-    async fn save(&self, _order: tokio::sync::MutexGuard<'_, ()>) -> Result<(), String> {
+    /// Writes the record as it is now while `order` keeps every other write out.
+    async fn save(&self, order: tokio::sync::MutexGuard<'_, ()>) -> Result<(), String> {
         let snapshot = {
             let mut r = self.record.lock().expect("record lock: no panics under it");
             r.updated_at = Timestamp::now();
             r.clone()
         };
+        self.write(order, snapshot).await
+    }
+
+    async fn write(
+        &self,
+        _order: tokio::sync::MutexGuard<'_, ()>,
+        record: RestoreRecord,
+    ) -> Result<(), String> {
         self.engine
             .journal
-            .save(self.claim, &snapshot)
+            .save(self.claim, &record)
             .await
             .map_err(|e| format!("journal: {}", error_chain(&e)))?;
-        *self.written_progress.lock().expect("progress lock") = snapshot.progress;
+        *self.written.lock().expect("written lock") = Some(record);
         Ok(())
     }
 
-    /// Runs `work`, and meanwhile writes the record every [`PROGRESS_EVERY`] when its
-    /// progress snapshot changed since the last write, so that every host sharing the
-    /// journal sees a long hold move. A write already under way carries the snapshot, so
-    /// none is queued behind it; a failed one is only logged: the restore's own next write
-    /// meets the same journal and decides what it means.
+    /// Runs `work`, and meanwhile writes the progress snapshot every [`PROGRESS_EVERY`]
+    /// when it changed since the last write, so that every host sharing the journal sees a
+    /// long hold move. It goes into the record as last written, nothing else with it. A
+    /// write already under way carries the snapshot, so none is queued behind it; a failed
+    /// one is only logged: the restore's own next write meets the same journal and decides
+    /// what it means.
     pub(super) async fn with_progress_writes<T>(&self, work: impl Future<Output = T>) -> T {
         tokio::pin!(work);
         loop {
@@ -162,17 +173,22 @@ impl<'a> Shared<'a> {
                 out = &mut work => return out,
                 () = tokio::time::sleep(PROGRESS_EVERY) => {}
             }
-            let changed = {
-                let written = self.written_progress.lock().expect("progress lock");
-                self.record.lock().expect("record lock").progress != *written
-            };
             let Ok(order) = self.save_lock.try_lock() else {
                 continue;
             };
-            if !changed {
+            let progress = self.record.lock().expect("record lock").progress.clone();
+            let Some(mut record) = self
+                .written
+                .lock()
+                .expect("written lock")
+                .clone()
+                .filter(|written| written.progress != progress)
+            else {
                 continue;
-            }
-            let save = self.save(order);
+            };
+            record.progress = progress;
+            record.updated_at = Timestamp::now();
+            let save = self.write(order, record);
             tokio::pin!(save);
             // The restore goes on while the snapshot is written; if it ends first, the
             // write still finishes before anything after the restore writes.
