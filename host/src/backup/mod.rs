@@ -15,6 +15,7 @@ pub mod namespace;
 mod plan;
 mod read;
 pub mod rename;
+pub mod snapshot;
 
 pub use filter::{Filter, FilterError};
 pub use namespace::{DEFAULT_DB, Namespace, NamespaceError};
@@ -52,6 +53,20 @@ pub enum Error {
         "backup {name} is in the snapshot format (a Milvus 3.0 snapshot bundle), which lockstep does not restore; take the backup in the binlog format"
     )]
     SnapshotFormat { name: String },
+    /// A snapshot bundle's metadata or manifest that cannot be read as one.
+    #[error("{url} is not a valid snapshot bundle file: {reason}")]
+    CorruptBundle { url: String, reason: String },
+    /// milvus#52930: backup import cannot read a StorageV3 (Loon manifest) segment.
+    #[error(
+        "collection {collection}: segment {segment} of the snapshot bundle is in storage version 3, which Milvus's backup import cannot read (milvus#52930); lockstep does not restore this collection"
+    )]
+    StorageV3Segment { collection: String, segment: i64 },
+    /// A file a manifest names is not in the bundle: an import would come up short while
+    /// Milvus reports success (milvus#53514).
+    #[error(
+        "collection {collection}: the snapshot bundle lacks {url}, which its manifest names; the backup is incomplete"
+    )]
+    MissingBundleFile { collection: String, url: String },
     #[error("backup {name} is in the format {format:?}, which lockstep does not know")]
     UnknownFormat { name: String, format: String },
     #[error("collections {first} and {second} of the backup would both be restored as {target}")]

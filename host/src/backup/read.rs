@@ -212,23 +212,30 @@ async fn exists(
     }
 }
 
-async fn read_json<T: DeserializeOwned>(
+/// The object at `relative` in the backup; a missing one is a missing meta file.
+pub(super) async fn read_bytes(
+    store: &dyn ObjectStore,
+    location: &BackupLocation,
+    relative: &str,
+) -> Result<bytes::Bytes, Error> {
+    let url = location.url(relative);
+    match store.get(&location.path(relative)).await {
+        Ok(result) => result.bytes().await,
+        Err(source) => Err(source),
+    }
+    .map_err(|source| match source {
+        object_store::Error::NotFound { .. } => Error::MetaFileMissing { url },
+        source => Error::Storage { url, source },
+    })
+}
+
+pub(super) async fn read_json<T: DeserializeOwned>(
     store: &dyn ObjectStore,
     location: &BackupLocation,
     relative: &str,
 ) -> Result<T, Error> {
     let url = location.url(relative);
-    let bytes = match store.get(&location.path(relative)).await {
-        Ok(result) => result.bytes().await,
-        Err(source) => Err(source),
-    }
-    .map_err(|source| match source {
-        object_store::Error::NotFound { .. } => Error::MetaFileMissing { url: url.clone() },
-        source => Error::Storage {
-            url: url.clone(),
-            source,
-        },
-    })?;
+    let bytes = read_bytes(store, location, relative).await?;
     serde_json::from_slice(&bytes).map_err(|e| {
         let (line, column) = json_position(&e, &bytes);
         Error::CorruptMeta {
@@ -300,13 +307,23 @@ async fn list_binlogs(
     store: &dyn ObjectStore,
     location: &BackupLocation,
 ) -> Result<BinlogIndex, Error> {
-    let prefix = location.path(BINLOG_DIR);
+    Ok(BinlogIndex::new(
+        list_under(store, location, BINLOG_DIR).await?,
+    ))
+}
+
+/// Every object under `relative` in the backup: (path relative to the backup, size).
+pub(super) async fn list_under(
+    store: &dyn ObjectStore,
+    location: &BackupLocation,
+    relative: &str,
+) -> Result<Vec<(String, u64)>, Error> {
     let listed: Vec<_> = store
-        .list(Some(&prefix))
+        .list(Some(&location.path(relative)))
         .try_collect()
         .await
         .map_err(|source| Error::Storage {
-            url: location.url(BINLOG_DIR),
+            url: location.url(relative),
             source,
         })?;
     let files = listed.into_iter().filter_map(|object| {
@@ -317,7 +334,7 @@ async fn list_binlogs(
             .join("/");
         Some((relative, object.size))
     });
-    Ok(BinlogIndex::new(files))
+    Ok(files.collect())
 }
 
 #[cfg(test)]
