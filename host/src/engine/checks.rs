@@ -8,10 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use object_store::ObjectStore;
 
-use super::Engine;
 use super::ends::Ends;
+use super::process::Engine;
 use super::report::CheckEntry;
-use super::run::destinations;
 use super::two_phase::Tracker;
 use crate::backup::{BinlogFile, RestorePlan};
 use crate::job::{Job, PathForm};
@@ -65,7 +64,7 @@ impl CheckContext {
         group: Option<(usize, &Tracker)>,
     ) -> CheckContext {
         // `usize` is the group's first batch, numbered across the restore.
-        let end = |e: &super::EndClient| CheckEnd {
+        let end = |e: &super::ends::EndClient| CheckEnd {
             name: e.name.clone(),
             uri: e.uri.clone(),
             role: match e.role {
@@ -131,7 +130,7 @@ impl CheckContext {
     }
 }
 
-fn wit_state(s: &super::watch::Seen) -> plugins::JobState {
+fn wit_state(s: &super::poll::Seen) -> plugins::JobState {
     match s.state {
         JobState::Pending => plugins::JobState::Pending,
         JobState::Importing => plugins::JobState::Importing,
@@ -206,7 +205,7 @@ impl CheckSetup {
 
     fn host(&self, job: &Job) -> Result<Arc<dyn CheckHost>, String> {
         let mut stores: BTreeMap<String, Arc<dyn ObjectStore>> = BTreeMap::new();
-        for (end, spec) in destinations(job) {
+        for (end, spec) in job.destinations() {
             let opened = storage::open(spec).map_err(|e| format!("storage of {end}: {e}"))?;
             stores.insert(end, opened.store);
         }
@@ -291,8 +290,8 @@ impl BatchIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::poll::Seen;
     use crate::engine::two_phase::Tracked;
-    use crate::engine::watch::Seen;
     use crate::journal::BatchRecord;
     use crate::milvus::MilvusJobId;
 

@@ -1,6 +1,5 @@
 //! The ends of a restore: the target and its secondaries, each with its REST and gRPC client.
 
-use super::report::EndReport;
 use crate::job::{End, Job};
 use crate::journal::{RecordedEnd, Role};
 use crate::milvus::{self, GrpcClient, RestClient};
@@ -110,19 +109,6 @@ impl Ends {
 
     pub fn len(&self) -> usize {
         self.all.len()
-    }
-
-    /// Every end as the report names it, its version not known yet.
-    pub fn reports(&self) -> Vec<EndReport> {
-        self.all()
-            .iter()
-            .map(|e| EndReport {
-                name: e.name.clone(),
-                role: e.role,
-                uri: e.uri.clone(),
-                version: None,
-            })
-            .collect()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -10,12 +10,14 @@ use std::time::Duration;
 use jiff::Timestamp;
 use tokio::time::Instant;
 
+use super::attempt::Attempt;
 use super::ends::Ends;
-use super::report::{CollectionReport, Report, ReportOf};
+use super::process::Engine;
+use super::report::{CollectionReport, EndReport, Report, ReportOf};
 use super::retry::retry;
-use super::run::{Shared, job_reports};
+use super::run::job_reports;
 use super::two_phase::{self, Tracked, Tracker};
-use super::{Engine, ddl, finish_report};
+use super::{ddl, outcome};
 use crate::job::{Job, StorageSpec};
 use crate::journal::{BatchRecord, Decision, Outcome, RestoreRecord};
 use crate::milvus::{CreateImport, MilvusJobId};
@@ -71,7 +73,7 @@ pub async fn recover(
     }
     tracing::info!(restore = %record.id, phase = ?record.phase, decided = record.has_commit_decision(), "recovering");
     let mut report = report_of(&record, &ends, started);
-    let shared = Shared::new(engine, &ends, claim.as_ref(), record.clone(), job);
+    let shared = Attempt::new(engine, &ends, claim.as_ref(), record.clone(), job);
     let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
     let deadline = Instant::now() + CALL_DEADLINE;
     let settle = Duration::from_millis(record.mirror_grace_ms).min(Duration::from_secs(60));
@@ -153,7 +155,7 @@ pub async fn recover(
     let cleaned = match &record.staging_prefix {
         Some(_) if settled && !stores.is_empty() => {
             let prefix = StagingPrefix::for_restore(&record.id);
-            super::cleanup_prefix(stores, &prefix, temp).await
+            crate::storage::delete_stage(stores, &prefix, temp).await
         }
         _ => false,
     };
@@ -170,57 +172,51 @@ pub async fn recover(
 
     report.jobs = job_reports(&trackers);
     report.divergences = divergences;
-    let (outcome, summary) = if !unsettled.is_empty() {
-        (
-            Outcome::Incomplete,
-            format!(
-                "recovery aborted what was submitted, but not every end settled: {}",
-                unsettled.join("; ")
-            ),
-        )
-    } else if forward_incomplete {
-        (
-            Outcome::Incomplete,
-            "recovery rolled the decision forward, but not every end reported Completed yet"
-                .to_string(),
-        )
-    } else if decided && aborted_any {
-        (
-            Outcome::PartlyCommitted,
-            "recovered: committed groups rolled forward, undecided groups aborted".to_string(),
-        )
-    } else if decided && !report.divergences.is_empty() {
-        (
-            Outcome::Diverged,
-            format!(
-                "recovered by rolling the commit decision forward; {} job(s) diverged",
-                report.divergences.len()
-            ),
-        )
-    } else if decided {
-        (
-            Outcome::Succeeded,
-            "recovered by rolling the commit decision forward; visible on every end".to_string(),
-        )
-    } else {
-        (
-            Outcome::RolledBack,
-            format!(
-                "recovered by presumed abort (the crash came before the commit decision, in phase {:?}); nothing is visible on any end",
-                record.phase
-            ),
-        )
-    };
-    report.summary = summary;
-    if decided {
-        for c in &mut report.collections {
-            c.committed = true;
-        }
+    // What the record's decisions made visible: the collections of the groups it committed.
+    let committed: BTreeSet<String> = (record.groups.iter())
+        .filter(|g| matches!(g.decision, Some(Decision::Commit { .. })))
+        .flat_map(|g| {
+            g.batches
+                .iter()
+                .map(|b| format!("{}.{}", b.db, b.collection))
+        })
+        .collect();
+    for c in &mut report.collections {
+        c.committed = committed.contains(&c.target);
     }
+    if forward_incomplete {
+        unsettled.push("not every end reported Completed after the roll-forward".into());
+    }
+    let failure = match (decided, aborted_any) {
+        (false, _) => Some(format!(
+            "recovered by presumed abort (the crash came before the commit decision, in phase \
+             {:?}); nothing is visible on any end",
+            record.phase
+        )),
+        (true, true) => Some("recovered: undecided commit groups aborted by presumed abort".into()),
+        (true, false) => None,
+    };
+    let facts = outcome::Facts {
+        failure,
+        visible: committed.into_iter().collect(),
+        divergences: &report.divergences,
+        unconverged: unsettled,
+        collections: report.collections.len(),
+        jobs: record.groups.iter().map(|g| g.batches.len()).sum(),
+        ends: ends.len(),
+        ..outcome::Facts::default()
+    };
+    let (outcome, summary) = outcome::decide(&facts, &record.id);
+    report.summary = match outcome {
+        Outcome::Succeeded | Outcome::Diverged if decided && !aborted_any => {
+            format!("recovered by rolling the commit decision forward: {summary}")
+        }
+        _ => summary,
+    };
     if let Some(s) = report.staging.as_mut() {
         s.cleaned_up = cleaned && temp == TempFiles::Delete;
     }
-    finish_report(engine, report, outcome, vec![], &shared).await
+    shared.finish(report, outcome, vec![]).await
 }
 
 /// Deletes the staged files a finished restore left (`stage_left`) from `stores`, under
@@ -246,7 +242,7 @@ pub async fn clean_left_stage(
     } else {
         TempFiles::Delete
     };
-    if !super::cleanup_prefix(stores, &StagingPrefix::for_restore(id), temp).await {
+    if !crate::storage::delete_stage(stores, &StagingPrefix::for_restore(id), temp).await {
         return Err(format!(
             "the staged files of {id} could not all be deleted yet"
         ));
@@ -359,6 +355,6 @@ fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report 
                 destinations: record.staged_ends.clone(),
                 cleaned_up: false,
             }),
-        ..Report::new(of, ends.reports(), started)
+        ..Report::new(of, EndReport::of_ends(ends), started)
     }
 }

@@ -8,6 +8,7 @@ use std::fmt::{self, Write as _};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+use super::ends::Ends;
 use crate::backup::ExpectedRows;
 use crate::journal::Outcome;
 use crate::journal::Role;
@@ -54,6 +55,20 @@ pub struct EndReport {
     pub role: Role,
     pub uri: String,
     pub version: Option<String>,
+}
+
+impl EndReport {
+    /// Every end as the report names it, its version not known yet.
+    pub fn of_ends(ends: &Ends) -> Vec<EndReport> {
+        (ends.all().iter())
+            .map(|e| EndReport {
+                name: e.name.clone(),
+                role: e.role,
+                uri: e.uri.clone(),
+                version: None,
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

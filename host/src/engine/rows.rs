@@ -205,8 +205,8 @@ pub fn failure(found: &[RowMismatch]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::poll::Seen;
     use crate::engine::two_phase::Tracked;
-    use crate::engine::watch::Seen;
     use crate::milvus::JobState;
 
     fn tracker(expected: Option<ExpectedRows>, imported: [Option<i64>; 2]) -> Tracker {

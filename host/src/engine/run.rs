@@ -7,7 +7,7 @@
 //! has not decided yet: they abort; decided groups roll forward.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -15,27 +15,30 @@ use jiff::Timestamp;
 use sha2::{Digest, Sha256};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
+use super::attempt::{Attempt, Stop};
 use super::auto_commit;
 use super::checks::{self, CheckSetup};
 use super::ddl;
 use super::ends::Ends;
+use super::faults;
+use super::gate::ImportGate;
 use super::outcome;
 use super::preflight::{Preflight, error_chain, preflight};
-use super::report::{CollectionReport, Divergence, Report, ReportOf};
+use super::process::{Engine, Interrupted};
+use super::report::{CollectionReport, Divergence, EndReport, Report, ReportOf, StagingReport};
 use super::retry::retry;
 use super::rows;
 use super::schedule::FirstLook;
-use super::staging::{self, Destinations, ImportGate};
+use super::staging::{self, Destinations};
 use super::two_phase::{self, Tracked, Tracker};
-use super::{Engine, Interrupted, faults, finish_report};
 use crate::backup::ImportBatch;
-use crate::job::{Atomicity, Job, StorageSpec};
+use crate::job::{Atomicity, Job};
 use crate::journal::{
-    BatchRecord, Claim, CommitGroup, Decision, EndProgress, Outcome, ProgressSnapshot, RestoreId,
-    RestorePhase, RestoreRecord,
+    BatchRecord, Claim, CommitGroup, Decision, Outcome, RestoreId, RestorePhase, RestoreRecord,
 };
-use crate::milvus::{self, CreateImport, JobState, ServerVersion};
+use crate::milvus::{self, CreateImport, ServerVersion};
 use crate::plugins::{CheckContext, Phase};
 use crate::storage::{self, StagingPrefix};
 
@@ -59,281 +62,8 @@ const DEFAULT_COMPLETION_TIMEOUT: Duration = Duration::from_secs(3600);
 /// stage: milvus-backup's and the Milvus guide's poll.
 const SENTRY_EVERY: Duration = Duration::from_secs(3);
 
-/// What stopped a restore before its decision.
-#[derive(Debug, Clone)]
-pub(super) enum Stop {
-    /// A rule refused it; nothing was imported.
-    Refused(Vec<String>),
-    /// It failed; every submitted job is aborted.
-    Failed(String),
-}
-
-impl From<Interrupted> for Stop {
-    fn from(_: Interrupted) -> Stop {
-        Stop::Failed("interrupted before the commit decision".into())
-    }
-}
-
-/// State shared by the concurrent commit groups of one restore.
-pub(super) struct Shared<'a> {
-    pub engine: &'a Engine,
-    pub ends: &'a Ends,
-    claim: &'a dyn Claim,
-    /// The job, when the restore is run from it (not when recovered from its record).
-    job: Option<&'a Job>,
-    // No await happens while these are held.
-    pub record: Mutex<RestoreRecord>,
-    trackers: Mutex<Vec<Tracker>>,
-    /// The first pre-decision failure; undecided groups abort when they see it, and the
-    /// stage and the wait for arrivals stop.
-    failure: watch::Sender<Option<Stop>>,
-    /// Serialises saves so a stale snapshot never overwrites a newer one.
-    save_lock: tokio::sync::Mutex<()>,
-    /// From the last ready sighting to the commit going out (decision write included).
-    pub reaction: Mutex<Option<Duration>>,
-    /// Touched whenever a tracker shows new states, to wake [`Shared::past_commit`].
-    seen: watch::Sender<()>,
-    /// When each phase this process saw began, in order: the report's `phases`.
-    pub phase_starts: Mutex<Vec<(RestorePhase, Timestamp)>>,
-    /// The record as last written. A progress write writes it again with only the new
-    /// snapshot: never a change the restore has made in memory but not yet written (a
-    /// decision whose own write then fails is taken back, and must not have been made
-    /// durable by someone else's write).
-    written: Mutex<Option<RestoreRecord>>,
-}
-
-/// How often, at most, a running restore writes a changed progress snapshot between
-/// phase changes: fresh enough for a status page, rare enough for the journal.
-const PROGRESS_EVERY: Duration = Duration::from_secs(3);
-
-impl<'a> Shared<'a> {
-    pub fn new(
-        engine: &'a Engine,
-        ends: &'a Ends,
-        claim: &'a dyn Claim,
-        record: RestoreRecord,
-        job: Option<&'a Job>,
-    ) -> Shared<'a> {
-        Shared {
-            engine,
-            ends,
-            claim,
-            job,
-            record: Mutex::new(record),
-            trackers: Mutex::new(Vec::new()),
-            failure: watch::Sender::new(None),
-            save_lock: tokio::sync::Mutex::new(()),
-            reaction: Mutex::new(None),
-            seen: watch::Sender::new(()),
-            phase_starts: Mutex::new(Vec::new()),
-            written: Mutex::new(None),
-        }
-    }
-
-    /// Writes the current record durably.
-    pub async fn persist(&self) -> Result<(), String> {
-        let order = self.save_lock.lock().await;
-        self.save(order).await
-    }
-
-    /// Writes the record as it is now while `order` keeps every other write out.
-    async fn save(&self, order: tokio::sync::MutexGuard<'_, ()>) -> Result<(), String> {
-        let snapshot = {
-            let mut r = self.record.lock().expect("record lock: no panics under it");
-            r.updated_at = Timestamp::now();
-            r.clone()
-        };
-        self.write(order, snapshot).await
-    }
-
-    async fn write(
-        &self,
-        _order: tokio::sync::MutexGuard<'_, ()>,
-        record: RestoreRecord,
-    ) -> Result<(), String> {
-        self.engine
-            .journal
-            .save(self.claim, &record)
-            .await
-            .map_err(|e| format!("journal: {}", error_chain(&e)))?;
-        *self.written.lock().expect("written lock") = Some(record);
-        Ok(())
-    }
-
-    /// Runs `work`, and meanwhile writes the progress snapshot every [`PROGRESS_EVERY`]
-    /// when it changed since the last write, so that every host sharing the journal sees a
-    /// long hold move. It goes into the record as last written, nothing else with it. A
-    /// write already under way carries the snapshot, so none is queued behind it; a failed
-    /// one is only logged: the restore's own next write meets the same journal and decides
-    /// what it means.
-    pub(super) async fn with_progress_writes<T>(&self, work: impl Future<Output = T>) -> T {
-        tokio::pin!(work);
-        loop {
-            tokio::select! {
-                out = &mut work => return out,
-                () = tokio::time::sleep(PROGRESS_EVERY) => {}
-            }
-            let Ok(order) = self.save_lock.try_lock() else {
-                continue;
-            };
-            let progress = self.record.lock().expect("record lock").progress.clone();
-            let Some(mut record) = self
-                .written
-                .lock()
-                .expect("written lock")
-                .clone()
-                .filter(|written| written.progress != progress)
-            else {
-                continue;
-            };
-            record.progress = progress;
-            record.updated_at = Timestamp::now();
-            let save = self.write(order, record);
-            tokio::pin!(save);
-            // The restore goes on while the snapshot is written; if it ends first, the
-            // write still finishes before anything after the restore writes.
-            let (saved, out) = tokio::select! {
-                saved = &mut save => (saved, None),
-                out = &mut work => (save.await, Some(out)),
-            };
-            if let Err(e) = saved {
-                tracing::warn!(error = %e, "could not write the progress snapshot");
-            }
-            if let Some(out) = out {
-                return out;
-            }
-        }
-    }
-
-    async fn set_phase(&self, phase: RestorePhase) -> Result<(), String> {
-        if !self.enter_phase(phase) {
-            return Ok(());
-        }
-        self.persist().await
-    }
-
-    /// Moves the record to `phase` (never back) without writing it: for a phase change that
-    /// the write right after it makes durable. Whether the phase changed.
-    pub(super) fn enter_phase(&self, phase: RestorePhase) -> bool {
-        let id = {
-            let mut r = self.record.lock().expect("record lock: no panics under it");
-            if r.phase >= phase {
-                return false;
-            }
-            r.phase = phase;
-            r.id.to_string()
-        };
-        self.phase_starts
-            .lock()
-            .expect("phase lock")
-            .push((phase, Timestamp::now()));
-        self.engine.progress.phase(&id, phase);
-        true
-    }
-
-    /// Keeps the slowest time from "every end ready" to "commit sent" across groups.
-    fn note_reaction(&self, reaction: Duration) {
-        let mut r = self.reaction.lock().expect("reaction lock");
-        *r = Some(r.map_or(reaction, |old| old.max(reaction)));
-    }
-
-    pub fn fail(&self, stop: Stop) {
-        self.failure.send_if_modified(|f| {
-            let first = f.is_none();
-            if first {
-                *f = Some(stop);
-            }
-            first
-        });
-    }
-
-    fn failed(&self) -> bool {
-        self.failure.borrow().is_some()
-    }
-
-    /// Returns once the restore failed before its decision; never if it does not.
-    pub(super) async fn stopped(&self) {
-        // The sender lives in `self`: the wait ends only with a failure.
-        let _ = self.failure.subscribe().wait_for(Option::is_some).await;
-    }
-
-    /// Returns once every end has every job Committing or Completed; never for a restore
-    /// without jobs.
-    async fn past_commit(&self) {
-        let past = || {
-            let trackers = self.trackers.lock().expect("tracker lock");
-            let mut jobs = trackers.iter().flat_map(|t| &t.jobs).peekable();
-            jobs.peek().is_some()
-                && jobs.all(|j| {
-                    j.seen.iter().all(|s| {
-                        s.as_ref().is_some_and(|s| {
-                            matches!(s.state, JobState::Committing | JobState::Completed)
-                        })
-                    })
-                })
-        };
-        // The sender lives in `self`: the wait ends only when the trackers get there.
-        let _ = self.seen.subscribe().wait_for(|()| past()).await;
-    }
-
-    fn show(&self) {
-        self.seen.send_modify(|()| {});
-        let trackers = self.trackers.lock().expect("tracker lock");
-        let mut counts = trackers.first().map(|t| t.counts()).unwrap_or_default();
-        for t in trackers.iter().skip(1) {
-            for ((_, total), (_, more)) in counts.iter_mut().zip(t.counts()) {
-                for (state, n) in more {
-                    *total.entry(state).or_default() += n;
-                }
-            }
-        }
-        let snapshot = progress_snapshot(&trackers);
-        let id = {
-            let mut r = self.record.lock().expect("record lock");
-            r.progress = Some(snapshot);
-            r.id.to_string()
-        };
-        self.engine.progress.jobs(&id, &counts);
-    }
-}
-
-/// Job states and rows per end over every commit group's tracker.
-fn progress_snapshot(trackers: &[Tracker]) -> ProgressSnapshot {
-    let mut snapshot = ProgressSnapshot {
-        rows_exact: true,
-        ..ProgressSnapshot::default()
-    };
-    for tracker in trackers {
-        if snapshot.ends.is_empty() {
-            snapshot.ends = (tracker.end_names.iter())
-                .map(|end| EndProgress {
-                    end: end.clone(),
-                    ..EndProgress::default()
-                })
-                .collect();
-        }
-        for job in tracker.jobs.iter().filter(|j| j.job_id.is_some()) {
-            if let Some(expected) = job.expected {
-                snapshot.rows_expected += expected.inserted - expected.deletes.unwrap_or(0);
-                snapshot.rows_exact &= expected.deletes.is_some();
-            }
-            for (end, (seen, imported)) in snapshot
-                .ends
-                .iter_mut()
-                .zip(job.seen.iter().zip(&job.imported))
-            {
-                if let Some(seen) = seen {
-                    *end.jobs.entry(seen.state).or_default() += 1;
-                }
-                end.rows_imported += imported.unwrap_or(0);
-            }
-        }
-    }
-    snapshot
-}
-
 /// Runs a new attempt of `job` under `claim`.
-pub(super) async fn attempt(
+pub(super) async fn run_attempt(
     engine: &Engine,
     job: &Job,
     ends: &Ends,
@@ -341,7 +71,7 @@ pub(super) async fn attempt(
     record: RestoreRecord,
 ) -> Report {
     let started = Timestamp::now();
-    let shared = Shared::new(engine, ends, claim, record, Some(job));
+    let shared = Attempt::new(engine, ends, claim, record, Some(job));
     let mut report = base_report(
         job,
         ends,
@@ -350,14 +80,14 @@ pub(super) async fn attempt(
     );
     if let Err(e) = shared.persist().await {
         report.summary = e;
-        return finish_report(engine, report, Outcome::HostFailed, vec![], &shared).await;
+        return shared.finish(report, Outcome::HostFailed, vec![]).await;
     }
     let pf = match preflight(job, ends).await {
         Ok(pf) => pf,
         Err(refusals) => {
             let summary = format!("refused by preflight: {}", refusals.join("; "));
             report.summary = summary;
-            return finish_report(engine, report, Outcome::Refused, refusals, &shared).await;
+            return shared.finish(report, Outcome::Refused, refusals).await;
         }
     };
     for (end, v) in report.ends.iter_mut().zip(&pf.versions) {
@@ -376,7 +106,7 @@ pub(super) async fn attempt(
         Ok(c) => c,
         Err(refusals) => {
             report.summary = format!("refused: {}", refusals.join("; "));
-            return finish_report(engine, report, Outcome::Refused, refusals, &shared).await;
+            return shared.finish(report, Outcome::Refused, refusals).await;
         }
     };
     report.collections = pf
@@ -419,14 +149,14 @@ pub(super) async fn attempt(
     if report.jobs.is_empty() {
         report.jobs = job_reports(&shared.trackers.lock().expect("tracker lock"));
     }
-    finish_report(engine, report, outcome, refusals, &shared).await
+    shared.finish(report, outcome, refusals).await
 }
 
 /// Everything after preflight. `Ok` is the outcome of a restore that got past its DDL
 /// without a pre-decision failure, or rolled back cleanly; `Err` a stop whose rollback the
 /// caller reports.
 async fn execute(
-    shared: &Shared<'_>,
+    shared: &Attempt<'_>,
     job: &Job,
     pf: &Preflight,
     checks: &CheckSetup,
@@ -548,7 +278,7 @@ async fn execute(
         if let Err(stop) = mirrored(&arrived).await {
             return rollback(shared, stop).await;
         }
-        match staging::stage(shared, pf, &to, &gate).await {
+        match stage(shared, pf, &to, &gate).await {
             Ok(staged) => report.staging = Some(staged),
             Err(stop) => return rollback(shared, stop).await,
         }
@@ -602,7 +332,7 @@ async fn execute(
             }
         };
         let staging = async {
-            match staging::stage(shared, pf, &to, &gate).await {
+            match stage(shared, pf, &to, &gate).await {
                 Ok(staged) => {
                     faults::crash_point("after-stage");
                     Some(staged)
@@ -686,12 +416,69 @@ async fn execute(
     Ok(outcome)
 }
 
+/// Stages the plan's files into every end's store that is not the backup's, in the gate's
+/// order, opening the gate batch by batch; ends the gate either way. The caller has
+/// recorded the prefix ([`Destinations::record_in`]). The phase and a failure are recorded
+/// here, not by the stage.
+///
+/// Stops at an interrupt, like every stage before the decision, and when the restore fails
+/// elsewhere. A failure is the restore's: it is recorded for the groups to abort on.
+async fn stage(
+    shared: &Attempt<'_>,
+    pf: &Preflight,
+    to: &Destinations,
+    gate: &ImportGate,
+) -> Result<StagingReport, Stop> {
+    // Rides on the next journal write: nothing recovers differently for it.
+    shared.enter_phase(RestorePhase::Staging);
+    let stop = CancellationToken::new();
+    let id = shared.record.lock().expect("record lock").id.to_string();
+    let progress = shared.engine.progress.clone();
+    let show = move |p| progress.staging(&id, p);
+    let staging = staging::stage_files(pf, to, gate, &show, &stop);
+    tokio::pin!(staging);
+    // A restore that fails meanwhile (a mirror, a create, the DDL) imports nothing more, and
+    // the rest of a long copy would only be deleted again; so does an interrupted one. The
+    // stage is told to stop and waited for, not dropped: a copy abandoned mid-request could
+    // land after the rollback deleted the prefix.
+    let staged = tokio::select! {
+        staged = &mut staging => staged.map_err(Stop::Failed),
+        why = stopped_by(shared) => {
+            stop.cancel();
+            let _ = staging.await;
+            Err(why)
+        }
+    };
+    // The failure is recorded before the gate closes, so the groups that wake on it abort
+    // with the stage's reason, not their own.
+    if let Err(stop) = &staged {
+        shared.fail(stop.clone());
+    }
+    gate.end(staged.is_ok());
+    staged
+}
+
+/// Returns once the restore failed elsewhere or was interrupted, with what that means for
+/// the stage.
+async fn stopped_by(shared: &Attempt<'_>) -> Stop {
+    tokio::select! {
+        () = shared.stopped() => {
+            tracing::info!("staging stopped: the restore failed before its decision");
+            Stop::Failed("staging stopped: the restore failed".into())
+        }
+        () = shared.engine.interrupt.fired() => {
+            tracing::info!("staging stopped: interrupted");
+            Interrupted.into()
+        }
+    }
+}
+
 /// The end of an auto-commit restore: what its imports made visible, counted.
 /// Nothing imported at all is rolled back (the DDL is undone); anything else stays, and the
 /// report says per collection what. The staged files go either way: nothing reads them once
 /// the imports ended.
 async fn auto_committed(
-    shared: &Shared<'_>,
+    shared: &Attempt<'_>,
     job: &Job,
     imports: &[auto_commit::BatchImport],
     report: &mut Report,
@@ -744,7 +531,7 @@ async fn auto_committed(
 }
 
 /// Starts a tracker for every group's jobs, none submitted yet.
-fn track_groups(shared: &Shared<'_>, pf: &Preflight, groups: &[CommitGroup]) {
+fn track_groups(shared: &Attempt<'_>, pf: &Preflight, groups: &[CommitGroup]) {
     shared.record.lock().expect("record lock").groups = groups.to_vec();
     let batches = pf.plan.collections.iter().flat_map(|c| c.batches.iter());
     let names: Vec<String> = shared.ends.all().iter().map(|e| e.name.clone()).collect();
@@ -781,7 +568,7 @@ type GroupResults = Vec<(usize, Result<Vec<Divergence>, String>)>;
 /// reads them in PreImporting and Importing) and a Committing job cannot fail. Whether that
 /// cleanup succeeded comes back with the results; `None` if it did not run here.
 async fn run_groups(
-    shared: &Shared<'_>,
+    shared: &Attempt<'_>,
     job: &Job,
     groups: &[CommitGroup],
     checks: &CheckSetup,
@@ -819,18 +606,6 @@ async fn run_groups(
             (results, Some(cleaned))
         }
     }
-}
-
-/// The ends whose stores the ends import from: the target's, and each secondary's that the
-/// job names (a secondary known only by URI must already see the files some other way).
-pub fn destinations(job: &Job) -> Vec<(String, &StorageSpec)> {
-    let mut out = vec![(job.target.end.name.to_string(), &job.target.storage)];
-    for s in &job.secondaries {
-        if let Some(spec) = &s.storage {
-            out.push((s.end.name.to_string(), spec));
-        }
-    }
-    out
 }
 
 /// The commit groups of the restore: one for all batches, or one per collection.
@@ -913,7 +688,7 @@ struct GroupRun<'a> {
 }
 
 async fn run_group(
-    shared: &Shared<'_>,
+    shared: &Attempt<'_>,
     job: &Job,
     group: GroupRun<'_>,
     checks: &CheckSetup,
@@ -1120,7 +895,7 @@ async fn run_group(
 /// key is recorded as possibly sent before any create goes out, so a crash mid-submit
 /// leaves recovery a key to look each job up by.
 async fn submit(
-    shared: &Shared<'_>,
+    shared: &Attempt<'_>,
     group: &GroupRun<'_>,
     tracker: &mut Tracker,
     call_timeout: Duration,
@@ -1199,7 +974,7 @@ async fn submit(
 /// hours: a job that fails on any end, or a mirror past its grace, fails the restore now
 /// rather than once the last batch was staged, and so stops the stage and the creates not
 /// sent yet. Returns once it failed the restore; never otherwise.
-async fn sentry(shared: &Shared<'_>, g: usize, grace: Duration) {
+async fn sentry(shared: &Attempt<'_>, g: usize, grace: Duration) {
     loop {
         tokio::time::sleep(SENTRY_EVERY).await;
         let mut tracker = shared.trackers.lock().expect("tracker lock")[g].clone();
@@ -1257,7 +1032,7 @@ fn staging_hint(job: &Job, reason: String) -> String {
 
 /// Waits until `batch` may be imported: false once the gate or the restore failed, since a
 /// create that is not sent yet waits for nothing then.
-async fn batch_ready(shared: &Shared<'_>, gate: &ImportGate, batch: usize) -> bool {
+async fn batch_ready(shared: &Attempt<'_>, gate: &ImportGate, batch: usize) -> bool {
     tokio::select! {
         ready = gate.batch_ready(batch) => ready,
         () = shared.stopped() => false,
@@ -1291,13 +1066,13 @@ pub(super) fn import_options(b: &BatchRecord) -> BTreeMap<String, String> {
 
 /// Rolls back a restore that stopped before any job was submitted: drop what the DDL
 /// created, delete what staging copied.
-async fn rollback(shared: &Shared<'_>, stop: Stop) -> Result<Outcome, Stop> {
+async fn rollback(shared: &Attempt<'_>, stop: Stop) -> Result<Outcome, Stop> {
     undo(shared).await;
     Err(stop)
 }
 
 /// Drops every collection the restore created and deletes its staged files.
-async fn undo(shared: &Shared<'_>) {
+async fn undo(shared: &Attempt<'_>) {
     let created = shared
         .record
         .lock()
@@ -1308,7 +1083,7 @@ async fn undo(shared: &Shared<'_>) {
 }
 
 /// Drops the collections a rolled-back restore created and deletes its staged files.
-async fn drop_and_unstage(shared: &Shared<'_>, collections: &[(String, String)]) {
+async fn drop_and_unstage(shared: &Attempt<'_>, collections: &[(String, String)]) {
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
     for problem in ddl::drop_created(shared.ends, collections, deadline).await {
         tracing::warn!(%problem, "rollback");
@@ -1319,14 +1094,14 @@ async fn drop_and_unstage(shared: &Shared<'_>, collections: &[(String, String)])
     };
     if let (true, Some(job)) = (staged, shared.job) {
         let prefix = StagingPrefix::for_restore(&id);
-        super::cleanup_prefix(&destinations(job), &prefix, storage::TempFiles::Delete).await;
+        storage::delete_stage(&job.destinations(), &prefix, storage::TempFiles::Delete).await;
     }
 }
 
 /// Rolls back after the undecided groups aborted. With nothing decided, the DDL is undone
 /// too; with some groups committed, their collections stay and the report says which.
 async fn rollback_after_abort(
-    shared: &Shared<'_>,
+    shared: &Attempt<'_>,
     stop: Stop,
     undecided: &[usize],
     any_decided: bool,
@@ -1365,7 +1140,7 @@ async fn cleanup_staging(job: &Job, restore_id: &RestoreId) -> bool {
     } else {
         storage::TempFiles::Delete
     };
-    let cleaned = super::cleanup_prefix(&destinations(job), &prefix, temp).await;
+    let cleaned = storage::delete_stage(&job.destinations(), &prefix, temp).await;
     cleaned && temp == storage::TempFiles::Delete
 }
 
@@ -1378,7 +1153,7 @@ fn base_report(job: &Job, ends: &Ends, record: &RestoreRecord, started: Timestam
     };
     Report {
         rerun_because: record.rerun_because.clone(),
-        ..Report::new(of, ends.reports(), started)
+        ..Report::new(of, EndReport::of_ends(ends), started)
     }
 }
 

@@ -9,12 +9,12 @@ use futures::StreamExt;
 use tokio::time::Instant;
 
 use super::ends::Ends;
+pub use super::poll::Seen;
+use super::poll::{Judgement, Pair, Sight, watch};
 use super::progress::JobCounts;
 use super::report::Divergence;
 use super::retry::retry;
 use super::schedule::FirstLook;
-pub use super::watch::Seen;
-use super::watch::{Judgement, Pair, Sight, watch};
 use crate::backup::ExpectedRows;
 use crate::milvus::{JobState, MilvusJobId};
 

@@ -141,6 +141,19 @@ impl Job {
         self.restore.strategy
     }
 
+    /// The ends whose stores the ends import from, by end name: the target's, and each
+    /// secondary's that the job names (a secondary known only by URI must already see the
+    /// files some other way).
+    pub fn destinations(&self) -> Vec<(String, &StorageSpec)> {
+        let mut out = vec![(self.target.end.name.to_string(), &self.target.storage)];
+        for s in &self.secondaries {
+            if let Some(spec) = &s.storage {
+                out.push((s.end.name.to_string(), spec));
+            }
+        }
+        out
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn assemble(
         name: String,

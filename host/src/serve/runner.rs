@@ -528,7 +528,7 @@ fn recover_on_own_thread(
 ) -> tokio::task::JoinHandle<Report> {
     on_own_thread(move || async move {
         let stores = match &job {
-            Some(job) => engine::staging_stores(job),
+            Some(job) => job.destinations(),
             None => engine::recorded_stores(&record, &host).unwrap_or_default(),
         };
         engine::recover(&engine, record, ends, job.as_ref(), &stores).await

@@ -22,7 +22,7 @@ pub use probe::{EndStores, ListPage};
 pub use stage::{
     BackupFile, DEFAULT_CONCURRENCY, Destination, ImportPaths, PART_SIZE, STAGING_ROOT,
     StageOptions, StageProgress, StageSource, StagedFile, StagingPrefix, TempFiles, Transfer,
-    cleanup, import_paths, stage,
+    cleanup, delete_stage, import_paths, stage,
 };
 
 /// Why a storage operation failed. Variants name the end (or ends sharing a store) and the

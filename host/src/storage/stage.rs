@@ -717,6 +717,36 @@ pub async fn cleanup(
     Ok(deleted)
 }
 
+/// Deletes a restore's staging prefix on every destination store (or keeps it). Whether it
+/// succeeded; failures are logged, since leftover staged files cost space, not correctness.
+pub async fn delete_stage(
+    destinations: &[(String, &crate::job::StorageSpec)],
+    prefix: &StagingPrefix,
+    temp: TempFiles,
+) -> bool {
+    let mut opened = Vec::new();
+    for (end, spec) in destinations {
+        match super::open(spec) {
+            Ok(s) => opened.push((end.clone(), s)),
+            Err(e) => {
+                tracing::warn!(end, error = %e, "cannot open store to clean up staged files");
+                return false;
+            }
+        }
+    }
+    let dests: Vec<Destination<'_>> = opened
+        .iter()
+        .map(|(end, store)| Destination { end, store })
+        .collect();
+    match cleanup(&dests, prefix, temp).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "staged files were not all deleted");
+            false
+        }
+    }
+}
+
 /// Deletes everything under `prefix` in one store; returns how many objects that was.
 ///
 /// In a local store the prefix is one directory that holds only what staging wrote: it is

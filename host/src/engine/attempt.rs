@@ -1,0 +1,375 @@
+//! One attempt of a restore as the engine keeps it: its journal record and the writes that
+//! make it durable, the phases it went through, the commit groups' trackers, the first
+//! failure before the decision, and the sealing of its report. Only the engine (`run`,
+//! `recover`) holds one; the stages it calls get values.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use tokio::sync::watch;
+
+use super::ends::Ends;
+use super::faults;
+use super::preflight::error_chain;
+use super::process::{Engine, Interrupted};
+use super::report::{self, Report};
+use super::two_phase::Tracker;
+use crate::job::Job;
+use crate::journal::{
+    self, Claim, EndProgress, Outcome, ProgressSnapshot, RestorePhase, RestoreRecord,
+};
+use crate::milvus::JobState;
+
+/// What stopped a restore before its decision.
+#[derive(Debug, Clone)]
+pub(super) enum Stop {
+    /// A rule refused it; nothing was imported.
+    Refused(Vec<String>),
+    /// It failed; every submitted job is aborted.
+    Failed(String),
+}
+
+impl From<Interrupted> for Stop {
+    fn from(_: Interrupted) -> Stop {
+        Stop::Failed("interrupted before the commit decision".into())
+    }
+}
+
+/// One attempt of a restore, held by the engine and lent to its concurrent commit groups.
+pub(super) struct Attempt<'a> {
+    pub engine: &'a Engine,
+    pub ends: &'a Ends,
+    claim: &'a dyn Claim,
+    /// The job, when the restore is run from it (not when recovered from its record).
+    pub job: Option<&'a Job>,
+    // No await happens while these are held.
+    pub record: Mutex<RestoreRecord>,
+    pub trackers: Mutex<Vec<Tracker>>,
+    /// The first pre-decision failure; undecided groups abort when they see it, and the
+    /// stage and the wait for arrivals stop.
+    pub failure: watch::Sender<Option<Stop>>,
+    /// Serialises saves so a stale snapshot never overwrites a newer one.
+    save_lock: tokio::sync::Mutex<()>,
+    /// From the last ready sighting to the commit going out (decision write included).
+    pub reaction: Mutex<Option<Duration>>,
+    /// Touched whenever a tracker shows new states, to wake [`Attempt::past_commit`].
+    seen: watch::Sender<()>,
+    /// When each phase this process saw began, in order: the report's `phases`.
+    pub phase_starts: Mutex<Vec<(RestorePhase, Timestamp)>>,
+    /// The record as last written. A progress write writes it again with only the new
+    /// snapshot: never a change the restore has made in memory but not yet written (a
+    /// decision whose own write then fails is taken back, and must not have been made
+    /// durable by someone else's write).
+    written: Mutex<Option<RestoreRecord>>,
+}
+
+/// How often, at most, a running restore writes a changed progress snapshot between
+/// phase changes: fresh enough for a status page, rare enough for the journal.
+const PROGRESS_EVERY: Duration = Duration::from_secs(3);
+
+impl<'a> Attempt<'a> {
+    pub fn new(
+        engine: &'a Engine,
+        ends: &'a Ends,
+        claim: &'a dyn Claim,
+        record: RestoreRecord,
+        job: Option<&'a Job>,
+    ) -> Attempt<'a> {
+        Attempt {
+            engine,
+            ends,
+            claim,
+            job,
+            record: Mutex::new(record),
+            trackers: Mutex::new(Vec::new()),
+            failure: watch::Sender::new(None),
+            save_lock: tokio::sync::Mutex::new(()),
+            reaction: Mutex::new(None),
+            seen: watch::Sender::new(()),
+            phase_starts: Mutex::new(Vec::new()),
+            written: Mutex::new(None),
+        }
+    }
+
+    /// Writes the current record durably.
+    pub async fn persist(&self) -> Result<(), String> {
+        let order = self.save_lock.lock().await;
+        self.save(order).await
+    }
+
+    /// Writes the record as it is now while `order` keeps every other write out.
+    async fn save(&self, order: tokio::sync::MutexGuard<'_, ()>) -> Result<(), String> {
+        let snapshot = {
+            let mut r = self.record.lock().expect("record lock: no panics under it");
+            r.updated_at = Timestamp::now();
+            r.clone()
+        };
+        self.write(order, snapshot).await
+    }
+
+    async fn write(
+        &self,
+        _order: tokio::sync::MutexGuard<'_, ()>,
+        record: RestoreRecord,
+    ) -> Result<(), String> {
+        self.engine
+            .journal
+            .save(self.claim, &record)
+            .await
+            .map_err(|e| format!("journal: {}", error_chain(&e)))?;
+        *self.written.lock().expect("written lock") = Some(record);
+        Ok(())
+    }
+
+    /// Runs `work`, and meanwhile writes the progress snapshot every [`PROGRESS_EVERY`]
+    /// when it changed since the last write, so that every host sharing the journal sees a
+    /// long hold move. It goes into the record as last written, nothing else with it. A
+    /// write already under way carries the snapshot, so none is queued behind it; a failed
+    /// one is only logged: the restore's own next write meets the same journal and decides
+    /// what it means.
+    pub async fn with_progress_writes<T>(&self, work: impl Future<Output = T>) -> T {
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return out,
+                () = tokio::time::sleep(PROGRESS_EVERY) => {}
+            }
+            let Ok(order) = self.save_lock.try_lock() else {
+                continue;
+            };
+            let progress = self.record.lock().expect("record lock").progress.clone();
+            let Some(mut record) = self
+                .written
+                .lock()
+                .expect("written lock")
+                .clone()
+                .filter(|written| written.progress != progress)
+            else {
+                continue;
+            };
+            record.progress = progress;
+            record.updated_at = Timestamp::now();
+            let save = self.write(order, record);
+            tokio::pin!(save);
+            // The restore goes on while the snapshot is written; if it ends first, the
+            // write still finishes before anything after the restore writes.
+            let (saved, out) = tokio::select! {
+                saved = &mut save => (saved, None),
+                out = &mut work => (save.await, Some(out)),
+            };
+            if let Err(e) = saved {
+                tracing::warn!(error = %e, "could not write the progress snapshot");
+            }
+            if let Some(out) = out {
+                return out;
+            }
+        }
+    }
+
+    pub async fn set_phase(&self, phase: RestorePhase) -> Result<(), String> {
+        if !self.enter_phase(phase) {
+            return Ok(());
+        }
+        self.persist().await
+    }
+
+    /// Moves the record to `phase` (never back) without writing it: for a phase change that
+    /// the write right after it makes durable. Whether the phase changed.
+    pub fn enter_phase(&self, phase: RestorePhase) -> bool {
+        let id = {
+            let mut r = self.record.lock().expect("record lock: no panics under it");
+            if r.phase >= phase {
+                return false;
+            }
+            r.phase = phase;
+            r.id.to_string()
+        };
+        self.phase_starts
+            .lock()
+            .expect("phase lock")
+            .push((phase, Timestamp::now()));
+        self.engine.progress.phase(&id, phase);
+        true
+    }
+
+    /// Keeps the slowest time from "every end ready" to "commit sent" across groups.
+    pub fn note_reaction(&self, reaction: Duration) {
+        let mut r = self.reaction.lock().expect("reaction lock");
+        *r = Some(r.map_or(reaction, |old| old.max(reaction)));
+    }
+
+    pub fn fail(&self, stop: Stop) {
+        self.failure.send_if_modified(|f| {
+            let first = f.is_none();
+            if first {
+                *f = Some(stop);
+            }
+            first
+        });
+    }
+
+    pub fn failed(&self) -> bool {
+        self.failure.borrow().is_some()
+    }
+
+    /// Returns once the restore failed before its decision; never if it does not.
+    pub async fn stopped(&self) {
+        // The sender lives in `self`: the wait ends only with a failure.
+        let _ = self.failure.subscribe().wait_for(Option::is_some).await;
+    }
+
+    /// Returns once every end has every job Committing or Completed; never for a restore
+    /// without jobs.
+    pub async fn past_commit(&self) {
+        let past = || {
+            let trackers = self.trackers.lock().expect("tracker lock");
+            let mut jobs = trackers.iter().flat_map(|t| &t.jobs).peekable();
+            jobs.peek().is_some()
+                && jobs.all(|j| {
+                    j.seen.iter().all(|s| {
+                        s.as_ref().is_some_and(|s| {
+                            matches!(s.state, JobState::Committing | JobState::Completed)
+                        })
+                    })
+                })
+        };
+        // The sender lives in `self`: the wait ends only when the trackers get there.
+        let _ = self.seen.subscribe().wait_for(|()| past()).await;
+    }
+
+    pub fn show(&self) {
+        self.seen.send_modify(|()| {});
+        let trackers = self.trackers.lock().expect("tracker lock");
+        let mut counts = trackers.first().map(|t| t.counts()).unwrap_or_default();
+        for t in trackers.iter().skip(1) {
+            for ((_, total), (_, more)) in counts.iter_mut().zip(t.counts()) {
+                for (state, n) in more {
+                    *total.entry(state).or_default() += n;
+                }
+            }
+        }
+        let snapshot = progress_snapshot(&trackers);
+        let id = {
+            let mut r = self.record.lock().expect("record lock");
+            r.progress = Some(snapshot);
+            r.id.to_string()
+        };
+        self.engine.progress.jobs(&id, &counts);
+    }
+
+    /// Seals a report: outcome, finish time, journal record, JSON and text files.
+    pub async fn finish(
+        &self,
+        mut report: Report,
+        outcome: Outcome,
+        refusals: Vec<String>,
+    ) -> Report {
+        let engine = self.engine;
+        report.outcome = outcome;
+        report.refusals = refusals;
+        report.reaction_ms = self
+            .reaction
+            .lock()
+            .expect("reaction lock")
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        report.finished_at = Timestamp::now();
+        report.phases = report::phase_times(
+            &self.phase_starts.lock().expect("phase lock"),
+            report.started_at,
+            report.finished_at,
+        );
+        if report.summary.is_empty() {
+            report.summary = format!("{outcome:?}");
+        }
+        faults::crash_point("before-report");
+        {
+            let mut r = self.record.lock().expect("record lock: no panics under it");
+            r.outcome = Some(outcome);
+            r.phase = RestorePhase::Finished;
+            r.report = serde_json::to_value(&report).ok();
+        }
+        if let Err(e) = self.persist().await {
+            // The ends are as the report says; only the journal lags. Say so where the
+            // operator reads, since `status` shows the restore unfinished until `recover`
+            // (or the next run of the job) records it.
+            tracing::error!(error = %e, "could not write the final journal record");
+            report.summary = format!(
+                "{}. The journal could not record this outcome ({e}): `lockstep recover {}` \
+                 records it once the journal can be written",
+                report.summary, report.restore_id
+            );
+        }
+        engine
+            .progress
+            .phase(&report.restore_id, RestorePhase::Finished);
+        write_report_files(engine, &report);
+        report
+    }
+}
+
+/// Job states and rows per end over every commit group's tracker.
+fn progress_snapshot(trackers: &[Tracker]) -> ProgressSnapshot {
+    let mut snapshot = ProgressSnapshot {
+        rows_exact: true,
+        ..ProgressSnapshot::default()
+    };
+    for tracker in trackers {
+        if snapshot.ends.is_empty() {
+            snapshot.ends = (tracker.end_names.iter())
+                .map(|end| EndProgress {
+                    end: end.clone(),
+                    ..EndProgress::default()
+                })
+                .collect();
+        }
+        for job in tracker.jobs.iter().filter(|j| j.job_id.is_some()) {
+            if let Some(expected) = job.expected {
+                snapshot.rows_expected += expected.inserted - expected.deletes.unwrap_or(0);
+                snapshot.rows_exact &= expected.deletes.is_some();
+            }
+            for (end, (seen, imported)) in snapshot
+                .ends
+                .iter_mut()
+                .zip(job.seen.iter().zip(&job.imported))
+            {
+                if let Some(seen) = seen {
+                    *end.jobs.entry(seen.state).or_default() += 1;
+                }
+                end.rows_imported += imported.unwrap_or(0);
+            }
+        }
+    }
+    snapshot
+}
+
+/// `{reports_dir}/{restore_id}.json` and `.txt`, plus `{job_name}.latest.json`.
+fn write_report_files(engine: &Engine, report: &Report) {
+    if report.restore_id.is_empty() {
+        return;
+    }
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(&engine.reports_dir)?;
+        let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
+        std::fs::write(
+            engine
+                .reports_dir
+                .join(format!("{}.json", report.restore_id)),
+            &json,
+        )?;
+        std::fs::write(
+            engine
+                .reports_dir
+                .join(format!("{}.txt", report.restore_id)),
+            report.to_string(),
+        )?;
+        let latest = format!(
+            "{}.latest.json",
+            journal::RestoreId::content_prefix(&report.job_name, "").trim_end_matches('.')
+        );
+        std::fs::write(engine.reports_dir.join(latest), &json)
+    };
+    if let Err(e) = write() {
+        tracing::error!(error = %e, dir = %engine.reports_dir.display(), "could not write the report files");
+    }
+}

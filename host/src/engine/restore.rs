@@ -1,0 +1,217 @@
+//! A restore from its job, top to bottom (DESIGN.md §1): the journal's earlier attempts of
+//! the same content (a committed one answers; an unfinished one is recovered first), a new
+//! attempt's claim and record, then [`run::run_attempt`]: preflight, checks, DDL, staging,
+//! import, hold, decision, commit, completion and report. `plan` is preflight alone.
+
+use jiff::Timestamp;
+use tracing::Instrument as _;
+
+use super::checks;
+use super::ends::{EndClient, Ends};
+use super::preflight;
+use super::process::Engine;
+use super::recover::recover;
+use super::report::{self, Report};
+use super::route;
+use super::run;
+use crate::backup::RestorePlan;
+use crate::job::Job;
+use crate::journal::{self, Outcome, RestoreId, RestorePhase, RestoreRecord};
+use crate::storage;
+
+/// What `lockstep plan` prints: preflight passed, and this is what a run would do.
+pub struct PlanOutput {
+    pub plan: RestorePlan,
+    pub ends: Vec<EndPlan>,
+    pub import_prefix_note: String,
+    pub route: route::Choice,
+}
+
+/// How one end gets the files it imports, and reads their paths.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EndPlan {
+    pub name: String,
+    pub version: String,
+    /// The form of the import paths its Milvus resolves.
+    pub import_paths: crate::job::PathForm,
+    pub files: EndFiles,
+}
+
+/// Where an end's import files come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndFiles {
+    /// Copied into its own store under the staging prefix.
+    Staged,
+    /// Its store holds the backup: imported where they are.
+    InPlace,
+    /// lockstep knows no store of it: it must see the target's, or its mirrors find nothing.
+    TargetStore,
+}
+
+impl Engine {
+    /// Runs `job`: a no-op returning the earlier report when the same content already
+    /// committed; otherwise resolves an attempt a crash left unfinished, then (unless that
+    /// committed) runs a new attempt. Every log line it writes carries a `restore` span
+    /// with the job's name and the restore id, so that restores running side by side (in
+    /// `serve`, a batch, a fleet) can be told apart.
+    pub async fn run(&self, job: &Job) -> Report {
+        self.run_because(job, None).await
+    }
+
+    /// [`Engine::run`], saying in the new attempt's record and report why it runs
+    /// (`because`: the earlier attempt was lost with its host).
+    pub async fn run_because(&self, job: &Job, because: Option<String>) -> Report {
+        let span = tracing::info_span!("restore", job = %job.name, id = tracing::field::Empty);
+        self.run_in(job, because, &span)
+            .instrument(span.clone())
+            .await
+    }
+
+    async fn run_in(&self, job: &Job, because: Option<String>, span: &tracing::Span) -> Report {
+        let ends = match Ends::for_job(job) {
+            Ok(e) => e,
+            Err(e) => return self.refused_early(job, vec![e.to_string()]).await,
+        };
+        let attempts = match self.journal.attempts(&job.name, job.id().as_str()).await {
+            Ok(a) => a,
+            Err(e) => return self.host_failed(job, format!("journal: {e}")),
+        };
+        if let Some(last) = attempts.last() {
+            if last.outcome.is_some_and(Outcome::committed)
+                && let Some(report) = last
+                    .report
+                    .as_ref()
+                    .and_then(|r| serde_json::from_value::<Report>(r.clone()).ok())
+            {
+                tracing::info!(restore = %last.id, "this job content already ran; not running it again");
+                return report;
+            }
+            if last.is_unfinished() {
+                span.record("id", tracing::field::display(&last.id));
+                let stores = job.destinations();
+                let report = recover(self, last.clone(), ends.clone(), Some(job), &stores).await;
+                if report.outcome != Outcome::RolledBack && report.outcome != Outcome::Refused {
+                    return report;
+                }
+            }
+        }
+        let attempt = attempts.iter().map(|r| r.attempt).max().unwrap_or(0) + 1;
+        let id = RestoreId::new(&job.name, job.id().as_str(), attempt);
+        span.record("id", tracing::field::display(&id));
+        let claim = match self.journal.claim(&id).await {
+            Ok(c) => c,
+            // Another process works on it: not lockstep's failure, and not the job's either.
+            Err(e @ journal::Error::Busy { .. }) => {
+                return self.refused_early(job, vec![e.to_string()]).await;
+            }
+            Err(e) => return self.host_failed(job, format!("journal: {e}")),
+        };
+        let now = Timestamp::now();
+        let record = RestoreRecord {
+            id,
+            job_name: job.name.clone(),
+            content_hash: job.id().to_string(),
+            attempt,
+            backup: job.backup.name.clone(),
+            ends: ends.all().iter().map(EndClient::recorded).collect(),
+            mirror_grace_ms: job.two_phase.mirror_grace.as_millis() as u64,
+            keep_temp_files: job.restore.keep_temp_files,
+            phase: RestorePhase::Preflight,
+            started_at: now,
+            updated_at: now,
+            staging_prefix: None,
+            staged_ends: vec![],
+            created_collections: vec![],
+            to_create: vec![],
+            groups: vec![],
+            outcome: None,
+            report: None,
+            progress: None,
+            host_lost: false,
+            stage_left: false,
+            rerun_because: because,
+        };
+        run::run_attempt(self, job, &ends, claim.as_ref(), record).await
+    }
+
+    /// Preflight and plan, changing nothing anywhere.
+    pub async fn plan(&self, job: &Job) -> Result<PlanOutput, Vec<String>> {
+        let ends = Ends::for_job(job).map_err(|e| vec![e.to_string()])?;
+        let pf = preflight::preflight(job, &ends).await?;
+        let dest: Vec<storage::OpenedStore> = job
+            .destinations()
+            .iter()
+            .filter_map(|(_, spec)| storage::open(spec).ok())
+            .collect();
+        let in_place = !dest.is_empty() && dest.iter().all(|d| d.id == pf.backup_store.id);
+        let known = if in_place {
+            EndFiles::InPlace
+        } else {
+            EndFiles::Staged
+        };
+        let mut planned = vec![(&job.target.end, known)];
+        for s in &job.secondaries {
+            let files = if s.storage.is_some() {
+                known
+            } else {
+                EndFiles::TargetStore
+            };
+            planned.push((&s.end, files));
+        }
+        let ends = planned
+            .into_iter()
+            .zip(&pf.versions)
+            .map(|((end, files), version)| EndPlan {
+                name: end.name.to_string(),
+                version: version.to_string(),
+                import_paths: end.paths.clone(),
+                files,
+            })
+            .collect();
+        let import_prefix_note = if in_place {
+            format!("imports read the backup in place ({})", pf.backup.location)
+        } else {
+            format!(
+                "binlogs are staged under {}/<restore id>/ on {} store(s)",
+                storage::STAGING_ROOT,
+                dest.len()
+            )
+        };
+        checks::CheckSetup::load(self, job).await?;
+        Ok(PlanOutput {
+            plan: pf.plan,
+            ends,
+            import_prefix_note,
+            route: pf.route,
+        })
+    }
+
+    /// lockstep's own failure before any journal record exists: nothing was written on any
+    /// end, and the job is not to blame (exit 6).
+    fn host_failed(&self, job: &Job, reason: String) -> Report {
+        tracing::error!(%reason, "lockstep cannot run the restore");
+        let of = report::ReportOf {
+            restore_id: String::new(),
+            job_name: job.name.clone(),
+            job_id: job.id().to_string(),
+            backup: job.backup.name.clone(),
+        };
+        Report {
+            outcome: Outcome::HostFailed,
+            ..Report::refused(of, reason, vec![])
+        }
+    }
+
+    /// A refusal before any journal record exists (the ends cannot be reached by the URIs
+    /// given, or another process holds the restore).
+    async fn refused_early(&self, job: &Job, refusals: Vec<String>) -> Report {
+        let of = report::ReportOf {
+            restore_id: String::new(),
+            job_name: job.name.clone(),
+            job_id: job.id().to_string(),
+            backup: job.backup.name.clone(),
+        };
+        Report::refused(of, format!("refused: {}", refusals.join("; ")), refusals)
+    }
+}
