@@ -154,11 +154,15 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
     }
 }
 
-pub fn refusals(format: OutputFormat, job: &Job, refusals: &[String]) {
+/// What `plan` prints of a refused job: each reason, and in JSON each reason's kind.
+pub fn refusals(format: OutputFormat, job: &Job, refusals: &[engine::Refusal]) {
     match format {
-        OutputFormat::Json => {
-            print_json(&json!({"job": job.name, "outcome": "refused", "refusals": refusals}))
-        }
+        OutputFormat::Json => print_json(&json!({
+            "job": job.name,
+            "outcome": "refused",
+            "refusals": engine::Refusal::texts(refusals),
+            "refusal_kinds": refusals.iter().map(engine::Refusal::kind).collect::<Vec<_>>(),
+        })),
         OutputFormat::Text => {
             println!(
                 "job {} refused by preflight; nothing was changed:",

@@ -13,6 +13,7 @@ use super::ends::Ends;
 use super::faults;
 use super::preflight::error_chain;
 use super::process::{Engine, Interrupted};
+use super::refusal::Refusal;
 use super::report::{self, Report};
 use super::two_phase::Tracker;
 use crate::job::Job;
@@ -25,7 +26,7 @@ use crate::milvus::JobState;
 #[derive(Debug, Clone)]
 pub(super) enum Stop {
     /// A rule refused it; nothing was imported.
-    Refused(Vec<String>),
+    Refused(Vec<Refusal>),
     /// It failed; every submitted job is aborted.
     Failed(String),
 }
@@ -263,11 +264,11 @@ impl<'a> Attempt<'a> {
         &self,
         mut report: Report,
         outcome: Outcome,
-        refusals: Vec<String>,
+        refusals: Vec<Refusal>,
     ) -> Report {
         let engine = self.engine;
         report.outcome = outcome;
-        report.refusals = refusals;
+        report.set_refusals(&refusals);
         report.reaction_ms = self
             .reaction
             .lock()

@@ -10,6 +10,7 @@ use object_store::ObjectStore;
 
 use super::ends::Ends;
 use super::process::Engine;
+use super::refusal::Refusal;
 use super::report::CheckEntry;
 use super::two_phase::Tracker;
 use crate::backup::{BinlogFile, RestorePlan};
@@ -145,7 +146,7 @@ fn wit_state(s: &super::poll::Seen) -> plugins::JobState {
 impl CheckSetup {
     /// Loads every check of the job into the process's one plugin runtime; a plugin that
     /// cannot load refuses the restore.
-    pub async fn load(engine: &Engine, job: &Job) -> Result<CheckSetup, Vec<String>> {
+    pub async fn load(engine: &Engine, job: &Job) -> Result<CheckSetup, Vec<Refusal>> {
         let mut setup = CheckSetup {
             checks: Vec::new(),
             reports: Mutex::new(Vec::new()),
@@ -154,13 +155,20 @@ impl CheckSetup {
         if job.checks.is_empty() {
             return Ok(setup);
         }
-        let runtime =
-            PluginRuntime::shared(&engine.plugin_cache).map_err(|e| vec![e.to_string()])?;
+        let runtime = PluginRuntime::shared(&engine.plugin_cache).map_err(|e| {
+            vec![Refusal::PluginRuntime {
+                reason: e.to_string(),
+            }]
+        })?;
         let mut refusals = Vec::new();
         for (i, check) in job.checks.iter().enumerate() {
             match runtime.load_check(check).await {
                 Ok(loaded) => setup.checks.push(loaded),
-                Err(e) => refusals.push(format!("check[{i}] ({}): {e}", check.name)),
+                Err(e) => refusals.push(Refusal::CheckLoad {
+                    index: i,
+                    name: check.name.clone(),
+                    reason: e.to_string(),
+                }),
             }
         }
         if refusals.is_empty() {

@@ -30,6 +30,7 @@ pub mod preflight;
 mod process;
 pub mod progress;
 mod recover;
+mod refusal;
 pub mod report;
 mod restore;
 mod retry;
@@ -44,6 +45,7 @@ pub use ends::{EndClient, Ends, RecoverError};
 pub use process::{Engine, Interrupt, Interrupted};
 pub use progress::{Logged, Progress, Silent};
 pub use recover::{clean_left_stage, recorded_stores, recover};
+pub use refusal::Refusal;
 pub use report::Report;
 pub use restore::{EndFiles, EndPlan, PlanOutput};
 

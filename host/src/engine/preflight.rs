@@ -7,6 +7,7 @@
 use futures::future::join_all;
 
 use super::ends::Ends;
+use super::refusal::Refusal;
 use super::route::{self, Choice, ImportApi, Route};
 use crate::backup::{self, Backup, BatchKind, CollectionCreation, RestorePlan};
 use crate::job::{Atomicity, Job};
@@ -27,7 +28,7 @@ pub struct Preflight {
 }
 
 /// Runs every check; `Err` holds every reason to refuse.
-pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>> {
+pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>> {
     let mut refusals = Vec::new();
 
     // Reachability and versions: nothing else can be asked of an end that does not answer.
@@ -36,10 +37,11 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
     for (end, v) in ends.all().iter().zip(versions) {
         match v {
             Ok(v) => known.push(v),
-            Err(e) => refusals.push(format!(
-                "{} ({}) is unreachable: {e}; check its URI and that Milvus is up",
-                end.name, end.uri
-            )),
+            Err(e) => refusals.push(Refusal::Unreachable {
+                end: end.name.clone(),
+                uri: end.uri.clone(),
+                reason: e.to_string(),
+            }),
         }
     }
     if !refusals.is_empty() {
@@ -48,12 +50,11 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
     if !job.secondaries.is_empty() {
         for (end, v) in ends.all().iter().zip(&known) {
             if !v.supports_two_phase_import() {
-                refusals.push(format!(
-                    "{} {} runs Milvus {v}; a restore with secondaries holds every import \
-                     Uncommitted (two-phase import), which needs Milvus 3.0 or newer on the \
-                     target and every secondary",
-                    end.role, end.name
-                ));
+                refusals.push(Refusal::VersionTooOld {
+                    role: end.role,
+                    end: end.name.clone(),
+                    found: v.clone(),
+                });
             }
         }
     }
@@ -73,7 +74,10 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
     let backup_store = match storage::open(&job.backup.storage) {
         Ok(s) => Some(s),
         Err(e) => {
-            refusals.push(format!("backup storage {}: {e}", job.backup.storage.url));
+            refusals.push(Refusal::BackupStorage {
+                url: job.backup.storage.url.to_string(),
+                reason: e.to_string(),
+            });
             None
         }
     };
@@ -81,18 +85,17 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
     if let Some(store) = &backup_store {
         match backup::read(store.store.as_ref(), &job.backup.location()).await {
             Ok(b) => read = Some(b),
-            Err(e) => refusals.push(error_chain(&e)),
+            Err(e) => refusals.push(Refusal::Backup(error_chain(&e))),
         }
     }
     let mut planned = None;
     if let Some(b) = &read {
         match backup::plan(b, &job.restore, route.route.strategy()) {
-            Ok(p) if p.collections.is_empty() => refusals.push(format!(
-                "nothing to restore: no collection of backup {} passes the job's filters",
-                job.backup.name
-            )),
+            Ok(p) if p.collections.is_empty() => refusals.push(Refusal::NothingToRestore {
+                backup: job.backup.name.clone(),
+            }),
             Ok(p) => planned = Some(p),
-            Err(e) => refusals.push(error_chain(&e)),
+            Err(e) => refusals.push(Refusal::Backup(error_chain(&e))),
         }
     }
 
@@ -117,23 +120,24 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
                         found,
                         job.restore.collection_creation,
                     ) {
-                        refusals.push(conflict.to_string());
+                        refusals.push(conflict.into());
                     }
                     exists.push(found);
                 }
                 // A database that does not exist yet means the collection does not either.
                 Err(e) if e.is_database_missing() => {
                     if job.restore.collection_creation == CollectionCreation::UseExisting {
-                        refusals.push(format!(
-                            "collection {} does not exist on the target (no database {}), and \
-                             skip_create_collection imports into an existing one",
-                            c.target, c.target.db
-                        ));
+                        refusals.push(Refusal::NoDatabase {
+                            collection: c.target.clone(),
+                        });
                     }
                     exists.push(false);
                 }
                 Err(e) => {
-                    refusals.push(format!("cannot tell whether {} exists: {e}", c.target));
+                    refusals.push(Refusal::ExistenceUnknown {
+                        collection: c.target.clone(),
+                        reason: e.to_string(),
+                    });
                     exists.push(false);
                 }
             }
@@ -155,32 +159,32 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<String>>
 
 /// The route from what the job named and what the target's import API can do, probed
 /// where the version cannot tell.
-async fn choose_route(job: &Job, ends: &Ends, version: &ServerVersion) -> Result<Choice, String> {
+async fn choose_route(job: &Job, ends: &Ends, version: &ServerVersion) -> Result<Choice, Refusal> {
     let target = ends.target();
     let api = match ImportApi::of(version) {
         Some(api) => api,
-        None => ImportApi::probe(target).await.map_err(|e| {
-            format!(
-                "{} runs the branch build {version}, and asking which import routes it serves \
-                 failed: {e}",
-                target.name
-            )
-        })?,
+        None => ImportApi::probe(target)
+            .await
+            .map_err(|e| Refusal::RouteUnknown {
+                end: target.name.clone(),
+                version: version.clone(),
+                reason: e.to_string(),
+            })?,
     };
-    route::choose(job.strategy(), api, version, job.secondaries.len())
+    route::choose(job.strategy(), api, version, job.secondaries.len()).map_err(Refusal::NoRoute)
 }
 
 /// A mirror imports the target's paths verbatim: every end must read them one way.
-fn check_path_forms(job: &Job, refusals: &mut Vec<String>) {
+fn check_path_forms(job: &Job, refusals: &mut Vec<Refusal>) {
     let target = &job.target.end;
     for s in &job.secondaries {
         if s.end.paths != target.paths {
-            refusals.push(format!(
-                "secondary {} reads import paths as {}, but the target {} as {}; a mirror \
-                 imports the target's paths verbatim, so set storage_type and \
-                 local_storage_path alike on every end",
-                s.end.name, s.end.paths, target.name, target.paths
-            ));
+            refusals.push(Refusal::PathForms {
+                secondary: s.end.name.to_string(),
+                secondary_paths: s.end.paths.to_string(),
+                target: target.name.to_string(),
+                target_paths: target.paths.to_string(),
+            });
         }
     }
 }
@@ -193,36 +197,31 @@ async fn check_topology(
     ends: &Ends,
     target_version: &ServerVersion,
     route: Route,
-    refusals: &mut Vec<String>,
+    refusals: &mut Vec<Refusal>,
 ) {
     let target = ends.target();
     let topology = match target.grpc.replicate_configuration().await {
         Ok(c) => Topology::new(c),
         Err(e) => {
-            refusals.push(format!(
-                "cannot read the replication configuration of {}: {e}",
-                target.name
-            ));
+            refusals.push(Refusal::TopologyUnreadable {
+                end: target.name.clone(),
+                reason: e.to_string(),
+            });
             return;
         }
     };
     let replicating = topology.is_replicating();
     if route == Route::PerSeg && replicating {
-        refusals.push(format!(
-            "strategy per_seg uses auto-commit imports, which Milvus refuses in a replicating \
-             cluster and {} replicates; use strategy = \"merged\" with its secondaries",
-            target.name
-        ));
+        refusals.push(Refusal::PerSegReplicates {
+            target: target.name.clone(),
+        });
     }
     if !replicating {
         if !job.secondaries.is_empty() {
-            let names: Vec<&str> = ends.secondaries().iter().map(|e| e.name.as_str()).collect();
-            refusals.push(format!(
-                "target {} does not replicate (GetReplicateConfiguration has no topology), so {} \
-                 cannot be its secondaries; drop them from the job or configure CDC first",
-                target.name,
-                names.join(", ")
-            ));
+            refusals.push(Refusal::NotReplicating {
+                target: target.name.clone(),
+                secondaries: ends.secondaries().iter().map(|e| e.name.clone()).collect(),
+            });
         }
         return;
     }
@@ -230,20 +229,20 @@ async fn check_topology(
         .find(None, &target.uri)
         .or_else(|| topology.primary());
     let Some(me) = me else {
-        refusals.push(format!(
-            "the replication configuration of {} has no single primary; fix the topology first",
-            target.name
-        ));
+        refusals.push(Refusal::NoPrimary {
+            target: target.name.clone(),
+        });
         return;
     };
     if topology.primary().map(|p| &p.cluster_id) != Some(&me.cluster_id) {
-        refusals.push(format!(
-            "{} is a secondary (cluster {}) in its replication topology; restore into the primary \
-             {}",
-            target.name,
-            me.cluster_id,
-            topology.primary().map_or("?", |p| p.cluster_id.as_str())
-        ));
+        refusals.push(Refusal::TargetIsSecondary {
+            target: target.name.clone(),
+            cluster: me.cluster_id.clone(),
+            primary: topology
+                .primary()
+                .map_or("?", |p| p.cluster_id.as_str())
+                .to_string(),
+        });
         return;
     }
     let targets = topology.targets_of(&me.cluster_id);
@@ -255,40 +254,31 @@ async fn check_topology(
     };
     if job.secondaries.is_empty() {
         if target_version.supports_two_phase_import() {
-            let list: Vec<String> = targets
-                .iter()
-                .map(|c| format!("{} ({})", c.cluster_id, uri_of(c)))
-                .collect();
-            refusals.push(format!(
-                "target {} replicates to {}; name them as secondaries (secondaries = [...] or \
-                 --secondaries) so the restore holds every mirror Uncommitted before the commit",
-                target.name,
-                list.join(", ")
-            ));
+            refusals.push(Refusal::SecondariesUnnamed {
+                target: target.name.clone(),
+                replicates_to: (targets.iter())
+                    .map(|c| format!("{} ({})", c.cluster_id, uri_of(c)))
+                    .collect(),
+            });
         } else {
-            refusals.push(format!(
-                "target {} replicates and runs Milvus {target_version}; import into a replicating \
-                 cluster needs Milvus 3.0 or newer",
-                target.name
-            ));
+            refusals.push(Refusal::ReplicatingTooOld {
+                target: target.name.clone(),
+                version: target_version.clone(),
+            });
         }
         return;
     }
     for s in ends.secondaries() {
         if !targets.iter().any(|c| same_endpoint(&uri_of(c), &s.uri)) {
-            let list: Vec<String> = targets
-                .iter()
-                .map(|c| format!("{} at {}", c.cluster_id, uri_of(c)))
-                .collect();
-            refusals.push(format!(
-                "secondary {} ({}) is not a replication target of {} (cluster {}); its targets are: \
-                 {}",
-                s.name,
-                s.uri,
-                target.name,
-                me.cluster_id,
-                if list.is_empty() { "none".to_string() } else { list.join(", ") }
-            ));
+            refusals.push(Refusal::NotATarget {
+                secondary: s.name.clone(),
+                uri: s.uri.clone(),
+                target: target.name.clone(),
+                cluster: me.cluster_id.clone(),
+                targets: (targets.iter())
+                    .map(|c| format!("{} at {}", c.cluster_id, uri_of(c)))
+                    .collect(),
+            });
         }
     }
     for c in &targets {
@@ -297,40 +287,30 @@ async fn check_topology(
             .iter()
             .any(|s| same_endpoint(&uri_of(c), &s.uri))
         {
-            refusals.push(format!(
-                "{} also replicates to cluster {} at {}, which the job does not name; every \
-                 secondary must be held Uncommitted before the commit, so add it to secondaries",
-                target.name,
-                c.cluster_id,
-                uri_of(c)
-            ));
+            refusals.push(Refusal::UnnamedTarget {
+                target: target.name.clone(),
+                cluster: c.cluster_id.clone(),
+                uri: uri_of(c),
+            });
         }
     }
 }
 
 /// Options milvus-backup has that this version of lockstep does not carry out yet: refused
 /// rather than silently skipped.
-fn unsupported_options(job: &Job, refusals: &mut Vec<String>) {
+fn unsupported_options(job: &Job, refusals: &mut Vec<Refusal>) {
     if job.restore.rbac {
-        refusals.push(
-            "restore.rbac: restoring users, roles and grants is not supported by this version of \
-             lockstep; restore RBAC with milvus-backup or leave rbac off"
-                .into(),
-        );
+        refusals.push(Refusal::Rbac);
     }
     if job.restore.drop_exist_index {
-        refusals.push(
-            "restore.drop_exist_index is not supported by this version of lockstep; drop the \
-             indexes first or use drop_exist_collection"
-                .into(),
-        );
+        refusals.push(Refusal::DropExistIndex);
     }
 }
 
 /// Restore-level atomicity holds every job Uncommitted at once, and every job that is not
 /// Completed or Failed counts against `dataCoord.import.maxImportJobNum`, on the target and,
 /// as mirrors, on each secondary; refuse a restore that cannot fit on every end.
-async fn check_budget(job: &Job, ends: &Ends, plan: &RestorePlan, refusals: &mut Vec<String>) {
+async fn check_budget(job: &Job, ends: &Ends, plan: &RestorePlan, refusals: &mut Vec<Refusal>) {
     if job.restore.meta_only {
         return;
     }
@@ -350,10 +330,10 @@ async fn check_budget(job: &Job, ends: &Ends, plan: &RestorePlan, refusals: &mut
         let active = match end.rest.list("", "").await {
             Ok(jobs) => jobs.iter().filter(|j| !j.state.is_terminal()).count(),
             Err(e) => {
-                refusals.push(format!(
-                    "cannot list the import jobs active on {}: {e}",
-                    end.name
-                ));
+                refusals.push(Refusal::BudgetUnknown {
+                    end: end.name.clone(),
+                    reason: e.to_string(),
+                });
                 continue;
             }
         };
@@ -370,12 +350,13 @@ async fn check_budget(job: &Job, ends: &Ends, plan: &RestorePlan, refusals: &mut
                   imports to finish, or restore fewer collections per job"
                 .to_string(),
         };
-        refusals.push(format!(
-            "the restore holds {held} import jobs Uncommitted at once and {} has {active} active \
-             (every job not Completed or Failed counts, mirrors too), beyond its import job \
-             budget of {limit} (dataCoord.import.maxImportJobNum); {advice}",
-            end.name
-        ));
+        refusals.push(Refusal::OverBudget {
+            held,
+            end: end.name.clone(),
+            active,
+            limit,
+            advice,
+        });
     }
 }
 
@@ -388,7 +369,7 @@ fn check_l0_import(
     ends: &Ends,
     versions: &[ServerVersion],
     plan: &RestorePlan,
-    refusals: &mut Vec<String>,
+    refusals: &mut Vec<Refusal>,
 ) {
     let with_l0: Vec<String> = plan
         .collections
@@ -404,17 +385,12 @@ fn check_l0_import(
         if spec.imports_l0(version) {
             continue;
         }
-        refusals.push(format!(
-            "{} {} runs Milvus {version}, which refuses L0 (delete-only) segments unless \
-             dataCoord.import.enableL0Import is on (off by default from 3.0), and the backup has \
-             L0 segments in {}; turn the setting on and say so with `l0_import = true` in \
-             [clusters.{}] of the host config, or restore a backup whose L0 deletes were folded \
-             into the segments' delta logs",
-            end.role,
-            end.name,
-            with_l0.join(", "),
-            end.name
-        ));
+        refusals.push(Refusal::L0Import {
+            role: end.role,
+            end: end.name.clone(),
+            version: version.clone(),
+            collections: with_l0.clone(),
+        });
     }
 }
 

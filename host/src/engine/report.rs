@@ -9,6 +9,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use super::ends::Ends;
+use super::refusal::Refusal;
 use crate::backup::ExpectedRows;
 use crate::journal::Outcome;
 use crate::journal::Role;
@@ -37,6 +38,10 @@ pub struct Report {
     pub divergences: Vec<Divergence>,
     /// Preflight's reasons, when the restore was refused.
     pub refusals: Vec<String>,
+    /// The kind of each refusal, in the same order (`version_too_old`, `over_budget`, …):
+    /// what a script branches on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refusal_kinds: Vec<String>,
     pub checks: Vec<CheckEntry>,
     pub staging: Option<StagingReport>,
     /// Seconds spent in each phase, in order.
@@ -202,6 +207,7 @@ impl Report {
             jobs: vec![],
             divergences: vec![],
             refusals: vec![],
+            refusal_kinds: vec![],
             checks: vec![],
             staging: None,
             phases: vec![],
@@ -218,6 +224,12 @@ impl Report {
             refusals,
             ..Report::new(of, vec![], Timestamp::now())
         }
+    }
+
+    /// Records why the restore was refused: each reason's text and kind.
+    pub fn set_refusals(&mut self, refusals: &[Refusal]) {
+        self.refusals = Refusal::texts(refusals);
+        self.refusal_kinds = refusals.iter().map(|r| r.kind().to_string()).collect();
     }
 
     pub fn exit_code(&self) -> i32 {

@@ -11,6 +11,7 @@ use super::ends::{EndClient, Ends};
 use super::preflight;
 use super::process::Engine;
 use super::recover::recover;
+use super::refusal::Refusal;
 use super::report::{self, Report};
 use super::route;
 use super::run;
@@ -71,7 +72,11 @@ impl Engine {
     async fn run_in(&self, job: &Job, because: Option<String>, span: &tracing::Span) -> Report {
         let ends = match Ends::for_job(job) {
             Ok(e) => e,
-            Err(e) => return self.refused_early(job, vec![e.to_string()]).await,
+            Err(e) => {
+                return self
+                    .refused_early(job, vec![Refusal::Ends(e.to_string())])
+                    .await;
+            }
         };
         let attempts = match self.journal.attempts(&job.name, job.id().as_str()).await {
             Ok(a) => a,
@@ -103,7 +108,9 @@ impl Engine {
             Ok(c) => c,
             // Another process works on it: not lockstep's failure, and not the job's either.
             Err(e @ journal::Error::Busy { .. }) => {
-                return self.refused_early(job, vec![e.to_string()]).await;
+                return self
+                    .refused_early(job, vec![Refusal::Busy(e.to_string())])
+                    .await;
             }
             Err(e) => return self.host_failed(job, format!("journal: {e}")),
         };
@@ -136,8 +143,8 @@ impl Engine {
     }
 
     /// Preflight and plan, changing nothing anywhere.
-    pub async fn plan(&self, job: &Job) -> Result<PlanOutput, Vec<String>> {
-        let ends = Ends::for_job(job).map_err(|e| vec![e.to_string()])?;
+    pub async fn plan(&self, job: &Job) -> Result<PlanOutput, Vec<Refusal>> {
+        let ends = Ends::for_job(job).map_err(|e| vec![Refusal::Ends(e.to_string())])?;
         let pf = preflight::preflight(job, &ends).await?;
         let dest: Vec<storage::OpenedStore> = job
             .destinations()
@@ -205,13 +212,16 @@ impl Engine {
 
     /// A refusal before any journal record exists (the ends cannot be reached by the URIs
     /// given, or another process holds the restore).
-    async fn refused_early(&self, job: &Job, refusals: Vec<String>) -> Report {
+    async fn refused_early(&self, job: &Job, refusals: Vec<Refusal>) -> Report {
         let of = report::ReportOf {
             restore_id: String::new(),
             job_name: job.name.clone(),
             job_id: job.id().to_string(),
             backup: job.backup.name.clone(),
         };
-        Report::refused(of, format!("refused: {}", refusals.join("; ")), refusals)
+        let summary = format!("refused: {}", Refusal::joined(&refusals));
+        let mut report = Report::refused(of, summary, vec![]);
+        report.set_refusals(&refusals);
+        report
     }
 }

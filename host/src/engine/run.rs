@@ -27,6 +27,7 @@ use super::gate::ImportGate;
 use super::outcome;
 use super::preflight::{Preflight, error_chain, preflight};
 use super::process::{Engine, Interrupted};
+use super::refusal::Refusal;
 use super::report::{CollectionReport, Divergence, EndReport, Report, ReportOf, StagingReport};
 use super::retry::retry;
 use super::rows;
@@ -85,7 +86,7 @@ pub(super) async fn run_attempt(
     let pf = match preflight(job, ends).await {
         Ok(pf) => pf,
         Err(refusals) => {
-            let summary = format!("refused by preflight: {}", refusals.join("; "));
+            let summary = format!("refused by preflight: {}", Refusal::joined(&refusals));
             report.summary = summary;
             return shared.finish(report, Outcome::Refused, refusals).await;
         }
@@ -105,7 +106,7 @@ pub(super) async fn run_attempt(
     let checks = match CheckSetup::load(engine, job).await {
         Ok(c) => c,
         Err(refusals) => {
-            report.summary = format!("refused: {}", refusals.join("; "));
+            report.summary = format!("refused: {}", Refusal::joined(&refusals));
             return shared.finish(report, Outcome::Refused, refusals).await;
         }
     };
@@ -128,7 +129,7 @@ pub(super) async fn run_attempt(
     let (outcome, refusals) = match outcome {
         Ok(outcome) => (outcome, vec![]),
         Err(Stop::Refused(r)) => {
-            report.summary = format!("refused: {}", r.join("; "));
+            report.summary = format!("refused: {}", Refusal::joined(&r));
             (Outcome::Refused, r)
         }
         Err(Stop::Failed(reason)) => {
@@ -812,7 +813,7 @@ async fn run_group(
             let mut r = shared.record.lock().expect("record lock");
             let reason = match shared.failure.borrow().as_ref() {
                 Some(Stop::Failed(r)) => r.clone(),
-                Some(Stop::Refused(r)) => r.join("; "),
+                Some(Stop::Refused(r)) => Refusal::joined(r),
                 None => "failed".into(),
             };
             r.groups[g].decision = Some(Decision::Abort {
@@ -1042,11 +1043,9 @@ async fn batch_ready(shared: &Attempt<'_>, gate: &ImportGate, batch: usize) -> b
 /// What a refused create means for the restore.
 fn create_failed(e: &milvus::Error) -> Stop {
     if e.is_replicated_import_disabled() {
-        Stop::Refused(vec![format!(
-            "{}; enable dataCoord.import.enableInReplicatingCluster on the target and every \
-             secondary (it is off by default)",
-            error_chain(e)
-        )])
+        Stop::Refused(vec![Refusal::ReplicatedImportDisabled {
+            reason: error_chain(e),
+        }])
     } else {
         Stop::Failed(format!("import create failed: {}", error_chain(e)))
     }

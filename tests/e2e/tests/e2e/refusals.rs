@@ -2,10 +2,29 @@
 
 use e2e::{L0Import, World, WorldSpec};
 
-/// Runs `job` and checks it was refused before anything was written anywhere.
-async fn refused(world: &World, job: &std::path::Path, why: &[&str]) -> anyhow::Result<String> {
+/// Runs `job` and checks it was refused before anything was written anywhere, for a reason
+/// of `kind` (the report's `refusal_kinds`; `None` for a job file refused before any
+/// preflight) whose text says `why`.
+async fn refused(
+    world: &World,
+    job: &std::path::Path,
+    kind: Option<&str>,
+    why: &[&str],
+) -> anyhow::Result<String> {
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 2, "{}", run.explain());
+    let kinds = run.report["refusal_kinds"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    match kind {
+        Some(kind) => assert!(
+            kinds.iter().any(|k| k == kind),
+            "no {kind} refusal among {kinds:?}: {}",
+            run.explain()
+        ),
+        None => assert!(kinds.is_empty(), "preflight ran: {kinds:?}"),
+    }
     let text = format!("{}\n{}", run.stdout, run.stderr);
     for w in why {
         assert!(text.contains(w), "refusal does not say {w:?}:\n{text}");
@@ -23,7 +42,13 @@ async fn a_target_below_3_0_with_secondaries() -> anyhow::Result<()> {
     })
     .await?;
     let job = world.job("old-target", "")?;
-    refused(&world, &job, &["2.6.24", "3.0 or newer"]).await?;
+    refused(
+        &world,
+        &job,
+        Some("version_too_old"),
+        &["2.6.24", "3.0 or newer"],
+    )
+    .await?;
     Ok(())
 }
 
@@ -35,7 +60,7 @@ async fn a_secondary_below_3_0() -> anyhow::Result<()> {
     })
     .await?;
     let job = world.job("old-secondary", "")?;
-    refused(&world, &job, &["v2.5.4", "s1"]).await?;
+    refused(&world, &job, Some("version_too_old"), &["v2.5.4", "s1"]).await?;
     Ok(())
 }
 
@@ -46,7 +71,13 @@ async fn a_replicating_target_without_secondaries() -> anyhow::Result<()> {
         "no-secondaries",
         &format!("backup = \"{}\"\ntarget = \"t\"\n", world.spec.backup.name),
     )?;
-    refused(&world, &job, &["replicates to", "secondaries"]).await?;
+    refused(
+        &world,
+        &job,
+        Some("secondaries_unnamed"),
+        &["replicates to", "secondaries"],
+    )
+    .await?;
     Ok(())
 }
 
@@ -54,7 +85,13 @@ async fn a_replicating_target_without_secondaries() -> anyhow::Result<()> {
 async fn per_seg_with_secondaries() -> anyhow::Result<()> {
     let world = World::start(WorldSpec::default()).await?;
     let job = world.job("per-seg", "strategy = \"per_seg\"\n")?;
-    refused(&world, &job, &["per_seg"]).await?;
+    refused(
+        &world,
+        &job,
+        None,
+        &["per_seg", "cannot be used with secondaries"],
+    )
+    .await?;
     Ok(())
 }
 
@@ -68,7 +105,13 @@ async fn per_seg_on_a_replicating_target() -> anyhow::Result<()> {
             world.spec.backup.name
         ),
     )?;
-    refused(&world, &job, &["per_seg", "replicat"]).await?;
+    refused(
+        &world,
+        &job,
+        Some("per_seg_replicates"),
+        &["per_seg", "replicat"],
+    )
+    .await?;
     Ok(())
 }
 
@@ -80,7 +123,13 @@ async fn a_secondary_that_is_not_a_replication_target() -> anyhow::Result<()> {
     })
     .await?;
     let job = world.job("stranger", "")?;
-    refused(&world, &job, &["s2", "is not a replication target"]).await?;
+    refused(
+        &world,
+        &job,
+        Some("not_a_target"),
+        &["s2", "is not a replication target"],
+    )
+    .await?;
     Ok(())
 }
 
@@ -94,7 +143,13 @@ async fn a_replication_target_the_job_does_not_name() -> anyhow::Result<()> {
             world.spec.backup.name
         ),
     )?;
-    refused(&world, &job, &["also replicates to", "s2"]).await?;
+    refused(
+        &world,
+        &job,
+        Some("unnamed_target"),
+        &["also replicates to", "s2"],
+    )
+    .await?;
     Ok(())
 }
 
@@ -111,6 +166,7 @@ async fn a_budget_too_small_for_restore_level_atomicity() -> anyhow::Result<()> 
     refused(
         &world,
         &job,
+        Some("over_budget"),
         &[
             "maxImportJobNum",
             "set [two_phase] atomicity",
@@ -128,7 +184,13 @@ async fn a_missing_backup() -> anyhow::Result<()> {
         "missing",
         "backup = \"no_such_backup\"\ntarget = \"t\"\nsecondaries = [\"s1\", \"s2\"]\n",
     )?;
-    refused(&world, &job, &["no_such_backup", "not found"]).await?;
+    refused(
+        &world,
+        &job,
+        Some("backup"),
+        &["no_such_backup", "not found"],
+    )
+    .await?;
     Ok(())
 }
 
@@ -146,7 +208,7 @@ async fn an_unreachable_end() -> anyhow::Result<()> {
         config.replace(&s2, &format!("http://127.0.0.1:{closed}")),
     )?;
     let job = world.job("unreachable", "")?;
-    refused(&world, &job, &["s2", "unreachable"]).await?;
+    refused(&world, &job, Some("unreachable"), &["s2", "unreachable"]).await?;
     Ok(())
 }
 
@@ -160,6 +222,7 @@ async fn a_bad_job_file_names_file_line_and_field() -> anyhow::Result<()> {
     refused(
         &world,
         &job,
+        None,
         &["typo.toml:6:1", "two_phase.atomicty", "expected one of"],
     )
     .await?;
@@ -220,6 +283,7 @@ async fn l0_segments_against_ends_that_do_not_import_them() -> anyhow::Result<()
     refused(
         &world,
         &job,
+        Some("l0_import"),
         &[
             "dataCoord.import.enableL0Import",
             "l0_import = true",

@@ -1,0 +1,303 @@
+//! Why a restore is refused: every reason preflight, the plugin loader or the first import
+//! create can give, each with the values it names, so that callers and tests branch on the
+//! kind and people read the text (the report keeps the text).
+
+use crate::backup::{CollectionConflict, Namespace};
+use crate::journal::Role;
+use crate::milvus::ServerVersion;
+
+/// One reason to refuse a restore. The text says why and what to do.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    #[error("{0}")]
+    Ends(String),
+    #[error("{0}")]
+    Busy(String),
+    #[error("{end} ({uri}) is unreachable: {reason}; check its URI and that Milvus is up")]
+    Unreachable {
+        end: String,
+        uri: String,
+        reason: String,
+    },
+    #[error(
+        "{role} {end} runs Milvus {found}; a restore with secondaries holds every import \
+         Uncommitted (two-phase import), which needs Milvus 3.0 or newer on the target and \
+         every secondary"
+    )]
+    VersionTooOld {
+        role: Role,
+        end: String,
+        found: ServerVersion,
+    },
+    #[error(
+        "{end} runs the branch build {version}, and asking which import routes it serves \
+         failed: {reason}"
+    )]
+    RouteUnknown {
+        end: String,
+        version: ServerVersion,
+        reason: String,
+    },
+    /// The job's strategy and what the target's import API can do do not meet.
+    #[error("{0}")]
+    NoRoute(String),
+    #[error("cannot read the replication configuration of {end}: {reason}")]
+    TopologyUnreadable { end: String, reason: String },
+    #[error(
+        "strategy per_seg uses auto-commit imports, which Milvus refuses in a replicating \
+         cluster and {target} replicates; use strategy = \"merged\" with its secondaries"
+    )]
+    PerSegReplicates { target: String },
+    #[error(
+        "target {target} does not replicate (GetReplicateConfiguration has no topology), so \
+         {} cannot be its secondaries; drop them from the job or configure CDC first",
+        .secondaries.join(", ")
+    )]
+    NotReplicating {
+        target: String,
+        secondaries: Vec<String>,
+    },
+    #[error(
+        "the replication configuration of {target} has no single primary; fix the topology \
+         first"
+    )]
+    NoPrimary { target: String },
+    #[error(
+        "{target} is a secondary (cluster {cluster}) in its replication topology; restore into \
+         the primary {primary}"
+    )]
+    TargetIsSecondary {
+        target: String,
+        cluster: String,
+        primary: String,
+    },
+    #[error(
+        "target {target} replicates to {}; name them as secondaries (secondaries = [...] or \
+         --secondaries) so the restore holds every mirror Uncommitted before the commit",
+        .replicates_to.join(", ")
+    )]
+    SecondariesUnnamed {
+        target: String,
+        replicates_to: Vec<String>,
+    },
+    #[error(
+        "target {target} replicates and runs Milvus {version}; import into a replicating \
+         cluster needs Milvus 3.0 or newer"
+    )]
+    ReplicatingTooOld {
+        target: String,
+        version: ServerVersion,
+    },
+    #[error(
+        "secondary {secondary} ({uri}) is not a replication target of {target} (cluster \
+         {cluster}); its targets are: {}",
+        if .targets.is_empty() { "none".to_string() } else { .targets.join(", ") }
+    )]
+    NotATarget {
+        secondary: String,
+        uri: String,
+        target: String,
+        cluster: String,
+        targets: Vec<String>,
+    },
+    #[error(
+        "{target} also replicates to cluster {cluster} at {uri}, which the job does not name; \
+         every secondary must be held Uncommitted before the commit, so add it to secondaries"
+    )]
+    UnnamedTarget {
+        target: String,
+        cluster: String,
+        uri: String,
+    },
+    #[error(
+        "secondary {secondary} reads import paths as {secondary_paths}, but the target \
+         {target} as {target_paths}; a mirror imports the target's paths verbatim, so set \
+         storage_type and local_storage_path alike on every end"
+    )]
+    PathForms {
+        secondary: String,
+        secondary_paths: String,
+        target: String,
+        target_paths: String,
+    },
+    #[error(
+        "restore.rbac: restoring users, roles and grants is not supported by this version of \
+         lockstep; restore RBAC with milvus-backup or leave rbac off"
+    )]
+    Rbac,
+    #[error(
+        "restore.drop_exist_index is not supported by this version of lockstep; drop the \
+         indexes first or use drop_exist_collection"
+    )]
+    DropExistIndex,
+    #[error("backup storage {url}: {reason}")]
+    BackupStorage { url: String, reason: String },
+    /// The backup cannot be read or planned (missing, corrupt, a format not restored).
+    #[error("{0}")]
+    Backup(String),
+    #[error("nothing to restore: no collection of backup {backup} passes the job's filters")]
+    NothingToRestore { backup: String },
+    #[error(transparent)]
+    CollectionConflict(#[from] CollectionConflict),
+    #[error(
+        "collection {collection} does not exist on the target (no database {}), and \
+         skip_create_collection imports into an existing one",
+        .collection.db
+    )]
+    NoDatabase { collection: Namespace },
+    #[error("cannot tell whether {collection} exists: {reason}")]
+    ExistenceUnknown {
+        collection: Namespace,
+        reason: String,
+    },
+    #[error("cannot list the import jobs active on {end}: {reason}")]
+    BudgetUnknown { end: String, reason: String },
+    #[error(
+        "the restore holds {held} import jobs Uncommitted at once and {end} has {active} \
+         active (every job not Completed or Failed counts, mirrors too), beyond its import \
+         job budget of {limit} (dataCoord.import.maxImportJobNum); {advice}"
+    )]
+    OverBudget {
+        held: usize,
+        end: String,
+        active: usize,
+        limit: usize,
+        advice: String,
+    },
+    #[error(
+        "{role} {end} runs Milvus {version}, which refuses L0 (delete-only) segments unless \
+         dataCoord.import.enableL0Import is on (off by default from 3.0), and the backup has \
+         L0 segments in {}; turn the setting on and say so with `l0_import = true` in \
+         [clusters.{end}] of the host config, or restore a backup whose L0 deletes were \
+         folded into the segments' delta logs",
+        .collections.join(", ")
+    )]
+    L0Import {
+        role: Role,
+        end: String,
+        version: ServerVersion,
+        collections: Vec<String>,
+    },
+    #[error("the plugin runtime cannot start: {reason}")]
+    PluginRuntime { reason: String },
+    #[error("check[{index}] ({name}): {reason}")]
+    CheckLoad {
+        index: usize,
+        name: String,
+        reason: String,
+    },
+    #[error(
+        "{reason}; enable dataCoord.import.enableInReplicatingCluster on the target and every \
+         secondary (it is off by default)"
+    )]
+    ReplicatedImportDisabled { reason: String },
+}
+
+impl Refusal {
+    /// The kind, for scripts and tests to branch on: the variant's name in snake case, as
+    /// the report's `refusal_kinds` lists it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Refusal::Ends(_) => "ends",
+            Refusal::Busy(_) => "busy",
+            Refusal::Unreachable { .. } => "unreachable",
+            Refusal::VersionTooOld { .. } => "version_too_old",
+            Refusal::RouteUnknown { .. } => "route_unknown",
+            Refusal::NoRoute(_) => "no_route",
+            Refusal::TopologyUnreadable { .. } => "topology_unreadable",
+            Refusal::PerSegReplicates { .. } => "per_seg_replicates",
+            Refusal::NotReplicating { .. } => "not_replicating",
+            Refusal::NoPrimary { .. } => "no_primary",
+            Refusal::TargetIsSecondary { .. } => "target_is_secondary",
+            Refusal::SecondariesUnnamed { .. } => "secondaries_unnamed",
+            Refusal::ReplicatingTooOld { .. } => "replicating_too_old",
+            Refusal::NotATarget { .. } => "not_a_target",
+            Refusal::UnnamedTarget { .. } => "unnamed_target",
+            Refusal::PathForms { .. } => "path_forms",
+            Refusal::Rbac => "rbac",
+            Refusal::DropExistIndex => "drop_exist_index",
+            Refusal::BackupStorage { .. } => "backup_storage",
+            Refusal::Backup(_) => "backup",
+            Refusal::NothingToRestore { .. } => "nothing_to_restore",
+            Refusal::CollectionConflict(_) => "collection_conflict",
+            Refusal::NoDatabase { .. } => "no_database",
+            Refusal::ExistenceUnknown { .. } => "existence_unknown",
+            Refusal::BudgetUnknown { .. } => "budget_unknown",
+            Refusal::OverBudget { .. } => "over_budget",
+            Refusal::L0Import { .. } => "l0_import",
+            Refusal::PluginRuntime { .. } => "plugin_runtime",
+            Refusal::CheckLoad { .. } => "check_load",
+            Refusal::ReplicatedImportDisabled { .. } => "replicated_import_disabled",
+        }
+    }
+
+    /// The texts of `refusals`, as a report keeps them.
+    pub fn texts(refusals: &[Refusal]) -> Vec<String> {
+        refusals.iter().map(ToString::to_string).collect()
+    }
+
+    /// `refusals` in one line, for a summary.
+    pub fn joined(refusals: &[Refusal]) -> String {
+        Refusal::texts(refusals).join("; ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(v: &str) -> ServerVersion {
+        ServerVersion::parse(v)
+    }
+
+    #[test]
+    fn texts_read_as_one_sentence_each_without_runs_of_spaces() {
+        let all = [
+            Refusal::VersionTooOld {
+                role: Role::Secondary,
+                end: "b".into(),
+                found: version("2.6.1"),
+            },
+            Refusal::Rbac,
+            Refusal::DropExistIndex,
+            Refusal::NotATarget {
+                secondary: "c".into(),
+                uri: "http://c:19530".into(),
+                target: "a".into(),
+                cluster: "ca".into(),
+                targets: vec![],
+            },
+            Refusal::L0Import {
+                role: Role::Target,
+                end: "a".into(),
+                version: version("3.0.1"),
+                collections: vec!["default.c".into(), "db1.d".into()],
+            },
+            Refusal::NoDatabase {
+                collection: Namespace::new("db1", "c"),
+            },
+        ];
+        for refusal in &all {
+            let text = refusal.to_string();
+            assert!(!text.contains("  "), "a run of spaces: {text:?}");
+            assert!(!text.contains('\n'), "one line: {text:?}");
+        }
+        assert_eq!(
+            all[0].to_string(),
+            "secondary b runs Milvus 2.6.1; a restore with secondaries holds every import \
+             Uncommitted (two-phase import), which needs Milvus 3.0 or newer on the target and \
+             every secondary"
+        );
+        assert_eq!(
+            all[1].to_string(),
+            "restore.rbac: restoring users, roles and grants is not supported by this version \
+             of lockstep; restore RBAC with milvus-backup or leave rbac off"
+        );
+        assert!(all[3].to_string().ends_with("its targets are: none"));
+        assert!(all[4].to_string().contains(
+            "L0 segments in default.c, db1.d; turn the setting on and say so with \
+             `l0_import = true` in [clusters.a]"
+        ));
+        assert!(all[5].to_string().contains("(no database db1)"));
+    }
+}
