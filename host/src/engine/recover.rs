@@ -73,7 +73,7 @@ pub async fn recover(
     }
     tracing::info!(restore = %record.id, phase = ?record.phase, decided = record.has_commit_decision(), "recovering");
     let mut report = report_of(&record, &ends, started);
-    let shared = Attempt::new(engine, &ends, claim.as_ref(), record.clone(), job);
+    let attempt = Attempt::new(engine, &ends, claim.as_ref(), record.clone(), job);
     let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
     let deadline = Instant::now() + CALL_DEADLINE;
     let settle = Duration::from_millis(record.mirror_grace_ms).min(Duration::from_secs(60));
@@ -118,7 +118,7 @@ pub async fn recover(
                 for (i, b) in group.batches.iter().enumerate() {
                     if b.job_id.is_none() && b.create_sent {
                         tracker.jobs[i].job_id = find_lost_job(&ends, b, deadline).await;
-                        shared.record.lock().expect("record lock").groups[g].batches[i].job_id =
+                        attempt.record.lock().expect("record lock").groups[g].batches[i].job_id =
                             tracker.jobs[i].job_id.clone();
                     }
                 }
@@ -127,7 +127,7 @@ pub async fn recover(
                     unsettled.push(e);
                 }
                 aborted_any = true;
-                shared.record.lock().expect("record lock").groups[g].decision =
+                attempt.record.lock().expect("record lock").groups[g].decision =
                     Some(Decision::Abort {
                         at: Timestamp::now(),
                         reason: "recovered: no decision on record".into(),
@@ -136,7 +136,7 @@ pub async fn recover(
         }
         trackers.push(tracker);
     }
-    let _ = shared.persist().await;
+    let _ = attempt.persist().await;
 
     let decided = record.has_commit_decision();
     if !decided {
@@ -165,7 +165,7 @@ pub async fn recover(
         tracing::warn!(%prefix, "staged files were left in place; they are deleted once the stores can be reached");
     }
     {
-        let mut r = shared.record.lock().expect("record lock");
+        let mut r = attempt.record.lock().expect("record lock");
         r.stage_left = record.staging_prefix.is_some() && !cleaned;
         r.host_lost = !decided && settled;
     }
@@ -216,7 +216,7 @@ pub async fn recover(
     if let Some(s) = report.staging.as_mut() {
         s.cleaned_up = cleaned && temp == TempFiles::Delete;
     }
-    shared.finish(report, outcome, vec![]).await
+    attempt.finish(report, outcome, vec![]).await
 }
 
 /// Deletes the staged files a finished restore left (`stage_left`) from `stores`, under

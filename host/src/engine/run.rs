@@ -72,23 +72,23 @@ pub(super) async fn run_attempt(
     record: RestoreRecord,
 ) -> Report {
     let started = Timestamp::now();
-    let shared = Attempt::new(engine, ends, claim, record, Some(job));
+    let attempt = Attempt::new(engine, ends, claim, record, Some(job));
     let mut report = base_report(
         job,
         ends,
-        &shared.record.lock().expect("record lock"),
+        &attempt.record.lock().expect("record lock"),
         started,
     );
-    if let Err(e) = shared.persist().await {
+    if let Err(e) = attempt.persist().await {
         report.summary = e;
-        return shared.finish(report, Outcome::HostFailed, vec![]).await;
+        return attempt.finish(report, Outcome::HostFailed, vec![]).await;
     }
     let pf = match preflight(job, ends).await {
         Ok(pf) => pf,
         Err(refusals) => {
             let summary = format!("refused by preflight: {}", Refusal::joined(&refusals));
             report.summary = summary;
-            return shared.finish(report, Outcome::Refused, refusals).await;
+            return attempt.finish(report, Outcome::Refused, refusals).await;
         }
     };
     for (end, v) in report.ends.iter_mut().zip(&pf.versions) {
@@ -107,7 +107,7 @@ pub(super) async fn run_attempt(
         Ok(c) => c,
         Err(refusals) => {
             report.summary = format!("refused: {}", Refusal::joined(&refusals));
-            return shared.finish(report, Outcome::Refused, refusals).await;
+            return attempt.finish(report, Outcome::Refused, refusals).await;
         }
     };
     report.collections = pf
@@ -123,8 +123,8 @@ pub(super) async fn run_attempt(
             committed: false,
         })
         .collect();
-    let outcome = shared
-        .with_progress_writes(execute(&shared, job, &pf, &checks, &mut report))
+    let outcome = attempt
+        .with_progress_writes(execute(&attempt, job, &pf, &checks, &mut report))
         .await;
     let (outcome, refusals) = match outcome {
         Ok(outcome) => (outcome, vec![]),
@@ -140,7 +140,7 @@ pub(super) async fn run_attempt(
                 divergences: &report.divergences,
                 ..outcome::Facts::default()
             };
-            let id = shared.record.lock().expect("record lock").id.clone();
+            let id = attempt.record.lock().expect("record lock").id.clone();
             let (outcome, summary) = outcome::decide(&facts, &id);
             report.summary = summary;
             (outcome, vec![])
@@ -148,23 +148,23 @@ pub(super) async fn run_attempt(
     };
     // Auto-commit restores track no held jobs and report their batches themselves.
     if report.jobs.is_empty() {
-        report.jobs = job_reports(&shared.trackers.lock().expect("tracker lock"));
+        report.jobs = job_reports(&attempt.trackers.lock().expect("tracker lock"));
     }
-    shared.finish(report, outcome, refusals).await
+    attempt.finish(report, outcome, refusals).await
 }
 
 /// Everything after preflight. `Ok` is the outcome of a restore that got past its DDL
 /// without a pre-decision failure, or rolled back cleanly; `Err` a stop whose rollback the
 /// caller reports.
 async fn execute(
-    shared: &Attempt<'_>,
+    attempt: &Attempt<'_>,
     job: &Job,
     pf: &Preflight,
     checks: &CheckSetup,
     report: &mut Report,
 ) -> Result<Outcome, Stop> {
-    let engine = shared.engine;
-    let ends = shared.ends;
+    let engine = attempt.engine;
+    let ends = attempt.ends;
     let grace = job.two_phase.mirror_grace;
     let call_deadline = || {
         Instant::now()
@@ -173,16 +173,16 @@ async fn execute(
                 .commit_timeout
                 .unwrap_or(DEFAULT_CALL_DEADLINE)
     };
-    let restore_id = shared.record.lock().expect("record lock").id.clone();
+    let restore_id = attempt.record.lock().expect("record lock").id.clone();
 
     // DDL on the target. What it will create is recorded before it starts (with the write
     // that enters the DDL phase), and what it created at every write after.
-    shared.record.lock().expect("record lock").to_create =
+    attempt.record.lock().expect("record lock").to_create =
         ddl::to_create(&pf.plan, &pf.exists, job.restore.collection_creation);
     let (made_tx, made) = watch::channel(0);
     let run_ddl = async |made: &watch::Sender<usize>| -> Result<(), Stop> {
         let created = |db: &str, name: &str| {
-            let mut r = shared.record.lock().expect("record lock");
+            let mut r = attempt.record.lock().expect("record lock");
             r.created_collections
                 .push((db.to_string(), name.to_string()));
         };
@@ -196,7 +196,7 @@ async fn execute(
             made,
         )
         .await;
-        shared.persist().await.map_err(Stop::Failed)?;
+        attempt.persist().await.map_err(Stop::Failed)?;
         faults::crash_point("after-ddl");
         applied.map_err(|e| Stop::Failed(format!("DDL on the target failed: {e}")))
     };
@@ -219,15 +219,15 @@ async fn execute(
         }
     };
     if job.restore.meta_only {
-        shared
+        attempt
             .set_phase(RestorePhase::Ddl)
             .await
             .map_err(Stop::Failed)?;
         if let Err(stop) = run_ddl(&made_tx).await {
-            return rollback(shared, stop).await;
+            return rollback(attempt, stop).await;
         }
         if let Err(stop) = mirrored(&|_| {}).await {
-            return rollback(shared, stop).await;
+            return rollback(attempt, stop).await;
         }
         report.summary =
             "meta only: collections created on the target and present on every secondary".into();
@@ -241,11 +241,11 @@ async fn execute(
     // created, staged or submitted.
     let to = match Destinations::open(job, pf, &restore_id) {
         Ok(to) => to,
-        Err(reason) => return rollback(shared, Stop::Failed(reason)).await,
+        Err(reason) => return rollback(attempt, Stop::Failed(reason)).await,
     };
     let import_prefix = to.paths.prefix().to_string();
     let groups = build_groups(&restore_id, job, pf, &import_prefix);
-    track_groups(shared, pf, &groups);
+    track_groups(attempt, pf, &groups);
     checks.set_staged(checks::staged_objects(
         &import_prefix,
         &pf.plan.files_to_stage,
@@ -255,9 +255,9 @@ async fn execute(
     // One write for the groups, the prefix (so a crash mid-copy can still clean up) and the
     // phase: each is a journal commit with an fsync, and all of them come before any DDL,
     // copy or create.
-    to.record_in(&mut shared.record.lock().expect("record lock"));
-    shared.enter_phase(RestorePhase::Ddl);
-    shared.persist().await.map_err(Stop::Failed)?;
+    to.record_in(&mut attempt.record.lock().expect("record lock"));
+    attempt.enter_phase(RestorePhase::Ddl);
+    attempt.persist().await.map_err(Stop::Failed)?;
     let gate = ImportGate::new(
         &import_prefix,
         &pf.plan.files_to_stage,
@@ -274,14 +274,14 @@ async fn execute(
     let auto_commits = pf.route.route.auto_commits();
     let (results, cleaned_early) = if checks.has(Phase::BeforeImport) || auto_commits {
         if let Err(stop) = run_ddl(&made_tx).await {
-            return rollback(shared, stop).await;
+            return rollback(attempt, stop).await;
         }
         if let Err(stop) = mirrored(&arrived).await {
-            return rollback(shared, stop).await;
+            return rollback(attempt, stop).await;
         }
-        match stage(shared, pf, &to, &gate).await {
+        match stage(attempt, pf, &to, &gate).await {
             Ok(staged) => report.staging = Some(staged),
-            Err(stop) => return rollback(shared, stop).await,
+            Err(stop) => return rollback(attempt, stop).await,
         }
         faults::crash_point("after-stage");
         let collections = checks::collections(&pf.plan);
@@ -296,21 +296,21 @@ async fn execute(
         let checked = checks.run(job, before_import).await;
         report.checks = checks.reports();
         if let Err(reason) = checked {
-            return rollback(shared, Stop::Failed(reason)).await;
+            return rollback(attempt, Stop::Failed(reason)).await;
         }
         if auto_commits {
-            shared
+            attempt
                 .set_phase(RestorePhase::Importing)
                 .await
                 .map_err(Stop::Failed)?;
             let imports = auto_commit::run(ends.target(), &groups, pf.route.route).await;
-            return auto_committed(shared, job, &imports, report).await;
+            return auto_committed(attempt, job, &imports, report).await;
         }
-        run_groups(shared, job, &groups, checks, pf, &gate).await
+        run_groups(attempt, job, &groups, checks, pf, &gate).await
     } else {
         // Each failure is recorded before the gate fails, so the groups abort with it.
         let fail = |stop: Stop| {
-            shared.fail(stop);
+            attempt.fail(stop);
             gate.fail();
         };
         let creating = async {
@@ -329,11 +329,11 @@ async fn execute(
                 }
                 // Nothing more is imported: waiting for a late collection is moot, and
                 // the batches that wait for one must not wait on.
-                () = shared.stopped() => gate.fail(),
+                () = attempt.stopped() => gate.fail(),
             }
         };
         let staging = async {
-            match stage(shared, pf, &to, &gate).await {
+            match stage(attempt, pf, &to, &gate).await {
                 Ok(staged) => {
                     faults::crash_point("after-stage");
                     Some(staged)
@@ -346,7 +346,7 @@ async fn execute(
             creating,
             arrivals,
             staging,
-            run_groups(shared, job, &groups, checks, pf, &gate)
+            run_groups(attempt, job, &groups, checks, pf, &gate)
         );
         report.staging = staged;
         results
@@ -361,7 +361,7 @@ async fn execute(
         }
     }
     let decided: Vec<bool> = {
-        let r = shared.record.lock().expect("record lock");
+        let r = attempt.record.lock().expect("record lock");
         r.groups
             .iter()
             .map(|g| matches!(g.decision, Some(Decision::Commit { .. })))
@@ -377,19 +377,19 @@ async fn execute(
     }
     report.checks.extend(checks.reports());
 
-    let failure = shared.failure.send_replace(None);
+    let failure = attempt.failure.send_replace(None);
     if let Some(stop) = failure {
         // Undecided groups aborted themselves; drop what they created.
         let undecided: Vec<usize> = (0..groups.len()).filter(|g| !decided[*g]).collect();
         let any_decided = decided.iter().any(|d| *d);
         report.divergences = divergences;
-        return rollback_after_abort(shared, stop, &undecided, any_decided).await;
+        return rollback_after_abort(attempt, stop, &undecided, any_decided).await;
     }
 
     // Every group decided, or stopped past the point of aborting: cleanup, then the
     // outcome. A group left incomplete already says why; a journal that cannot take this
     // write either does not change that outcome.
-    if let Err(e) = shared.set_phase(RestorePhase::Completing).await {
+    if let Err(e) = attempt.set_phase(RestorePhase::Completing).await {
         if incomplete.is_empty() {
             return Err(Stop::Failed(e));
         }
@@ -425,16 +425,16 @@ async fn execute(
 /// Stops at an interrupt, like every stage before the decision, and when the restore fails
 /// elsewhere. A failure is the restore's: it is recorded for the groups to abort on.
 async fn stage(
-    shared: &Attempt<'_>,
+    attempt: &Attempt<'_>,
     pf: &Preflight,
     to: &Destinations,
     gate: &ImportGate,
 ) -> Result<StagingReport, Stop> {
     // Rides on the next journal write: nothing recovers differently for it.
-    shared.enter_phase(RestorePhase::Staging);
+    attempt.enter_phase(RestorePhase::Staging);
     let stop = CancellationToken::new();
-    let id = shared.record.lock().expect("record lock").id.to_string();
-    let progress = shared.engine.progress.clone();
+    let id = attempt.record.lock().expect("record lock").id.to_string();
+    let progress = attempt.engine.progress.clone();
     let show = move |p| progress.staging(&id, p);
     let staging = staging::stage_files(pf, to, gate, &show, &stop);
     tokio::pin!(staging);
@@ -444,7 +444,7 @@ async fn stage(
     // land after the rollback deleted the prefix.
     let staged = tokio::select! {
         staged = &mut staging => staged.map_err(Stop::Failed),
-        why = stopped_by(shared) => {
+        why = stopped_by(attempt) => {
             stop.cancel();
             let _ = staging.await;
             Err(why)
@@ -453,7 +453,7 @@ async fn stage(
     // The failure is recorded before the gate closes, so the groups that wake on it abort
     // with the stage's reason, not their own.
     if let Err(stop) = &staged {
-        shared.fail(stop.clone());
+        attempt.fail(stop.clone());
     }
     gate.end(staged.is_ok());
     staged
@@ -461,13 +461,13 @@ async fn stage(
 
 /// Returns once the restore failed elsewhere or was interrupted, with what that means for
 /// the stage.
-async fn stopped_by(shared: &Attempt<'_>) -> Stop {
+async fn stopped_by(attempt: &Attempt<'_>) -> Stop {
     tokio::select! {
-        () = shared.stopped() => {
+        () = attempt.stopped() => {
             tracing::info!("staging stopped: the restore failed before its decision");
             Stop::Failed("staging stopped: the restore failed".into())
         }
-        () = shared.engine.interrupt.fired() => {
+        () = attempt.engine.interrupt.fired() => {
             tracing::info!("staging stopped: interrupted");
             Interrupted.into()
         }
@@ -479,12 +479,12 @@ async fn stopped_by(shared: &Attempt<'_>) -> Stop {
 /// report says per collection what. The staged files go either way: nothing reads them once
 /// the imports ended.
 async fn auto_committed(
-    shared: &Attempt<'_>,
+    attempt: &Attempt<'_>,
     job: &Job,
     imports: &[auto_commit::BatchImport],
     report: &mut Report,
 ) -> Result<Outcome, Stop> {
-    let target = &shared.ends.target().name;
+    let target = &attempt.ends.target().name;
     report.jobs = imports.iter().map(|b| b.job_report(target)).collect();
     let mut partly_visible = Vec::new();
     for c in &mut report.collections {
@@ -517,11 +517,11 @@ async fn auto_committed(
         ends: 1,
         ..outcome::Facts::default()
     };
-    let restore_id = shared.record.lock().expect("record lock").id.clone();
+    let restore_id = attempt.record.lock().expect("record lock").id.clone();
     let (outcome, summary) = outcome::decide(&facts, &restore_id);
     report.summary = summary;
     if outcome == Outcome::RolledBack {
-        undo(shared).await;
+        undo(attempt).await;
         if let Some(s) = report.staging.as_mut() {
             s.cleaned_up = true;
         }
@@ -532,12 +532,12 @@ async fn auto_committed(
 }
 
 /// Starts a tracker for every group's jobs, none submitted yet.
-fn track_groups(shared: &Attempt<'_>, pf: &Preflight, groups: &[CommitGroup]) {
-    shared.record.lock().expect("record lock").groups = groups.to_vec();
+fn track_groups(attempt: &Attempt<'_>, pf: &Preflight, groups: &[CommitGroup]) {
+    attempt.record.lock().expect("record lock").groups = groups.to_vec();
     let batches = pf.plan.collections.iter().flat_map(|c| c.batches.iter());
-    let names: Vec<String> = shared.ends.all().iter().map(|e| e.name.clone()).collect();
+    let names: Vec<String> = attempt.ends.all().iter().map(|e| e.name.clone()).collect();
     let mut batches = batches.zip(groups.iter().flat_map(|g| g.batches.iter()));
-    let mut trackers = shared.trackers.lock().expect("tracker lock");
+    let mut trackers = attempt.trackers.lock().expect("tracker lock");
     for group in groups {
         trackers.push(Tracker {
             end_names: names.clone(),
@@ -569,14 +569,14 @@ type GroupResults = Vec<(usize, Result<Vec<Divergence>, String>)>;
 /// reads them in PreImporting and Importing) and a Committing job cannot fail. Whether that
 /// cleanup succeeded comes back with the results; `None` if it did not run here.
 async fn run_groups(
-    shared: &Attempt<'_>,
+    attempt: &Attempt<'_>,
     job: &Job,
     groups: &[CommitGroup],
     checks: &CheckSetup,
     pf: &Preflight,
     gate: &ImportGate,
 ) -> (GroupResults, Option<bool>) {
-    let restore_id = shared.record.lock().expect("record lock").id.clone();
+    let restore_id = attempt.record.lock().expect("record lock").id.clone();
     let budget = Arc::new(Semaphore::new((job.target.max_import_jobs as usize).max(1)));
     let runs = futures::stream::iter(0..groups.len())
         .map(|g| {
@@ -594,7 +594,7 @@ async fn run_groups(
                     groups,
                     gate,
                 };
-                (g, run_group(shared, job, group, checks, pf).await)
+                (g, run_group(attempt, job, group, checks, pf).await)
             }
         })
         .buffer_unordered(groups.len().max(1))
@@ -602,7 +602,7 @@ async fn run_groups(
     let mut runs = std::pin::pin!(runs);
     tokio::select! {
         results = &mut runs => (results, None),
-        () = shared.past_commit() => {
+        () = attempt.past_commit() => {
             let (results, cleaned) = tokio::join!(runs, cleanup_staging(job, &restore_id));
             (results, Some(cleaned))
         }
@@ -677,7 +677,7 @@ pub(super) fn idempotency_key(restore_id: &RestoreId, batch_id: &str) -> String 
 
 /// One commit group, submit to complete. `Ok` carries its divergences; `Err` says why the
 /// group stopped after its decision without completing (the restore is then incomplete).
-/// A pre-decision failure is recorded in `shared.failure` and the group aborts itself.
+/// A pre-decision failure is recorded in `attempt.failure` and the group aborts itself.
 /// One commit group of a restore, and the stage its jobs wait on.
 struct GroupRun<'a> {
     g: usize,
@@ -689,16 +689,16 @@ struct GroupRun<'a> {
 }
 
 async fn run_group(
-    shared: &Attempt<'_>,
+    attempt: &Attempt<'_>,
     job: &Job,
     group: GroupRun<'_>,
     checks: &CheckSetup,
     pf: &Preflight,
 ) -> Result<Vec<Divergence>, String> {
-    let ends = shared.ends;
-    let engine = shared.engine;
+    let ends = attempt.ends;
+    let engine = attempt.engine;
     let GroupRun { g, gate, .. } = group;
-    let mut tracker = shared.trackers.lock().expect("tracker lock")[g].clone();
+    let mut tracker = attempt.trackers.lock().expect("tracker lock")[g].clone();
     let jobs: Vec<usize> = (0..tracker.jobs.len()).collect();
     let call_timeout = job
         .two_phase
@@ -711,33 +711,33 @@ async fn run_group(
         .is_some_and(ServerVersion::honours_idempotency_key);
 
     let pre: Result<(), Stop> = async {
-        if shared.failed() {
+        if attempt.failed() {
             return Err(Stop::Failed("another commit group failed".into()));
         }
         {
-            let submitted = submit(shared, &group, &mut tracker, call_timeout, honours_key);
+            let submitted = submit(attempt, &group, &mut tracker, call_timeout, honours_key);
             tokio::pin!(submitted);
             tokio::select! {
                 submitted = &mut submitted => submitted?,
                 // The creates not sent yet stop; those in flight finish: no job id is lost.
-                () = sentry(shared, g, job.two_phase.mirror_grace) => submitted.await?,
+                () = sentry(attempt, g, job.two_phase.mirror_grace) => submitted.await?,
             }
         }
-        if shared.failed() {
+        if attempt.failed() {
             return Err(Stop::Failed(
                 "a job failed while the creates went out".into(),
             ));
         }
         // The commit timeout counts from the creates: they may have waited on staging.
         let deadline = job.two_phase.commit_timeout.map(|t| Instant::now() + t);
-        shared
+        attempt
             .set_phase(RestorePhase::Holding)
             .await
             .map_err(Stop::Failed)?;
         let hold = async |tracker: &mut Tracker, first: FirstLook| -> Result<(), Stop> {
             let show = |t: &Tracker| {
-                shared.trackers.lock().expect("tracker lock")[g] = t.clone();
-                shared.show();
+                attempt.trackers.lock().expect("tracker lock")[g] = t.clone();
+                attempt.show();
             };
             let grace = job.two_phase.mirror_grace;
             let held = two_phase::hold(ends, tracker, &jobs, grace, deadline, first, &show);
@@ -750,7 +750,7 @@ async fn run_group(
                     return Err(Stop::Failed(GATE_FAILED.into()));
                 }
             }
-            if shared.failed() {
+            if attempt.failed() {
                 return Err(Stop::Failed("another commit group failed".into()));
             }
             Ok(())
@@ -765,15 +765,15 @@ async fn run_group(
             rows::read(ends, &mut tracker, &jobs, Instant::now() + call_timeout)
                 .await
                 .map_err(|e| Stop::Failed(e.to_string()))?;
-            shared.trackers.lock().expect("tracker lock")[g] = tracker.clone();
-            shared.show();
+            attempt.trackers.lock().expect("tracker lock")[g] = tracker.clone();
+            attempt.show();
             let wrong = rows::mismatches(&tracker, &jobs);
             if !wrong.is_empty() {
                 return Err(Stop::Failed(rows::failure(&wrong)));
             }
         }
         if checks.has(Phase::BeforeCommit) {
-            let restore_id = shared.record.lock().expect("record lock").id.clone();
+            let restore_id = attempt.record.lock().expect("record lock").id.clone();
             let collections = checks::collections(&pf.plan);
             let restore = checks::Restore {
                 id: restore_id.as_str(),
@@ -802,7 +802,7 @@ async fn run_group(
     .await;
 
     if let Err(stop) = pre {
-        shared.fail(stop);
+        attempt.fail(stop);
         let settle = job.two_phase.mirror_grace.min(Duration::from_secs(60));
         let aborted = if faults::planted(faults::Bug::SkipAbort) {
             Ok(())
@@ -810,8 +810,8 @@ async fn run_group(
             two_phase::abort(ends, &mut tracker, &jobs, settle, call_deadline).await
         };
         let reason = {
-            let mut r = shared.record.lock().expect("record lock");
-            let reason = match shared.failure.borrow().as_ref() {
+            let mut r = attempt.record.lock().expect("record lock");
+            let reason = match attempt.failure.borrow().as_ref() {
                 Some(Stop::Failed(r)) => r.clone(),
                 Some(Stop::Refused(r)) => Refusal::joined(r),
                 None => "failed".into(),
@@ -822,8 +822,8 @@ async fn run_group(
             });
             reason
         };
-        shared.trackers.lock().expect("tracker lock")[g] = tracker;
-        let _ = shared.persist().await;
+        attempt.trackers.lock().expect("tracker lock")[g] = tracker;
+        let _ = attempt.persist().await;
         tracing::warn!(group = g, %reason, "aborted before the decision");
         return aborted
             .map(|()| Vec::new())
@@ -834,20 +834,20 @@ async fn run_group(
     // The decision: durable before any commit is sent. From here on, only forward.
     if !faults::planted(faults::Bug::NoDecision) {
         {
-            let mut r = shared.record.lock().expect("record lock");
+            let mut r = attempt.record.lock().expect("record lock");
             r.groups[g].decision = Some(Decision::Commit {
                 at: Timestamp::now(),
             });
         }
-        let durable = match shared.set_phase(RestorePhase::Deciding).await {
-            Ok(()) => shared.persist().await,
+        let durable = match attempt.set_phase(RestorePhase::Deciding).await {
+            Ok(()) => attempt.persist().await,
             Err(e) => Err(e),
         };
         if let Err(e) = durable {
             // Not durable, so not decided: nothing was committed. The jobs stay held, as
             // after a crash, for `recover` to decide from what reached the journal (a write
             // that failed may still have landed).
-            shared.record.lock().expect("record lock").groups[g].decision = None;
+            attempt.record.lock().expect("record lock").groups[g].decision = None;
             return Err(format!(
                 "the commit decision could not be made durable ({e}); nothing was committed \
                  and the jobs are still held: run `lockstep recover` once the journal can be \
@@ -856,7 +856,7 @@ async fn run_group(
         }
     }
     faults::crash_point("after-decision");
-    shared.note_reaction(ready_at.elapsed());
+    attempt.note_reaction(ready_at.elapsed());
     let mut divergences = two_phase::commit(
         ends,
         &tracker,
@@ -871,8 +871,8 @@ async fn run_group(
             .completion_timeout
             .unwrap_or(DEFAULT_COMPLETION_TIMEOUT);
     let show = |t: &Tracker| {
-        shared.trackers.lock().expect("tracker lock")[g] = t.clone();
-        shared.show();
+        attempt.trackers.lock().expect("tracker lock")[g] = t.clone();
+        attempt.show();
     };
     let (more, finished) =
         two_phase::complete(ends, &mut tracker, &jobs, Some(completion), &show).await;
@@ -882,7 +882,7 @@ async fn run_group(
         divergences.extend(rows::after_commit(ends, &mut tracker, &jobs, rows_deadline).await);
     }
     let waiting_for = tracker.not_completed(&jobs);
-    shared.trackers.lock().expect("tracker lock")[g] = tracker;
+    attempt.trackers.lock().expect("tracker lock")[g] = tracker;
     if finished {
         Ok(divergences)
     } else {
@@ -896,7 +896,7 @@ async fn run_group(
 /// key is recorded as possibly sent before any create goes out, so a crash mid-submit
 /// leaves recovery a key to look each job up by.
 async fn submit(
-    shared: &Attempt<'_>,
+    attempt: &Attempt<'_>,
     group: &GroupRun<'_>,
     tracker: &mut Tracker,
     call_timeout: Duration,
@@ -908,24 +908,24 @@ async fn submit(
         gate,
         ..
     } = *group;
-    if !batch_ready(shared, gate, first_batch).await {
+    if !batch_ready(attempt, gate, first_batch).await {
         return Err(Stop::Failed(GATE_FAILED.into()));
     }
     // Written with the keys below.
-    shared.enter_phase(RestorePhase::Importing);
+    attempt.enter_phase(RestorePhase::Importing);
     let batches: Vec<BatchRecord> = {
-        let mut r = shared.record.lock().expect("record lock");
+        let mut r = attempt.record.lock().expect("record lock");
         for b in &mut r.groups[g].batches {
             b.create_sent = true;
         }
         r.groups[g].batches.clone()
     };
-    shared.persist().await.map_err(Stop::Failed)?;
+    attempt.persist().await.map_err(Stop::Failed)?;
     faults::crash_point("after-intent");
-    let target = shared.ends.target();
+    let target = attempt.ends.target();
     let mut creates = futures::stream::iter(batches.iter().enumerate())
         .map(|(i, b)| async move {
-            if !batch_ready(shared, gate, first_batch + i).await {
+            if !batch_ready(attempt, gate, first_batch + i).await {
                 return (i, None);
             }
             let body = CreateImport {
@@ -947,13 +947,13 @@ async fn submit(
         match result {
             Some(Ok(id)) => {
                 tracker.jobs[i].job_id = Some(id.clone());
-                shared.record.lock().expect("record lock").groups[g].batches[i].job_id = Some(id);
+                attempt.record.lock().expect("record lock").groups[g].batches[i].job_id = Some(id);
             }
             // Recorded at once, so that the stage and the other groups stop now rather
             // than when the last batch was staged.
             Some(Err(e)) if first_error.is_none() => {
                 let stop = create_failed(&e);
-                shared.fail(stop.clone());
+                attempt.fail(stop.clone());
                 first_error = Some(stop);
             }
             Some(Err(_)) => {}
@@ -961,8 +961,8 @@ async fn submit(
         }
     }
     drop(creates);
-    shared.trackers.lock().expect("tracker lock")[g] = tracker.clone();
-    shared.persist().await.map_err(Stop::Failed)?;
+    attempt.trackers.lock().expect("tracker lock")[g] = tracker.clone();
+    attempt.persist().await.map_err(Stop::Failed)?;
     faults::crash_point("after-submit");
     match first_error {
         None if unstaged => Err(Stop::Failed(GATE_FAILED.into())),
@@ -975,12 +975,12 @@ async fn submit(
 /// hours: a job that fails on any end, or a mirror past its grace, fails the restore now
 /// rather than once the last batch was staged, and so stops the stage and the creates not
 /// sent yet. Returns once it failed the restore; never otherwise.
-async fn sentry(shared: &Attempt<'_>, g: usize, grace: Duration) {
+async fn sentry(attempt: &Attempt<'_>, g: usize, grace: Duration) {
     loop {
         tokio::time::sleep(SENTRY_EVERY).await;
-        let mut tracker = shared.trackers.lock().expect("tracker lock")[g].clone();
+        let mut tracker = attempt.trackers.lock().expect("tracker lock")[g].clone();
         {
-            let r = shared.record.lock().expect("record lock");
+            let r = attempt.record.lock().expect("record lock");
             for (t, b) in tracker.jobs.iter_mut().zip(&r.groups[g].batches) {
                 t.job_id.clone_from(&b.job_id);
             }
@@ -993,7 +993,7 @@ async fn sentry(shared: &Attempt<'_>, g: usize, grace: Duration) {
         }
         // One round of the hold: it stops on what would stop the hold itself.
         let round = two_phase::hold(
-            shared.ends,
+            attempt.ends,
             &mut tracker,
             &created,
             grace,
@@ -1003,11 +1003,11 @@ async fn sentry(shared: &Attempt<'_>, g: usize, grace: Duration) {
         );
         if let Ok(Err(reason)) = tokio::time::timeout(SENTRY_EVERY, round).await {
             tracing::warn!(group = g, %reason, "a created job failed while the stage went on");
-            let reason = match shared.job {
+            let reason = match attempt.job {
                 Some(job) => staging_hint(job, reason),
                 None => reason,
             };
-            shared.fail(Stop::Failed(reason));
+            attempt.fail(Stop::Failed(reason));
             return;
         }
     }
@@ -1033,10 +1033,10 @@ fn staging_hint(job: &Job, reason: String) -> String {
 
 /// Waits until `batch` may be imported: false once the gate or the restore failed, since a
 /// create that is not sent yet waits for nothing then.
-async fn batch_ready(shared: &Attempt<'_>, gate: &ImportGate, batch: usize) -> bool {
+async fn batch_ready(attempt: &Attempt<'_>, gate: &ImportGate, batch: usize) -> bool {
     tokio::select! {
         ready = gate.batch_ready(batch) => ready,
-        () = shared.stopped() => false,
+        () = attempt.stopped() => false,
     }
 }
 
@@ -1065,33 +1065,33 @@ pub(super) fn import_options(b: &BatchRecord) -> BTreeMap<String, String> {
 
 /// Rolls back a restore that stopped before any job was submitted: drop what the DDL
 /// created, delete what staging copied.
-async fn rollback(shared: &Attempt<'_>, stop: Stop) -> Result<Outcome, Stop> {
-    undo(shared).await;
+async fn rollback(attempt: &Attempt<'_>, stop: Stop) -> Result<Outcome, Stop> {
+    undo(attempt).await;
     Err(stop)
 }
 
 /// Drops every collection the restore created and deletes its staged files.
-async fn undo(shared: &Attempt<'_>) {
-    let created = shared
+async fn undo(attempt: &Attempt<'_>) {
+    let created = attempt
         .record
         .lock()
         .expect("record lock")
         .created_collections
         .clone();
-    drop_and_unstage(shared, &created).await;
+    drop_and_unstage(attempt, &created).await;
 }
 
 /// Drops the collections a rolled-back restore created and deletes its staged files.
-async fn drop_and_unstage(shared: &Attempt<'_>, collections: &[(String, String)]) {
+async fn drop_and_unstage(attempt: &Attempt<'_>, collections: &[(String, String)]) {
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
-    for problem in ddl::drop_created(shared.ends, collections, deadline).await {
+    for problem in ddl::drop_created(attempt.ends, collections, deadline).await {
         tracing::warn!(%problem, "rollback");
     }
     let (id, staged) = {
-        let r = shared.record.lock().expect("record lock");
+        let r = attempt.record.lock().expect("record lock");
         (r.id.clone(), r.staging_prefix.is_some())
     };
-    if let (true, Some(job)) = (staged, shared.job) {
+    if let (true, Some(job)) = (staged, attempt.job) {
         let prefix = StagingPrefix::for_restore(&id);
         storage::delete_stage(&job.destinations(), &prefix, storage::TempFiles::Delete).await;
     }
@@ -1100,19 +1100,19 @@ async fn drop_and_unstage(shared: &Attempt<'_>, collections: &[(String, String)]
 /// Rolls back after the undecided groups aborted. With nothing decided, the DDL is undone
 /// too; with some groups committed, their collections stay and the report says which.
 async fn rollback_after_abort(
-    shared: &Attempt<'_>,
+    attempt: &Attempt<'_>,
     stop: Stop,
     undecided: &[usize],
     any_decided: bool,
 ) -> Result<Outcome, Stop> {
-    let created = shared
+    let created = attempt
         .record
         .lock()
         .expect("record lock")
         .created_collections
         .clone();
     let undecided_collections: Vec<(String, String)> = {
-        let r = shared.record.lock().expect("record lock");
+        let r = attempt.record.lock().expect("record lock");
         created
             .into_iter()
             .filter(|(db, c)| {
@@ -1126,7 +1126,7 @@ async fn rollback_after_abort(
             })
             .collect()
     };
-    drop_and_unstage(shared, &undecided_collections).await;
+    drop_and_unstage(attempt, &undecided_collections).await;
     Err(stop)
 }
 
