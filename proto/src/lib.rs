@@ -20,6 +20,11 @@ pub mod milvus {
     tonic::include_proto!("milvus.proto.milvus");
 }
 
+/// The Avro schema of a Milvus snapshot manifest (`SegmentDescription`) of metadata format 2,
+/// as Milvus's `internal/snapshotio` declares it: the reader of snapshot bundles edits it
+/// into the other formats' schemas, and milvus-sim writes its bundles with it.
+pub const SNAPSHOT_MANIFEST_SCHEMA_V2: &str = include_str!("../proto/snapshot_manifest_v2.avsc");
+
 /// The part of etcd v3's API the lockstep journal calls (a fleet's shared journal), built
 /// here with protox like Milvus's, so no build of lockstep needs a system `protoc`.
 pub mod etcd {

@@ -10,6 +10,7 @@
 pub mod filter;
 #[cfg(test)]
 mod fixture;
+mod from_bundle;
 pub mod meta;
 pub mod namespace;
 mod plan;
@@ -24,7 +25,9 @@ pub use plan::{
     DEFAULT_MAX_SEGMENTS_PER_JOB, ExpectedRows, ImportBatch, IndexPlan, IndexedField, L0Batching,
     PlanTotals, RestoreOptions, RestorePlan, Strategy, check_collection_exists, plan,
 };
-pub use read::{BINLOG_DIR, Backup, BackupLocation, BinlogFile, BinlogIndex, MetaSource, read};
+pub use read::{
+    BINLOG_DIR, Backup, BackupFormat, BackupLocation, BinlogFile, BinlogIndex, MetaSource, read,
+};
 pub use rename::{RenameError, RenameRule, RenameRules, Renaming};
 
 /// Why a backup could not be read or planned.
@@ -49,10 +52,6 @@ pub enum Error {
         column: usize,
         message: String,
     },
-    #[error(
-        "backup {name} is in the snapshot format (a Milvus 3.0 snapshot bundle), which lockstep does not restore; take the backup in the binlog format"
-    )]
-    SnapshotFormat { name: String },
     /// A snapshot bundle's metadata or manifest that cannot be read as one.
     #[error("{url} is not a valid snapshot bundle file: {reason}")]
     CorruptBundle { url: String, reason: String },
@@ -67,6 +66,11 @@ pub enum Error {
         "collection {collection}: the snapshot bundle lacks {url}, which its manifest names; the backup is incomplete"
     )]
     MissingBundleFile { collection: String, url: String },
+    /// Something a bundle's collection has that the reader cannot carry into a restore.
+    #[error(
+        "collection {collection}: the snapshot bundle has {what}, which lockstep does not restore from a snapshot bundle yet"
+    )]
+    UnsupportedInBundle { collection: String, what: String },
     #[error("backup {name} is in the format {format:?}, which lockstep does not know")]
     UnknownFormat { name: String, format: String },
     #[error("collections {first} and {second} of the backup would both be restored as {target}")]

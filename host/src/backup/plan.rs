@@ -24,7 +24,7 @@ use super::meta::{
     CollectionBackupInfo, IndexInfo, PartitionBackupInfo, SegmentBackupInfo, proto_key_values,
 };
 use super::namespace::Namespace;
-use super::read::{BINLOG_DIR, Backup, BinlogFile};
+use super::read::{BINLOG_DIR, Backup, BackupFormat, BinlogFile};
 use super::rename::Renaming;
 
 /// milvus-backup's `restore.maxSegmentsPerImportJob` default, which keeps a request
@@ -367,6 +367,10 @@ pub struct CollectionPlan {
     /// partitions' L0 batches, then the collection-level L0 batches. Empty with
     /// `meta_only`.
     pub batches: Vec<ImportBatch>,
+    /// Whether the target's field ids must be the schema's: a snapshot bundle's binlogs are
+    /// filed by the field ids of the cluster it came from, and the DDL checks that the
+    /// collection it made (or found) has them.
+    pub verify_field_ids: bool,
 }
 
 /// Totals for `lockstep plan`.
@@ -428,6 +432,12 @@ pub fn plan(
         if !options.backup_filter.allows(&source) {
             continue;
         }
+        if let Some((_, segment)) = backup.storage_v3.iter().find(|(c, _)| *c == source) {
+            return Err(Error::StorageV3Segment {
+                collection: source.to_string(),
+                segment: *segment,
+            });
+        }
         for target in options.renaming.collection_targets(&source) {
             if !options.filter.allows(&target) {
                 continue;
@@ -479,7 +489,11 @@ pub fn plan(
     }
     let files_to_stage: Vec<BinlogFile> = staged
         .into_iter()
-        .map(|(path, size)| BinlogFile { path, size })
+        .map(|(path, size)| BinlogFile {
+            source: backup.binlogs.source(&path).map(str::to_owned),
+            path,
+            size,
+        })
         .collect();
 
     let totals = PlanTotals {
@@ -550,7 +564,10 @@ fn plan_collection(
     } else {
         0
     };
-    let indexes = if options.rebuild_index {
+    // A snapshot bundle carries its indexes' definitions, and Milvus's own restore of it
+    // restores them: so does this one, whatever `rebuild_index` says.
+    let snapshot = backup.format == BackupFormat::Snapshot;
+    let indexes = if options.rebuild_index || snapshot {
         plan_indexes(collection, &source, options)?
     } else {
         Vec::new()
@@ -585,6 +602,7 @@ fn plan_collection(
         partition_num,
         indexes,
         batches,
+        verify_field_ids: snapshot,
     })
 }
 
@@ -1024,8 +1042,10 @@ mod tests {
                 collection_backups: vec![collection],
                 ..Default::default()
             },
+            format: BackupFormat::Binlog,
             meta_source: MetaSource::FullMeta,
             binlogs: BinlogIndex::new(files.map(|f| (f, 1))),
+            storage_v3: Vec::new(),
         }
     }
 
@@ -1638,6 +1658,85 @@ mod tests {
                 check_collection_exists(&ns, exists, creation),
                 expected,
                 "exists={exists} {creation:?}"
+            );
+        }
+    }
+}
+
+/// milvus-sim writes the same backup in both formats from one seed: the snapshot one must
+/// plan as its binlog twin does, down to every batch, row count and staged path.
+#[cfg(test)]
+mod snapshot_twin {
+    use std::sync::Arc;
+
+    use milvus_sim::fixtures::{BackupSpec, Format, generate};
+    use object_store::memory::InMemory;
+    use object_store::path::Path;
+
+    use super::super::read::{BackupLocation, read};
+    use super::*;
+
+    async fn planned(format: Format) -> (Backup, RestorePlan) {
+        let store = Arc::new(InMemory::new());
+        let spec = BackupSpec {
+            name: "twin".into(),
+            collections: 2,
+            rows_per_segment: 20,
+            dim: 4,
+            format,
+            ..BackupSpec::default()
+        };
+        generate(&spec, store.clone(), &Path::from("backup"))
+            .await
+            .expect("generates");
+        let backup = read(
+            store.as_ref(),
+            &BackupLocation::new("memory://", "backup", "twin"),
+        )
+        .await
+        .expect("reads");
+        let plan = plan(&backup, &RestoreOptions::default(), Strategy::Merged).expect("plans");
+        (backup, plan)
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_backup_plans_as_its_binlog_twin() {
+        let (_, binlog) = planned(Format::Binlog).await;
+        let (snapshot_backup, snapshot) = planned(Format::Snapshot).await;
+        assert_eq!(snapshot_backup.format, BackupFormat::Snapshot);
+        assert_eq!(snapshot.totals, binlog.totals);
+        assert!(snapshot.totals.rows > 0);
+        let batches = |p: &RestorePlan| -> Vec<(String, Vec<Vec<String>>, i64)> {
+            (p.collections.iter().flat_map(|c| &c.batches))
+                .map(|b| (b.id.to_string(), b.files.clone(), b.rows))
+                .collect()
+        };
+        assert_eq!(batches(&snapshot), batches(&binlog));
+        let paths = |p: &RestorePlan| -> Vec<(String, u64)> {
+            (p.files_to_stage.iter())
+                .map(|f| (f.path.clone(), f.size))
+                .collect()
+        };
+        assert_eq!(paths(&snapshot), paths(&binlog));
+        assert!(binlog.files_to_stage.iter().all(|f| f.source.is_none()));
+        assert!(
+            (snapshot.files_to_stage.iter()).all(|f| f
+                .source
+                .as_deref()
+                .is_some_and(|s| s.starts_with("bundle/exports/"))),
+            "every file is read from its bundle"
+        );
+        for (s, b) in snapshot.collections.iter().zip(&binlog.collections) {
+            assert_eq!((&s.target, &s.partitions), (&b.target, &b.partitions));
+            assert_eq!(s.schema, b.schema);
+            assert_eq!(
+                (s.shards_num, s.consistency_level),
+                (b.shards_num, b.consistency_level)
+            );
+            assert!(s.verify_field_ids && !b.verify_field_ids);
+            assert!(
+                !s.indexes.is_empty() && b.indexes.is_empty(),
+                "a snapshot's indexes are rebuilt"
             );
         }
     }

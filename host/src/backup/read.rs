@@ -10,9 +10,12 @@ use object_store::{ObjectStore, ObjectStoreExt as _};
 use serde::de::DeserializeOwned;
 
 use super::Error;
+use super::from_bundle::{self, BundleFile};
 use super::meta::{
     BackupInfo, CollectionBackupInfo, LevelInfos, PartitionBackupInfo, SegmentBackupInfo,
 };
+use super::namespace::Namespace;
+use super::snapshot;
 use crate::job::{json_message, json_position};
 
 /// `BackupInfo.format` of the binlog format: empty, as every backup written before the
@@ -82,6 +85,25 @@ pub enum MetaSource {
     LevelFiles,
 }
 
+/// Which of milvus-backup's formats a backup is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackupFormat {
+    /// Binlogs under `binlogs/` and the meta tree that lists them.
+    Binlog,
+    /// A Milvus 3.0 snapshot bundle per collection (milvus-backup 0.6 on 3.0, by default).
+    Snapshot,
+}
+
+impl fmt::Display for BackupFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackupFormat::Binlog => "binlog",
+            BackupFormat::Snapshot => "snapshot",
+        })
+    }
+}
+
 /// One binlog object of a backup.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct BinlogFile {
@@ -89,12 +111,19 @@ pub struct BinlogFile {
     /// staging can re-root it under its own prefix.
     pub path: String,
     pub size: u64,
+    /// Where the object is when not at `path` (relative to the backup directory): a
+    /// snapshot bundle's file, staged to `path`.
+    #[serde(skip)]
+    pub source: Option<String>,
 }
 
-/// Every object under a backup's `binlogs/`, listed once, by relative path.
+/// Every object under a backup's `binlogs/`, listed once, by relative path; for a snapshot
+/// bundle, its data files under the paths a binlog backup would hold them at.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BinlogIndex {
     sizes: BTreeMap<String, u64>,
+    /// Path → where the object is, for the files that are elsewhere.
+    sources: BTreeMap<String, String>,
 }
 
 impl BinlogIndex {
@@ -102,7 +131,22 @@ impl BinlogIndex {
     pub fn new(files: impl IntoIterator<Item = (String, u64)>) -> Self {
         Self {
             sizes: files.into_iter().collect(),
+            sources: BTreeMap::new(),
         }
+    }
+
+    fn of_bundles(files: Vec<BundleFile>) -> Self {
+        let mut index = Self::default();
+        for file in files {
+            index.sizes.insert(file.path.clone(), file.size);
+            index.sources.insert(file.path, file.source);
+        }
+        index
+    }
+
+    /// Where the object listed as `path` is, when not there.
+    pub fn source(&self, path: &str) -> Option<&str> {
+        self.sources.get(path).map(String::as_str)
     }
 
     /// The files whose relative path starts with `prefix` (a directory prefix ending in
@@ -140,9 +184,21 @@ impl BinlogIndex {
 #[derive(Debug, Clone)]
 pub struct Backup {
     pub location: BackupLocation,
+    pub format: BackupFormat,
     pub info: BackupInfo,
     pub meta_source: MetaSource,
     pub binlogs: BinlogIndex,
+    /// Collections of a snapshot bundle with a storage-version-3 segment (one named each):
+    /// backup import cannot read them, so a restore that selects one is refused.
+    pub storage_v3: Vec<(Namespace, i64)>,
+}
+
+impl Backup {
+    /// Whether ends whose store is the backup's can import its files where they are. A
+    /// bundle's files are not where a binlog import looks for a segment: always staged.
+    pub fn importable_in_place(&self) -> bool {
+        self.format == BackupFormat::Binlog
+    }
 }
 
 /// Reads the backup at `location` from `store`.
@@ -150,9 +206,8 @@ pub struct Backup {
 /// `meta/backup_meta.json` decides whether the backup exists (milvus-backup's
 /// `meta.Exist`). The tree comes from `full_meta.json` when present, else from the level
 /// files, joined on collection and partition ids as milvus-backup's `levelToTree` does.
-/// Backups in the snapshot format, or a format this version does not know, are refused:
-/// taking them down the binlog path would restore empty collections. Leaves nothing
-/// behind; only reads.
+/// A snapshot-format backup's bundles are read into the same tree (see [`from_bundle`]); a
+/// format this version does not know is refused. Leaves nothing behind; only reads.
 pub async fn read(store: &dyn ObjectStore, location: &BackupLocation) -> Result<Backup, Error> {
     let backup_meta = format!("{META_DIR}/{BACKUP_META}");
     if !exists(store, location, &backup_meta).await? {
@@ -172,29 +227,71 @@ pub async fn read(store: &dyn ObjectStore, location: &BackupLocation) -> Result<
         (read_levels(store, location).await?, MetaSource::LevelFiles)
     };
 
-    match info.format.as_str() {
-        FORMAT_BINLOG => {}
-        FORMAT_SNAPSHOT => {
-            return Err(Error::SnapshotFormat {
-                name: location.name.clone(),
-            });
-        }
+    let format = match info.format.as_str() {
+        FORMAT_BINLOG => BackupFormat::Binlog,
+        FORMAT_SNAPSHOT => BackupFormat::Snapshot,
         other => {
             return Err(Error::UnknownFormat {
                 name: location.name.clone(),
                 format: other.to_owned(),
             });
         }
-    }
-
-    let binlogs = list_binlogs(store, location).await?;
-    tracing::debug!(backup = %location, collections = info.collection_backups.len(), binlogs = binlogs.len(), ?meta_source, "read backup");
+    };
+    let (info, binlogs, storage_v3) = match format {
+        BackupFormat::Binlog => (info, list_binlogs(store, location).await?, Vec::new()),
+        BackupFormat::Snapshot => read_bundles(store, location, info).await?,
+    };
+    tracing::debug!(backup = %location, %format, collections = info.collection_backups.len(), binlogs = binlogs.len(), ?meta_source, "read backup");
     Ok(Backup {
         location: location.clone(),
+        format,
         info,
         meta_source,
         binlogs,
+        storage_v3,
     })
+}
+
+/// A snapshot-format backup's bundles, each collection's read into the tree a binlog backup
+/// has, with the files that tree names. A collection with a storage-version-3 segment is
+/// kept as its meta says and set aside, so that only a restore that selects it is refused.
+async fn read_bundles(
+    store: &dyn ObjectStore,
+    location: &BackupLocation,
+    mut info: BackupInfo,
+) -> Result<(BackupInfo, BinlogIndex, Vec<(Namespace, i64)>), Error> {
+    let mut files = Vec::new();
+    let mut storage_v3 = Vec::new();
+    let mut collections = Vec::new();
+    for collection in std::mem::take(&mut info.collection_backups) {
+        let name = Namespace::new(&collection.db_name, &collection.collection_name);
+        let Some(metadata_path) = (collection.snapshot_backup.as_ref())
+            .map(|s| s.metadata_path.as_str())
+            .filter(|path| !path.is_empty())
+        else {
+            return Err(Error::CorruptBundle {
+                url: location.url(&format!("{META_DIR}/{BACKUP_META}")),
+                reason: format!(
+                    "collection {name} of a snapshot-format backup has no snapshot_backup.metadata_path"
+                ),
+            });
+        };
+        match snapshot::read_bundle(store, location, &name.to_string(), metadata_path).await {
+            Ok(bundle) => {
+                let (tree, bundle_files) = from_bundle::collection_tree(&collection, &bundle)?;
+                files.extend(bundle_files);
+                collections.push(tree);
+            }
+            Err(Error::StorageV3Segment { segment, .. }) => {
+                storage_v3.push((name, segment));
+                collections.push(collection);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    info.collection_backups = collections;
+    info.size = info.collection_backups.iter().map(|c| c.size).sum();
+    Ok((info, BinlogIndex::of_bundles(files), storage_v3))
 }
 
 async fn exists(
@@ -558,24 +655,110 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn snapshot_and_unknown_formats_are_refused() {
-        for (format, expected) in [
-            ("snapshot", "is in the snapshot format"),
-            ("parquet", "format \"parquet\""),
-        ] {
-            let store = fixture::store(Layout::Full).await;
-            let meta = format!("{{\"name\":\"orders_bak\",\"format\":\"{format}\"}}");
+    async fn unknown_formats_are_refused() {
+        let store = fixture::store(Layout::Full).await;
+        let meta = r#"{"name":"orders_bak","format":"parquet"}"#;
+        store
+            .put(
+                &fixture::path("meta/full_meta.json"),
+                PutPayload::from(meta),
+            )
+            .await
+            .unwrap();
+        let err = read(store.as_ref(), &fixture::location())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("format \"parquet\""), "{err}");
+    }
+
+    /// A snapshot-format backup of one collection whose bundle is snapshot's test bundle.
+    async fn snapshot_backup(storage_version: i64) -> object_store::memory::InMemory {
+        let store = snapshot::tests::bundle(2, &[1005, 1006]).await;
+        if storage_version > 0 {
+            let manifest = snapshot::tests::manifest(2, 1006, storage_version);
+            let path = format!(
+                "{}/snapshots/1001/manifests/2002/1006.avro",
+                snapshot::tests::DIR
+            );
             store
-                .put(
-                    &fixture::path("meta/full_meta.json"),
-                    PutPayload::from(meta),
-                )
+                .put(&Path::from(path), PutPayload::from(manifest))
                 .await
                 .unwrap();
-            let err = read(store.as_ref(), &fixture::location())
-                .await
-                .unwrap_err();
-            assert!(err.to_string().contains(expected), "{err}");
         }
+        let meta = format!(
+            r#"{{"name":"b1","format":"snapshot","collection_backups":[
+  {{"db_name":"default","collection_name":"c","snapshot_backup":{{"metadata_path":"{}"}}}}]}}"#,
+            snapshot::tests::METADATA
+        );
+        for file in ["meta/backup_meta.json", "meta/full_meta.json"] {
+            let path = Path::from(format!("backups/b1/{file}"));
+            store
+                .put(&path, PutPayload::from(meta.clone()))
+                .await
+                .unwrap();
+        }
+        store
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_backup_reads_into_binlog_paths_that_point_into_its_bundle() {
+        let store = snapshot_backup(0).await;
+        let backup = read(&store, &snapshot::tests::location())
+            .await
+            .expect("reads");
+        assert_eq!(backup.format, BackupFormat::Snapshot);
+        assert!(!backup.importable_in_place());
+        let c = &backup.info.collection_backups[0];
+        assert_eq!((c.collection_id, c.partition_backups.len()), (1001, 1));
+        assert_eq!(c.partition_backups[0].segment_backups.len(), 2);
+        let staged = "binlogs/insert_log/1001/1003/1005/1005/100/7";
+        assert_eq!(
+            backup
+                .binlogs
+                .under("binlogs/insert_log/1001/1003/1005/")
+                .count(),
+            1
+        );
+        assert_eq!(
+            backup.binlogs.source(staged),
+            Some(
+                format!(
+                    "{}/files/insert_log/1001/1003/1005/100/7",
+                    snapshot::tests::BUNDLE
+                )
+                .as_str()
+            )
+        );
+        assert!(backup.storage_v3.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_storage_v3_collection_is_set_aside_naming_its_segment() {
+        let store = snapshot_backup(3).await;
+        let backup = read(&store, &snapshot::tests::location())
+            .await
+            .expect("reads");
+        assert_eq!(backup.storage_v3, [(Namespace::new("default", "c"), 1006)]);
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_collection_without_its_metadata_path_is_refused() {
+        let store = fixture::store(Layout::Full).await;
+        let meta = r#"{"name":"orders_bak","format":"snapshot","collection_backups":[{"collection_name":"c"}]}"#;
+        store
+            .put(
+                &fixture::path("meta/full_meta.json"),
+                PutPayload::from(meta),
+            )
+            .await
+            .unwrap();
+        let err = read(store.as_ref(), &fixture::location())
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("has no snapshot_backup.metadata_path"),
+            "{err}"
+        );
     }
 }

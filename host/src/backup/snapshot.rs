@@ -45,6 +45,9 @@ pub struct Bundle {
     pub metadata: SnapshotMetadata,
     /// One per manifest, in segment id order.
     pub segments: Vec<Segment>,
+    /// Every object under the bundle's `files/`, relative to the backup directory, with its
+    /// size as listed.
+    pub files: BTreeMap<String, u64>,
 }
 
 /// One segment as its manifest describes it, with every path relative to the bundle.
@@ -132,6 +135,41 @@ pub struct SnapshotSchema {
     pub fields: Vec<SnapshotField>,
     pub enable_dynamic_field: bool,
     pub properties: Vec<KeyValuePair>,
+    pub functions: Vec<SnapshotFunction>,
+    /// Read only to refuse a schema that has them: lockstep does not restore them yet.
+    pub struct_array_fields: Vec<serde::de::IgnoredAny>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct SnapshotFunction {
+    pub name: String,
+    pub id: Int64,
+    pub description: String,
+    #[serde(rename = "type")]
+    pub function_type: ProtoEnum,
+    pub input_field_names: Vec<String>,
+    pub input_field_ids: Vec<Int64>,
+    pub output_field_names: Vec<String>,
+    pub output_field_ids: Vec<Int64>,
+    pub params: Vec<KeyValuePair>,
+}
+
+/// A field's default value: protojson's form of the `ValueField` oneof, one key set.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct SnapshotValue {
+    pub bool_data: Option<bool>,
+    pub int_data: Option<i32>,
+    pub long_data: Option<Int64>,
+    pub float_data: Option<f32>,
+    pub double_data: Option<f64>,
+    pub string_data: Option<String>,
+    /// Base64, as protojson writes bytes.
+    pub bytes_data: Option<String>,
+    pub timestamptz_data: Option<Int64>,
+    pub date_data: Option<i32>,
+    pub time_data: Option<Int64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -151,6 +189,7 @@ pub struct SnapshotField {
     pub is_partition_key: bool,
     pub nullable: bool,
     pub is_function_output: bool,
+    pub default_value: Option<SnapshotValue>,
 }
 
 /// An index definition; lockstep rebuilds it, it never copies index files.
@@ -275,52 +314,7 @@ struct AvroBinlog {
 
 /// The manifest schema of format 2, which the others are edits of. Record and field names,
 /// order and types are the wire format: a raw datum carries none of them.
-const SCHEMA_V2: &str = r#"{"type":"record","name":"ManifestEntry","fields":[
-{"name":"segment_id","type":"long"},{"name":"partition_id","type":"long"},
-{"name":"segment_level","type":"long"},{"name":"channel_name","type":"string"},
-{"name":"num_of_rows","type":"long"},
-{"name":"start_position","type":{"type":"record","name":"AvroMsgPosition","fields":[
- {"name":"channel_name","type":"string"},{"name":"msg_id","type":"bytes"},
- {"name":"msg_group","type":"string"},{"name":"timestamp","type":"long"}]}},
-{"name":"dml_position","type":"AvroMsgPosition"},
-{"name":"storage_version","type":"long"},{"name":"is_sorted","type":"boolean"},
-{"name":"binlog_files","type":{"type":"array","items":{"type":"record","name":"AvroFieldBinlog","fields":[
- {"name":"field_id","type":"long"},
- {"name":"binlogs","type":{"type":"array","items":{"type":"record","name":"AvroBinlog","fields":[
-  {"name":"entries_num","type":"long"},{"name":"timestamp_from","type":"long"},
-  {"name":"timestamp_to","type":"long"},{"name":"log_path","type":"string"},
-  {"name":"log_size","type":"long"},{"name":"log_id","type":"long"},
-  {"name":"memory_size","type":"long"}]}}}]}}},
-{"name":"deltalog_files","type":{"type":"array","items":"AvroFieldBinlog"}},
-{"name":"statslog_files","type":{"type":"array","items":"AvroFieldBinlog"}},
-{"name":"bm25_statslog_files","type":{"type":"array","items":"AvroFieldBinlog"}},
-{"name":"index_files","type":{"type":"array","items":{"type":"record","name":"AvroIndexFilePathInfo","fields":[
- {"name":"segment_id","type":"long"},{"name":"field_id","type":"long"},
- {"name":"index_id","type":"long"},{"name":"build_id","type":"long"},
- {"name":"index_name","type":"string"},
- {"name":"index_params","type":{"type":"array","items":{"type":"record","name":"AvroKeyValuePair","fields":[
-  {"name":"key","type":"string"},{"name":"value","type":"string"}]}}},
- {"name":"index_file_paths","type":{"type":"array","items":"string"}},
- {"name":"serialized_size","type":"long"},{"name":"index_version","type":"long"},
- {"name":"num_rows","type":"long"},{"name":"current_index_version","type":"int"},
- {"name":"mem_size","type":"long"},
- {"name":"current_scalar_index_version","type":"int","default":0},
- {"name":"index_store_path_version","type":"int","default":0}]}}},
-{"name":"text_index_files","type":{"type":"array","items":{"type":"record","name":"AvroTextIndexEntry","fields":[
- {"name":"field_id","type":"long"},
- {"name":"stats","type":{"type":"record","name":"AvroTextIndexStats","fields":[
-  {"name":"field_id","type":"long"},{"name":"version","type":"long"},
-  {"name":"files","type":{"type":"array","items":"string"}},
-  {"name":"log_size","type":"long"},{"name":"memory_size","type":"long"},
-  {"name":"build_id","type":"long"}]}}]}}},
-{"name":"json_key_index_files","type":{"type":"array","items":{"type":"record","name":"AvroJSONKeyIndexEntry","fields":[
- {"name":"field_id","type":"long"},
- {"name":"stats","type":{"type":"record","name":"AvroJSONKeyStats","fields":[
-  {"name":"field_id","type":"long"},{"name":"version","type":"long"},
-  {"name":"files","type":{"type":"array","items":"string"}},
-  {"name":"log_size","type":"long"},{"name":"memory_size","type":"long"},
-  {"name":"build_id","type":"long"},{"name":"json_key_stats_data_format","type":"long"}]}}]}}}
-]}"#;
+const SCHEMA_V2: &str = milvus_proto::SNAPSHOT_MANIFEST_SCHEMA_V2;
 
 /// Format 2's schema edited into another version's: each edit inserts `text` right after
 /// `after` (or, with an empty `text`, deletes `after`).
@@ -595,6 +589,7 @@ pub async fn read_bundle(
         dir,
         metadata,
         segments,
+        files: present,
     })
 }
 
@@ -607,7 +602,11 @@ pub(crate) mod tests {
     use super::*;
 
     const ROOT: &str = "backup/b1/bundle/exports/11111111-2222-3333-4444-555555555555";
-    const METADATA: &str =
+    /// The bundle, relative to the backup directory.
+    pub(crate) const BUNDLE: &str = "bundle/exports/11111111-2222-3333-4444-555555555555";
+    /// The bundle in the store.
+    pub(crate) const DIR: &str = "backups/b1/bundle/exports/11111111-2222-3333-4444-555555555555";
+    pub(crate) const METADATA: &str =
         "bundle/exports/11111111-2222-3333-4444-555555555555/snapshots/1001/metadata/2002.json";
 
     /// A raw manifest datum of format `version` for segment `id` with one insert binlog of
@@ -710,9 +709,9 @@ pub(crate) mod tests {
     }
 
     /// A bundle of `segments` in format `version`, with every file the manifests name.
-    async fn bundle(version: i32, segments: &[i64]) -> InMemory {
+    pub(crate) async fn bundle(version: i32, segments: &[i64]) -> InMemory {
         let store = InMemory::new();
-        let dir = "backups/b1/bundle/exports/11111111-2222-3333-4444-555555555555";
+        let dir = DIR;
         put(
             &store,
             &format!("backups/b1/{METADATA}"),
@@ -738,7 +737,7 @@ pub(crate) mod tests {
         store
     }
 
-    fn location() -> BackupLocation {
+    pub(crate) fn location() -> BackupLocation {
         BackupLocation::new("memory://", "backups", "b1")
     }
 

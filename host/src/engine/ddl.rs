@@ -12,6 +12,26 @@ use super::ends::{EndClient, Ends};
 use super::retry::retry;
 use crate::backup::{CollectionCreation, CollectionPlan, RestorePlan};
 use crate::milvus::{self, IndexSpec};
+use milvus_proto::schema::CollectionSchema;
+
+/// The CreateCollection property with which Milvus 3.0's rootcoord keeps the field ids the
+/// schema gives instead of numbering the fields itself (`util.PreserveFieldIdsKey`, read in
+/// `broadcastCreateCollectionV1`; its own snapshot restore sets it). A Milvus that does not
+/// know it keeps it as a plain property; the ids are checked after the create either way.
+const PRESERVE_FIELD_IDS: &str = "preserve_field_ids";
+
+/// Why the DDL stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Milvus(#[from] milvus::Error),
+    /// The collection on the target numbers its fields otherwise than the backup's files.
+    #[error("collection {collection} has other field ids than the backup: {}", .mismatched.join(", "))]
+    FieldIds {
+        collection: String,
+        mismatched: Vec<String>,
+    },
+}
 
 /// How often a secondary is asked whether a collection arrived: soon after the target made
 /// it at first (a stream tens of milliseconds behind brings it then, and the collection's
@@ -51,7 +71,7 @@ pub async fn apply(
     deadline: Instant,
     created: &(dyn Fn(&str, &str) + Sync),
     made: &watch::Sender<usize>,
-) -> Result<(), milvus::Error> {
+) -> Result<(), Error> {
     let target = ends.target();
     let databases = retry(deadline, || target.grpc.list_databases()).await?;
     for db in &plan.databases {
@@ -73,6 +93,16 @@ pub async fn apply(
             _ => {
                 create_collection(target, c, deadline).await?;
                 created(db, name);
+            }
+        }
+        if c.verify_field_ids {
+            let described = retry(deadline, || target.grpc.describe_collection(db, name)).await?;
+            let mismatched = mismatched_field_ids(&c.schema, &described.schema);
+            if !mismatched.is_empty() {
+                return Err(Error::FieldIds {
+                    collection: c.target.to_string(),
+                    mismatched,
+                });
             }
         }
         // With a partition key, Milvus makes the partitions itself.
@@ -113,11 +143,14 @@ async fn create_collection(
     let mut schema = c.schema.clone();
     // Milvus adds the dynamic `$meta` field itself and refuses a schema that names one.
     schema.fields.retain(|f| !f.is_dynamic);
-    let properties: Vec<(String, String)> = c
+    let mut properties: Vec<(String, String)> = c
         .properties
         .iter()
         .map(|kv| (kv.key.clone(), kv.value.clone()))
         .collect();
+    if c.verify_field_ids && !properties.iter().any(|(k, _)| k == PRESERVE_FIELD_IDS) {
+        properties.push((PRESERVE_FIELD_IDS.into(), "true".into()));
+    }
     retry(deadline, || {
         target.grpc.create_collection(
             &c.target.db,
@@ -132,6 +165,23 @@ async fn create_collection(
     .await?;
     tracing::info!(end = %target.name, collection = %c.target, "created collection");
     Ok(())
+}
+
+/// The fields of `planned` that `made` (the collection as the target describes it) numbers
+/// otherwise, as `name: planned id → made id`.
+fn mismatched_field_ids(planned: &CollectionSchema, made: &CollectionSchema) -> Vec<String> {
+    planned
+        .fields
+        .iter()
+        .filter_map(|field| {
+            let found = made.fields.iter().find(|f| f.name == field.name);
+            match found.map(|f| f.field_id) {
+                Some(id) if id == field.field_id => None,
+                Some(id) => Some(format!("{}: {} → {id}", field.name, field.field_id)),
+                None => Some(format!("{}: {} → absent", field.name, field.field_id)),
+            }
+        })
+        .collect()
 }
 
 /// Waits until every secondary shows every collection of the plan with its partitions,
@@ -202,4 +252,41 @@ pub async fn drop_created(
         }
     }
     problems
+}
+
+#[cfg(test)]
+mod tests {
+    use milvus_proto::schema::FieldSchema;
+
+    use super::*;
+
+    fn schema(fields: &[(&str, i64)]) -> CollectionSchema {
+        CollectionSchema {
+            fields: fields
+                .iter()
+                .map(|(name, id)| FieldSchema {
+                    name: (*name).into(),
+                    field_id: *id,
+                    ..FieldSchema::default()
+                })
+                .collect(),
+            ..CollectionSchema::default()
+        }
+    }
+
+    #[test]
+    fn field_ids_are_compared_by_name() {
+        let planned = schema(&[("pk", 200), ("vec", 201), ("$meta", 202)]);
+        assert!(
+            mismatched_field_ids(
+                &planned,
+                &schema(&[("vec", 201), ("pk", 200), ("$meta", 202)])
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            mismatched_field_ids(&planned, &schema(&[("pk", 100), ("vec", 201)])),
+            ["pk: 200 → 100", "$meta: 202 → absent"]
+        );
+    }
 }

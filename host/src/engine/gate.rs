@@ -189,6 +189,7 @@ mod tests {
         BinlogFile {
             path: path.into(),
             size: 1,
+            source: None,
         }
     }
 

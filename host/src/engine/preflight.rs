@@ -95,6 +95,13 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
                 backup: job.backup.name.clone(),
             }),
             Ok(p) => planned = Some(p),
+            Err(backup::Error::StorageV3Segment {
+                collection,
+                segment,
+            }) => refusals.push(Refusal::StorageV3 {
+                collection,
+                segment,
+            }),
             Err(e) => refusals.push(Refusal::Backup(error_chain(&e))),
         }
     }

@@ -135,6 +135,25 @@ pub enum Refusal {
     /// The backup cannot be read or planned (missing, corrupt, a format not restored).
     #[error("{0}")]
     Backup(String),
+    #[error(
+        "collection {collection}: segment {segment} of its snapshot bundle is in storage \
+         version 3, which Milvus's backup import cannot read (milvus#52930); leave the \
+         collection out with a filter to restore the others"
+    )]
+    StorageV3 { collection: String, segment: i64 },
+    /// The collection the DDL made (or found) numbers its fields otherwise than the
+    /// backup's files do: an import would file each field's data under another field.
+    #[error(
+        "collection {collection} on the target numbers its fields otherwise than the \
+         backup's files: {}; the target did not keep the backup's field ids, so nothing \
+         was imported and what this restore created was dropped",
+        .mismatched.join(", ")
+    )]
+    FieldIds {
+        collection: String,
+        /// `name: id in the backup → id on the target`, one per field that differs.
+        mismatched: Vec<String>,
+    },
     #[error("nothing to restore: no collection of backup {backup} passes the job's filters")]
     NothingToRestore { backup: String },
     #[error(transparent)]
@@ -218,6 +237,8 @@ impl Refusal {
             Refusal::DropExistIndex => "drop_exist_index",
             Refusal::BackupStorage { .. } => "backup_storage",
             Refusal::Backup(_) => "backup",
+            Refusal::StorageV3 { .. } => "storage_v3",
+            Refusal::FieldIds { .. } => "field_ids",
             Refusal::NothingToRestore { .. } => "nothing_to_restore",
             Refusal::CollectionConflict(_) => "collection_conflict",
             Refusal::NoDatabase { .. } => "no_database",

@@ -29,6 +29,9 @@ pub struct Report {
     /// The import it drove (preflight's choice); none when refused before the choice.
     #[serde(default)]
     pub route: Option<super::route::Route>,
+    /// The backup's format (`binlog`, `snapshot`); none when refused before it was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<crate::backup::BackupFormat>,
     pub started_at: Timestamp,
     pub finished_at: Timestamp,
     pub ends: Vec<EndReport>,
@@ -200,6 +203,7 @@ impl Report {
             outcome: Outcome::Refused,
             summary: String::new(),
             route: None,
+            format: None,
             started_at: started,
             finished_at: started,
             ends,

@@ -151,7 +151,9 @@ impl Engine {
             .iter()
             .filter_map(|(_, spec)| storage::open(spec).ok())
             .collect();
-        let in_place = !dest.is_empty() && dest.iter().all(|d| d.id == pf.backup_store.id);
+        let in_place = pf.backup.importable_in_place()
+            && !dest.is_empty()
+            && dest.iter().all(|d| d.id == pf.backup_store.id);
         let known = if in_place {
             EndFiles::InPlace
         } else {
@@ -180,7 +182,8 @@ impl Engine {
             format!("imports read the backup in place ({})", pf.backup.location)
         } else {
             format!(
-                "binlogs are staged under {}/<restore id>/ on {} store(s)",
+                "{} files are staged under {}/<restore id>/ on {} store(s)",
+                pf.backup.format,
                 storage::STAGING_ROOT,
                 dest.len()
             )

@@ -95,6 +95,7 @@ pub(super) async fn run_attempt(
         end.version = Some(v.to_string());
     }
     report.route = Some(pf.route.route);
+    report.format = Some(pf.backup.format);
     for s in job.secondaries.iter().filter(|s| s.storage.is_none()) {
         tracing::warn!(
             secondary = %s.end.name,
@@ -198,7 +199,16 @@ async fn execute(
         .await;
         attempt.persist().await.map_err(Stop::Failed)?;
         faults::crash_point("after-ddl");
-        applied.map_err(|e| Stop::Failed(format!("DDL on the target failed: {e}")))
+        applied.map_err(|e| match e {
+            ddl::Error::FieldIds {
+                collection,
+                mismatched,
+            } => Stop::Refused(vec![Refusal::FieldIds {
+                collection,
+                mismatched,
+            }]),
+            ddl::Error::Milvus(e) => Stop::Failed(format!("DDL on the target failed: {e}")),
+        })
     };
     // Every collection must be on every secondary before its jobs are created: a mirror
     // whose collection has not arrived is silently never created.

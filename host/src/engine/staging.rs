@@ -18,7 +18,8 @@ pub(super) struct Destinations {
 
 impl Destinations {
     /// Opens every destination store and picks the import paths: the staging prefix, or
-    /// the backup itself when every destination is the backup's store.
+    /// the backup itself when every destination is the backup's store and the backup's
+    /// files are where an import looks for them.
     pub fn open(job: &Job, pf: &Preflight, restore_id: &RestoreId) -> Result<Self, String> {
         let prefix = StagingPrefix::for_restore(restore_id);
         let mut stores = Vec::new();
@@ -28,8 +29,12 @@ impl Destinations {
             stores.push((end, store));
         }
         let ids: Vec<&storage::StoreId> = stores.iter().map(|(_, s)| &s.id).collect();
-        let paths =
-            storage::import_paths(&pf.backup_store.id, &pf.backup.location.dir, &ids, prefix);
+        let paths = match pf.backup.importable_in_place() {
+            true => {
+                storage::import_paths(&pf.backup_store.id, &pf.backup.location.dir, &ids, prefix)
+            }
+            false => ImportPaths::Staged { prefix },
+        };
         Ok(Destinations { paths, stores })
     }
 
@@ -63,6 +68,7 @@ pub(super) async fn stage_files(
             storage::BackupFile {
                 path: f.path.clone(),
                 size: f.size,
+                source: f.source.clone(),
             }
         })
         .collect();

@@ -58,11 +58,15 @@ impl StagingPrefix {
 }
 
 /// One file of the backup to stage: its path under the backup directory
-/// (`binlogs/insert_log/...`) and its size from the backup listing.
+/// (`binlogs/insert_log/...`), which it keeps under the staging prefix, and its size from
+/// the backup listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackupFile {
     pub path: String,
     pub size: u64,
+    /// Where it is read from under the backup directory, when not at `path` (a snapshot
+    /// bundle's file).
+    pub source: Option<String>,
 }
 
 /// Where the backup's files are read from.
@@ -342,7 +346,7 @@ pub async fn stage(
 ) -> Result<Vec<StagedFile>, Error> {
     let sources: Vec<Path> = files
         .iter()
-        .map(|f| join(source.backup_dir, &f.path))
+        .map(|f| join(source.backup_dir, f.source.as_deref().unwrap_or(&f.path)))
         .collect::<Result<_, _>>()?;
     let targets: Vec<Path> = files
         .iter()
@@ -871,7 +875,8 @@ mod tests {
             .collect()
     }
 
-    /// Writes a small backup into `store` and returns its listing.
+    /// Writes a small backup into `store` and returns its listing. Its last file is kept
+    /// elsewhere than it is staged to, as a snapshot bundle's files are.
     async fn write_backup(store: &OpenedStore, sizes: &[u64]) -> Vec<BackupFile> {
         let mut files = Vec::new();
         for (i, &size) in sizes.iter().enumerate() {
@@ -882,14 +887,19 @@ mod tests {
                 .put(&key, PutPayload::from(content(&path, size)))
                 .await
                 .expect("put");
-            files.push(BackupFile { path, size });
+            files.push(BackupFile {
+                path,
+                size,
+                source: None,
+            });
         }
+        let bundled = "bundle/exports/u/files/delta_log/1/-1/9/9001";
         files.push(BackupFile {
             path: "binlogs/delta_log/1/-1/9/9001".into(),
             size: 48,
+            source: Some(bundled.into()),
         });
-        let key =
-            join(&Path::from(BACKUP_DIR), "binlogs/delta_log/1/-1/9/9001").expect("valid path");
+        let key = join(&Path::from(BACKUP_DIR), bundled).expect("valid path");
         store
             .store
             .put(
@@ -1316,7 +1326,8 @@ mod tests {
         assert_eq!(deleted, files.len() as u64);
         assert!(!b.path().join("lockstep-staging").exists());
         for file in &files {
-            let kept = std::fs::read(a.path().join(BACKUP_DIR).join(&file.path))
+            let at = file.source.as_deref().unwrap_or(&file.path);
+            let kept = std::fs::read(a.path().join(BACKUP_DIR).join(at))
                 .expect("the backup's file outlives its staged link");
             assert!(
                 kept == content(&file.path, file.size),
@@ -1512,6 +1523,7 @@ mod tests {
         files.push(BackupFile {
             path: "binlogs/insert_log/1/2/7/7/100/77".into(),
             size: 5,
+            source: None,
         });
 
         let (result, _) = stage_recording(

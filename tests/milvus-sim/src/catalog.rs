@@ -147,9 +147,11 @@ impl NewCollection {
     /// Validates the request and decides every id (`next_id` hands them out) and each shard's
     /// pchannel (`next_pchannel` hands out a round-robin counter over the cluster's
     /// `pchannel_count` pchannels), giving the op that is applied on this cluster and
-    /// replicated to its secondaries.
+    /// replicated to its secondaries. `preserves_field_ids` says whether this Milvus knows the
+    /// `preserve_field_ids` property.
     pub fn into_op(
         self,
+        preserves_field_ids: bool,
         pchannel_count: usize,
         mut next_id: impl FnMut() -> i64,
         mut next_pchannel: impl FnMut() -> usize,
@@ -157,7 +159,10 @@ impl NewCollection {
         let shards = shard_count(self.shards_num, pchannel_count)?;
         refuse_explicit_dynamic_field(&self.schema)?;
         let partition_names = initial_partition_names(&self.schema, self.num_partitions)?;
-        let schema = prepare_schema(self.schema, &self.name)?;
+        let preserve = preserves_field_ids
+            && (self.properties.iter())
+                .any(|kv| kv.key == PRESERVE_FIELD_IDS && kv.value == "true");
+        let schema = prepare_schema(self.schema, &self.name, preserve)?;
         Ok(DdlOp::CreateCollection {
             db: db_or_default(&self.db).to_owned(),
             name: self.name,
@@ -559,11 +564,18 @@ pub fn decode_schema(bytes: &[u8]) -> Result<CollectionSchema, MilvusError> {
     })
 }
 
-/// Gives fields without an id the next user field id and appends the dynamic `$meta` field
-/// when the schema enables it, as rootcoord does; the schema's name is the collection's.
+/// The CreateCollection property that keeps the schema's field ids (Milvus 3.0's
+/// `util.PreserveFieldIdsKey`).
+const PRESERVE_FIELD_IDS: &str = "preserve_field_ids";
+
+/// Numbers the fields from the first user field id in schema order, whatever ids they came
+/// with (rootcoord's `assignFieldAndFunctionID`), or with `preserve` keeps the ids given and
+/// numbers only fields without one; appends the dynamic `$meta` field when the schema
+/// enables it, as rootcoord does; the schema's name is the collection's.
 fn prepare_schema(
     mut schema: CollectionSchema,
     collection_name: &str,
+    preserve: bool,
 ) -> Result<CollectionSchema, MilvusError> {
     if schema.name.is_empty() {
         schema.name = collection_name.to_owned();
@@ -578,6 +590,11 @@ fn prepare_schema(
     }
     if schema.fields.is_empty() {
         return Err(MilvusError::new(105, "schema does not contain any field"));
+    }
+    if !preserve {
+        for (field, id) in schema.fields.iter_mut().zip(START_OF_USER_FIELD_ID..) {
+            field.field_id = id;
+        }
     }
     let mut next = schema
         .fields

@@ -683,6 +683,7 @@ impl Cluster {
     /// replicated.
     pub fn create_collection(&self, request: NewCollection) -> Result<DdlOutcome, MilvusError> {
         let op = request.into_op(
+            self.0.version.preserves_field_ids(),
             self.0.pchannels.len(),
             || self.next_id(),
             || self.0.pchannel_cursor.fetch_add(1, Ordering::Relaxed),

@@ -36,6 +36,13 @@ impl ServerVersion {
         }
     }
 
+    /// Whether CreateCollection's `preserve_field_ids` property keeps the schema's field ids
+    /// (Milvus 3.0's rootcoord; its snapshot restore sets it). Older servers number the
+    /// fields themselves whatever the schema says.
+    pub fn preserves_field_ids(&self) -> bool {
+        self.import_face() == ImportFace::TwoPhase
+    }
+
     pub fn parse(raw: &str) -> Self {
         let stripped = raw.strip_prefix('v').unwrap_or(raw);
         let core = stripped.split(['-', '+']).next().unwrap_or(stripped);

@@ -628,3 +628,29 @@ async fn an_unknown_rest_route_is_a_404_not_a_grpc_answer() {
         .expect("answers");
     assert_eq!(response.status(), 404);
 }
+
+/// rootcoord numbers a new collection's fields itself, whatever ids the schema carries; a
+/// 3.0 keeps them when the create says `preserve_field_ids` (its snapshot restore does).
+#[tokio::test]
+async fn field_ids_are_numbered_unless_a_3_0_is_asked_to_preserve_them() {
+    for (version, preserve, want) in [
+        ("3.0.2", true, 200),
+        ("3.0.2", false, 100),
+        ("2.6.24", true, 100),
+    ] {
+        let sim = start(&standalone(version)).await;
+        let a = sim.cluster("a");
+        let mut request = NewCollection::keyed("default", "c");
+        request.schema.fields[0].field_id = 200;
+        if preserve {
+            request.properties = vec![milvus_proto::common::KeyValuePair {
+                key: "preserve_field_ids".into(),
+                value: "true".into(),
+            }];
+        }
+        a.create_collection(request).expect("created");
+        let id =
+            a.with_catalog(|c| c.collection("", "c").expect("there").schema.fields[0].field_id);
+        assert_eq!(id, want, "{version}, preserve {preserve}");
+    }
+}
