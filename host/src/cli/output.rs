@@ -90,6 +90,7 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
         OutputFormat::Json => print_json(&json!({
             "job": job.name,
             "backup": job.backup.name,
+            "format": plan.format,
             "ends": plan.ends,
             "route": plan.route,
             "totals": p.totals,
@@ -108,8 +109,8 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
         })),
         OutputFormat::Text => {
             println!(
-                "plan for job {} (backup {}): preflight passed, nothing was changed",
-                job.name, job.backup.name
+                "plan for job {} (backup {}, {} format): preflight passed, nothing was changed",
+                job.name, job.backup.name, plan.format
             );
             println!("  import: {} ({})", plan.route.route, plan.route.why);
             for end in &plan.ends {

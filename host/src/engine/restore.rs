@@ -23,6 +23,8 @@ use crate::storage;
 /// What `lockstep plan` prints: preflight passed, and this is what a run would do.
 pub struct PlanOutput {
     pub plan: RestorePlan,
+    /// The backup's format.
+    pub format: crate::backup::BackupFormat,
     pub ends: Vec<EndPlan>,
     pub import_prefix_note: String,
     pub route: route::Choice,
@@ -190,6 +192,7 @@ impl Engine {
         };
         checks::CheckSetup::load(self, job).await?;
         Ok(PlanOutput {
+            format: pf.backup.format,
             plan: pf.plan,
             ends,
             import_prefix_note,

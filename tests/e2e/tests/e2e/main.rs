@@ -10,6 +10,7 @@ mod plugins;
 mod refusals;
 mod rows;
 mod s3;
+mod snapshot;
 mod status_page;
 mod two_phase;
 mod versions;

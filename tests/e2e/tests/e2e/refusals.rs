@@ -5,7 +5,7 @@ use e2e::{L0Import, World, WorldSpec};
 /// Runs `job` and checks it was refused before anything was written anywhere, for a reason
 /// of `kind` (the report's `refusal_kinds`; `None` for a job file refused before any
 /// preflight) whose text says `why`.
-async fn refused(
+pub(crate) async fn refused(
     world: &World,
     job: &std::path::Path,
     kind: Option<&str>,
