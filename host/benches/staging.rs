@@ -206,7 +206,11 @@ fn write_files(backup_dir: &FsPath, total: u64) -> anyhow::Result<Vec<BackupFile
             .map(|b| (b as u8).wrapping_mul(31).wrapping_add(i as u8))
             .collect();
         std::fs::write(&full, data)?;
-        files.push(BackupFile { path, size });
+        files.push(BackupFile {
+            path,
+            size,
+            source: None,
+        });
         written += size;
         i += 1;
     }

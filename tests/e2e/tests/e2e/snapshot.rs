@@ -2,7 +2,7 @@
 //! import from their bundles, two-phase wherever the target has it, never by Milvus's
 //! snapshot restore.
 
-use e2e::{TARGET, World, WorldSpec};
+use e2e::{L0Import, TARGET, World, WorldSpec};
 use milvus_sim::fixtures::Format;
 
 use crate::invariants::commits_followed_every_uncommitted;
@@ -126,6 +126,46 @@ async fn a_target_that_renumbers_the_fields_is_refused_and_what_was_created_drop
             .await?
             .is_empty()
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bundles_l0_segments_follow_the_l0_import_rule() -> anyhow::Result<()> {
+    // Milvus 3.0 does not import L0 segments by default: the bundle's are refused as a
+    // binlog backup's are, naming the ends and the setting.
+    let mut spec = snapshot_world();
+    spec.l0_import = L0Import::Default;
+    let world = World::start(spec).await?;
+    let job = world.job("l0-off", "")?;
+    refused(
+        &world,
+        &job,
+        Some("l0_import"),
+        &[
+            "dataCoord.import.enableL0Import",
+            "[clusters.t]",
+            "[clusters.s2]",
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_backup_into_a_2_6_target_is_restored_by_auto_commit_import()
+-> anyhow::Result<()> {
+    // Not only into replicating clusters: a 2.6 has no two-phase import, and gets the same
+    // backup import, every row counted.
+    let mut spec = snapshot_world();
+    spec.secondaries = 0;
+    spec.replicating = false;
+    spec.target_version = "2.6.24".into();
+    let world = World::start(spec).await?;
+    let job = world.job_alone("on-2-6", "")?;
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 0, "{}", run.explain());
+    assert_eq!(run.report["route"], "merged_auto_commit");
+    every_end_has_every_row(&world).await?;
     Ok(())
 }
 
