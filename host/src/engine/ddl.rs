@@ -168,11 +168,13 @@ async fn create_collection(
 }
 
 /// The fields of `planned` that `made` (the collection as the target describes it) numbers
-/// otherwise, as `name: planned id → made id`.
+/// otherwise, as `name: planned id → made id`. The dynamic `$meta` field is not compared:
+/// Milvus adds it itself and DescribeCollection does not show it.
 fn mismatched_field_ids(planned: &CollectionSchema, made: &CollectionSchema) -> Vec<String> {
     planned
         .fields
         .iter()
+        .filter(|field| !field.is_dynamic)
         .filter_map(|field| {
             let found = made.fields.iter().find(|f| f.name == field.name);
             match found.map(|f| f.field_id) {

@@ -3,7 +3,7 @@
 //! snapshot restore.
 
 use e2e::{L0Import, TARGET, World, WorldSpec};
-use milvus_sim::fixtures::Format;
+use milvus_sim::fixtures::{Format, SchemaMix};
 
 use crate::invariants::commits_followed_every_uncommitted;
 use crate::refusals::refused;
@@ -44,6 +44,9 @@ async fn a_snapshot_backup_restores_two_phase_into_a_target_and_its_two_secondar
     // a 3.0 keeps them because lockstep asks it to.
     let mut spec = snapshot_world();
     spec.backup.first_field_id = 200;
+    // Dynamic fields and partition keys too.
+    spec.backup.schema = SchemaMix::Varied;
+    spec.backup.collections = 4;
     let world = World::start(spec).await?;
     let job = world.job("snap", "")?;
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
