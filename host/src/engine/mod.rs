@@ -6,7 +6,8 @@
 //!   anything is written), `checks`, `ddl` (databases, collections, partitions, indexes on
 //!   the target; mirrors awaited), `staging` and the import `gate`, the commit groups
 //!   (`two_phase`: hold, commit, complete, abort; `auto_commit` for the routes that cannot
-//!   hold), rollback, and the outcome (`outcome`, one function from facts).
+//!   hold), `rollback` (one, for every stop before a decision), and the outcome
+//!   (`outcome`, one function from facts).
 //! - `attempt`: what the engine keeps of an attempt: its journal record and writes, phases,
 //!   trackers, the first failure, the sealed report.
 //! - `recover`: finishing what a crash or a lost host left, from the journal record.
@@ -34,6 +35,7 @@ mod refusal;
 pub mod report;
 mod restore;
 mod retry;
+mod rollback;
 pub mod route;
 mod rows;
 mod run;

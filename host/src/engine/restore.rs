@@ -3,7 +3,6 @@
 //! attempt's claim and record, then [`run::run_attempt`]: preflight, checks, DDL, staging,
 //! import, hold, decision, commit, completion and report. `plan` is preflight alone.
 
-use jiff::Timestamp;
 use tracing::Instrument as _;
 
 use super::checks;
@@ -17,7 +16,7 @@ use super::route;
 use super::run;
 use crate::backup::RestorePlan;
 use crate::job::Job;
-use crate::journal::{self, Outcome, RestoreId, RestorePhase, RestoreRecord};
+use crate::journal::{self, Outcome, RestoreId, RestoreRecord};
 use crate::storage;
 
 /// What `lockstep plan` prints: preflight passed, and this is what a run would do.
@@ -116,30 +115,18 @@ impl Engine {
             }
             Err(e) => return self.host_failed(job, format!("journal: {e}")),
         };
-        let now = Timestamp::now();
         let record = RestoreRecord {
-            id,
-            job_name: job.name.clone(),
-            content_hash: job.id().to_string(),
-            attempt,
-            backup: job.backup.name.clone(),
-            ends: ends.all().iter().map(EndClient::recorded).collect(),
             mirror_grace_ms: job.two_phase.mirror_grace.as_millis() as u64,
             keep_temp_files: job.restore.keep_temp_files,
-            phase: RestorePhase::Preflight,
-            started_at: now,
-            updated_at: now,
-            staging_prefix: None,
-            staged_ends: vec![],
-            created_collections: vec![],
-            to_create: vec![],
-            groups: vec![],
-            outcome: None,
-            report: None,
-            progress: None,
-            host_lost: false,
-            stage_left: false,
             rerun_because: because,
+            ..RestoreRecord::new(
+                id,
+                &job.name,
+                job.id().as_str(),
+                attempt,
+                &job.backup.name,
+                ends.all().iter().map(EndClient::recorded).collect(),
+            )
         };
         run::run_attempt(self, job, &ends, claim.as_ref(), record).await
     }

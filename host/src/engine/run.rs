@@ -30,6 +30,7 @@ use super::process::{Engine, Interrupted};
 use super::refusal::Refusal;
 use super::report::{CollectionReport, Divergence, EndReport, Report, ReportOf, StagingReport};
 use super::retry::retry;
+use super::rollback;
 use super::rows;
 use super::schedule::FirstLook;
 use super::staging::{self, Destinations};
@@ -389,11 +390,10 @@ async fn execute(
 
     let failure = attempt.failure.send_replace(None);
     if let Some(stop) = failure {
-        // Undecided groups aborted themselves; drop what they created.
-        let undecided: Vec<usize> = (0..groups.len()).filter(|g| !decided[*g]).collect();
-        let any_decided = decided.iter().any(|d| *d);
+        // Undecided groups aborted themselves; drop what they created. With some groups
+        // committed, their collections stay and the report says which.
         report.divergences = divergences;
-        return rollback_after_abort(attempt, stop, &undecided, any_decided).await;
+        return rollback(attempt, stop).await;
     }
 
     // Every group decided, or stopped past the point of aborting: cleanup, then the
@@ -1073,71 +1073,30 @@ pub(super) fn import_options(b: &BatchRecord) -> BTreeMap<String, String> {
     options
 }
 
-/// Rolls back a restore that stopped before any job was submitted: drop what the DDL
-/// created, delete what staging copied.
+/// Takes back what the restore made ([`rollback`]) and stops with `stop`.
 async fn rollback(attempt: &Attempt<'_>, stop: Stop) -> Result<Outcome, Stop> {
     undo(attempt).await;
     Err(stop)
 }
 
-/// Drops every collection the restore created and deletes its staged files.
+/// Drops the collections a rollback drops and deletes the restore's staged files.
 async fn undo(attempt: &Attempt<'_>) {
-    let created = attempt
-        .record
-        .lock()
-        .expect("record lock")
-        .created_collections
-        .clone();
-    drop_and_unstage(attempt, &created).await;
-}
-
-/// Drops the collections a rolled-back restore created and deletes its staged files.
-async fn drop_and_unstage(attempt: &Attempt<'_>, collections: &[(String, String)]) {
+    let (collections, staged) = {
+        let r = attempt.record.lock().expect("record lock");
+        let staged = r
+            .staging_prefix
+            .is_some()
+            .then(|| StagingPrefix::for_restore(&r.id));
+        (rollback::collections_to_drop(&r), staged)
+    };
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
-    for problem in ddl::drop_created(attempt.ends, collections, deadline).await {
-        tracing::warn!(%problem, "rollback");
-    }
-    let (id, staged) = {
-        let r = attempt.record.lock().expect("record lock");
-        (r.id.clone(), r.staging_prefix.is_some())
-    };
-    if let (true, Some(job)) = (staged, attempt.job) {
-        let prefix = StagingPrefix::for_restore(&id);
-        storage::delete_stage(&job.destinations(), &prefix, storage::TempFiles::Delete).await;
-    }
-}
-
-/// Rolls back after the undecided groups aborted. With nothing decided, the DDL is undone
-/// too; with some groups committed, their collections stay and the report says which.
-async fn rollback_after_abort(
-    attempt: &Attempt<'_>,
-    stop: Stop,
-    undecided: &[usize],
-    any_decided: bool,
-) -> Result<Outcome, Stop> {
-    let created = attempt
-        .record
-        .lock()
-        .expect("record lock")
-        .created_collections
-        .clone();
-    let undecided_collections: Vec<(String, String)> = {
-        let r = attempt.record.lock().expect("record lock");
-        created
-            .into_iter()
-            .filter(|(db, c)| {
-                !any_decided
-                    || undecided.iter().any(|g| {
-                        r.groups[*g]
-                            .batches
-                            .iter()
-                            .any(|b| &b.db == db && &b.collection == c)
-                    })
-            })
-            .collect()
-    };
-    drop_and_unstage(attempt, &undecided_collections).await;
-    Err(stop)
+    rollback::undo(
+        attempt.ends,
+        &collections,
+        attempt.job.zip(staged),
+        deadline,
+    )
+    .await;
 }
 
 /// Deletes the staged files once every end completed (unless `keep_temp_files`). Whether

@@ -416,6 +416,42 @@ pub struct EndProgress {
 }
 
 impl RestoreRecord {
+    /// The record of a new attempt: in preflight, nothing done yet, started now.
+    pub fn new(
+        id: RestoreId,
+        job_name: &str,
+        content_hash: &str,
+        attempt: u32,
+        backup: &str,
+        ends: Vec<RecordedEnd>,
+    ) -> RestoreRecord {
+        let now = Timestamp::now();
+        RestoreRecord {
+            id,
+            job_name: job_name.to_owned(),
+            content_hash: content_hash.to_owned(),
+            attempt,
+            backup: backup.to_owned(),
+            ends,
+            mirror_grace_ms: 0,
+            keep_temp_files: false,
+            phase: RestorePhase::Preflight,
+            started_at: now,
+            updated_at: now,
+            staging_prefix: None,
+            staged_ends: vec![],
+            created_collections: vec![],
+            to_create: vec![],
+            groups: vec![],
+            outcome: None,
+            report: None,
+            progress: None,
+            host_lost: false,
+            stage_left: false,
+            rerun_because: None,
+        }
+    }
+
     /// Still needs work: no outcome, or an outcome that did not converge.
     pub fn is_unfinished(&self) -> bool {
         matches!(self.outcome, None | Some(Outcome::Incomplete))
