@@ -12,28 +12,16 @@ use crate::support::etcd;
 
 fn record(id: &RestoreId, attempt: u32) -> RestoreRecord {
     RestoreRecord {
-        id: id.clone(),
-        job_name: "orders".into(),
-        content_hash: "abcdef0123456789".into(),
-        attempt,
-        backup: "b".into(),
-        ends: vec![],
         mirror_grace_ms: 1000,
-        keep_temp_files: false,
-        phase: RestorePhase::Preflight,
         started_at: Timestamp::from_second(1_700_000_000 + i64::from(attempt)).unwrap(),
-        updated_at: Timestamp::now(),
-        staging_prefix: None,
-        staged_ends: vec![],
-        created_collections: vec![],
-        to_create: vec![],
-        groups: vec![],
-        outcome: None,
-        report: None,
-        progress: None,
-        host_lost: false,
-        stage_left: false,
-        rerun_because: None,
+        ..RestoreRecord::new(
+            id.clone(),
+            "orders",
+            "abcdef0123456789",
+            attempt,
+            "b",
+            vec![],
+        )
     }
 }
 

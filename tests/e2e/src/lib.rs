@@ -11,7 +11,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, bail, ensure};
 use futures::TryStreamExt as _;
 use milvus_sim::control::CollectionSnapshot;
 use milvus_sim::fixtures::{BackupSpec, GeneratedBackup, SchemaMix, generate};
@@ -519,7 +519,7 @@ impl World {
     ) -> anyhow::Result<()> {
         let job = job.to_str().context("a UTF-8 job path")?;
         let plan = self.run(&["plan", job], &[]).await?;
-        anyhow::ensure!(plan.code == 0, "plan failed: {}", plan.explain());
+        ensure!(plan.code == 0, "plan failed: {}", plan.explain());
         let batches = plan.report["totals"]["batches"]
             .as_u64()
             .filter(|&n| n >= 2)
@@ -622,6 +622,36 @@ impl World {
         let held = faults::checker::nothing_held(&self.snapshots().await?);
         if let Some(first) = held.first() {
             bail!("{first} ({} held in all)", held.len());
+        }
+        Ok(())
+    }
+
+    /// Every end imported exactly the backup's files, byte for byte (size and crc32c, as
+    /// milvus-sim read them), and shows every row of it: inserted less deleted.
+    pub async fn assert_every_end_has_the_backup(&self) -> anyhow::Result<()> {
+        for c in &self.backup.info.collection_backups {
+            let want = self.backed_up(c.collection_id);
+            ensure!(
+                !want.is_empty(),
+                "the backup holds no file of {}",
+                c.collection_name
+            );
+            for end in self.ends() {
+                let got = self.imported(&end, "default", &c.collection_name).await?;
+                ensure!(
+                    got == want,
+                    "{end}: {} imported other files than the backup holds",
+                    c.collection_name
+                );
+            }
+        }
+        for end in self.ends() {
+            let visible: i64 = self.visible(&end).await?.values().sum();
+            ensure!(
+                visible == self.rows_after_deletes(),
+                "{end}: {visible} rows visible, the backup holds {}",
+                self.rows_after_deletes()
+            );
         }
         Ok(())
     }

@@ -16,27 +16,6 @@ fn snapshot_world() -> WorldSpec {
     spec
 }
 
-/// Every end shows every row of the backup, having imported exactly its files.
-async fn every_end_has_every_row(world: &World) -> anyhow::Result<()> {
-    for c in &world.backup.info.collection_backups {
-        let want = world.backed_up(c.collection_id);
-        assert!(!want.is_empty());
-        for end in world.ends() {
-            let got = world.imported(&end, "default", &c.collection_name).await?;
-            assert_eq!(
-                got, want,
-                "{end}: {} imported other files",
-                c.collection_name
-            );
-        }
-    }
-    for end in world.ends() {
-        let visible: i64 = world.visible(&end).await?.values().sum();
-        assert_eq!(visible, world.rows_after_deletes(), "{end}");
-    }
-    Ok(())
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_snapshot_backup_restores_two_phase_into_a_target_and_its_two_secondaries()
 -> anyhow::Result<()> {
@@ -56,7 +35,7 @@ async fn a_snapshot_backup_restores_two_phase_into_a_target_and_its_two_secondar
     assert_eq!(run.report["route"], "two_phase");
     world.assert_nothing_held().await?;
     commits_followed_every_uncommitted(&world).await?;
-    every_end_has_every_row(&world).await?;
+    world.assert_every_end_has_the_backup().await?;
     // One commit per job, on the target only; the indexes the bundle defines were rebuilt.
     let jobs = run.report["jobs"].as_array().map_or(0, Vec::len);
     assert_eq!(world.requests(TARGET, "import/commit").await?, jobs);
@@ -168,7 +147,7 @@ async fn a_snapshot_backup_into_a_2_6_target_is_restored_by_auto_commit_import()
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 0, "{}", run.explain());
     assert_eq!(run.report["route"], "merged_auto_commit");
-    every_end_has_every_row(&world).await?;
+    world.assert_every_end_has_the_backup().await?;
     Ok(())
 }
 
@@ -187,7 +166,7 @@ async fn a_snapshot_backup_into_a_lone_3_0_target_is_two_phase_on_the_one_end() 
         (Some("snapshot"), Some("two_phase"))
     );
     commits_followed_every_uncommitted(&world).await?;
-    every_end_has_every_row(&world).await?;
+    world.assert_every_end_has_the_backup().await?;
     let jobs = run.report["jobs"].as_array().map_or(0, Vec::len);
     assert!(jobs > 0);
     assert_eq!(world.requests(TARGET, "import/commit").await?, jobs);
@@ -211,6 +190,6 @@ async fn a_snapshot_backup_in_the_targets_own_bucket_is_staged_not_imported_in_p
     assert_eq!(plan.report["ends"][0]["files"], "staged", "{}", plan.stdout);
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 0, "{}", run.explain());
-    every_end_has_every_row(&world).await?;
+    world.assert_every_end_has_the_backup().await?;
     Ok(())
 }
