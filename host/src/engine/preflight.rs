@@ -178,7 +178,7 @@ async fn choose_route(job: &Job, ends: &Ends, version: &ServerVersion) -> Result
                 reason: e.to_string(),
             })?,
     };
-    route::choose(job.strategy(), api, version, job.secondaries.len()).map_err(Refusal::NoRoute)
+    route::choose(job.strategy(), api, version, job.secondaries.len()).map_err(Refusal::from)
 }
 
 /// A mirror imports the target's paths verbatim: every end must read them one way.

@@ -11,8 +11,12 @@ use crate::milvus::ServerVersion;
 pub enum Refusal {
     #[error("{0}")]
     Ends(String),
-    #[error("{0}")]
-    Busy(String),
+    /// Another process holds the restore's claim.
+    #[error(
+        "restore {id} is being worked on by {holder}; wait for it to finish, or see \
+         `lockstep status`"
+    )]
+    Busy { id: String, holder: String },
     #[error("{end} ({uri}) is unreachable: {reason}; check its URI and that Milvus is up")]
     Unreachable {
         end: String,
@@ -39,8 +43,8 @@ pub enum Refusal {
         reason: String,
     },
     /// The job's strategy and what the target's import API can do do not meet.
-    #[error("{0}")]
-    NoRoute(String),
+    #[error(transparent)]
+    NoRoute(#[from] super::route::NoRoute),
     #[error("cannot read the replication configuration of {end}: {reason}")]
     TopologyUnreadable { end: String, reason: String },
     #[error(
@@ -218,7 +222,7 @@ impl Refusal {
     pub fn kind(&self) -> &'static str {
         match self {
             Refusal::Ends(_) => "ends",
-            Refusal::Busy(_) => "busy",
+            Refusal::Busy { .. } => "busy",
             Refusal::Unreachable { .. } => "unreachable",
             Refusal::VersionTooOld { .. } => "version_too_old",
             Refusal::RouteUnknown { .. } => "route_unknown",
@@ -297,6 +301,18 @@ mod tests {
             Refusal::NoDatabase {
                 collection: Namespace::new("db1", "c"),
             },
+            Refusal::StorageV3 {
+                collection: "default.c".into(),
+                segment: 7,
+            },
+            Refusal::FieldIds {
+                collection: "default.c".into(),
+                mismatched: vec!["id: 200 → 100".into(), "vec: 201 → 101".into()],
+            },
+            Refusal::Busy {
+                id: "orders-ab-1".into(),
+                holder: "host-b".into(),
+            },
         ];
         for refusal in &all {
             let text = refusal.to_string();
@@ -320,5 +336,11 @@ mod tests {
              `l0_import = true` in [clusters.a]"
         ));
         assert!(all[5].to_string().contains("(no database db1)"));
+        assert!(all[6].to_string().starts_with(
+            "collection default.c: segment 7 of its snapshot bundle is in storage version 3"
+        ));
+        assert!(all[7].to_string().contains(
+            "otherwise than the backup's files: id: 200 → 100, vec: 201 → 101; the target"
+        ));
     }
 }

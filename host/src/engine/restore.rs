@@ -108,10 +108,12 @@ impl Engine {
         let claim = match self.journal.claim(&id).await {
             Ok(c) => c,
             // Another process works on it: not lockstep's failure, and not the job's either.
-            Err(e @ journal::Error::Busy { .. }) => {
-                return self
-                    .refused_early(job, vec![Refusal::Busy(e.to_string())])
-                    .await;
+            Err(journal::Error::Busy { id, holder }) => {
+                let busy = Refusal::Busy {
+                    id: id.to_string(),
+                    holder,
+                };
+                return self.refused_early(job, vec![busy]).await;
             }
             Err(e) => return self.host_failed(job, format!("journal: {e}")),
         };

@@ -56,6 +56,16 @@ impl fmt::Display for Route {
     }
 }
 
+/// The job names `strategy = "merged"` and the target's import API is v1 alone.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "strategy \"merged\" needs REST v2 import, which Milvus {version} does not have \
+     (2.4+); leave strategy unset or use per_seg"
+)]
+pub struct NoRoute {
+    pub version: ServerVersion,
+}
+
 /// What a target's import API can do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ImportApi {
@@ -111,7 +121,7 @@ pub fn choose(
     api: ImportApi,
     version: &ServerVersion,
     secondaries: usize,
-) -> Result<Choice, String> {
+) -> Result<Choice, NoRoute> {
     let two_phase_why = || match secondaries {
         0 => format!(
             "Milvus {version} has two-phase import: every job is held Uncommitted on the target \
@@ -128,10 +138,9 @@ pub fn choose(
             Route::PerSeg,
             "strategy = \"per_seg\": one v1 import per segment, auto-committed".into(),
         ),
-        (Some(Strategy::Merged), ImportApi::V1Only) => Err(format!(
-            "strategy \"merged\" needs REST v2 import, which Milvus {version} does not have \
-             (2.4+); leave strategy unset or use per_seg"
-        )),
+        (Some(Strategy::Merged), ImportApi::V1Only) => Err(NoRoute {
+            version: version.clone(),
+        }),
         (None, ImportApi::V1Only) => choice(
             Route::PerSeg,
             format!(
@@ -187,7 +196,7 @@ mod tests {
         let refusal =
             choose(Some(Strategy::Merged), ImportApi::V1Only, &v("v2.3.5"), 0).unwrap_err();
         assert_eq!(
-            refusal,
+            refusal.to_string(),
             "strategy \"merged\" needs REST v2 import, which Milvus v2.3.5 does not have \
              (2.4+); leave strategy unset or use per_seg"
         );
