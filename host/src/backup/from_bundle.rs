@@ -23,6 +23,7 @@ use super::meta::{
     Binlog, CollectionBackupInfo, CollectionSchema, FieldBinlog, FieldSchema, FunctionSchema,
     IndexInfo, PartitionBackupInfo, SegmentBackupInfo,
 };
+use super::namespace::Namespace;
 use super::read::BINLOG_DIR;
 use super::snapshot::{
     Bundle, FieldLogs, ProtoEnum, Segment, SegmentLevel, SnapshotSchema, SnapshotValue,
@@ -46,14 +47,14 @@ pub(super) fn collection_tree(
     meta: &CollectionBackupInfo,
     bundle: &Bundle,
 ) -> Result<(CollectionBackupInfo, Vec<BundleFile>), Error> {
-    let name = format!("{}.{}", meta.db_name, meta.collection_name);
+    let name = Namespace::new(&meta.db_name, &meta.collection_name);
     let corrupt = |reason: String| Error::CorruptBundle {
         url: format!("the bundle {} of collection {name}", bundle.dir),
         reason,
     };
     let description = &bundle.metadata.collection;
     let collection_id = bundle.metadata.snapshot_info.collection_id.0;
-    let schema = schema(&description.schema, &name)?;
+    let mut schema = schema(&description.schema, &name.to_string())?;
     let consistency_level = description
         .consistency_level
         .number(|n| pb_common::ConsistencyLevel::from_str_name(n).map(|l| l as i32))
@@ -125,7 +126,6 @@ pub(super) fn collection_tree(
     }
     let partition_backups: Vec<PartitionBackupInfo> = partitions.into_values().collect();
 
-    let mut schema = schema;
     for kv in &description.properties {
         if !schema.properties.iter().any(|p| p.key == kv.key) {
             schema.properties.push(kv.clone());
