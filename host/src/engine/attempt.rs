@@ -1,18 +1,19 @@
 //! One attempt of a restore as the engine keeps it: its journal record and the writes that
-//! make it durable, the phases it went through, the commit groups' trackers, the first
-//! failure before the decision, and the sealing of its report. Only the engine (`run`,
-//! `recover`) holds one; the stages it calls get values.
+//! make it durable, the phases it went through, the first failure before the decision, and
+//! the sealing of its report. Only the engine (`run`, `group`, `recover`) holds one; the
+//! stages it calls get values.
 
 use std::sync::Mutex;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::ends::Ends;
+use super::error::{Error, StageError};
 use super::faults;
 use super::preflight::error_chain;
-use super::process::{Engine, Interrupted};
+use super::process::Engine;
 use super::refusal::Refusal;
 use super::report::{self, Report};
 use super::two_phase::Tracker;
@@ -20,22 +21,6 @@ use crate::job::Job;
 use crate::journal::{
     self, Claim, EndProgress, Outcome, ProgressSnapshot, RestorePhase, RestoreRecord,
 };
-use crate::milvus::JobState;
-
-/// What stopped a restore before its decision.
-#[derive(Debug, Clone)]
-pub(super) enum Stop {
-    /// A rule refused it; nothing was imported.
-    Refused(Vec<Refusal>),
-    /// It failed; every submitted job is aborted.
-    Failed(String),
-}
-
-impl From<Interrupted> for Stop {
-    fn from(_: Interrupted) -> Stop {
-        Stop::Failed("interrupted before the commit decision".into())
-    }
-}
 
 /// One attempt of a restore, held by the engine and lent to its concurrent commit groups.
 pub(super) struct Attempt<'a> {
@@ -46,16 +31,16 @@ pub(super) struct Attempt<'a> {
     pub job: Option<&'a Job>,
     // No await happens while these are held.
     pub record: Mutex<RestoreRecord>,
-    pub trackers: Mutex<Vec<Tracker>>,
-    /// The first pre-decision failure; undecided groups abort when they see it, and the
-    /// stage and the wait for arrivals stop.
-    pub failure: watch::Sender<Option<Stop>>,
+    /// The first pre-decision failure; undecided groups abort on it.
+    failure: Mutex<Option<Error>>,
+    /// Cancelled once `failure` is set, after it: the stage, the wait for arrivals, the
+    /// import gate and the creates not sent yet stop on it, and whoever wakes on it finds
+    /// the reason already there.
+    stop: CancellationToken,
     /// Serialises saves so a stale snapshot never overwrites a newer one.
     save_lock: tokio::sync::Mutex<()>,
     /// From the last ready sighting to the commit going out (decision write included).
     pub reaction: Mutex<Option<Duration>>,
-    /// Touched whenever a tracker shows new states, to wake [`Attempt::past_commit`].
-    seen: watch::Sender<()>,
     /// When each phase this process saw began, in order: the report's `phases`.
     pub phase_starts: Mutex<Vec<(RestorePhase, Timestamp)>>,
     /// The record as last written. A progress write writes it again with only the new
@@ -83,24 +68,23 @@ impl<'a> Attempt<'a> {
             claim,
             job,
             record: Mutex::new(record),
-            trackers: Mutex::new(Vec::new()),
-            failure: watch::Sender::new(None),
+            failure: Mutex::new(None),
+            stop: CancellationToken::new(),
             save_lock: tokio::sync::Mutex::new(()),
             reaction: Mutex::new(None),
-            seen: watch::Sender::new(()),
             phase_starts: Mutex::new(Vec::new()),
             written: Mutex::new(None),
         }
     }
 
     /// Writes the current record durably.
-    pub async fn persist(&self) -> Result<(), String> {
+    pub async fn persist(&self) -> Result<(), StageError> {
         let order = self.save_lock.lock().await;
         self.save(order).await
     }
 
     /// Writes the record as it is now while `order` keeps every other write out.
-    async fn save(&self, order: tokio::sync::MutexGuard<'_, ()>) -> Result<(), String> {
+    async fn save(&self, order: tokio::sync::MutexGuard<'_, ()>) -> Result<(), StageError> {
         let snapshot = {
             let mut r = self.record.lock().expect("record lock: no panics under it");
             r.updated_at = Timestamp::now();
@@ -113,12 +97,12 @@ impl<'a> Attempt<'a> {
         &self,
         _order: tokio::sync::MutexGuard<'_, ()>,
         record: RestoreRecord,
-    ) -> Result<(), String> {
+    ) -> Result<(), StageError> {
         self.engine
             .journal
             .save(self.claim, &record)
             .await
-            .map_err(|e| format!("journal: {}", error_chain(&e)))?;
+            .map_err(|e| StageError::Journal(error_chain(&e)))?;
         *self.written.lock().expect("written lock") = Some(record);
         Ok(())
     }
@@ -168,7 +152,7 @@ impl<'a> Attempt<'a> {
         }
     }
 
-    pub async fn set_phase(&self, phase: RestorePhase) -> Result<(), String> {
+    pub async fn set_phase(&self, phase: RestorePhase) -> Result<(), StageError> {
         if !self.enter_phase(phase) {
             return Ok(());
         }
@@ -200,48 +184,48 @@ impl<'a> Attempt<'a> {
         *r = Some(r.map_or(reaction, |old| old.max(reaction)));
     }
 
-    pub fn fail(&self, stop: Stop) {
-        self.failure.send_if_modified(|f| {
-            let first = f.is_none();
-            if first {
-                *f = Some(stop);
+    /// `source`, failed in the phase the restore is in.
+    pub fn failure_now(&self, source: StageError) -> Error {
+        let phase = self.record.lock().expect("record lock").phase;
+        Error::failed(phase, source)
+    }
+
+    /// Records the restore's first failure before its decision, then stops everything
+    /// waiting on [`Attempt::stopped`]; a later one is left out.
+    pub fn fail(&self, error: Error) {
+        {
+            let mut first = self.failure.lock().expect("failure lock");
+            if first.is_some() {
+                return;
             }
-            first
-        });
+            *first = Some(error);
+        }
+        self.stop.cancel();
     }
 
     pub fn failed(&self) -> bool {
-        self.failure.borrow().is_some()
+        self.stop.is_cancelled()
+    }
+
+    /// The restore's first failure before its decision, if any.
+    pub fn first_failure(&self) -> Option<Error> {
+        self.failure.lock().expect("failure lock").clone()
+    }
+
+    /// Cancelled once the restore failed before its decision: for the stages that stop
+    /// on it.
+    pub fn stop_token(&self) -> &CancellationToken {
+        &self.stop
     }
 
     /// Returns once the restore failed before its decision; never if it does not.
     pub async fn stopped(&self) {
-        // The sender lives in `self`: the wait ends only with a failure.
-        let _ = self.failure.subscribe().wait_for(Option::is_some).await;
+        self.stop.cancelled().await;
     }
 
-    /// Returns once every end has every job Committing or Completed; never for a restore
-    /// without jobs.
-    pub async fn past_commit(&self) {
-        let past = || {
-            let trackers = self.trackers.lock().expect("tracker lock");
-            let mut jobs = trackers.iter().flat_map(|t| &t.jobs).peekable();
-            jobs.peek().is_some()
-                && jobs.all(|j| {
-                    j.seen.iter().all(|s| {
-                        s.as_ref().is_some_and(|s| {
-                            matches!(s.state, JobState::Committing | JobState::Completed)
-                        })
-                    })
-                })
-        };
-        // The sender lives in `self`: the wait ends only when the trackers get there.
-        let _ = self.seen.subscribe().wait_for(|()| past()).await;
-    }
-
-    pub fn show(&self) {
-        self.seen.send_modify(|()| {});
-        let trackers = self.trackers.lock().expect("tracker lock");
+    /// Shows the groups' trackers: the record's progress snapshot (written with the next
+    /// progress write) and the live progress display.
+    pub fn show(&self, trackers: &[Tracker]) {
         let mut counts = trackers.first().map(|t| t.counts()).unwrap_or_default();
         for t in trackers.iter().skip(1) {
             for ((_, total), (_, more)) in counts.iter_mut().zip(t.counts()) {
@@ -250,7 +234,7 @@ impl<'a> Attempt<'a> {
                 }
             }
         }
-        let snapshot = progress_snapshot(&trackers);
+        let snapshot = progress_snapshot(trackers);
         let id = {
             let mut r = self.record.lock().expect("record lock");
             r.progress = Some(snapshot);

@@ -5,12 +5,15 @@
 //! every file it imports is durable on every destination ([`crate::storage::stage`] says
 //! when) and its collection arrived on every secondary; the commit decision waits for the
 //! whole stage to end verified. A stage, a DDL or an arrival that fails after some jobs were
-//! created fails the restore before its decision, and they are aborted like any other job.
+//! created fails the restore before its decision, and they are aborted like any other job:
+//! the gate closes on the restore's own stop token, which is cancelled only once the
+//! failure's reason is recorded.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::checks::BatchIndex;
 use crate::backup::BinlogFile;
@@ -23,7 +26,7 @@ enum Course {
     Staging,
     /// Every file is staged and verified.
     Staged,
-    /// The stage, the DDL or a collection's arrival failed: nothing more is imported.
+    /// The stage ended unverified: nothing more is imported.
     Failed,
 }
 
@@ -41,16 +44,20 @@ pub(super) struct ImportGate {
     waiting: Vec<AtomicUsize>,
     /// Touched too whenever a batch becomes ready, to wake its waiters.
     course: watch::Sender<Course>,
+    /// The restore's: cancelled once it failed before its decision (the DDL, an arrival,
+    /// the stage, a create). Nothing more is imported then.
+    failed: CancellationToken,
 }
 
 impl ImportGate {
     /// `batches_per_collection`: the plan's collections' batch counts, in plan order (the
-    /// order the groups number their batches in).
+    /// order the groups number their batches in). `failed`: the restore's stop token.
     pub fn new(
         import_prefix: &str,
         files: &[BinlogFile],
         groups: &[CommitGroup],
         batches_per_collection: impl IntoIterator<Item = usize>,
+        failed: CancellationToken,
     ) -> ImportGate {
         let index = BatchIndex::new(groups);
         let batches = groups.iter().map(|g| g.batches.len()).sum();
@@ -81,6 +88,7 @@ impl ImportGate {
             batches_of,
             waiting: waiting.into_iter().map(AtomicUsize::new).collect(),
             course: watch::Sender::new(Course::Staging),
+            failed,
         }
     }
 
@@ -118,42 +126,41 @@ impl ImportGate {
         });
     }
 
-    /// Nothing more is imported: the DDL failed or a collection did not arrive.
-    pub fn fail(&self) {
-        self.course.send_replace(Course::Failed);
-    }
-
     /// Waits until `batch` may be imported: true, or false once the restore failed. A batch
     /// the restore does not have (a group without batches) waits for nothing.
     pub async fn batch_ready(&self, batch: usize) -> bool {
-        let mut course = self.course.subscribe();
-        let seen = course
-            .wait_for(|c| {
-                *c == Course::Failed
-                    || self
-                        .waiting
-                        .get(batch)
-                        .is_none_or(|w| w.load(Ordering::Acquire) == 0)
-            })
-            .await
-            .map(|c| *c);
-        matches!(seen, Ok(Course::Staging | Course::Staged))
+        let ready = self.course_until(|c| {
+            c == Course::Failed
+                || self
+                    .waiting
+                    .get(batch)
+                    .is_none_or(|w| w.load(Ordering::Acquire) == 0)
+        });
+        matches!(ready.await, Some(Course::Staging | Course::Staged))
     }
 
-    /// Waits until the stage ended; whether every file was staged and verified (and nothing
-    /// failed since).
+    /// Waits until the stage ended; whether every file was staged and verified (and the
+    /// restore did not fail).
     pub async fn staged(&self) -> bool {
-        let mut course = self.course.subscribe();
-        let seen = course.wait_for(|c| *c != Course::Staging).await.map(|c| *c);
-        matches!(seen, Ok(Course::Staged))
+        let ended = self.course_until(|c| c != Course::Staging);
+        matches!(ended.await, Some(Course::Staged))
     }
 
-    /// Returns once the stage or an arrival failed; never if neither does.
+    /// Returns once the stage ended unverified or the restore failed; never otherwise.
     pub async fn failed(&self) {
+        self.course_until(|c| c == Course::Failed).await;
+    }
+
+    /// The course once `until` holds of it; `None` once the restore failed (first, if both).
+    async fn course_until(&self, until: impl Fn(Course) -> bool) -> Option<Course> {
         let mut course = self.course.subscribe();
-        if course.wait_for(|c| *c == Course::Failed).await.is_err() {
-            std::future::pending::<()>().await;
-        }
+        let seen = tokio::select! {
+            biased;
+            () = self.failed.cancelled() => return None,
+            seen = course.wait_for(|c| until(*c)) => seen.map(|c| *c),
+        };
+        // The sender lives in `self`, so the wait only ends with a course it was waiting for.
+        seen.ok().filter(|_| !self.failed.is_cancelled())
     }
 }
 
@@ -201,7 +208,7 @@ mod tests {
             file("binlogs/insert_log/1/2/10/100/1"),
             file("binlogs/insert_log/1/2/10/101/1"),
         ];
-        ImportGate::new("stage", &files, &groups(), [1, 1])
+        ImportGate::new("stage", &files, &groups(), [1, 1], CancellationToken::new())
     }
 
     async fn settles<T>(f: impl Future<Output = T>) -> Option<T> {
@@ -260,12 +267,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_collection_that_does_not_arrive_fails_a_verified_stage() {
+    async fn a_restore_that_fails_closes_even_a_verified_stage() {
         let gate = gate();
         (0..3).for_each(|p| gate.file_ready(p));
         gate.collection_arrived(0);
         gate.end(true);
-        gate.fail();
+        gate.failed.cancel();
         assert_eq!(settles(gate.staged()).await, Some(false));
         assert_eq!(settles(gate.failed()).await, Some(()));
         assert_eq!(settles(gate.batch_ready(1)).await, Some(false));

@@ -15,7 +15,6 @@ use super::ends::Ends;
 use super::process::Engine;
 use super::report::{CollectionReport, EndReport, Report, ReportOf};
 use super::retry::retry;
-use super::run::job_reports;
 use super::two_phase::{self, Tracked, Tracker};
 use super::{ddl, outcome};
 use crate::job::{Job, StorageSpec};
@@ -170,7 +169,7 @@ pub async fn recover(
         r.host_lost = !decided && settled;
     }
 
-    report.jobs = job_reports(&trackers);
+    report.jobs = trackers.iter().flat_map(Tracker::job_reports).collect();
     report.divergences = divergences;
     // What the record's decisions made visible: the collections of the groups it committed.
     let committed: BTreeSet<String> = (record.groups.iter())
@@ -301,7 +300,7 @@ async fn find_lost_job(ends: &Ends, b: &BatchRecord, deadline: Instant) -> Optio
     }
     // Not listed as active: the same key hands back the job if it was ever created (a
     // failed one included), and creates one otherwise, which is then aborted with the rest.
-    let options = super::run::import_options(b);
+    let options = super::group::import_options(b);
     let body = CreateImport {
         db_name: b.db.clone(),
         collection_name: b.collection.clone(),

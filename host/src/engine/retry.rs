@@ -14,6 +14,9 @@ use crate::milvus;
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(3);
 
+/// Bound on DDL and on each control call's retries when the job sets no timeout.
+pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(600);
+
 /// Calls `op` until it succeeds, fails with a final answer, or `deadline` passes.
 pub async fn retry<T, F, Fut>(deadline: Instant, mut op: F) -> Result<T, milvus::Error>
 where

@@ -3,6 +3,7 @@
 
 use tokio_util::sync::CancellationToken;
 
+use super::error::StageError;
 use super::gate::ImportGate;
 use super::preflight::{Preflight, error_chain};
 use super::report::StagingReport;
@@ -20,12 +21,14 @@ impl Destinations {
     /// Opens every destination store and picks the import paths: the staging prefix, or
     /// the backup itself when every destination is the backup's store and the backup's
     /// files are where an import looks for them.
-    pub fn open(job: &Job, pf: &Preflight, restore_id: &RestoreId) -> Result<Self, String> {
+    pub fn open(job: &Job, pf: &Preflight, restore_id: &RestoreId) -> Result<Self, StageError> {
         let prefix = StagingPrefix::for_restore(restore_id);
         let mut stores = Vec::new();
         for (end, spec) in job.destinations() {
-            let store = storage::open(spec)
-                .map_err(|e| format!("storage of {end}: {}", error_chain(&e)))?;
+            let store = storage::open(spec).map_err(|e| StageError::Storage {
+                end: end.clone(),
+                reason: error_chain(&e),
+            })?;
             stores.push((end, store));
         }
         let ids: Vec<&storage::StoreId> = stores.iter().map(|(_, s)| &s.id).collect();
@@ -58,7 +61,7 @@ pub(super) async fn stage_files(
     gate: &ImportGate,
     progress: &(dyn Fn(storage::StageProgress) + Send + Sync),
     stop: &CancellationToken,
-) -> Result<StagingReport, String> {
+) -> Result<StagingReport, StageError> {
     let (paths, opened) = (&to.paths, &to.stores);
     let files: Vec<storage::BackupFile> = gate
         .order
@@ -105,7 +108,7 @@ pub(super) async fn stage_files(
         stop,
     )
     .await
-    .map_err(|e| format!("staging failed: {}", error_chain(&e)))?;
+    .map_err(|e| StageError::Staging(error_chain(&e)))?;
     for file in &staged {
         *report.transfers.entry(file.transfer).or_default() += 1;
         if file.transfer == storage::Transfer::Streamed {
@@ -113,4 +116,17 @@ pub(super) async fn stage_files(
         }
     }
     Ok(report)
+}
+
+/// Deletes the restore's staged files from every destination once nothing reads them
+/// (unless `keep_temp_files`). Whether they are gone, for the report.
+pub(super) async fn clean_up(job: &Job, restore_id: &RestoreId) -> bool {
+    let prefix = StagingPrefix::for_restore(restore_id);
+    let temp = if job.restore.keep_temp_files {
+        storage::TempFiles::Keep
+    } else {
+        storage::TempFiles::Delete
+    };
+    let cleaned = storage::delete_stage(&job.destinations(), &prefix, temp).await;
+    cleaned && temp == storage::TempFiles::Delete
 }

@@ -33,7 +33,7 @@ const FORGOTTEN_AFTER: Duration = Duration::from_secs(5);
 
 /// How often a watch shows its progress. Showing copies and counts every job, so doing it
 /// on every sighting made a watch of thousands of jobs quadratic.
-const SHOW_EVERY: Duration = Duration::from_millis(100);
+pub const SHOW_EVERY: Duration = Duration::from_millis(100);
 
 /// When a watch last showed its progress.
 #[derive(Default)]
@@ -77,6 +77,43 @@ pub struct Tracker {
 }
 
 impl Tracker {
+    /// Whether every end was seen with every job Committing or Completed: nothing reads
+    /// the jobs' files any more. `None` for a tracker without jobs.
+    pub fn past_commit(&self) -> Option<bool> {
+        let past = |s: &Option<Seen>| {
+            s.as_ref()
+                .is_some_and(|s| matches!(s.state, JobState::Committing | JobState::Completed))
+        };
+        (!self.jobs.is_empty()).then(|| self.jobs.iter().all(|j| j.seen.iter().all(past)))
+    }
+
+    /// Each job as the report shows it: its batch, its rows and every end's state.
+    pub fn job_reports(&self) -> Vec<super::report::JobReport> {
+        self.jobs
+            .iter()
+            .map(|j| super::report::JobReport {
+                batch: j.batch_id.clone(),
+                collection: j.collection.clone(),
+                partition: j.partition.clone(),
+                job_id: j.job_id.as_ref().map(|i| i.0.clone()),
+                rows: j.expected.map_or(0, |e| e.inserted),
+                expected_rows: j.expected,
+                states: self
+                    .end_names
+                    .iter()
+                    .zip(&j.seen)
+                    .zip(&j.imported)
+                    .map(|((end, s), imported)| super::report::EndJobState {
+                        end: end.clone(),
+                        state: s.as_ref().map(|s| s.state),
+                        reason: s.as_ref().and_then(|s| s.reason.clone()),
+                        imported_rows: *imported,
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
     /// Which ends have which of `jobs` short of Completed, e.g. `s3: 6 Uncommitted (first
     /// job 4470…)`; empty when every end completed every job.
     pub fn not_completed(&self, jobs: &[usize]) -> String {

@@ -1,0 +1,680 @@
+//! The commit groups of a restore (the whole restore, or one per collection). They run
+//! concurrently within the target's import-job budget, and each goes submit → hold → rows →
+//! before-commit checks → decision → commit → complete on its own. A failure before a
+//! group's decision fails every group that has not decided yet: they abort; decided groups
+//! roll forward.
+//!
+//! Each group owns its tracker and publishes it over its own `watch` channel as its jobs
+//! move. The progress display and the journal's progress snapshot read every group's; the
+//! group's sentry reads its own; the early cleanup waits until all of them are past commit.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use sha2::{Digest, Sha256};
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
+
+use super::attempt::Attempt;
+use super::checks::{self, CheckSetup};
+use super::ends::Ends;
+use super::error::{Error, StageError};
+use super::faults;
+use super::gate::ImportGate;
+use super::preflight::{Preflight, error_chain};
+use super::refusal::Refusal;
+use super::report::Divergence;
+use super::retry::{DEFAULT_CALL_DEADLINE, retry};
+use super::rows;
+use super::schedule::FirstLook;
+use super::staging;
+use super::two_phase::{self, SHOW_EVERY, Tracked, Tracker};
+use crate::backup::ImportBatch;
+use crate::job::{Atomicity, Job};
+use crate::journal::{BatchRecord, CommitGroup, Decision, RestoreId, RestorePhase};
+use crate::milvus::{self, CreateImport, ServerVersion};
+use crate::plugins::{CheckContext, Phase};
+
+/// Import creates in flight at once on the target.
+const CREATES_IN_FLIGHT: usize = 8;
+
+/// How long the wait after a decision lasts when the job sets no `completion_timeout`: then
+/// the restore ends incomplete (exit 4), naming the ends that still hold jobs, for
+/// `lockstep recover` to finish. A job file sets a longer one for a slower fleet.
+const DEFAULT_COMPLETION_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// How often the jobs a group created are looked at while its other creates wait on the
+/// stage: milvus-backup's and the Milvus guide's poll.
+const SENTRY_EVERY: Duration = Duration::from_secs(3);
+
+/// The commit groups of a restore: one for all batches, or one per collection. Each batch is
+/// recorded with the paths the target's Milvus resolves under `import_prefix` (the mirrors
+/// get the same paths) and a key stable across a crash and a recovery of the attempt.
+pub(super) fn plan(
+    restore_id: &RestoreId,
+    job: &Job,
+    pf: &Preflight,
+    import_prefix: &str,
+) -> Vec<CommitGroup> {
+    let record = |b: &ImportBatch| BatchRecord {
+        batch_id: b.id.to_string(),
+        db: b.target.db.clone(),
+        collection: b.target.collection.clone(),
+        partition: b.partition.clone().unwrap_or_default(),
+        idempotency_key: idempotency_key(restore_id, b.id.as_str()),
+        files: b
+            .files
+            .iter()
+            .map(|group| {
+                group
+                    .iter()
+                    .map(|f| {
+                        job.target
+                            .end
+                            .paths
+                            .import_path(&format!("{import_prefix}/{f}"))
+                    })
+                    .collect()
+            })
+            .collect(),
+        options: b.options(),
+        job_id: None,
+        create_sent: false,
+        expected_rows: b.expected_rows(),
+    };
+    match job.two_phase.atomicity {
+        Atomicity::Restore => vec![CommitGroup {
+            id: "restore".into(),
+            batches: pf
+                .plan
+                .collections
+                .iter()
+                .flat_map(|c| c.batches.iter().map(record))
+                .collect(),
+            decision: None,
+        }],
+        Atomicity::Collection => pf
+            .plan
+            .collections
+            .iter()
+            .filter(|c| !c.batches.is_empty())
+            .map(|c| CommitGroup {
+                id: c.target.to_string(),
+                batches: c.batches.iter().map(record).collect(),
+                decision: None,
+            })
+            .collect(),
+    }
+}
+
+/// `lockstep-` + 32 hex digits of sha256(restore id, batch id): printable ASCII well under
+/// Milvus's 256-byte limit, stable across a crash and a recovery of the same attempt.
+fn idempotency_key(restore_id: &RestoreId, batch_id: &str) -> String {
+    let digest = Sha256::digest(format!("{restore_id}\n{batch_id}").as_bytes());
+    format!("lockstep-{}", &hex::encode(digest)[..32])
+}
+
+/// A tracker for every group's jobs, none submitted yet.
+pub(super) fn trackers(ends: &Ends, pf: &Preflight, groups: &[CommitGroup]) -> Vec<Tracker> {
+    let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
+    let batches = pf.plan.collections.iter().flat_map(|c| c.batches.iter());
+    let mut batches = batches.zip(groups.iter().flat_map(|g| g.batches.iter()));
+    groups
+        .iter()
+        .map(|group| Tracker {
+            end_names: names.clone(),
+            jobs: batches
+                .by_ref()
+                .take(group.batches.len())
+                .map(|(batch, b)| Tracked {
+                    batch_id: b.batch_id.clone(),
+                    db: b.db.clone(),
+                    collection: batch.target.to_string(),
+                    partition: b.partition.clone(),
+                    expected: batch.expected_rows(),
+                    job_id: None,
+                    seen: vec![None; names.len()],
+                    imported: vec![None; names.len()],
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// What the groups run against.
+pub(super) struct Groups<'a> {
+    pub job: &'a Job,
+    pub pf: &'a Preflight,
+    /// The groups as the journal records them.
+    pub records: &'a [CommitGroup],
+    pub checks: &'a CheckSetup,
+    pub gate: &'a ImportGate,
+}
+
+/// How the groups ended.
+pub(super) struct Ran {
+    /// By group: its divergences, or why it stopped after its decision without completing
+    /// (the restore is then incomplete). A group that aborted has none.
+    pub results: Vec<Result<Vec<Divergence>, String>>,
+    /// Each group's tracker as it ended, for the report.
+    pub trackers: Vec<Tracker>,
+    /// Whether the staged files were deleted while the ends finished committing; `None`
+    /// if that did not happen here.
+    pub cleaned_early: Option<bool>,
+}
+
+/// Runs every group, each from its own tracker in `trackers`, to its decision and on.
+///
+/// Once every end accepted every commit, the staged files are deleted while the ends finish
+/// committing, instead of after: no state after Committing reads an import's files (Milvus
+/// reads them in PreImporting and Importing) and a Committing job cannot fail.
+pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec<Tracker>) -> Ran {
+    let restore_id = attempt.record.lock().expect("record lock").id.clone();
+    let (published, seen): (Vec<_>, Vec<_>) =
+        trackers.iter().map(|t| watch::channel(t.clone())).unzip();
+    let budget = Semaphore::new((groups.job.target.max_import_jobs as usize).max(1));
+    let (budget, groups, published) = (&budget, &groups, &published);
+    let runs = futures::stream::iter(trackers.into_iter().enumerate())
+        .map(|(g, tracker)| async move {
+            let need = groups.records[g].batches.len().max(1) as u32;
+            let _slots = budget
+                .acquire_many(need)
+                .await
+                .expect("the budget semaphore is never closed");
+            let group = Group {
+                index: g,
+                first_batch: groups.records[..g].iter().map(|g| g.batches.len()).sum(),
+                tracker,
+                published: &published[g],
+            };
+            (g, run_group(attempt, groups, group).await)
+        })
+        .buffer_unordered(groups.records.len().max(1))
+        .collect::<Vec<_>>();
+    let work = async {
+        let mut runs = std::pin::pin!(runs);
+        tokio::select! {
+            results = &mut runs => (results, None),
+            () = past_commit(seen.clone()) => {
+                let job = groups.job;
+                let (results, cleaned) =
+                    tokio::join!(runs, staging::clean_up(job, &restore_id));
+                (results, Some(cleaned))
+            }
+        }
+    };
+    let (mut results, cleaned_early) = tokio::select! {
+        ran = work => ran,
+        never = show_progress(attempt, seen.clone()) => match never {},
+    };
+    results.sort_by_key(|(g, _)| *g);
+    let trackers: Vec<Tracker> = seen.iter().map(|t| t.borrow().clone()).collect();
+    attempt.show(&trackers);
+    Ran {
+        results: results.into_iter().map(|(_, r)| r).collect(),
+        trackers,
+        cleaned_early,
+    }
+}
+
+/// Shows the groups' trackers as they change, at most every [`SHOW_EVERY`].
+async fn show_progress(
+    attempt: &Attempt<'_>,
+    mut groups: Vec<watch::Receiver<Tracker>>,
+) -> Infallible {
+    loop {
+        any_changed(&mut groups).await;
+        let trackers: Vec<Tracker> = groups
+            .iter_mut()
+            .map(|t| t.borrow_and_update().clone())
+            .collect();
+        attempt.show(&trackers);
+        tokio::time::sleep(SHOW_EVERY).await;
+    }
+}
+
+/// Returns once every end has every job of every group Committing or Completed; never for
+/// a restore without jobs.
+async fn past_commit(mut groups: Vec<watch::Receiver<Tracker>>) {
+    loop {
+        let past: Option<bool> = groups
+            .iter()
+            .filter_map(|t| t.borrow().past_commit())
+            .reduce(|a, b| a && b);
+        if past == Some(true) {
+            return;
+        }
+        any_changed(&mut groups).await;
+    }
+}
+
+/// Returns once some group published a new tracker since it was last looked at. The
+/// senders outlive every receiver here, so a wait never ends for a closed channel.
+async fn any_changed(groups: &mut [watch::Receiver<Tracker>]) {
+    if groups.is_empty() {
+        return std::future::pending().await;
+    }
+    let changes = groups.iter_mut().map(|t| Box::pin(t.changed()));
+    let (changed, ..) = futures::future::select_all(changes).await;
+    if changed.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// One commit group: its place among the restore's, the tracker it owns and the channel it
+/// publishes that tracker on.
+struct Group<'a> {
+    index: usize,
+    /// The group's first batch, numbered across the restore's groups.
+    first_batch: usize,
+    tracker: Tracker,
+    published: &'a watch::Sender<Tracker>,
+}
+
+/// One commit group, submit to complete. `Ok` carries its divergences; `Err` says why the
+/// group stopped after its decision without completing (the restore is then incomplete).
+/// A failure before the decision is recorded as the restore's, and the group aborts.
+async fn run_group(
+    attempt: &Attempt<'_>,
+    groups: &Groups<'_>,
+    group: Group<'_>,
+) -> Result<Vec<Divergence>, String> {
+    let Groups {
+        job,
+        pf,
+        checks,
+        gate,
+        ..
+    } = *groups;
+    let ends = attempt.ends;
+    let Group {
+        index: g,
+        first_batch,
+        mut tracker,
+        published,
+    } = group;
+    let jobs: Vec<usize> = (0..tracker.jobs.len()).collect();
+    let call_timeout = job
+        .two_phase
+        .commit_timeout
+        .unwrap_or(DEFAULT_CALL_DEADLINE);
+    let call_deadline = Instant::now() + call_timeout;
+    let honours_key = pf
+        .versions
+        .first()
+        .is_some_and(ServerVersion::honours_idempotency_key);
+    let failed = |source: StageError| attempt.failure_now(source);
+    let publish = |t: &Tracker| {
+        published.send_replace(t.clone());
+    };
+
+    let pre: Result<(), Error> = async {
+        if attempt.failed() {
+            return Err(failed(StageError::OtherGroup));
+        }
+        {
+            let submitted = submit(attempt, groups, g, first_batch, &mut tracker, published, honours_key);
+            tokio::pin!(submitted);
+            tokio::select! {
+                submitted = &mut submitted => submitted?,
+                // The creates not sent yet stop; those in flight finish: no job id is lost.
+                reason = sentry(ends, published, job.two_phase.mirror_grace) => {
+                    tracing::warn!(group = g, %reason, "a created job failed while the stage went on");
+                    attempt.fail(failed(StageError::Hold(staging_hint(job, reason))));
+                    submitted.await?;
+                }
+            }
+        }
+        if attempt.failed() {
+            return Err(failed(StageError::JobFailedDuringCreates));
+        }
+        // The commit timeout counts from the creates: they may have waited on staging.
+        let deadline = job.two_phase.commit_timeout.map(|t| Instant::now() + t);
+        attempt
+            .set_phase(RestorePhase::Holding)
+            .await
+            .map_err(failed)?;
+        let hold = async |tracker: &mut Tracker, first: FirstLook| -> Result<(), Error> {
+            let grace = job.two_phase.mirror_grace;
+            let held = two_phase::hold(ends, tracker, &jobs, grace, deadline, first, &publish);
+            // A stage that fails while the jobs import ends the hold: nothing will commit.
+            tokio::select! {
+                held = attempt.engine.interrupt.race(held) => {
+                    held?.map_err(|reason| failed(StageError::Hold(staging_hint(job, reason))))?
+                }
+                () = gate.failed() => return Err(failed(StageError::GateFailed)),
+            }
+            if attempt.failed() {
+                return Err(failed(StageError::OtherGroup));
+            }
+            Ok(())
+        };
+        if !faults::planted(faults::Bug::CommitEarly) {
+            hold(&mut tracker, FirstLook::Spread).await?;
+        }
+        // Nothing is decided on a job some end holds with other rows than the backup's; and
+        // no check (an approval can take hours) is asked about one. The rows of a job held
+        // Uncommitted do not change, so the checks' time does not make them stale.
+        if !faults::planted(faults::Bug::SkipRows) {
+            rows::read(ends, &mut tracker, &jobs, Instant::now() + call_timeout)
+                .await
+                .map_err(|e| failed(StageError::Rows(e.to_string())))?;
+            publish(&tracker);
+            let wrong = rows::mismatches(&tracker, &jobs);
+            if !wrong.is_empty() {
+                return Err(failed(StageError::Rows(rows::failure(&wrong))));
+            }
+        }
+        if checks.has(Phase::BeforeCommit) {
+            let restore_id = attempt.record.lock().expect("record lock").id.clone();
+            let collections = checks::collections(&pf.plan);
+            let restore = checks::Restore {
+                id: restore_id.as_str(),
+                backup: &job.backup.name,
+                ends,
+                collections: &collections,
+                groups: groups.records,
+            };
+            let ctx =
+                CheckContext::for_phase(&restore, Phase::BeforeCommit, Some((first_batch, &tracker)));
+            checks
+                .run(job, ctx)
+                .await
+                .map_err(|reason| failed(StageError::Check(reason)))?;
+            // Re-read every end right before deciding: a mirror may have failed while the
+            // checks ran (an approval can take hours), and Milvus cannot check a fencing
+            // token, only states. Without checks the hold's own sightings are that fresh.
+            hold(&mut tracker, FirstLook::Now).await?;
+        }
+        // Nothing is decided on files that were not all staged and verified.
+        if !gate.staged().await {
+            return Err(failed(StageError::GateFailed));
+        }
+        Ok(())
+    }
+    .await;
+
+    if let Err(error) = pre {
+        attempt.fail(error);
+        let settle = job.two_phase.mirror_grace.min(Duration::from_secs(60));
+        let aborted = if faults::planted(faults::Bug::SkipAbort) {
+            Ok(())
+        } else {
+            two_phase::abort(ends, &mut tracker, &jobs, settle, call_deadline).await
+        };
+        publish(&tracker);
+        // The restore's first failure, which may be another group's or a stage's.
+        let first = attempt.first_failure();
+        let reason = first
+            .as_ref()
+            .map_or_else(|| "failed".into(), Error::reason);
+        attempt.record.lock().expect("record lock").groups[g].decision = Some(Decision::Abort {
+            at: Timestamp::now(),
+            reason: reason.clone(),
+        });
+        let _ = attempt.persist().await;
+        match first {
+            Some(Error::Failed { phase, .. }) => {
+                tracing::warn!(group = g, ?phase, %reason, "aborted before the decision");
+            }
+            _ => tracing::warn!(group = g, %reason, "aborted before the decision"),
+        }
+        return aborted
+            .map(|()| Vec::new())
+            .map_err(|e| format!("abort did not settle: {e}"));
+    }
+
+    let ready_at = Instant::now();
+    // The decision: durable before any commit is sent. From here on, only forward.
+    if !faults::planted(faults::Bug::NoDecision) {
+        attempt.record.lock().expect("record lock").groups[g].decision = Some(Decision::Commit {
+            at: Timestamp::now(),
+        });
+        let durable = match attempt.set_phase(RestorePhase::Deciding).await {
+            Ok(()) => attempt.persist().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = durable {
+            // Not durable, so not decided: nothing was committed. The jobs stay held, as
+            // after a crash, for `recover` to decide from what reached the journal (a write
+            // that failed may still have landed).
+            attempt.record.lock().expect("record lock").groups[g].decision = None;
+            return Err(format!(
+                "the commit decision could not be made durable ({e}); nothing was committed \
+                 and the jobs are still held: run `lockstep recover` once the journal can be \
+                 written"
+            ));
+        }
+    }
+    faults::crash_point("after-decision");
+    attempt.note_reaction(ready_at.elapsed());
+    let mut divergences = two_phase::commit(
+        ends,
+        &tracker,
+        &jobs,
+        Instant::now() + DEFAULT_CALL_DEADLINE,
+    )
+    .await;
+    faults::crash_point("after-commit");
+    let completion = Instant::now()
+        + job
+            .two_phase
+            .completion_timeout
+            .unwrap_or(DEFAULT_COMPLETION_TIMEOUT);
+    let (more, finished) =
+        two_phase::complete(ends, &mut tracker, &jobs, Some(completion), &publish).await;
+    divergences.extend(more);
+    if !faults::planted(faults::Bug::SkipRows) {
+        let rows_deadline = Instant::now() + call_timeout;
+        divergences.extend(rows::after_commit(ends, &mut tracker, &jobs, rows_deadline).await);
+    }
+    publish(&tracker);
+    if finished {
+        Ok(divergences)
+    } else {
+        Err(format!(
+            "not every end reported Completed within the completion timeout: {}",
+            tracker.not_completed(&jobs)
+        ))
+    }
+}
+
+/// Creates group `g`'s jobs on the target, each once its batch's files are staged, and
+/// publishes each job id as it comes. Every key is recorded as possibly sent before any
+/// create goes out, so a crash mid-submit leaves recovery a key to look each job up by.
+async fn submit(
+    attempt: &Attempt<'_>,
+    groups: &Groups<'_>,
+    g: usize,
+    first_batch: usize,
+    tracker: &mut Tracker,
+    published: &watch::Sender<Tracker>,
+    honours_key: bool,
+) -> Result<(), Error> {
+    let gate = groups.gate;
+    let failed = |source: StageError| attempt.failure_now(source);
+    if !batch_ready(attempt, gate, first_batch).await {
+        return Err(failed(StageError::GateFailed));
+    }
+    // Written with the keys below.
+    attempt.enter_phase(RestorePhase::Importing);
+    let batches: Vec<BatchRecord> = {
+        let mut r = attempt.record.lock().expect("record lock");
+        for b in &mut r.groups[g].batches {
+            b.create_sent = true;
+        }
+        r.groups[g].batches.clone()
+    };
+    attempt.persist().await.map_err(failed)?;
+    faults::crash_point("after-intent");
+    let target = attempt.ends.target();
+    let call_timeout = groups
+        .job
+        .two_phase
+        .commit_timeout
+        .unwrap_or(DEFAULT_CALL_DEADLINE);
+    let mut creates = futures::stream::iter(batches.iter().enumerate())
+        .map(|(i, b)| async move {
+            if !batch_ready(attempt, gate, first_batch + i).await {
+                return (i, None);
+            }
+            let body = CreateImport {
+                db_name: b.db.clone(),
+                collection_name: b.collection.clone(),
+                partition_name: (!b.partition.is_empty()).then(|| b.partition.clone()),
+                files: b.files.clone(),
+                options: import_options(b),
+            };
+            let key = honours_key.then_some(b.idempotency_key.as_str());
+            let deadline = Instant::now() + call_timeout;
+            let created = retry(deadline, || target.rest.create_import(&body, key)).await;
+            (i, Some(created))
+        })
+        .buffer_unordered(CREATES_IN_FLIGHT);
+    let mut first_error = None;
+    let mut unstaged = false;
+    while let Some((i, result)) = creates.next().await {
+        match result {
+            Some(Ok(id)) => {
+                tracker.jobs[i].job_id = Some(id.clone());
+                published.send_modify(|t| t.jobs[i].job_id = Some(id.clone()));
+                attempt.record.lock().expect("record lock").groups[g].batches[i].job_id = Some(id);
+            }
+            // Recorded at once, so that the stage and the other groups stop now rather
+            // than when the last batch was staged.
+            Some(Err(e)) if first_error.is_none() => {
+                let error = create_failed(attempt, &e);
+                attempt.fail(error.clone());
+                first_error = Some(error);
+            }
+            Some(Err(_)) => {}
+            None => unstaged = true,
+        }
+    }
+    drop(creates);
+    attempt.persist().await.map_err(failed)?;
+    faults::crash_point("after-submit");
+    match first_error {
+        None if unstaged => Err(failed(StageError::GateFailed)),
+        None => Ok(()),
+        Some(error) => Err(error),
+    }
+}
+
+/// Watches the jobs a group created so far, as it publishes them, while the rest wait on
+/// the stage, which can take hours: a job that fails on any end, or a mirror past its
+/// grace, fails the restore now rather than once the last batch was staged, and so stops
+/// the stage and the creates not sent yet. Returns the reason once it found one; never
+/// otherwise.
+async fn sentry(ends: &Ends, published: &watch::Sender<Tracker>, grace: Duration) -> String {
+    loop {
+        tokio::time::sleep(SENTRY_EVERY).await;
+        let mut tracker = published.borrow().clone();
+        let created: Vec<usize> = (0..tracker.jobs.len())
+            .filter(|&j| tracker.jobs[j].job_id.is_some())
+            .collect();
+        if created.is_empty() {
+            continue;
+        }
+        // One round of the hold: it stops on what would stop the hold itself.
+        let round = two_phase::hold(
+            ends,
+            &mut tracker,
+            &created,
+            grace,
+            None,
+            FirstLook::Now,
+            &|_| {},
+        );
+        if let Ok(Err(reason)) = tokio::time::timeout(SENTRY_EVERY, round).await {
+            return reason;
+        }
+    }
+}
+
+/// A mirror that found no files on a secondary lockstep staged nothing into says what to
+/// add: the secondary's storage, so that the next restore stages there.
+fn staging_hint(job: &Job, reason: String) -> String {
+    let unstaged = job
+        .secondaries
+        .iter()
+        .filter(|s| s.storage.is_none())
+        .find(|s| reason.contains(&format!("secondary {}:", s.end.name)));
+    match unstaged {
+        Some(s) if reason.contains("no binlog to import") => format!(
+            "{reason}; nothing was staged on {} because the host config gives it no storage: \
+             add `storage` to its cluster (or `require_staging = true` to refuse this up front)",
+            s.end.name
+        ),
+        _ => reason,
+    }
+}
+
+/// Waits until `batch` may be imported: false once the gate or the restore failed, since a
+/// create that is not sent yet waits for nothing then.
+async fn batch_ready(attempt: &Attempt<'_>, gate: &ImportGate, batch: usize) -> bool {
+    tokio::select! {
+        ready = gate.batch_ready(batch) => ready,
+        () = attempt.stopped() => false,
+    }
+}
+
+/// What a refused create means for the restore.
+fn create_failed(attempt: &Attempt<'_>, e: &milvus::Error) -> Error {
+    if e.is_replicated_import_disabled() {
+        Error::Refused(vec![Refusal::ReplicatedImportDisabled {
+            reason: error_chain(e),
+        }])
+    } else {
+        attempt.failure_now(StageError::Create(error_chain(e)))
+    }
+}
+
+/// The batch's options plus `auto_commit=false`: the job waits Uncommitted for our commit.
+/// Never a `timeout`, whatever a journal record holds: Milvus 3.0.0 and 3.0.1 fail a
+/// Committing job whose timeout runs out (`tryTimeoutJob` skips only Failed and Completed),
+/// which can leave its vchannels partly visible (milvus-3.0-changes §2.5). Without one, a
+/// held job waits for the commit as long as it takes.
+pub(super) fn import_options(b: &BatchRecord) -> BTreeMap<String, String> {
+    let mut options = b.options.clone();
+    options.remove("timeout");
+    options.insert("auto_commit".into(), "false".into());
+    options
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_job_is_created_without_auto_commit_and_never_with_a_timeout() {
+        let record = BatchRecord {
+            batch_id: "default.c/p/data-0".into(),
+            db: "default".into(),
+            collection: "c".into(),
+            partition: "p".into(),
+            idempotency_key: String::new(),
+            files: vec![],
+            // A record as an older or edited journal might hold it.
+            options: BTreeMap::from([
+                ("backup".to_owned(), "true".to_owned()),
+                ("timeout".to_owned(), "300s".to_owned()),
+                ("auto_commit".to_owned(), "true".to_owned()),
+            ]),
+            job_id: None,
+            create_sent: false,
+            expected_rows: None,
+        };
+        let options = import_options(&record);
+        assert_eq!(
+            options,
+            BTreeMap::from([
+                ("auto_commit".to_owned(), "false".to_owned()),
+                ("backup".to_owned(), "true".to_owned()),
+            ])
+        );
+    }
+}
