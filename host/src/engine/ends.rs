@@ -53,11 +53,34 @@ pub struct Ends {
     all: Vec<EndClient>,
 }
 
+/// An end no client can be made for from what the job gives: a URI that does not parse,
+/// a token that cannot be sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{end} ({uri}): {reason}; check its URI and token")]
+pub struct NoClient {
+    pub end: String,
+    pub uri: String,
+    pub reason: String,
+}
+
 impl Ends {
-    pub fn for_job(job: &Job) -> Result<Ends, milvus::Error> {
-        let mut all = vec![EndClient::new(&job.target.end, Role::Target)?];
+    /// The job's ends, target first; which one no client can be made for.
+    pub fn for_job(job: &Job) -> Result<Ends, NoClient> {
+        let client = |end: &End, role| {
+            EndClient::new(end, role).map_err(|e| NoClient {
+                end: end.name.to_string(),
+                uri: end.uri.to_string(),
+                reason: match e {
+                    // Its end and URI are the refusal's own.
+                    milvus::Error::Unreachable { source, .. } => source.to_string(),
+                    milvus::Error::Protocol { detail, .. } => detail,
+                    other => other.to_string(),
+                },
+            })
+        };
+        let mut all = vec![client(&job.target.end, Role::Target)?];
         for s in &job.secondaries {
-            all.push(EndClient::new(&s.end, Role::Secondary)?);
+            all.push(client(&s.end, Role::Secondary)?);
         }
         Ok(Ends { all })
     }

@@ -85,7 +85,10 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
     if let Some(store) = &backup_store {
         match backup::read(store.store.as_ref(), &job.backup.location()).await {
             Ok(b) => read = Some(b),
-            Err(e) => refusals.push(Refusal::Backup(error_chain(&e))),
+            Err(e) => refusals.push(Refusal::Backup {
+                backup: job.backup.name.clone(),
+                reason: error_chain(&e),
+            }),
         }
     }
     let mut planned = None;
@@ -102,7 +105,10 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
                 collection,
                 segment,
             }),
-            Err(e) => refusals.push(Refusal::Backup(error_chain(&e))),
+            Err(e) => refusals.push(Refusal::Backup {
+                backup: job.backup.name.clone(),
+                reason: error_chain(&e),
+            }),
         }
     }
 

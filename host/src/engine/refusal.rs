@@ -9,8 +9,8 @@ use crate::milvus::ServerVersion;
 /// One reason to refuse a restore. The text says why and what to do.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Refusal {
-    #[error("{0}")]
-    Ends(String),
+    #[error(transparent)]
+    Client(super::ends::NoClient),
     /// Another process holds the restore's claim.
     #[error(
         "restore {id} is being worked on by {holder}; wait for it to finish, or see \
@@ -137,8 +137,8 @@ pub enum Refusal {
     #[error("backup storage {url}: {reason}")]
     BackupStorage { url: String, reason: String },
     /// The backup cannot be read or planned (missing, corrupt, a format not restored).
-    #[error("{0}")]
-    Backup(String),
+    #[error("backup {backup}: {reason}")]
+    Backup { backup: String, reason: String },
     #[error(
         "collection {collection}: segment {segment} of its snapshot bundle is in storage \
          version 3, which Milvus's backup import cannot read (milvus#52930); leave the \
@@ -221,7 +221,7 @@ impl Refusal {
     /// the report's `refusal_kinds` lists it.
     pub fn kind(&self) -> &'static str {
         match self {
-            Refusal::Ends(_) => "ends",
+            Refusal::Client(_) => "client",
             Refusal::Busy { .. } => "busy",
             Refusal::Unreachable { .. } => "unreachable",
             Refusal::VersionTooOld { .. } => "version_too_old",
@@ -240,7 +240,7 @@ impl Refusal {
             Refusal::Rbac => "rbac",
             Refusal::DropExistIndex => "drop_exist_index",
             Refusal::BackupStorage { .. } => "backup_storage",
-            Refusal::Backup(_) => "backup",
+            Refusal::Backup { .. } => "backup",
             Refusal::StorageV3 { .. } => "storage_v3",
             Refusal::FieldIds { .. } => "field_ids",
             Refusal::NothingToRestore { .. } => "nothing_to_restore",
@@ -313,6 +313,15 @@ mod tests {
                 id: "orders-ab-1".into(),
                 holder: "host-b".into(),
             },
+            Refusal::Client(crate::engine::ends::NoClient {
+                end: "a".into(),
+                uri: "http//a:19530".into(),
+                reason: "invalid uri character".into(),
+            }),
+            Refusal::Backup {
+                backup: "nightly".into(),
+                reason: "backup_meta.json not found".into(),
+            },
         ];
         for refusal in &all {
             let text = refusal.to_string();
@@ -342,5 +351,13 @@ mod tests {
         assert!(all[7].to_string().contains(
             "otherwise than the backup's files: id: 200 → 100, vec: 201 → 101; the target"
         ));
+        assert_eq!(
+            all[9].to_string(),
+            "a (http//a:19530): invalid uri character; check its URI and token"
+        );
+        assert_eq!(
+            all[10].to_string(),
+            "backup nightly: backup_meta.json not found"
+        );
     }
 }

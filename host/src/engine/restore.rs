@@ -74,9 +74,7 @@ impl Engine {
         let ends = match Ends::for_job(job) {
             Ok(e) => e,
             Err(e) => {
-                return self
-                    .refused_early(job, vec![Refusal::Ends(e.to_string())])
-                    .await;
+                return self.refused_early(job, vec![Refusal::Client(e)]).await;
             }
         };
         let attempts = match self.journal.attempts(&job.name, job.id().as_str()).await {
@@ -135,7 +133,7 @@ impl Engine {
 
     /// Preflight and plan, changing nothing anywhere.
     pub async fn plan(&self, job: &Job) -> Result<PlanOutput, Vec<Refusal>> {
-        let ends = Ends::for_job(job).map_err(|e| vec![Refusal::Ends(e.to_string())])?;
+        let ends = Ends::for_job(job).map_err(|e| vec![Refusal::Client(e)])?;
         let pf = preflight::preflight(job, &ends).await?;
         let dest: Vec<storage::OpenedStore> = job
             .destinations()
