@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use object_store::ObjectStore;
 
 use super::ends::Ends;
+use super::error::StageError;
 use super::process::Engine;
 use super::refusal::Refusal;
 use super::report::CheckEntry;
@@ -194,7 +195,7 @@ impl CheckSetup {
     }
 
     /// Runs the checks of `ctx.phase` with `ctx`.
-    pub async fn run(&self, job: &Job, ctx: CheckContext) -> Result<(), String> {
+    pub async fn run(&self, job: &Job, ctx: CheckContext) -> Result<(), StageError> {
         if !self.has(ctx.phase) {
             return Ok(());
         }
@@ -208,13 +209,20 @@ impl CheckSetup {
             .lock()
             .expect("reports lock")
             .extend(reports.iter().map(entry));
-        result.map(|_| ()).map_err(|f| f.to_string())
+        result.map(|_| ()).map_err(|f| StageError::Check {
+            check: f.check,
+            phase: f.phase,
+            reason: f.reason,
+        })
     }
 
-    fn host(&self, job: &Job) -> Result<Arc<dyn CheckHost>, String> {
+    fn host(&self, job: &Job) -> Result<Arc<dyn CheckHost>, StageError> {
         let mut stores: BTreeMap<String, Arc<dyn ObjectStore>> = BTreeMap::new();
         for (end, spec) in job.destinations() {
-            let opened = storage::open(spec).map_err(|e| format!("storage of {end}: {e}"))?;
+            let opened = storage::open(spec).map_err(|e| StageError::Storage {
+                end: end.clone(),
+                reason: e.to_string(),
+            })?;
             stores.insert(end, opened.store);
         }
         let staged = self.staged.lock().expect("staged lock").clone();

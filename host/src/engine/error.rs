@@ -2,8 +2,10 @@
 //! was imported), failed in a stage (every submitted job is aborted), or interrupted.
 
 use crate::journal::RestorePhase;
+use crate::plugins::Phase;
 
 use super::refusal::Refusal;
+use super::two_phase::HoldError;
 
 /// What stopped a restore before its decision.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -50,13 +52,28 @@ pub(super) enum StageError {
     Create(String),
     /// A job failed on some end, a mirror passed its grace, or the commit timeout ran out.
     #[error("{0}")]
-    Hold(String),
+    Hold(Box<HoldError>),
+    /// A mirror found no files on a secondary that nothing was staged on, because the host
+    /// config gives it no storage.
+    #[error(
+        "{error}; nothing was staged on {secondary} because the host config gives it no \
+         storage: add `storage` to its cluster (or `require_staging = true` to refuse this up \
+         front)"
+    )]
+    Unstaged {
+        error: Box<HoldError>,
+        secondary: String,
+    },
     /// An end holds a job with other rows than the backup's, or did not say how many.
     #[error("{0}")]
     Rows(String),
     /// A check failed, errored or ran out of time.
-    #[error("{0}")]
-    Check(String),
+    #[error("check `{check}` ({phase}) stopped the restore: {reason}")]
+    Check {
+        check: String,
+        phase: Phase,
+        reason: String,
+    },
     /// Another commit group failed before this one's decision.
     #[error("another commit group failed")]
     OtherGroup,

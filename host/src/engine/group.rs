@@ -31,10 +31,10 @@ use super::retry::{DEFAULT_CALL_DEADLINE, retry};
 use super::rows;
 use super::schedule::FirstLook;
 use super::staging;
-use super::two_phase::{self, SHOW_EVERY, Tracked, Tracker};
+use super::two_phase::{self, HoldError, SHOW_EVERY, Tracked, Tracker};
 use crate::backup::ImportBatch;
 use crate::job::{Atomicity, Job};
-use crate::journal::{BatchRecord, CommitGroup, Decision, RestoreId, RestorePhase};
+use crate::journal::{BatchRecord, CommitGroup, Decision, RestoreId, RestorePhase, Role};
 use crate::milvus::{self, CreateImport, ServerVersion};
 use crate::plugins::{CheckContext, Phase};
 
@@ -151,6 +151,8 @@ pub(super) struct Groups<'a> {
     /// The groups as the journal records them.
     pub records: &'a [CommitGroup],
     pub checks: &'a CheckSetup,
+    /// The restore as its checks are told of it.
+    pub restore: &'a checks::Restore<'a>,
     pub gate: &'a ImportGate,
 }
 
@@ -321,9 +323,9 @@ async fn run_group(
             tokio::select! {
                 submitted = &mut submitted => submitted?,
                 // The creates not sent yet stop; those in flight finish: no job id is lost.
-                reason = sentry(ends, published, job.two_phase.mirror_grace) => {
-                    tracing::warn!(group = g, %reason, "a created job failed while the stage went on");
-                    attempt.fail(failed(StageError::Hold(staging_hint(job, reason))));
+                error = sentry(ends, published, job.two_phase.mirror_grace) => {
+                    tracing::warn!(group = g, %error, "a created job failed while the stage went on");
+                    attempt.fail(failed(held_failure(job, error)));
                     submitted.await?;
                 }
             }
@@ -343,7 +345,7 @@ async fn run_group(
             // A stage that fails while the jobs import ends the hold: nothing will commit.
             tokio::select! {
                 held = attempt.engine.interrupt.race(held) => {
-                    held?.map_err(|reason| failed(StageError::Hold(staging_hint(job, reason))))?
+                    held?.map_err(|error| failed(held_failure(job, error)))?
                 }
                 () = gate.failed() => return Err(failed(StageError::GateFailed)),
             }
@@ -369,21 +371,12 @@ async fn run_group(
             }
         }
         if checks.has(Phase::BeforeCommit) {
-            let restore_id = attempt.record.lock().expect("record lock").id.clone();
-            let collections = checks::collections(&pf.plan);
-            let restore = checks::Restore {
-                id: restore_id.as_str(),
-                backup: &job.backup.name,
-                ends,
-                collections: &collections,
-                groups: groups.records,
-            };
-            let ctx =
-                CheckContext::for_phase(&restore, Phase::BeforeCommit, Some((first_batch, &tracker)));
+            let group = Some((first_batch, &tracker));
+            let ctx = CheckContext::for_phase(groups.restore, Phase::BeforeCommit, group);
             checks
                 .run(job, ctx)
                 .await
-                .map_err(|reason| failed(StageError::Check(reason)))?;
+                .map_err(failed)?;
             // Re-read every end right before deciding: a mirror may have failed while the
             // checks ran (an approval can take hours), and Milvus cannot check a fencing
             // token, only states. Without checks the hold's own sightings are that fresh.
@@ -567,9 +560,9 @@ async fn submit(
 /// Watches the jobs a group created so far, as it publishes them, while the rest wait on
 /// the stage, which can take hours: a job that fails on any end, or a mirror past its
 /// grace, fails the restore now rather than once the last batch was staged, and so stops
-/// the stage and the creates not sent yet. Returns the reason once it found one; never
+/// the stage and the creates not sent yet. Returns why once it found a reason; never
 /// otherwise.
-async fn sentry(ends: &Ends, published: &watch::Sender<Tracker>, grace: Duration) -> String {
+async fn sentry(ends: &Ends, published: &watch::Sender<Tracker>, grace: Duration) -> HoldError {
     loop {
         tokio::time::sleep(SENTRY_EVERY).await;
         let mut tracker = published.borrow().clone();
@@ -589,27 +582,33 @@ async fn sentry(ends: &Ends, published: &watch::Sender<Tracker>, grace: Duration
             FirstLook::Now,
             &|_| {},
         );
-        if let Ok(Err(reason)) = tokio::time::timeout(SENTRY_EVERY, round).await {
-            return reason;
+        if let Ok(Err(error)) = tokio::time::timeout(SENTRY_EVERY, round).await {
+            return error;
         }
     }
 }
 
-/// A mirror that found no files on a secondary lockstep staged nothing into says what to
-/// add: the secondary's storage, so that the next restore stages there.
-fn staging_hint(job: &Job, reason: String) -> String {
-    let unstaged = job
-        .secondaries
-        .iter()
-        .filter(|s| s.storage.is_none())
-        .find(|s| reason.contains(&format!("secondary {}:", s.end.name)));
+/// A hold's failure as the restore's. A mirror that found no files on a secondary lockstep
+/// staged nothing into says what to add: the secondary's storage, so that the next restore
+/// stages there.
+fn held_failure(job: &Job, error: HoldError) -> StageError {
+    let unstaged = match &error {
+        HoldError::JobFailed {
+            job: held,
+            role: Role::Secondary,
+            reason,
+        } if reason.contains("no binlog to import") => job
+            .secondaries
+            .iter()
+            .find(|s| s.storage.is_none() && s.end.name.as_str() == held.end),
+        _ => None,
+    };
     match unstaged {
-        Some(s) if reason.contains("no binlog to import") => format!(
-            "{reason}; nothing was staged on {} because the host config gives it no storage: \
-             add `storage` to its cluster (or `require_staging = true` to refuse this up front)",
-            s.end.name
-        ),
-        _ => reason,
+        Some(s) => StageError::Unstaged {
+            secondary: s.end.name.to_string(),
+            error: Box::new(error),
+        },
+        None => StageError::Hold(Box::new(error)),
     }
 }
 
@@ -647,7 +646,74 @@ pub(super) fn import_options(b: &BatchRecord) -> BTreeMap<String, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
+    use crate::engine::two_phase::HeldJob;
+    use crate::job::testing::{env, host};
+    use crate::milvus::MilvusJobId;
+
+    /// A job on the job tests' host config whose second secondary, known by URI alone, has
+    /// no storage.
+    fn job() -> Job {
+        let text = "backup = \"b\"\ntarget = \"prod-a\"\n\
+                    secondaries = [\"prod-b\", \"http://10.0.0.9:19530\"]\n";
+        Job::from_str_with_env(text, Path::new("jobs/t.toml"), &host(), &env).expect("a valid job")
+    }
+
+    fn failed_on(end: &str, reason: &str) -> HoldError {
+        HoldError::JobFailed {
+            job: HeldJob {
+                job: MilvusJobId("7".into()),
+                batch: "default.c/p/data-0".into(),
+                end: end.into(),
+            },
+            role: Role::Secondary,
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn a_mirror_without_files_on_an_unstaged_secondary_says_to_give_it_storage() {
+        let job = job();
+        let unstaged = job
+            .secondaries
+            .iter()
+            .find(|s| s.storage.is_none())
+            .expect("the secondary known by URI alone")
+            .end
+            .name
+            .to_string();
+        let no_files = failed_on(&unstaged, "no binlog to import under the path");
+        let hinted = held_failure(&job, no_files.clone());
+        assert_eq!(
+            hinted,
+            StageError::Unstaged {
+                error: Box::new(no_files),
+                secondary: unstaged.clone(),
+            }
+        );
+        assert_eq!(
+            hinted.to_string(),
+            format!(
+                "job 7 (default.c/p/data-0) failed on secondary {unstaged}: no binlog to import \
+                 under the path; nothing was staged on {unstaged} because the host config gives \
+                 it no storage: add `storage` to its cluster (or `require_staging = true` to \
+                 refuse this up front)"
+            )
+        );
+        // A secondary that was staged into, or another failure, is the hold's own.
+        let staged = failed_on("prod-b", "no binlog to import");
+        assert_eq!(
+            held_failure(&job, staged.clone()),
+            StageError::Hold(Box::new(staged))
+        );
+        let other = failed_on(&unstaged, "disk quota exceeded");
+        assert_eq!(
+            held_failure(&job, other.clone()),
+            StageError::Hold(Box::new(other))
+        );
+    }
 
     #[test]
     fn a_held_job_is_created_without_auto_commit_and_never_with_a_timeout() {

@@ -5,17 +5,18 @@
 //! - `run`: one attempt, top to bottom: [`preflight`] (every reason to refuse, found before
 //!   anything is written), `checks`, `ddl` (databases, collections, partitions, indexes on
 //!   the target; mirrors awaited), `staging` and the import `gate`, the commit groups
-//!   (`two_phase`: hold, commit, complete, abort; `auto_commit` for the routes that cannot
-//!   hold), `rollback` (one, for every stop before a decision), and the outcome
-//!   (`outcome`, one function from facts).
+//!   (`group`, each owning its tracker; `two_phase`: hold, commit, complete, abort;
+//!   `auto_commit` for the routes that cannot hold), `rollback` (one, for every stop
+//!   before a decision), and the outcome (`outcome`, one function from facts). `error`:
+//!   why a restore stops before its decision, and the stages' typed failures.
 //! - `attempt`: what the engine keeps of an attempt: its journal record and writes, phases,
-//!   trackers, the first failure, the sealed report.
+//!   the first failure and the stop token it cancels, the sealed report.
 //! - `recover`: finishing what a crash or a lost host left, from the journal record.
 //! - `poll` and [`schedule`]: how the ends are looked at; `ends`: the clusters;
 //!   [`report`]: the outcome for people and scripts.
 //!
-//! Stages take the values they read and return results; only `run` and `recover` record
-//! phases, failures and outcomes. No module here imports one that imports it back
+//! Stages take the values they read and return results; only `run`, `group` and `recover`
+//! record phases, failures and outcomes. No module here imports one that imports it back
 //! (`tests::the_engine_modules_form_no_cycle`).
 
 mod attempt;

@@ -81,15 +81,26 @@ pub enum Sight {
     Unreachable(Arc<milvus::Error>),
 }
 
+/// An end refused the caller's rights while it was watched: an answer no wait changes, so
+/// the watch stops with it whatever its judge would say.
+#[derive(Debug)]
+pub struct Denied(pub String);
+
+impl From<Denied> for String {
+    fn from(denied: Denied) -> String {
+        denied.0
+    }
+}
+
 /// The caller's verdict on a sighting.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Judgement {
+pub enum Judgement<E = String> {
     /// This pair is where the caller wants it; stop asking.
     Done,
     /// Not yet; ask again.
     Wait,
     /// Give up on the whole watch, for this reason.
-    Stop(String),
+    Stop(E),
 }
 
 /// One call to an end, and what it says of the end's whole list.
@@ -125,13 +136,13 @@ fn names(collection: &str) -> (&str, &str) {
 
 /// Asks about every pair until the judge calls each one done (`Ok`) or stops the watch
 /// (`Err(reason)`). `jobs` is the number of distinct jobs, for the call budget.
-pub async fn watch(
+pub async fn watch<E: From<Denied>>(
     ends: &Ends,
     pairs: &[Pair],
     jobs: usize,
     first: FirstLook,
-    judge: &mut (dyn FnMut(usize, Sight, Instant) -> Judgement + Send),
-) -> Result<(), String> {
+    judge: &mut (dyn FnMut(usize, Sight, Instant) -> Judgement<E> + Send),
+) -> Result<(), E> {
     let mut schedule = Schedule::new(pairs.len(), jobs, Instant::now(), first);
     let mut remaining = pairs.len();
     // Pairs an end was seen not to have: a list that leaves one out again is believed, where
@@ -172,7 +183,7 @@ pub async fn watch(
                 if let Sight::Unreachable(e) = &sight
                     && e.is_denied()
                 {
-                    return Err(e.to_string());
+                    return Err(Denied(e.to_string()).into());
                 }
                 let now = Instant::now();
                 let progress = match &sight {
@@ -463,7 +474,7 @@ mod tests {
         };
         let watched = tokio::time::timeout(
             std::time::Duration::from_secs(20),
-            watch(&ends, &pairs, pairs.len(), FirstLook::Now, &mut judge),
+            watch::<String>(&ends, &pairs, pairs.len(), FirstLook::Now, &mut judge),
         )
         .await;
         assert_eq!(
@@ -508,7 +519,7 @@ mod tests {
                 Judgement::Done
             }
         };
-        watch(&ends, &pairs, pairs.len(), FirstLook::Now, &mut judge)
+        watch::<String>(&ends, &pairs, pairs.len(), FirstLook::Now, &mut judge)
             .await
             .expect("watched");
         let pending = format!("{:?}", JobState::Pending);
@@ -584,7 +595,7 @@ mod tests {
                 Judgement::Wait
             }
         };
-        watch(&ends, &pairs, pairs.len(), FirstLook::Now, &mut judge)
+        watch::<String>(&ends, &pairs, pairs.len(), FirstLook::Now, &mut judge)
             .await
             .expect("watched");
         let t = sim.cluster("t").snapshot();

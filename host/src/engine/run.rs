@@ -249,11 +249,20 @@ async fn execute(
         attempt.stop_token().clone(),
     );
     let arrived = |c: usize| gate.collection_arrived(c);
+    let collections = checks::collections(&pf.plan);
+    let restore = checks::Restore {
+        id: restore_id.as_str(),
+        backup: &job.backup.name,
+        ends,
+        collections: &collections,
+        groups: &groups,
+    };
     let run_on = Groups {
         job,
         pf,
         records: &groups,
         checks,
+        restore: &restore,
         gate: &gate,
     };
 
@@ -275,19 +284,11 @@ async fn execute(
             Err(stop) => return rollback(attempt, stop).await,
         }
         faults::crash_point("after-stage");
-        let collections = checks::collections(&pf.plan);
-        let restore = checks::Restore {
-            id: restore_id.as_str(),
-            backup: &job.backup.name,
-            ends,
-            collections: &collections,
-            groups: &groups,
-        };
         let before_import = CheckContext::for_phase(&restore, Phase::BeforeImport, None);
         let checked = checks.run(job, before_import).await;
         report.checks = checks.reports();
-        if let Err(reason) = checked {
-            return rollback(attempt, attempt.failure_now(StageError::Check(reason))).await;
+        if let Err(e) = checked {
+            return rollback(attempt, attempt.failure_now(e)).await;
         }
         if auto_commits {
             attempt

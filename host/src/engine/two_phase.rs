@@ -10,12 +10,13 @@ use tokio::time::Instant;
 
 use super::ends::Ends;
 pub use super::poll::Seen;
-use super::poll::{Judgement, Pair, Sight, watch};
+use super::poll::{Denied, Judgement, Pair, Sight, watch};
 use super::progress::JobCounts;
 use super::report::Divergence;
 use super::retry::retry;
 use super::schedule::FirstLook;
 use crate::backup::ExpectedRows;
+use crate::journal::Role;
 use crate::milvus::{JobState, MilvusJobId};
 
 /// Commit and abort requests in flight at once.
@@ -182,6 +183,54 @@ impl Tracker {
     }
 }
 
+/// A job as a failed hold names it: its id, its batch, and the end it was seen on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldJob {
+    pub job: MilvusJobId,
+    pub batch: String,
+    pub end: String,
+}
+
+/// Why a hold gave up: nothing is decided on its jobs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HoldError {
+    #[error(
+        "not every end reached Uncommitted within the commit timeout (job {} of {} on {})",
+        .0.job, .0.batch, .0.end
+    )]
+    CommitTimeout(HeldJob),
+    #[error("job {} ({}) failed on {role} {}: {reason}", job.job, job.batch, job.end)]
+    JobFailed {
+        job: HeldJob,
+        role: Role,
+        /// Milvus's own words.
+        reason: String,
+    },
+    #[error("the target {} does not know job {} ({}) it created", .0.end, .0.job, .0.batch)]
+    TargetForgot(HeldJob),
+    #[error(
+        "secondary {}: the mirror of job {} ({}) is still {state} {late_secs}s after the \
+         target's copy was Uncommitted (mirror grace {grace_secs}s)",
+        job.end, job.job, job.batch
+    )]
+    MirrorLate {
+        job: HeldJob,
+        /// What the secondary showed last, e.g. `Importing 40%` or `not created yet`.
+        state: String,
+        late_secs: u64,
+        grace_secs: u64,
+    },
+    /// An end refused lockstep's rights to look at its jobs.
+    #[error("{0}")]
+    Denied(String),
+}
+
+impl From<Denied> for HoldError {
+    fn from(denied: Denied) -> HoldError {
+        HoldError::Denied(denied.0)
+    }
+}
+
 /// Waits until every end reports every job of `jobs` Uncommitted (or past it). A failed job
 /// anywhere, a mirror that trails its target job by more than `grace`, or `deadline` stops
 /// the hold with the reason. `on_change` is called as states change (progress display), at
@@ -194,25 +243,27 @@ pub async fn hold(
     deadline: Option<Instant>,
     first: FirstLook,
     on_change: &(dyn Fn(&Tracker) + Send + Sync),
-) -> Result<(), String> {
+) -> Result<(), HoldError> {
     let (pairs, owner) = tracker.pairs(jobs, ends.len());
     let job_count = jobs.len();
     let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
     // When each job's target copy became ready: the mirror grace runs from there.
     let mut target_ready: Vec<Option<Instant>> = vec![None; tracker.jobs.len()];
     let mut shown = Shown::default();
-    let mut judge = |i: usize, sight: Sight, now: Instant| -> Judgement {
+    let mut judge = |i: usize, sight: Sight, now: Instant| -> Judgement<HoldError> {
         let j = owner[i];
         let end = pairs[i].end;
         tracker.note(j, end, &sight);
         shown.maybe(now, || on_change(tracker));
+        let job = || HeldJob {
+            job: pairs[i].job.clone(),
+            batch: tracker.jobs[j].batch_id.clone(),
+            end: names[end].clone(),
+        };
         if let Some(d) = deadline
             && now >= d
         {
-            return Judgement::Stop(format!(
-                "not every end reached Uncommitted within the commit timeout (job {} of {} on {})",
-                pairs[i].job, tracker.jobs[j].batch_id, names[end]
-            ));
+            return Judgement::Stop(HoldError::CommitTimeout(job()));
         }
         let state = match &sight {
             Sight::Seen(p) if p.state.is_ready_to_commit() => {
@@ -224,21 +275,19 @@ pub async fn hold(
                 return Judgement::Done;
             }
             Sight::Seen(p) if p.state == JobState::Failed => {
-                return Judgement::Stop(format!(
-                    "job {} ({}) failed on {} {}: {}",
-                    pairs[i].job,
-                    tracker.jobs[j].batch_id,
-                    if end == 0 { "target" } else { "secondary" },
-                    names[end],
-                    p.reason.as_deref().unwrap_or("no reason given")
-                ));
+                return Judgement::Stop(HoldError::JobFailed {
+                    role: if end == 0 {
+                        Role::Target
+                    } else {
+                        Role::Secondary
+                    },
+                    reason: p.reason.clone().unwrap_or_else(|| "no reason given".into()),
+                    job: job(),
+                });
             }
             Sight::Seen(p) => format!("{} {}%", p.state, p.progress),
             Sight::Missing if end == 0 => {
-                return Judgement::Stop(format!(
-                    "the target {} does not know job {} ({}) it created",
-                    names[0], pairs[i].job, tracker.jobs[j].batch_id
-                ));
+                return Judgement::Stop(HoldError::TargetForgot(job()));
             }
             Sight::Missing => "not created yet".to_string(),
             Sight::Unreachable(e) => format!("unreachable ({e})"),
@@ -246,15 +295,12 @@ pub async fn hold(
         match (end, target_ready[j]) {
             (0, _) | (_, None) => Judgement::Wait,
             (_, Some(ready)) if now.saturating_duration_since(ready) > grace => {
-                Judgement::Stop(format!(
-                    "secondary {}: the mirror of job {} ({}) is still {state} {}s after the target's \
-                 copy was Uncommitted (mirror grace {}s)",
-                    names[end],
-                    pairs[i].job,
-                    tracker.jobs[j].batch_id,
-                    now.saturating_duration_since(ready).as_secs(),
-                    grace.as_secs()
-                ))
+                Judgement::Stop(HoldError::MirrorLate {
+                    job: job(),
+                    state,
+                    late_secs: now.saturating_duration_since(ready).as_secs(),
+                    grace_secs: grace.as_secs(),
+                })
             }
             _ => Judgement::Wait,
         }

@@ -16,7 +16,7 @@ mod file;
 mod host;
 mod rest;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 mod validate;
 
 use std::collections::BTreeMap;
