@@ -19,13 +19,13 @@ use super::checks::BatchIndex;
 use crate::backup::BinlogFile;
 use crate::journal::CommitGroup;
 
-/// Where a restore's way to its decision stands, as the gate sees it.
+/// Where the restore's stage stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Course {
+enum Stage {
     /// Staging still runs.
-    Staging,
+    Running,
     /// Every file is staged and verified.
-    Staged,
+    Verified,
     /// The stage ended unverified: nothing more is imported.
     Failed,
 }
@@ -43,7 +43,7 @@ pub(super) struct ImportGate {
     /// collection is on every secondary.
     waiting: Vec<AtomicUsize>,
     /// Touched too whenever a batch becomes ready, to wake its waiters.
-    course: watch::Sender<Course>,
+    stage: watch::Sender<Stage>,
     /// The restore's: cancelled once it failed before its decision (the DDL, an arrival,
     /// the stage, a create). Nothing more is imported then.
     failed: CancellationToken,
@@ -87,7 +87,7 @@ impl ImportGate {
             batch_of: order.iter().map(|(_, b)| *b).collect(),
             batches_of,
             waiting: waiting.into_iter().map(AtomicUsize::new).collect(),
-            course: watch::Sender::new(Course::Staging),
+            stage: watch::Sender::new(Stage::Running),
             failed,
         }
     }
@@ -95,7 +95,7 @@ impl ImportGate {
     /// One thing `batch` waited for is there.
     fn release(&self, batch: usize) {
         if self.waiting[batch].fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.course.send_modify(|_| {});
+            self.stage.send_modify(|_| {});
         }
     }
 
@@ -115,12 +115,12 @@ impl ImportGate {
 
     /// The stage ended: verified, or failed.
     pub fn end(&self, verified: bool) {
-        self.course.send_modify(|c| {
-            if *c == Course::Staging {
+        self.stage.send_modify(|c| {
+            if *c == Stage::Running {
                 *c = if verified {
-                    Course::Staged
+                    Stage::Verified
                 } else {
-                    Course::Failed
+                    Stage::Failed
                 };
             }
         });
@@ -129,37 +129,37 @@ impl ImportGate {
     /// Waits until `batch` may be imported: true, or false once the restore failed. A batch
     /// the restore does not have (a group without batches) waits for nothing.
     pub async fn batch_ready(&self, batch: usize) -> bool {
-        let ready = self.course_until(|c| {
-            c == Course::Failed
+        let ready = self.stage_until(|c| {
+            c == Stage::Failed
                 || self
                     .waiting
                     .get(batch)
                     .is_none_or(|w| w.load(Ordering::Acquire) == 0)
         });
-        matches!(ready.await, Some(Course::Staging | Course::Staged))
+        matches!(ready.await, Some(Stage::Running | Stage::Verified))
     }
 
     /// Waits until the stage ended; whether every file was staged and verified (and the
     /// restore did not fail).
     pub async fn staged(&self) -> bool {
-        let ended = self.course_until(|c| c != Course::Staging);
-        matches!(ended.await, Some(Course::Staged))
+        let ended = self.stage_until(|c| c != Stage::Running);
+        matches!(ended.await, Some(Stage::Verified))
     }
 
     /// Returns once the stage ended unverified or the restore failed; never otherwise.
     pub async fn failed(&self) {
-        self.course_until(|c| c == Course::Failed).await;
+        self.stage_until(|c| c == Stage::Failed).await;
     }
 
-    /// The course once `until` holds of it; `None` once the restore failed (first, if both).
-    async fn course_until(&self, until: impl Fn(Course) -> bool) -> Option<Course> {
-        let mut course = self.course.subscribe();
+    /// The stage once `until` holds of it; `None` once the restore failed (first, if both).
+    async fn stage_until(&self, until: impl Fn(Stage) -> bool) -> Option<Stage> {
+        let mut stage = self.stage.subscribe();
         let seen = tokio::select! {
             biased;
             () = self.failed.cancelled() => return None,
-            seen = course.wait_for(|c| until(*c)) => seen.map(|c| *c),
+            seen = stage.wait_for(|c| until(*c)) => seen.map(|c| *c),
         };
-        // The sender lives in `self`, so the wait only ends with a course it was waiting for.
+        // The sender lives in `self`, so the wait only ends with a stage it was waiting for.
         seen.ok().filter(|_| !self.failed.is_cancelled())
     }
 }

@@ -56,7 +56,7 @@ const SENTRY_EVERY: Duration = Duration::from_secs(3);
 pub(super) fn plan(
     restore_id: &RestoreId,
     job: &Job,
-    pf: &Preflight,
+    preflight: &Preflight,
     import_prefix: &str,
 ) -> Vec<CommitGroup> {
     let record = |b: &ImportBatch| BatchRecord {
@@ -88,7 +88,7 @@ pub(super) fn plan(
     match job.two_phase.atomicity {
         Atomicity::Restore => vec![CommitGroup {
             id: "restore".into(),
-            batches: pf
+            batches: preflight
                 .plan
                 .collections
                 .iter()
@@ -96,7 +96,7 @@ pub(super) fn plan(
                 .collect(),
             decision: None,
         }],
-        Atomicity::Collection => pf
+        Atomicity::Collection => preflight
             .plan
             .collections
             .iter()
@@ -118,9 +118,13 @@ fn idempotency_key(restore_id: &RestoreId, batch_id: &str) -> String {
 }
 
 /// A tracker for every group's jobs, none submitted yet.
-pub(super) fn trackers(ends: &Ends, pf: &Preflight, groups: &[CommitGroup]) -> Vec<Tracker> {
+pub(super) fn trackers(ends: &Ends, preflight: &Preflight, groups: &[CommitGroup]) -> Vec<Tracker> {
     let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
-    let batches = pf.plan.collections.iter().flat_map(|c| c.batches.iter());
+    let batches = preflight
+        .plan
+        .collections
+        .iter()
+        .flat_map(|c| c.batches.iter());
     let mut batches = batches.zip(groups.iter().flat_map(|g| g.batches.iter()));
     groups
         .iter()
@@ -147,7 +151,7 @@ pub(super) fn trackers(ends: &Ends, pf: &Preflight, groups: &[CommitGroup]) -> V
 /// What the groups run against.
 pub(super) struct Groups<'a> {
     pub job: &'a Job,
-    pub pf: &'a Preflight,
+    pub preflight: &'a Preflight,
     /// The groups as the journal records them.
     pub records: &'a [CommitGroup],
     pub checks: &'a CheckSetup,
@@ -180,19 +184,22 @@ pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec
     let budget = Semaphore::new((groups.job.target.max_import_jobs as usize).max(1));
     let (budget, groups, published) = (&budget, &groups, &published);
     let runs = futures::stream::iter(trackers.into_iter().enumerate())
-        .map(|(g, tracker)| async move {
-            let need = groups.records[g].batches.len().max(1) as u32;
+        .map(|(index, tracker)| async move {
+            let need = groups.records[index].batches.len().max(1) as u32;
             let _slots = budget
                 .acquire_many(need)
                 .await
                 .expect("the budget semaphore is never closed");
             let group = Group {
-                index: g,
-                first_batch: groups.records[..g].iter().map(|g| g.batches.len()).sum(),
+                index,
+                first_batch: groups.records[..index]
+                    .iter()
+                    .map(|g| g.batches.len())
+                    .sum(),
                 tracker,
-                published: &published[g],
+                published: &published[index],
             };
-            (g, run_group(attempt, groups, group).await)
+            (index, run_group(attempt, groups, group).await)
         })
         .buffer_unordered(groups.records.len().max(1))
         .collect::<Vec<_>>();
@@ -212,7 +219,7 @@ pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec
         ran = work => ran,
         never = show_progress(attempt, seen.clone()) => match never {},
     };
-    results.sort_by_key(|(g, _)| *g);
+    results.sort_by_key(|(index, _)| *index);
     let trackers: Vec<Tracker> = seen.iter().map(|t| t.borrow().clone()).collect();
     attempt.show(&trackers);
     Ran {
@@ -286,14 +293,14 @@ async fn run_group(
 ) -> Result<Vec<Divergence>, String> {
     let Groups {
         job,
-        pf,
+        preflight,
         checks,
         gate,
         ..
     } = *groups;
     let ends = attempt.ends;
     let Group {
-        index: g,
+        index,
         first_batch,
         mut tracker,
         published,
@@ -304,7 +311,7 @@ async fn run_group(
         .commit_timeout
         .unwrap_or(DEFAULT_CALL_DEADLINE);
     let call_deadline = Instant::now() + call_timeout;
-    let honours_key = pf
+    let honours_key = preflight
         .versions
         .first()
         .is_some_and(ServerVersion::honours_idempotency_key);
@@ -318,13 +325,13 @@ async fn run_group(
             return Err(failed(StageError::OtherGroup));
         }
         {
-            let submitted = submit(attempt, groups, g, first_batch, &mut tracker, published, honours_key);
+            let submitted = submit(attempt, groups, index, first_batch, &mut tracker, published, honours_key);
             tokio::pin!(submitted);
             tokio::select! {
                 submitted = &mut submitted => submitted?,
                 // The creates not sent yet stop; those in flight finish: no job id is lost.
                 error = sentry(ends, published, job.two_phase.mirror_grace) => {
-                    tracing::warn!(group = g, %error, "a created job failed while the stage went on");
+                    tracing::warn!(group = index, %error, "a created job failed while the stage went on");
                     attempt.fail(failed(held_failure(job, error)));
                     submitted.await?;
                 }
@@ -404,16 +411,17 @@ async fn run_group(
         let reason = first
             .as_ref()
             .map_or_else(|| "failed".into(), Error::reason);
-        attempt.record.lock().expect("record lock").groups[g].decision = Some(Decision::Abort {
-            at: Timestamp::now(),
-            reason: reason.clone(),
-        });
+        attempt.record.lock().expect("record lock").groups[index].decision =
+            Some(Decision::Abort {
+                at: Timestamp::now(),
+                reason: reason.clone(),
+            });
         let _ = attempt.persist().await;
         match first {
             Some(Error::Failed { phase, .. }) => {
-                tracing::warn!(group = g, ?phase, %reason, "aborted before the decision");
+                tracing::warn!(group = index, ?phase, %reason, "aborted before the decision");
             }
-            _ => tracing::warn!(group = g, %reason, "aborted before the decision"),
+            _ => tracing::warn!(group = index, %reason, "aborted before the decision"),
         }
         return aborted
             .map(|()| Vec::new())
@@ -423,9 +431,10 @@ async fn run_group(
     let ready_at = Instant::now();
     // The decision: durable before any commit is sent. From here on, only forward.
     if !faults::planted(faults::Bug::NoDecision) {
-        attempt.record.lock().expect("record lock").groups[g].decision = Some(Decision::Commit {
-            at: Timestamp::now(),
-        });
+        attempt.record.lock().expect("record lock").groups[index].decision =
+            Some(Decision::Commit {
+                at: Timestamp::now(),
+            });
         let durable = match attempt.set_phase(RestorePhase::Deciding).await {
             Ok(()) => attempt.persist().await,
             Err(e) => Err(e),
@@ -434,7 +443,7 @@ async fn run_group(
             // Not durable, so not decided: nothing was committed. The jobs stay held, as
             // after a crash, for `recover` to decide from what reached the journal (a write
             // that failed may still have landed).
-            attempt.record.lock().expect("record lock").groups[g].decision = None;
+            attempt.record.lock().expect("record lock").groups[index].decision = None;
             return Err(format!(
                 "the commit decision could not be made durable ({e}); nothing was committed \
                  and the jobs are still held: run `lockstep recover` once the journal can be \
@@ -475,13 +484,13 @@ async fn run_group(
     }
 }
 
-/// Creates group `g`'s jobs on the target, each once its batch's files are staged, and
+/// Creates group `index`'s jobs on the target, each once its batch's files are staged, and
 /// publishes each job id as it comes. Every key is recorded as possibly sent before any
 /// create goes out, so a crash mid-submit leaves recovery a key to look each job up by.
 async fn submit(
     attempt: &Attempt<'_>,
     groups: &Groups<'_>,
-    g: usize,
+    index: usize,
     first_batch: usize,
     tracker: &mut Tracker,
     published: &watch::Sender<Tracker>,
@@ -489,17 +498,17 @@ async fn submit(
 ) -> Result<(), Error> {
     let gate = groups.gate;
     let failed = |source: StageError| attempt.failure_now(source);
-    if !batch_ready(attempt, gate, first_batch).await {
+    if !gate.batch_ready(first_batch).await {
         return Err(failed(StageError::GateFailed));
     }
     // Written with the keys below.
     attempt.enter_phase(RestorePhase::Importing);
     let batches: Vec<BatchRecord> = {
         let mut r = attempt.record.lock().expect("record lock");
-        for b in &mut r.groups[g].batches {
+        for b in &mut r.groups[index].batches {
             b.create_sent = true;
         }
-        r.groups[g].batches.clone()
+        r.groups[index].batches.clone()
     };
     attempt.persist().await.map_err(failed)?;
     faults::crash_point("after-intent");
@@ -511,7 +520,7 @@ async fn submit(
         .unwrap_or(DEFAULT_CALL_DEADLINE);
     let mut creates = futures::stream::iter(batches.iter().enumerate())
         .map(|(i, b)| async move {
-            if !batch_ready(attempt, gate, first_batch + i).await {
+            if !gate.batch_ready(first_batch + i).await {
                 return (i, None);
             }
             let body = CreateImport {
@@ -534,7 +543,8 @@ async fn submit(
             Some(Ok(id)) => {
                 tracker.jobs[i].job_id = Some(id.clone());
                 published.send_modify(|t| t.jobs[i].job_id = Some(id.clone()));
-                attempt.record.lock().expect("record lock").groups[g].batches[i].job_id = Some(id);
+                attempt.record.lock().expect("record lock").groups[index].batches[i].job_id =
+                    Some(id);
             }
             // Recorded at once, so that the stage and the other groups stop now rather
             // than when the last batch was staged.
@@ -609,15 +619,6 @@ fn held_failure(job: &Job, error: HoldError) -> StageError {
             error: Box::new(error),
         },
         None => StageError::Hold(Box::new(error)),
-    }
-}
-
-/// Waits until `batch` may be imported: false once the gate or the restore failed, since a
-/// create that is not sent yet waits for nothing then.
-async fn batch_ready(attempt: &Attempt<'_>, gate: &ImportGate, batch: usize) -> bool {
-    tokio::select! {
-        ready = gate.batch_ready(batch) => ready,
-        () = attempt.stopped() => false,
     }
 }
 

@@ -82,7 +82,7 @@ pub async fn recover(
     let mut unsettled = Vec::new();
     let mut forward_incomplete = false;
 
-    for (g, group) in record.groups.iter().enumerate() {
+    for (index, group) in record.groups.iter().enumerate() {
         let mut tracker = Tracker {
             end_names: names.clone(),
             jobs: group
@@ -117,8 +117,8 @@ pub async fn recover(
                 for (i, b) in group.batches.iter().enumerate() {
                     if b.job_id.is_none() && b.create_sent {
                         tracker.jobs[i].job_id = find_lost_job(&ends, b, deadline).await;
-                        attempt.record.lock().expect("record lock").groups[g].batches[i].job_id =
-                            tracker.jobs[i].job_id.clone();
+                        attempt.record.lock().expect("record lock").groups[index].batches[i]
+                            .job_id = tracker.jobs[i].job_id.clone();
                     }
                 }
                 if let Err(e) = two_phase::abort(&ends, &mut tracker, &jobs, settle, deadline).await
@@ -126,7 +126,7 @@ pub async fn recover(
                     unsettled.push(e);
                 }
                 aborted_any = true;
-                attempt.record.lock().expect("record lock").groups[g].decision =
+                attempt.record.lock().expect("record lock").groups[index].decision =
                     Some(Decision::Abort {
                         at: Timestamp::now(),
                         reason: "recovered: no decision on record".into(),

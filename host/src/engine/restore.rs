@@ -134,15 +134,15 @@ impl Engine {
     /// Preflight and plan, changing nothing anywhere.
     pub async fn plan(&self, job: &Job) -> Result<PlanOutput, Vec<Refusal>> {
         let ends = Ends::for_job(job).map_err(|e| vec![Refusal::Client(e)])?;
-        let pf = preflight::preflight(job, &ends).await?;
+        let preflight = preflight::preflight(job, &ends).await?;
         let dest: Vec<storage::OpenedStore> = job
             .destinations()
             .iter()
             .filter_map(|(_, spec)| storage::open(spec).ok())
             .collect();
-        let in_place = pf.backup.importable_in_place()
+        let in_place = preflight.backup.importable_in_place()
             && !dest.is_empty()
-            && dest.iter().all(|d| d.id == pf.backup_store.id);
+            && dest.iter().all(|d| d.id == preflight.backup_store.id);
         let known = if in_place {
             EndFiles::InPlace
         } else {
@@ -159,7 +159,7 @@ impl Engine {
         }
         let ends = planned
             .into_iter()
-            .zip(&pf.versions)
+            .zip(&preflight.versions)
             .map(|((end, files), version)| EndPlan {
                 name: end.name.to_string(),
                 version: version.to_string(),
@@ -168,22 +168,25 @@ impl Engine {
             })
             .collect();
         let import_prefix_note = if in_place {
-            format!("imports read the backup in place ({})", pf.backup.location)
+            format!(
+                "imports read the backup in place ({})",
+                preflight.backup.location
+            )
         } else {
             format!(
                 "{} files are staged under {}/<restore id>/ on {} store(s)",
-                pf.backup.format,
+                preflight.backup.format,
                 storage::STAGING_ROOT,
                 dest.len()
             )
         };
         checks::CheckSetup::load(self, job).await?;
         Ok(PlanOutput {
-            format: pf.backup.format,
-            plan: pf.plan,
+            format: preflight.backup.format,
+            plan: preflight.plan,
             ends,
             import_prefix_note,
-            route: pf.route,
+            route: preflight.route,
         })
     }
 

@@ -51,19 +51,19 @@ pub(super) async fn run_attempt(
         report.summary = e.to_string();
         return attempt.finish(report, Outcome::HostFailed, vec![]).await;
     }
-    let pf = match preflight(job, ends).await {
-        Ok(pf) => pf,
+    let preflight = match preflight(job, ends).await {
+        Ok(preflight) => preflight,
         Err(refusals) => {
             let summary = format!("refused by preflight: {}", Refusal::joined(&refusals));
             report.summary = summary;
             return attempt.finish(report, Outcome::Refused, refusals).await;
         }
     };
-    for (end, v) in report.ends.iter_mut().zip(&pf.versions) {
+    for (end, v) in report.ends.iter_mut().zip(&preflight.versions) {
         end.version = Some(v.to_string());
     }
-    report.route = Some(pf.route.route);
-    report.format = Some(pf.backup.format);
+    report.route = Some(preflight.route.route);
+    report.format = Some(preflight.backup.format);
     for s in job.secondaries.iter().filter(|s| s.storage.is_none()) {
         tracing::warn!(
             secondary = %s.end.name,
@@ -79,7 +79,7 @@ pub(super) async fn run_attempt(
             return attempt.finish(report, Outcome::Refused, refusals).await;
         }
     };
-    report.collections = pf
+    report.collections = preflight
         .plan
         .collections
         .iter()
@@ -93,7 +93,7 @@ pub(super) async fn run_attempt(
         })
         .collect();
     let outcome = attempt
-        .with_progress_writes(execute(&attempt, job, &pf, &checks, &mut report))
+        .with_progress_writes(execute(&attempt, job, &preflight, &checks, &mut report))
         .await;
     let (outcome, refusals) = match outcome {
         Ok(outcome) => (outcome, vec![]),
@@ -124,7 +124,7 @@ pub(super) async fn run_attempt(
 async fn execute(
     attempt: &Attempt<'_>,
     job: &Job,
-    pf: &Preflight,
+    preflight: &Preflight,
     checks: &CheckSetup,
     report: &mut Report,
 ) -> Result<Outcome, Error> {
@@ -142,8 +142,11 @@ async fn execute(
 
     // DDL on the target. What it will create is recorded before it starts (with the write
     // that enters the DDL phase), and what it created at every write after.
-    attempt.record.lock().expect("record lock").to_create =
-        ddl::to_create(&pf.plan, &pf.exists, job.restore.collection_creation);
+    attempt.record.lock().expect("record lock").to_create = ddl::to_create(
+        &preflight.plan,
+        &preflight.exists,
+        job.restore.collection_creation,
+    );
     let (made_tx, made) = watch::channel(0);
     let run_ddl = async |made: &watch::Sender<usize>| -> Result<(), Error> {
         let created = |db: &str, name: &str| {
@@ -153,8 +156,8 @@ async fn execute(
         };
         let applied = ddl::apply(
             ends,
-            &pf.plan,
-            &pf.exists,
+            &preflight.plan,
+            &preflight.exists,
             job.restore.collection_creation,
             call_deadline(),
             &created,
@@ -184,7 +187,7 @@ async fn execute(
             .interrupt
             .race(ddl::await_mirrors(
                 ends,
-                &pf.plan,
+                &preflight.plan,
                 grace,
                 made.clone(),
                 arrived,
@@ -216,19 +219,19 @@ async fn execute(
 
     // Where the ends import from, and the commit groups: recorded before anything is
     // created, staged or submitted.
-    let to = match Destinations::open(job, pf, &restore_id) {
+    let to = match Destinations::open(job, preflight, &restore_id) {
         Ok(to) => to,
         Err(e) => return rollback(attempt, attempt.failure_now(e)).await,
     };
     let import_prefix = to.paths.prefix().to_string();
-    let groups = group::plan(&restore_id, job, pf, &import_prefix);
-    let trackers = group::trackers(ends, pf, &groups);
+    let groups = group::plan(&restore_id, job, preflight, &import_prefix);
+    let trackers = group::trackers(ends, preflight, &groups);
     // Every planned job, none created yet: what a restore stopped before its creates reports.
     report.jobs = trackers.iter().flat_map(Tracker::job_reports).collect();
     attempt.record.lock().expect("record lock").groups = groups.clone();
     checks.set_staged(checks::staged_objects(
         &import_prefix,
-        &pf.plan.files_to_stage,
+        &preflight.plan.files_to_stage,
         &groups,
         &job.target.end.paths,
     ));
@@ -243,13 +246,13 @@ async fn execute(
         .map_err(|e| attempt.failure_now(e))?;
     let gate = ImportGate::new(
         &import_prefix,
-        &pf.plan.files_to_stage,
+        &preflight.plan.files_to_stage,
         &groups,
-        pf.plan.collections.iter().map(|c| c.batches.len()),
+        preflight.plan.collections.iter().map(|c| c.batches.len()),
         attempt.stop_token().clone(),
     );
     let arrived = |c: usize| gate.collection_arrived(c);
-    let collections = checks::collections(&pf.plan);
+    let collections = checks::collections(&preflight.plan);
     let restore = checks::Restore {
         id: restore_id.as_str(),
         backup: &job.backup.name,
@@ -259,7 +262,7 @@ async fn execute(
     };
     let run_on = Groups {
         job,
-        pf,
+        preflight,
         records: &groups,
         checks,
         restore: &restore,
@@ -271,7 +274,7 @@ async fn execute(
     // first. Otherwise the DDL, the stage and the creates run side by side: each batch's
     // job is created as soon as its collection is on every secondary and its own files are
     // staged, and the decision waits for the whole stage.
-    let auto_commits = pf.route.route.auto_commits();
+    let auto_commits = preflight.route.route.auto_commits();
     let ran = if checks.has(Phase::BeforeImport) || auto_commits {
         if let Err(stop) = run_ddl(&made_tx).await {
             return rollback(attempt, stop).await;
@@ -279,7 +282,7 @@ async fn execute(
         if let Err(stop) = mirrored(&arrived).await {
             return rollback(attempt, stop).await;
         }
-        match stage(attempt, pf, &to, &gate).await {
+        match stage(attempt, preflight, &to, &gate).await {
             Ok(staged) => report.staging = Some(staged),
             Err(stop) => return rollback(attempt, stop).await,
         }
@@ -295,7 +298,7 @@ async fn execute(
                 .set_phase(RestorePhase::Importing)
                 .await
                 .map_err(|e| attempt.failure_now(e))?;
-            let imports = auto_commit::run(ends.target(), &groups, pf.route.route).await;
+            let imports = auto_commit::run(ends.target(), &groups, preflight.route.route).await;
             return auto_committed(attempt, job, &imports, report).await;
         }
         group::run(attempt, run_on, trackers).await
@@ -321,7 +324,7 @@ async fn execute(
             }
         };
         let staging = async {
-            match stage(attempt, pf, &to, &gate).await {
+            match stage(attempt, preflight, &to, &gate).await {
                 Ok(staged) => {
                     faults::crash_point("after-stage");
                     Some(staged)
@@ -343,10 +346,10 @@ async fn execute(
     report.jobs = ran.trackers.iter().flat_map(Tracker::job_reports).collect();
     let mut divergences = Vec::new();
     let mut incomplete = Vec::new();
-    for (g, r) in ran.results.into_iter().enumerate() {
+    for (index, r) in ran.results.into_iter().enumerate() {
         match r {
             Ok(d) => divergences.extend(d),
-            Err(reason) => incomplete.push(format!("group {}: {reason}", groups[g].id)),
+            Err(reason) => incomplete.push(format!("group {}: {reason}", groups[index].id)),
         }
     }
     let decided: Vec<bool> = {
@@ -415,7 +418,7 @@ async fn execute(
 /// elsewhere. A failure is the restore's: it is recorded for the groups to abort on.
 async fn stage(
     attempt: &Attempt<'_>,
-    pf: &Preflight,
+    preflight: &Preflight,
     to: &Destinations,
     gate: &ImportGate,
 ) -> Result<StagingReport, Error> {
@@ -425,7 +428,7 @@ async fn stage(
     let id = attempt.record.lock().expect("record lock").id.to_string();
     let progress = attempt.engine.progress.clone();
     let show = move |p| progress.staging(&id, p);
-    let staging = staging::stage_files(pf, to, gate, &show, &stop);
+    let staging = staging::stage_files(preflight, to, gate, &show, &stop);
     tokio::pin!(staging);
     // A restore that fails meanwhile (a mirror, a create, the DDL) imports nothing more, and
     // the rest of a long copy would only be deleted again; so does an interrupted one. The

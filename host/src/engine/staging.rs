@@ -21,7 +21,11 @@ impl Destinations {
     /// Opens every destination store and picks the import paths: the staging prefix, or
     /// the backup itself when every destination is the backup's store and the backup's
     /// files are where an import looks for them.
-    pub fn open(job: &Job, pf: &Preflight, restore_id: &RestoreId) -> Result<Self, StageError> {
+    pub fn open(
+        job: &Job,
+        preflight: &Preflight,
+        restore_id: &RestoreId,
+    ) -> Result<Self, StageError> {
         let prefix = StagingPrefix::for_restore(restore_id);
         let mut stores = Vec::new();
         for (end, spec) in job.destinations() {
@@ -32,10 +36,13 @@ impl Destinations {
             stores.push((end, store));
         }
         let ids: Vec<&storage::StoreId> = stores.iter().map(|(_, s)| &s.id).collect();
-        let paths = match pf.backup.importable_in_place() {
-            true => {
-                storage::import_paths(&pf.backup_store.id, &pf.backup.location.dir, &ids, prefix)
-            }
+        let paths = match preflight.backup.importable_in_place() {
+            true => storage::import_paths(
+                &preflight.backup_store.id,
+                &preflight.backup.location.dir,
+                &ids,
+                prefix,
+            ),
             false => ImportPaths::Staged { prefix },
         };
         Ok(Destinations { paths, stores })
@@ -56,7 +63,7 @@ impl Destinations {
 /// Cancelling `stop` ends the copy early with an error, once the copies under way are
 /// settled (a copy abandoned mid-request could land after a rollback deleted the prefix).
 pub(super) async fn stage_files(
-    pf: &Preflight,
+    preflight: &Preflight,
     to: &Destinations,
     gate: &ImportGate,
     progress: &(dyn Fn(storage::StageProgress) + Send + Sync),
@@ -67,7 +74,7 @@ pub(super) async fn stage_files(
         .order
         .iter()
         .map(|&i| {
-            let f = &pf.plan.files_to_stage[i];
+            let f = &preflight.plan.files_to_stage[i];
             storage::BackupFile {
                 path: f.path.clone(),
                 size: f.size,
@@ -94,8 +101,8 @@ pub(super) async fn stage_files(
         .map(|(end, store)| storage::Destination { end, store })
         .collect();
     let source = storage::StageSource {
-        store: &pf.backup_store,
-        backup_dir: &pf.backup.location.dir,
+        store: &preflight.backup_store,
+        backup_dir: &preflight.backup.location.dir,
     };
     let staged = storage::stage(
         source,
