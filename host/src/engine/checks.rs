@@ -12,7 +12,7 @@ use super::ends::Ends;
 use super::error::StageError;
 use super::process::Engine;
 use super::refusal::Refusal;
-use super::report::CheckEntry;
+use super::report::{CheckEntry, CheckVerdict};
 use super::two_phase::Tracker;
 use crate::backup::{BinlogFile, RestorePlan};
 use crate::job::{Job, PathForm};
@@ -232,25 +232,25 @@ impl CheckSetup {
 
 fn entry(r: &CheckReport) -> CheckEntry {
     let (status, detail) = match &r.status {
-        CheckStatus::Passed => ("passed", None),
-        CheckStatus::Failed { reason } => ("failed", Some(reason.clone())),
+        CheckStatus::Passed => (CheckVerdict::Passed, None),
+        CheckStatus::Failed { reason } => (CheckVerdict::Failed, Some(reason.clone())),
         CheckStatus::WaitExpired {
             waited,
             last_reason,
         } => (
-            "expired",
+            CheckVerdict::Expired,
             Some(format!(
                 "still waiting after {}s: {last_reason}",
                 waited.as_secs()
             )),
         ),
-        CheckStatus::Errored { error } => ("errored", Some(error.to_string())),
-        CheckStatus::Warned { error } => ("warned", Some(error.to_string())),
+        CheckStatus::Errored { error } => (CheckVerdict::Errored, Some(error.to_string())),
+        CheckStatus::Warned { error } => (CheckVerdict::Warned, Some(error.to_string())),
     };
     CheckEntry {
         name: r.check.clone(),
-        phase: r.phase.to_string(),
-        status: status.into(),
+        phase: r.phase,
+        status,
         detail,
         elapsed_ms: u64::try_from(r.elapsed.as_millis()).unwrap_or(u64::MAX),
     }

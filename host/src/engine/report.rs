@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use super::ends::Ends;
 use super::refusal::Refusal;
 use crate::backup::ExpectedRows;
-use crate::journal::Outcome;
-use crate::journal::Role;
+use crate::journal::{Outcome, RestorePhase, Role};
 use crate::milvus::JobState;
+use crate::plugins::Phase;
 use crate::storage::Transfer;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -128,10 +128,36 @@ pub struct Divergence {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckEntry {
     pub name: String,
-    pub phase: String,
-    pub status: String,
+    pub phase: Phase,
+    pub status: CheckVerdict,
     pub detail: Option<String>,
     pub elapsed_ms: u64,
+}
+
+/// How a check's run ended, as the report says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckVerdict {
+    Passed,
+    Failed,
+    /// It kept asking to wait until its `max_wait` ran out.
+    Expired,
+    /// It trapped, ran out of a limit or could not be called: the restore stopped.
+    Errored,
+    /// It errored, and its `on_error = "warn"` let the restore go on.
+    Warned,
+}
+
+impl fmt::Display for CheckVerdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            CheckVerdict::Passed => "passed",
+            CheckVerdict::Failed => "failed",
+            CheckVerdict::Expired => "expired",
+            CheckVerdict::Errored => "errored",
+            CheckVerdict::Warned => "warned",
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -151,14 +177,14 @@ pub struct StagingReport {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhaseTime {
-    pub phase: String,
+    pub phase: RestorePhase,
     pub seconds: f64,
 }
 
 /// Each phase's time from when it began to when the next one did (the last one to
 /// `finished`); preflight runs from `started` to the first phase entered.
 pub fn phase_times(
-    starts: &[(crate::journal::RestorePhase, Timestamp)],
+    starts: &[(RestorePhase, Timestamp)],
     started: Timestamp,
     finished: Timestamp,
 ) -> Vec<PhaseTime> {
@@ -166,16 +192,16 @@ pub fn phase_times(
     let mut out = Vec::new();
     let first = starts.first().map_or(finished, |(_, at)| *at);
     out.push(PhaseTime {
-        phase: "preflight".into(),
+        phase: RestorePhase::Preflight,
         seconds: seconds(started, first),
     });
     for (i, (phase, at)) in starts.iter().enumerate() {
-        if *phase == crate::journal::RestorePhase::Finished {
+        if *phase == RestorePhase::Finished {
             continue;
         }
         let end = starts.get(i + 1).map_or(finished, |(_, next)| *next);
         out.push(PhaseTime {
-            phase: format!("{phase:?}").to_lowercase(),
+            phase: *phase,
             seconds: seconds(*at, end),
         });
     }
@@ -497,7 +523,8 @@ impl fmt::Display for Report {
                     f,
                     "  {:<24} {:<14} {:<8} {}ms {}",
                     c.name,
-                    c.phase,
+                    // Phase's Display writes without padding.
+                    c.phase.to_string(),
                     c.status,
                     c.elapsed_ms,
                     c.detail.as_deref().unwrap_or("")
@@ -651,22 +678,24 @@ mod tests {
 
     #[test]
     fn each_phase_runs_until_the_next_begins() {
-        use crate::journal::RestorePhase;
         let at = |s: i64| Timestamp::from_second(1_700_000_000 + s).unwrap();
         let times = phase_times(
             &[(RestorePhase::Ddl, at(2)), (RestorePhase::Holding, at(5))],
             at(0),
             at(9),
         );
-        let shown: Vec<(String, f64)> = times.into_iter().map(|p| (p.phase, p.seconds)).collect();
+        let shown: Vec<(RestorePhase, f64)> = times.iter().map(|p| (p.phase, p.seconds)).collect();
         assert_eq!(
             shown,
             [
-                ("preflight".into(), 2.0),
-                ("ddl".into(), 3.0),
-                ("holding".into(), 4.0)
+                (RestorePhase::Preflight, 2.0),
+                (RestorePhase::Ddl, 3.0),
+                (RestorePhase::Holding, 4.0)
             ]
         );
+        // Served as the journal spells each phase, as before the phases were typed.
+        let json = serde_json::to_value(&times[1]).expect("a phase time serializes");
+        assert_eq!(json, serde_json::json!({"phase": "ddl", "seconds": 3.0}));
     }
 
     #[test]
