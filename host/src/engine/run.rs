@@ -21,7 +21,7 @@ use super::outcome;
 use super::preflight::{Preflight, preflight};
 use super::process::{Engine, Interrupted};
 use super::refusal::Refusal;
-use super::report::{CollectionReport, EndReport, Report, ReportOf, StagingReport};
+use super::report::{CollectionReport, Divergence, EndReport, Report, ReportOf, StagingReport};
 use super::retry::DEFAULT_CALL_DEADLINE;
 use super::rollback;
 use super::staging::{self, Destinations};
@@ -275,7 +275,7 @@ async fn execute(
     // job is created as soon as its collection is on every secondary and its own files are
     // staged, and the decision waits for the whole stage.
     let auto_commits = preflight.route.route.auto_commits();
-    let ran = if checks.has(Phase::BeforeImport) || auto_commits {
+    let landed = if checks.has(Phase::BeforeImport) || auto_commits {
         if let Err(stop) = run_ddl(&made_tx).await {
             return rollback(attempt, stop).await;
         }
@@ -299,9 +299,10 @@ async fn execute(
                 .await
                 .map_err(|e| attempt.failure_now(e))?;
             let imports = auto_commit::run(ends.target(), &groups, preflight.route.route).await;
-            return auto_committed(attempt, job, &imports, report).await;
+            auto_committed(&imports, ends, report)
+        } else {
+            held(attempt, group::run(attempt, run_on, trackers).await, report)
         }
-        group::run(attempt, run_on, trackers).await
     } else {
         // A failure recorded here closes the gate: the groups abort with its reason.
         let creating = async {
@@ -340,72 +341,159 @@ async fn execute(
             group::run(attempt, run_on, trackers)
         );
         report.staging = staged;
-        results
+        held(attempt, results, report)
     };
+    report.checks = checks.reports();
+    conclude(attempt, job, landed, report).await
+}
 
+/// What the imports came to, however they ran: [`conclude`] decides the outcome from it.
+struct Landed {
+    /// Per collection of the report, in its order: every row visible on every end.
+    committed: Vec<bool>,
+    /// Collections with some rows visible and not all, each with what it shows.
+    partly_visible: Vec<String>,
+    /// What went wrong and cannot be taken back: auto-committed imports that came up short.
+    failure: Option<String>,
+    divergences: Vec<Divergence>,
+    /// Groups that stopped after their decision without completing.
+    unconverged: Vec<String>,
+    jobs: usize,
+    /// Whether the staged files went while the ends finished committing; `None` if not.
+    cleaned_early: Option<bool>,
+}
+
+/// What the commit groups came to: a collection is committed when a group that imports
+/// into it has a commit decision.
+fn held(attempt: &Attempt<'_>, ran: group::Ran, report: &mut Report) -> Landed {
     report.jobs = ran.trackers.iter().flat_map(Tracker::job_reports).collect();
+    let record = attempt.record.lock().expect("record lock");
     let mut divergences = Vec::new();
-    let mut incomplete = Vec::new();
-    for (index, r) in ran.results.into_iter().enumerate() {
-        match r {
+    let mut unconverged = Vec::new();
+    for (group, result) in record.groups.iter().zip(ran.results) {
+        match result {
             Ok(d) => divergences.extend(d),
-            Err(reason) => incomplete.push(format!("group {}: {reason}", groups[index].id)),
+            Err(reason) => unconverged.push(format!("group {}: {reason}", group.id)),
         }
     }
-    let decided: Vec<bool> = {
-        let r = attempt.record.lock().expect("record lock");
-        r.groups
-            .iter()
-            .map(|g| matches!(g.decision, Some(Decision::Commit { .. })))
-            .collect()
-    };
-    for c in &mut report.collections {
-        c.committed = groups.iter().zip(&decided).any(|(g, d)| {
-            *d && g
-                .batches
-                .iter()
-                .any(|b| format!("{}.{}", b.db, b.collection) == c.target)
-        });
+    let committed = (report.collections.iter())
+        .map(|c| {
+            record.groups.iter().any(|g| {
+                matches!(g.decision, Some(Decision::Commit { .. }))
+                    && (g.batches.iter()).any(|b| format!("{}.{}", b.db, b.collection) == c.target)
+            })
+        })
+        .collect();
+    Landed {
+        committed,
+        partly_visible: Vec::new(),
+        failure: None,
+        divergences,
+        unconverged,
+        jobs: record.groups.iter().map(|g| g.batches.len()).sum(),
+        cleaned_early: ran.cleaned_early,
     }
-    report.checks.extend(checks.reports());
+}
 
+/// What an auto-commit restore's imports made visible, counted: a collection is committed
+/// when every batch of it imported what the backup holds.
+fn auto_committed(
+    imports: &[auto_commit::BatchImport],
+    ends: &Ends,
+    report: &mut Report,
+) -> Landed {
+    let target = &ends.target().name;
+    report.jobs = imports.iter().map(|b| b.job_report(target)).collect();
+    let mut committed = Vec::new();
+    let mut partly_visible = Vec::new();
+    for c in &report.collections {
+        let mine: Vec<_> = imports
+            .iter()
+            .filter(|b| b.collection == c.target)
+            .collect();
+        let imported: i64 = mine.iter().map(|b| b.imported).sum();
+        let whole = mine.iter().all(|b| b.whole());
+        if !whole && imported > 0 {
+            partly_visible.push(format!("{} ({imported} of {} rows)", c.target, c.rows));
+        }
+        committed.push(whole);
+    }
+    let problems: Vec<String> = imports.iter().filter_map(|b| b.problem()).collect();
+    let failure = (!problems.is_empty()).then(|| {
+        format!(
+            "{} of {} batch(es) did not import what the backup holds, and auto-committed \
+             imports cannot be rolled back; first: {}",
+            problems.len(),
+            imports.len(),
+            problems[0]
+        )
+    });
+    Landed {
+        committed,
+        partly_visible,
+        failure,
+        divergences: Vec::new(),
+        unconverged: Vec::new(),
+        jobs: imports.len(),
+        cleaned_early: None,
+    }
+}
+
+/// The one tail of every restore that got to its imports. A failure before a decision rolls
+/// back what no decision committed; otherwise the outcome follows from what landed. Nothing
+/// visible at all is rolled back (an auto-commit restore whose imports all failed);
+/// anything else stays, and the staged files go once nothing reads them.
+async fn conclude(
+    attempt: &Attempt<'_>,
+    job: &Job,
+    landed: Landed,
+    report: &mut Report,
+) -> Result<Outcome, Error> {
+    for (c, committed) in report.collections.iter_mut().zip(&landed.committed) {
+        c.committed = *committed;
+    }
+    report.divergences = landed.divergences;
     if let Some(stop) = attempt.first_failure() {
         // Undecided groups aborted themselves; drop what they created. With some groups
         // committed, their collections stay and the report says which.
-        report.divergences = divergences;
         return rollback(attempt, stop).await;
     }
-
-    // Every group decided, or stopped past the point of aborting: cleanup, then the
-    // outcome. A group left incomplete already says why; a journal that cannot take this
-    // write either does not change that outcome.
+    let restore_id = attempt.record.lock().expect("record lock").id.clone();
+    let facts = outcome::Facts {
+        failure: landed.failure,
+        visible: report.committed_collections(),
+        partly_visible: landed.partly_visible,
+        divergences: &report.divergences,
+        unconverged: landed.unconverged,
+        collections: report.collections.len(),
+        jobs: landed.jobs,
+        ends: attempt.ends.len(),
+    };
+    let (outcome, summary) = outcome::decide(&facts, &restore_id);
+    let settled = facts.unconverged.is_empty();
+    report.summary = summary;
+    if outcome == Outcome::RolledBack {
+        undo(attempt).await;
+        if let Some(s) = report.staging.as_mut() {
+            s.cleaned_up = true;
+        }
+        return Ok(outcome);
+    }
+    // A restore left incomplete already says why; a journal that cannot take this write
+    // either does not change that outcome.
     if let Err(e) = attempt.set_phase(RestorePhase::Completing).await {
-        if incomplete.is_empty() {
+        if settled {
             return Err(attempt.failure_now(e));
         }
         tracing::warn!(error = %e, "could not record the completing phase");
     }
     if let Some(s) = report.staging.as_mut() {
-        match ran.cleaned_early {
+        match landed.cleaned_early {
             Some(cleaned) => s.cleaned_up = cleaned,
-            None if incomplete.is_empty() => {
-                s.cleaned_up = staging::clean_up(job, &restore_id).await;
-            }
+            None if settled => s.cleaned_up = staging::clean_up(job, &restore_id).await,
             None => {}
         }
     }
-    report.divergences = divergences;
-    // Every group decided: no failure, so what is visible follows from the divergences.
-    let facts = outcome::Facts {
-        divergences: &report.divergences,
-        unconverged: incomplete,
-        collections: report.collections.len(),
-        jobs: groups.iter().map(|g| g.batches.len()).sum(),
-        ends: ends.len(),
-        ..outcome::Facts::default()
-    };
-    let (outcome, summary) = outcome::decide(&facts, &restore_id);
-    report.summary = summary;
     Ok(outcome)
 }
 
@@ -464,63 +552,6 @@ async fn stopped_by(attempt: &Attempt<'_>) -> Error {
             Interrupted.into()
         }
     }
-}
-
-/// The end of an auto-commit restore: what its imports made visible, counted.
-/// Nothing imported at all is rolled back (the DDL is undone); anything else stays, and the
-/// report says per collection what. The staged files go either way: nothing reads them once
-/// the imports ended.
-async fn auto_committed(
-    attempt: &Attempt<'_>,
-    job: &Job,
-    imports: &[auto_commit::BatchImport],
-    report: &mut Report,
-) -> Result<Outcome, Error> {
-    let target = &attempt.ends.target().name;
-    report.jobs = imports.iter().map(|b| b.job_report(target)).collect();
-    let mut partly_visible = Vec::new();
-    for c in &mut report.collections {
-        let mine: Vec<_> = imports
-            .iter()
-            .filter(|b| b.collection == c.target)
-            .collect();
-        let imported: i64 = mine.iter().map(|b| b.imported).sum();
-        c.committed = mine.iter().all(|b| b.whole());
-        if !c.committed && imported > 0 {
-            partly_visible.push(format!("{} ({imported} of {} rows)", c.target, c.rows));
-        }
-    }
-    let problems: Vec<String> = imports.iter().filter_map(|b| b.problem()).collect();
-    let failure = (!problems.is_empty()).then(|| {
-        format!(
-            "{} of {} batch(es) did not import what the backup holds, and auto-committed \
-             imports cannot be rolled back; first: {}",
-            problems.len(),
-            imports.len(),
-            problems[0]
-        )
-    });
-    let facts = outcome::Facts {
-        visible: report.committed_collections(),
-        failure,
-        partly_visible,
-        collections: report.collections.len(),
-        jobs: imports.len(),
-        ends: 1,
-        ..outcome::Facts::default()
-    };
-    let restore_id = attempt.record.lock().expect("record lock").id.clone();
-    let (outcome, summary) = outcome::decide(&facts, &restore_id);
-    report.summary = summary;
-    if outcome == Outcome::RolledBack {
-        undo(attempt).await;
-        if let Some(s) = report.staging.as_mut() {
-            s.cleaned_up = true;
-        }
-    } else if let Some(s) = report.staging.as_mut() {
-        s.cleaned_up = staging::clean_up(job, &restore_id).await;
-    }
-    Ok(outcome)
 }
 
 /// Takes back what the restore made ([`rollback`]) and stops with `stop`.

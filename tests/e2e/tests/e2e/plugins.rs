@@ -74,16 +74,34 @@ async fn every_job_uncommitted(world: &World) -> anyhow::Result<usize> {
     Ok(target.jobs.len())
 }
 
-/// The report's entry for check `name`: its status and detail.
-fn check_status(run: &RunResult, name: &str) -> (String, String) {
-    let entry = run.report["checks"]
+/// The report's entries for check `name`, in the order it ran: its status and detail each
+/// time. A before-commit check runs once per commit group.
+fn check_runs(run: &RunResult, name: &str) -> Vec<(String, String)> {
+    let checks = run.report["checks"]
         .as_array()
-        .and_then(|checks| checks.iter().find(|c| c["name"] == name))
-        .unwrap_or_else(|| panic!("no check {name} in the report:\n{}", run.explain()));
-    (
-        entry["status"].as_str().unwrap_or_default().to_owned(),
-        entry["detail"].as_str().unwrap_or_default().to_owned(),
-    )
+        .map_or(&[][..], Vec::as_slice);
+    (checks.iter())
+        .filter(|c| c["name"] == name)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_owned(),
+                c["detail"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The report's one entry for check `name`, of a restore with one commit group.
+fn check_status(run: &RunResult, name: &str) -> (String, String) {
+    let mut runs = check_runs(run, name);
+    assert_eq!(
+        runs.len(),
+        1,
+        "check {name} is in the report {} times, not once:\n{}",
+        runs.len(),
+        run.explain()
+    );
+    runs.remove(0)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -527,8 +545,12 @@ async fn plugin_test_prints_the_verdict_the_logs_and_the_time() -> anyhow::Resul
 
 /// What the test guest's `context` behaviour says it was handed, from its failure's reason:
 /// `collections=2 jobs=5 with-ids=5 batches=0,1,2,3,4 staged=54 staged-batches=0,1,2,3,4`.
+/// With collection atomicity, each group's run of it: the first.
 fn handed(run: &RunResult) -> std::collections::BTreeMap<String, String> {
-    let (status, detail) = check_status(run, "context");
+    let runs = check_runs(run, "context");
+    let Some((status, detail)) = runs.first().cloned() else {
+        panic!("check context is not in the report:\n{}", run.explain());
+    };
     assert_eq!(status, "failed", "{}", run.explain());
     detail
         .split_whitespace()
