@@ -152,10 +152,8 @@ pub(super) fn trackers(ends: &Ends, preflight: &Preflight, groups: &[CommitGroup
 pub(super) struct Groups<'a> {
     pub job: &'a Job,
     pub preflight: &'a Preflight,
-    /// The groups as the journal records them.
-    pub records: &'a [CommitGroup],
     pub checks: &'a CheckSetup,
-    /// The restore as its checks are told of it.
+    /// The restore as its checks are told of it, with the groups as the journal records them.
     pub restore: &'a checks::Restore<'a>,
     pub gate: &'a ImportGate,
 }
@@ -185,14 +183,14 @@ pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec
     let (budget, groups, published) = (&budget, &groups, &published);
     let runs = futures::stream::iter(trackers.into_iter().enumerate())
         .map(|(index, tracker)| async move {
-            let need = groups.records[index].batches.len().max(1) as u32;
+            let need = groups.restore.groups[index].batches.len().max(1) as u32;
             let _slots = budget
                 .acquire_many(need)
                 .await
                 .expect("the budget semaphore is never closed");
             let group = Group {
                 index,
-                first_batch: groups.records[..index]
+                first_batch: groups.restore.groups[..index]
                     .iter()
                     .map(|g| g.batches.len())
                     .sum(),
@@ -201,7 +199,7 @@ pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec
             };
             (index, run_group(attempt, groups, group).await)
         })
-        .buffer_unordered(groups.records.len().max(1))
+        .buffer_unordered(groups.restore.groups.len().max(1))
         .collect::<Vec<_>>();
     let work = async {
         let mut runs = std::pin::pin!(runs);

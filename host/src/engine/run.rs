@@ -263,7 +263,6 @@ async fn execute(
     let run_on = Groups {
         job,
         preflight,
-        records: &groups,
         checks,
         restore: &restore,
         gate: &gate,
