@@ -3,6 +3,7 @@
 //! the sealing of its report. Only the engine (`run`, `group`, `recover`) holds one; the
 //! stages it calls get values.
 
+use std::ops::Deref;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -225,7 +226,7 @@ impl<'a> Attempt<'a> {
 
     /// Shows the groups' trackers: the record's progress snapshot (written with the next
     /// progress write) and the live progress display.
-    pub fn show(&self, trackers: &[Tracker]) {
+    pub fn show(&self, trackers: &[impl Deref<Target = Tracker>]) {
         let mut counts = trackers.first().map(|t| t.counts()).unwrap_or_default();
         for t in trackers.iter().skip(1) {
             for ((_, total), (_, more)) in counts.iter_mut().zip(t.counts()) {
@@ -294,7 +295,7 @@ impl<'a> Attempt<'a> {
 }
 
 /// Job states and rows per end over every commit group's tracker.
-fn progress_snapshot(trackers: &[Tracker]) -> ProgressSnapshot {
+fn progress_snapshot(trackers: &[impl Deref<Target = Tracker>]) -> ProgressSnapshot {
     let mut snapshot = ProgressSnapshot {
         rows_exact: true,
         ..ProgressSnapshot::default()

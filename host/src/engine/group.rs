@@ -219,7 +219,7 @@ pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec
     };
     results.sort_by_key(|(index, _)| *index);
     let trackers: Vec<Tracker> = seen.iter().map(|t| t.borrow().clone()).collect();
-    attempt.show(&trackers);
+    attempt.show(&trackers.iter().collect::<Vec<_>>());
     Ran {
         results: results.into_iter().map(|(_, r)| r).collect(),
         trackers,
@@ -234,11 +234,14 @@ async fn show_progress(
 ) -> Infallible {
     loop {
         any_changed(&mut groups).await;
-        let trackers: Vec<Tracker> = groups
-            .iter_mut()
-            .map(|t| t.borrow_and_update().clone())
-            .collect();
-        attempt.show(&trackers);
+        {
+            // Counted where they are published, not copied: copying every job ten times a
+            // second showed in a 4,000-job restore's CPU time. A group that publishes
+            // meanwhile waits for the count, which never awaits.
+            let trackers: Vec<watch::Ref<'_, Tracker>> =
+                groups.iter_mut().map(|t| t.borrow_and_update()).collect();
+            attempt.show(&trackers);
+        }
         tokio::time::sleep(SHOW_EVERY).await;
     }
 }
