@@ -10,10 +10,18 @@
 //!   lag their target;
 //! - orchestration overhead: lockstep's end-to-end time over the emulator's own import time for
 //!   100 collections × 4 partitions, the median of a few restores;
-//! - scale: 1,000 collections × 4 partitions against instant imports, wall time and peak RSS.
+//! - scale: 1,000 collections × 4 partitions against instant imports, wall time and peak RSS,
+//!   and lockstep's own CPU time, user and system.
 //!
 //! Every figure is read from milvus-sim's own request log and job histories, not from
 //! lockstep's report. `BENCH_LOG=FILE` keeps the last restore's info log in FILE.
+//!
+//! Comparing two builds: most of the scale figure is the kernel's (staging and deleting
+//! 40,000 files), and it grows from run to run until the kernel's dentry and inode caches are
+//! dropped: on this 2-core machine, scale runs in a row took from 13 s of system time to 27 s,
+//! whatever the build, and 13 s again after a drop. Run the builds in alternation, each after
+//! `sync; echo 2 > /proc/sys/vm/drop_caches` (as root), and read the CPU times beside the
+//! wall time.
 
 use std::time::{Duration, Instant};
 
@@ -47,8 +55,22 @@ fn main() -> anyhow::Result<()> {
     })
 }
 
-/// One restore of `world`'s backup through the binary; wall time and peak RSS (KiB).
-async fn restore(world: &World, extra: &str) -> anyhow::Result<(Duration, u64)> {
+/// One restore through the binary, as the bench saw it from outside.
+struct Run {
+    wall: Duration,
+    peak_kib: u64,
+    /// The process's CPU time, user and system, as last sampled before it exited.
+    cpu: Cpu,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Cpu {
+    user: Duration,
+    system: Duration,
+}
+
+/// One restore of `world`'s backup through the binary.
+async fn restore(world: &World, extra: &str) -> anyhow::Result<Run> {
     let job = world.job("bench", extra)?;
     let started = Instant::now();
     // Nobody reads its output here: a full pipe would stall it. BENCH_LOG=FILE keeps
@@ -67,17 +89,23 @@ async fn restore(world: &World, extra: &str) -> anyhow::Result<(Duration, u64)> 
         .spawn()?;
     let pid = child.id().expect("a running child has a pid");
     let mut peak_kib = 0;
+    let mut cpu = Cpu::default();
     let status = loop {
         tokio::select! {
             status = child.wait() => break status?,
             _ = tokio::time::sleep(Duration::from_millis(50)) => {
                 peak_kib = peak_kib.max(vm_hwm_kib(pid).unwrap_or(0));
+                cpu = cpu_time(pid).unwrap_or(cpu);
             }
         }
     };
-    let elapsed = started.elapsed();
+    let wall = started.elapsed();
     anyhow::ensure!(status.success(), "the restore failed: {status}");
-    Ok((elapsed, peak_kib))
+    Ok(Run {
+        wall,
+        peak_kib,
+        cpu,
+    })
 }
 
 /// The process's peak resident set (VmHWM) from /proc, while it runs.
@@ -85,6 +113,20 @@ fn vm_hwm_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The process's CPU time so far from /proc: `utime` and `stime`, the 14th and 15th fields
+/// of its `stat`, in the kernel's USER_HZ ticks (100 a second on Linux's usual targets).
+fn cpu_time(pid: u32) -> Option<Cpu> {
+    const TICK: Duration = Duration::from_millis(10);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count from after it.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let mut ticks = || fields.next()?.parse::<u32>().ok();
+    Some(Cpu {
+        user: TICK * ticks()?,
+        system: TICK * ticks()?,
+    })
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -109,7 +151,7 @@ async fn reaction() -> anyhow::Result<()> {
         spec.secondary_stage = Duration::from_millis(150);
         spec.stream_lag = Duration::from_millis(400);
         let world = World::start(spec).await?;
-        let (wall, _) = restore(&world, "").await?;
+        let wall = restore(&world, "").await?.wall;
         let mut last_ready = 0i64;
         let mut describes = 0usize;
         let mut list_calls = 0usize;
@@ -189,7 +231,7 @@ async fn overhead_run() -> anyhow::Result<(Duration, Duration)> {
     spec.secondary_stage = Duration::from_millis(2000);
     spec.max_import_job_num = 2048;
     let world = World::start(spec).await?;
-    let (wall, _) = restore(&world, "").await?;
+    let wall = restore(&world, "").await?.wall;
     let mut first_create = i64::MAX;
     let mut last_done = 0i64;
     for end in world.ends() {
@@ -245,12 +287,17 @@ async fn scale() -> anyhow::Result<()> {
     spec.secondaries = 1;
     spec.max_import_job_num = 10_000;
     let world = World::start(spec).await?;
-    let (wall, peak_kib) = restore(&world, "").await?;
+    let run = restore(&world, "").await?;
     println!("scale: 1,000 collections × 4 partitions, instant imports, target + 1 secondary");
     println!(
         "  end to end {:.1} s (target ≤ 30 s), peak RSS {:.0} MB (target ≤ 200 MB)",
-        wall.as_secs_f64(),
-        peak_kib as f64 / 1024.0
+        run.wall.as_secs_f64(),
+        run.peak_kib as f64 / 1024.0
+    );
+    println!(
+        "  lockstep's CPU: user {:.1} s, system {:.1} s",
+        run.cpu.user.as_secs_f64(),
+        run.cpu.system.as_secs_f64()
     );
     Ok(())
 }
