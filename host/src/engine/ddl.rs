@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::ends::{EndClient, Ends};
 use super::retry::retry;
-use crate::backup::{CollectionCreation, CollectionPlan, RestorePlan};
+use crate::backup::{CollectionCreation, CollectionPlan, Namespace, RestorePlan};
 use crate::milvus::{self, IndexSpec};
 use milvus_proto::schema::CollectionSchema;
 
@@ -30,6 +30,23 @@ pub enum Error {
     FieldIds {
         collection: String,
         mismatched: Vec<String>,
+    },
+}
+
+/// Why a collection's jobs can never be created on every end.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArrivalError {
+    /// The DDL ended (it failed) before it made the collection on the target.
+    #[error("the DDL on the target stopped before it made collection {collection}")]
+    NotMade { collection: Namespace },
+    /// The collection did not reach a secondary within the mirror grace of its creation.
+    #[error(
+        "collection {collection} did not arrive on secondary {secondary} over CDC within the \
+         mirror grace; check the replication stream"
+    )]
+    Late {
+        collection: Namespace,
+        secondary: String,
     },
 }
 
@@ -196,13 +213,12 @@ pub async fn await_mirrors(
     grace: Duration,
     mut made: watch::Receiver<usize>,
     arrived: &(dyn Fn(usize) + Sync),
-) -> Result<(), String> {
+) -> Result<(), ArrivalError> {
     for (i, c) in plan.collections.iter().enumerate() {
         if made.wait_for(|n| *n > i).await.is_err() {
-            return Err(format!(
-                "the DDL on the target stopped before it made collection {}",
-                c.target
-            ));
+            return Err(ArrivalError::NotMade {
+                collection: c.target.clone(),
+            });
         }
         let deadline = Instant::now() + grace;
         let (db, name) = (&c.target.db, &c.target.collection);
@@ -221,11 +237,10 @@ pub async fn await_mirrors(
                     break;
                 }
                 if Instant::now() >= deadline {
-                    return Err(format!(
-                        "collection {} did not arrive on secondary {} over CDC within the mirror \
-                         grace; check the replication stream",
-                        c.target, s.name
-                    ));
+                    return Err(ArrivalError::Late {
+                        collection: c.target.clone(),
+                        secondary: s.name.clone(),
+                    });
                 }
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(MIRROR_DDL_POLL.1);
@@ -285,6 +300,27 @@ mod tests {
         assert_eq!(
             mismatched_field_ids(&planned, &schema(&[("pk", 100), ("vec", 201)])),
             ["pk: 200 → 100", "n: 202 → absent"]
+        );
+    }
+
+    /// The report's and the journal's words for a collection whose jobs can never be
+    /// created; the error carries the collection and the secondary for the engine.
+    #[test]
+    fn an_arrival_failure_names_the_collection_and_the_secondary() {
+        let orders = Namespace::new("", "orders");
+        let late = ArrivalError::Late {
+            collection: orders.clone(),
+            secondary: "prod-b".into(),
+        };
+        assert_eq!(
+            late.to_string(),
+            "collection default.orders did not arrive on secondary prod-b over CDC within the \
+             mirror grace; check the replication stream"
+        );
+        let not_made = ArrivalError::NotMade { collection: orders };
+        assert_eq!(
+            not_made.to_string(),
+            "the DDL on the target stopped before it made collection default.orders"
         );
     }
 }

@@ -4,6 +4,7 @@
 use crate::journal::RestorePhase;
 use crate::plugins::Phase;
 
+use super::ddl::ArrivalError;
 use super::refusal::Refusal;
 use super::two_phase::HoldError;
 
@@ -33,9 +34,9 @@ pub(super) enum StageError {
     Journal(String),
     #[error("DDL on the target failed: {0}")]
     Ddl(String),
-    /// A collection did not arrive on a secondary within the mirror grace.
+    /// A collection did not arrive on a secondary within the mirror grace, or was never made.
     #[error("{0}")]
-    Arrival(String),
+    Arrival(ArrivalError),
     /// A destination store could not be opened.
     #[error("storage of {end}: {reason}")]
     Storage { end: String, reason: String },
