@@ -2,7 +2,8 @@
 //! flags, sets up logging and output, and maps outcomes to exit codes:
 //! 0 success, 1 failed and rolled back, 2 refused, 3 committed with divergence,
 //! 4 not converged (`lockstep recover` continues it), 5 partly committed, 6 lockstep could
-//! not do its own part.
+//! not do its own part, 7 lost to another host (its claim lapsed; the journal says how the
+//! restore ends).
 
 mod cli;
 

@@ -7,12 +7,14 @@ use std::ops::Deref;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use jiff::Timestamp;
 use tokio_util::sync::CancellationToken;
 
 use super::ends::Ends;
 use super::error::{Error, StageError};
 use super::faults;
+use super::fence::{Fence, Lost};
 use super::preflight::error_chain;
 use super::process::Engine;
 use super::refusal::Refusal;
@@ -34,6 +36,9 @@ pub(super) struct Attempt<'a> {
     pub record: Mutex<RestoreRecord>,
     /// The first pre-decision failure; undecided groups abort on it.
     failure: Mutex<Option<Error>>,
+    /// Set once this host no longer holds the restore: from then on it acts on no end and
+    /// writes no record.
+    lost: Mutex<Option<Lost>>,
     /// Cancelled once `failure` is set, after it: the stage, the wait for arrivals, the
     /// import gate and the creates not sent yet stop on it, and whoever wakes on it finds
     /// the reason already there.
@@ -70,6 +75,7 @@ impl<'a> Attempt<'a> {
             job,
             record: Mutex::new(record),
             failure: Mutex::new(None),
+            lost: Mutex::new(None),
             stop: CancellationToken::new(),
             save_lock: tokio::sync::Mutex::new(()),
             reaction: Mutex::new(None),
@@ -99,13 +105,40 @@ impl<'a> Attempt<'a> {
         _order: tokio::sync::MutexGuard<'_, ()>,
         record: RestoreRecord,
     ) -> Result<(), StageError> {
-        self.engine
-            .journal
-            .save(self.claim, &record)
-            .await
-            .map_err(|e| StageError::Journal(error_chain(&e)))?;
+        if let Some(lost) = self.lost() {
+            return Err(StageError::Journal(lost.to_string()));
+        }
+        let saved = self.engine.journal.save(self.claim, &record).await;
+        if let Err(e) = saved {
+            if matches!(e, journal::Error::ClaimLost(_)) {
+                self.lose(&e);
+            }
+            return Err(StageError::Journal(error_chain(&e)));
+        }
         *self.written.lock().expect("written lock") = Some(record);
         Ok(())
+    }
+
+    /// Whether, and why, this host no longer holds the restore.
+    pub fn lost(&self) -> Option<Lost> {
+        self.lost.lock().expect("lost lock").clone()
+    }
+
+    /// Records that the claim is gone (`why`) and stops the attempt: everything waiting on
+    /// [`Attempt::stopped`] wakes, and finds every action fenced.
+    fn lose(&self, why: &journal::Error) -> Lost {
+        let lost = {
+            let mut slot = self.lost.lock().expect("lost lock");
+            let id = self.record.lock().expect("record lock").id.clone();
+            slot.get_or_insert_with(|| Lost {
+                id,
+                reason: error_chain(why),
+            })
+            .clone()
+        };
+        tracing::error!(%lost, "stopping: this host no longer holds the restore");
+        self.fail(Error::Lost(lost.clone()));
+        lost
     }
 
     /// Runs `work`, and meanwhile writes the progress snapshot every [`PROGRESS_EVERY`]
@@ -244,7 +277,9 @@ impl<'a> Attempt<'a> {
         self.engine.progress.jobs(&id, &counts);
     }
 
-    /// Seals a report: outcome, finish time, journal record, JSON and text files.
+    /// Seals a report: outcome, finish time, journal record, JSON and text files. An
+    /// attempt whose host lost the claim ends [`Outcome::Lost`] whatever it found, and
+    /// writes only its local report: the record is the new holder's.
     pub async fn finish(
         &self,
         mut report: Report,
@@ -252,6 +287,15 @@ impl<'a> Attempt<'a> {
         refusals: Vec<Refusal>,
     ) -> Report {
         let engine = self.engine;
+        let lost = self.lost();
+        let outcome = if lost.is_some() {
+            Outcome::Lost
+        } else {
+            outcome
+        };
+        if let Some(lost) = &lost {
+            report.summary = lost.to_string();
+        }
         report.outcome = outcome;
         report.set_refusals(&refusals);
         report.reaction_ms = self
@@ -275,7 +319,9 @@ impl<'a> Attempt<'a> {
             r.phase = RestorePhase::Finished;
             r.report = serde_json::to_value(&report).ok();
         }
-        if let Err(e) = self.persist().await {
+        if lost.is_some() {
+            // No write: the record is no longer this host's.
+        } else if let Err(e) = self.persist().await {
             // The ends are as the report says; only the journal lags. Say so where the
             // operator reads, since `status` shows the restore unfinished until `recover`
             // (or the next run of the job) records it.
@@ -291,6 +337,26 @@ impl<'a> Attempt<'a> {
             .phase(&report.restore_id, RestorePhase::Finished);
         write_report_files(engine, &report);
         report
+    }
+}
+
+impl Fence for Attempt<'_> {
+    fn check(&self) -> BoxFuture<'_, Result<(), Lost>> {
+        Box::pin(async move {
+            // As if every action fell in the window between a check and its call.
+            if faults::planted(faults::Bug::Unfenced) {
+                return Ok(());
+            }
+            if let Some(lost) = self.lost() {
+                return Err(lost);
+            }
+            match self.engine.journal.fence(self.claim).await {
+                Ok(()) => Ok(()),
+                // Not knowing is not holding: an etcd that cannot answer cannot vouch for
+                // the lease either.
+                Err(e) => Err(self.lose(&e)),
+            }
+        })
     }
 }
 

@@ -15,6 +15,7 @@ use milvus_proto::common::ImportState;
 use tokio::time::Instant;
 
 use super::ends::EndClient;
+use super::fence::Fence;
 use super::report::{EndJobState, JobReport};
 use super::retry::retry;
 use super::route::Route;
@@ -101,8 +102,14 @@ impl BatchImport {
 
 /// Runs every batch of `groups` on `target` by `route` (an auto-commit one) and says what
 /// each batch came to. Never stops early: an auto-committed import cannot be taken back, so
-/// the rest go on and the report names every batch.
-pub async fn run(target: &EndClient, groups: &[CommitGroup], route: Route) -> Vec<BatchImport> {
+/// the rest go on and the report names every batch. Each create waits for `fence`; once it
+/// fails, the creates not sent yet fail with it.
+pub async fn run(
+    target: &EndClient,
+    fence: &dyn Fence,
+    groups: &[CommitGroup],
+    route: Route,
+) -> Vec<BatchImport> {
     let batches: Vec<&BatchRecord> = groups.iter().flat_map(|g| g.batches.iter()).collect();
     let mut out: Vec<BatchImport> = batches
         .iter()
@@ -117,7 +124,7 @@ pub async fn run(target: &EndClient, groups: &[CommitGroup], route: Route) -> Ve
         })
         .collect();
     if route == Route::PerSeg {
-        for (batch, result) in v1_imports(target, &batches).await {
+        for (batch, result) in v1_imports(target, fence, &batches).await {
             match result {
                 Ok(rows) => out[batch].imported += rows,
                 Err(reason) => {
@@ -130,7 +137,7 @@ pub async fn run(target: &EndClient, groups: &[CommitGroup], route: Route) -> Ve
     let results: Vec<(usize, Option<String>, Result<i64, String>)> =
         futures::stream::iter(batches.iter().enumerate())
             .map(|(batch, b)| async move {
-                let (job_id, result) = rest_import(target, b).await;
+                let (job_id, result) = rest_import(target, fence, b).await;
                 (batch, job_id, result)
             })
             .buffer_unordered(IMPORTS_IN_FLIGHT)
@@ -150,6 +157,7 @@ pub async fn run(target: &EndClient, groups: &[CommitGroup], route: Route) -> Ve
 /// `[delta]` for L0. What each came to, by batch index.
 async fn v1_imports(
     target: &EndClient,
+    fence: &dyn Fence,
     batches: &[&BatchRecord],
 ) -> Vec<(usize, Result<i64, String>)> {
     let units: Vec<V1Import<'_>> = batches
@@ -178,7 +186,7 @@ async fn v1_imports(
         })
         .collect();
     futures::stream::iter(units)
-        .map(|unit| async move { (unit.batch, import(target, unit).await) })
+        .map(|unit| async move { (unit.batch, import(target, fence, unit).await) })
         .buffer_unordered(IMPORTS_IN_FLIGHT)
         .collect()
         .await
@@ -187,7 +195,11 @@ async fn v1_imports(
 /// One REST v2 import of a whole batch, sent as a Milvus before 3.0 takes it (no
 /// `auto_commit`: it commits every job itself), to its end: the job id once created, and
 /// the rows it imported or why it failed.
-async fn rest_import(target: &EndClient, b: &BatchRecord) -> (Option<String>, Result<i64, String>) {
+async fn rest_import(
+    target: &EndClient,
+    fence: &dyn Fence,
+    b: &BatchRecord,
+) -> (Option<String>, Result<i64, String>) {
     let body = CreateImport {
         db_name: b.db.clone(),
         collection_name: b.collection.clone(),
@@ -195,6 +207,9 @@ async fn rest_import(target: &EndClient, b: &BatchRecord) -> (Option<String>, Re
         files: b.files.clone(),
         options: b.options.clone(),
     };
+    if let Err(lost) = fence.check().await {
+        return (None, Err(lost.to_string()));
+    }
     let deadline = Instant::now() + CALL_DEADLINE;
     let job = match retry(deadline, || target.rest.create_import(&body, None)).await {
         Ok(job) => job,
@@ -224,8 +239,9 @@ async fn rest_import(target: &EndClient, b: &BatchRecord) -> (Option<String>, Re
 }
 
 /// One v1 import, to its end: the rows the target says it imported, or why it failed.
-async fn import(target: &EndClient, unit: V1Import<'_>) -> Result<i64, String> {
+async fn import(target: &EndClient, fence: &dyn Fence, unit: V1Import<'_>) -> Result<i64, String> {
     let files = unit.files;
+    fence.check().await.map_err(|lost| lost.to_string())?;
     let task = target
         .grpc
         .import_v1(

@@ -9,8 +9,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::ends::{EndClient, Ends};
+use super::faults;
+use super::fence::{Fence, Lost};
 use super::retry::retry;
 use crate::backup::{CollectionCreation, CollectionPlan, Namespace, RestorePlan};
+use crate::journal::CreatedCollection;
 use crate::milvus::{self, IndexSpec};
 use milvus_proto::schema::CollectionSchema;
 
@@ -25,6 +28,9 @@ const PRESERVE_FIELD_IDS: &str = "preserve_field_ids";
 pub enum Error {
     #[error(transparent)]
     Milvus(#[from] milvus::Error),
+    /// A create or a drop was fenced: this host no longer holds the restore.
+    #[error(transparent)]
+    Lost(#[from] Lost),
     /// The collection on the target numbers its fields otherwise than the backup's files.
     #[error("collection {collection} has other field ids than the backup: {}", .mismatched.join(", "))]
     FieldIds {
@@ -76,17 +82,20 @@ pub fn to_create(
 
 /// Creates what the plan needs on the target, collection by collection in plan order.
 /// `exists[i]` says whether collection `i` was there at preflight. Each collection this
-/// restore creates goes to `created` as soon as it exists (it is dropped again if the
-/// restore rolls back), and `made` counts the collections done so far, with their partitions
-/// and indexes, so that waiting on the secondaries can start collection by collection.
-/// Stops at the first error.
+/// restore creates goes to `created` as soon as it exists, with the id the target gave it
+/// (it is dropped again if the restore rolls back, while it still has that id), and `made`
+/// counts the collections done so far, with their partitions and indexes, so that waiting
+/// on the secondaries can start collection by collection. Every create and drop of a
+/// collection waits for `fence` first. Stops at the first error.
+#[allow(clippy::too_many_arguments)]
 pub async fn apply(
     ends: &Ends,
+    fence: &dyn Fence,
     plan: &RestorePlan,
     exists: &[bool],
     creation: CollectionCreation,
     deadline: Instant,
-    created: &(dyn Fn(&str, &str) + Sync),
+    created: &(dyn Fn(CreatedCollection) + Sync),
     made: &watch::Sender<usize>,
 ) -> Result<(), Error> {
     let target = ends.target();
@@ -102,15 +111,12 @@ pub async fn apply(
         match (creation, existed) {
             (CollectionCreation::UseExisting, _) => {}
             (CollectionCreation::DropAndCreate, true) => {
+                fence.check().await?;
                 retry(deadline, || target.grpc.drop_collection(db, name)).await?;
                 tracing::info!(end = %target.name, collection = %c.target, "dropped existing collection");
-                create_collection(target, c, deadline).await?;
-                created(db, name);
+                created(create_collection(target, fence, c, deadline).await?);
             }
-            _ => {
-                create_collection(target, c, deadline).await?;
-                created(db, name);
-            }
+            _ => created(create_collection(target, fence, c, deadline).await?),
         }
         if c.verify_field_ids {
             let described = retry(deadline, || target.grpc.describe_collection(db, name)).await?;
@@ -152,11 +158,13 @@ pub async fn apply(
     Ok(())
 }
 
+/// Creates `c` once `fence` passed, and reads back the id the target gave it.
 async fn create_collection(
     target: &EndClient,
+    fence: &dyn Fence,
     c: &CollectionPlan,
     deadline: Instant,
-) -> Result<(), milvus::Error> {
+) -> Result<CreatedCollection, Error> {
     let mut schema = c.schema.clone();
     // Milvus adds the dynamic `$meta` field itself and refuses a schema that names one.
     schema.fields.retain(|f| !f.is_dynamic);
@@ -168,6 +176,7 @@ async fn create_collection(
     if c.verify_field_ids && !properties.iter().any(|(k, _)| k == PRESERVE_FIELD_IDS) {
         properties.push((PRESERVE_FIELD_IDS.into(), "true".into()));
     }
+    fence.check().await?;
     retry(deadline, || {
         target.grpc.create_collection(
             &c.target.db,
@@ -180,8 +189,22 @@ async fn create_collection(
         )
     })
     .await?;
-    tracing::info!(end = %target.name, collection = %c.target, "created collection");
-    Ok(())
+    let (db, name) = (&c.target.db, &c.target.collection);
+    // Read at once, so that the name is still this create's. A describe that fails leaves
+    // no id, and the collection is then dropped by name alone (DESIGN.md §2.1).
+    let id = match retry(deadline, || target.grpc.describe_collection(db, name)).await {
+        Ok(described) => Some(described.id),
+        Err(e) => {
+            tracing::warn!(collection = %c.target, error = %e, "could not read the new collection's id");
+            None
+        }
+    };
+    tracing::info!(end = %target.name, collection = %c.target, ?id, "created collection");
+    Ok(CreatedCollection {
+        db: db.clone(),
+        name: name.clone(),
+        id,
+    })
 }
 
 /// The fields of `planned` that `made` (the collection as the target describes it) numbers
@@ -252,23 +275,56 @@ pub async fn await_mirrors(
 }
 
 /// Drops the collections a rolled-back restore created, so that nothing it made stays
-/// behind and a rerun is not refused for "collection exists". Best effort: reports what it
-/// could not drop.
+/// behind and a rerun is not refused for "collection exists". Each is dropped only once
+/// `fence` passed and while its name still holds the id recorded at its creation: a
+/// collection another attempt made under the same name since is never dropped. Best
+/// effort: reports what it could not drop, or did not because it is not this restore's;
+/// stops at the first fence that fails.
 pub async fn drop_created(
     ends: &Ends,
-    created: &[(String, String)],
+    fence: &dyn Fence,
+    created: &[CreatedCollection],
     deadline: Instant,
-) -> Vec<String> {
+) -> Result<Vec<String>, Lost> {
     let target = ends.target();
     let mut problems = Vec::new();
-    for (db, name) in created {
+    for c in created {
+        let (db, name) = (&c.db, &c.name);
+        fence.check().await?;
+        // Without a recorded id (the create's answer, or the write after it, was lost) the
+        // name is all there is; a test may plant the bug of dropping by name anyway.
+        if let (Some(recorded), false) = (c.id, faults::planted(faults::Bug::DropByName)) {
+            match retry(deadline, || target.grpc.has_collection(db, name)).await {
+                Ok(false) => continue,
+                Ok(true) => {}
+                Err(e) => {
+                    problems.push(format!("could not look up {db}.{name}: {e}"));
+                    continue;
+                }
+            }
+            match retry(deadline, || target.grpc.describe_collection(db, name)).await {
+                Ok(now) if now.id == recorded => {}
+                Ok(now) => {
+                    problems.push(format!(
+                        "left {db}.{name} in place: it is collection {}, not {recorded} \
+                         that this restore created (another attempt made it since)",
+                        now.id
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    problems.push(format!("could not describe {db}.{name}: {e}"));
+                    continue;
+                }
+            }
+        }
         if let Err(e) = retry(deadline, || target.grpc.drop_collection(db, name)).await {
             problems.push(format!(
                 "could not drop {db}.{name} created by this restore: {e}"
             ));
         }
     }
-    problems
+    Ok(problems)
 }
 
 #[cfg(test)]

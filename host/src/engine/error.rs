@@ -5,6 +5,7 @@ use crate::journal::RestorePhase;
 use crate::plugins::Phase;
 
 use super::ddl::ArrivalError;
+use super::fence::Lost;
 use super::refusal::Refusal;
 use super::two_phase::HoldError;
 
@@ -23,6 +24,10 @@ pub(super) enum Error {
     /// The process was told to stop before the decision.
     #[error("interrupted before the commit decision")]
     Interrupted,
+    /// This host lost its claim: it acts on nothing more, and another host resolves the
+    /// restore.
+    #[error("{0}")]
+    Lost(Lost),
 }
 
 /// Why a stage of the restore failed. Each says what failed in the words the report and the

@@ -3,8 +3,10 @@
 //! them. Built only with the `fault-injection` feature: a test sets
 //! `LOCKSTEP_CRASH_AT=<point>` and the process dies at that point as under SIGKILL, with no
 //! destructor, flush or journal write after it; or `LOCKSTEP_PLANT=<bug>` and the engine
-//! breaks one invariant of DESIGN.md §2 on purpose; or `LOCKSTEP_FILL_DISK_AT=<point>` and
-//! the disk fills there. Without the feature, and in every build
+//! breaks one invariant of DESIGN.md §2 on purpose (`LOCKSTEP_PLANT=a,b` plants several);
+//! or `LOCKSTEP_FILL_DISK_AT=<point>` and the disk fills there; or
+//! `LOCKSTEP_PAUSE_AT=<point>` and the process stops itself there with SIGSTOP, as a long GC
+//! pause or a frozen VM would, until the test sends SIGCONT. Without the feature, and in every build
 //! without debug assertions (a release binary, even one the workspace built with the
 //! feature unified in by `tests/e2e`), every point and bug is a no-op the compiler removes.
 
@@ -30,6 +32,17 @@ pub fn crash_point(point: &str) {
     if std::env::var("LOCKSTEP_CRASH_AT").is_ok_and(|p| p == point) {
         // abort(): no unwinding, no destructors, nothing flushed: what SIGKILL leaves.
         std::process::abort();
+    }
+    if std::env::var("LOCKSTEP_PAUSE_AT").is_ok_and(|p| p == point) {
+        static PAUSED: std::sync::Once = std::sync::Once::new();
+        PAUSED.call_once(|| {
+            tracing::warn!(point, "pausing this process (fault injection)");
+            // The whole process stops until SIGCONT, lease renewal included.
+            let me = rustix::process::getpid();
+            if let Err(e) = rustix::process::kill_process(me, rustix::process::Signal::STOP) {
+                tracing::error!(error = %e, "could not pause");
+            }
+        });
     }
     if std::env::var("LOCKSTEP_FILL_DISK_AT").is_ok_and(|p| p == point) {
         static FILLED: std::sync::Once = std::sync::Once::new();
@@ -67,14 +80,22 @@ pub enum Bug {
     /// `skip-rows`: decide, and report completion, without holding each end's rows against
     /// the backup's.
     SkipRows,
+    /// `unfenced`: every fence check passes, as if each action fell between a check and its
+    /// call (the window no check closes).
+    Unfenced,
+    /// `drop-by-name`: a rollback drops its collections by name, without comparing the id
+    /// it recorded at creation.
+    DropByName,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 4] = [
+    pub const ALL: [Bug; 6] = [
         Bug::CommitEarly,
         Bug::SkipAbort,
         Bug::NoDecision,
         Bug::SkipRows,
+        Bug::Unfenced,
+        Bug::DropByName,
     ];
 
     pub fn name(self) -> &'static str {
@@ -83,6 +104,8 @@ impl Bug {
             Bug::SkipAbort => "skip-abort",
             Bug::NoDecision => "no-decision",
             Bug::SkipRows => "skip-rows",
+            Bug::Unfenced => "unfenced",
+            Bug::DropByName => "drop-by-name",
         }
     }
 }
@@ -90,7 +113,8 @@ impl Bug {
 /// Whether the test planted `bug`.
 #[cfg(all(feature = "fault-injection", debug_assertions))]
 pub fn planted(bug: Bug) -> bool {
-    let planted = std::env::var("LOCKSTEP_PLANT").is_ok_and(|p| p == bug.name());
+    let planted =
+        std::env::var("LOCKSTEP_PLANT").is_ok_and(|p| p.split(',').any(|name| name == bug.name()));
     if planted {
         tracing::warn!(bug = bug.name(), "planted bug active");
     }

@@ -23,6 +23,7 @@ use super::checks::{self, CheckSetup};
 use super::ends::Ends;
 use super::error::{Error, StageError};
 use super::faults;
+use super::fence::Fence as _;
 use super::gate::ImportGate;
 use super::preflight::{Preflight, error_chain};
 use super::refusal::Refusal;
@@ -208,7 +209,7 @@ pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec
             () = past_commit(seen.clone()) => {
                 let job = groups.job;
                 let (results, cleaned) =
-                    tokio::join!(runs, staging::clean_up(job, &restore_id));
+                    tokio::join!(runs, staging::clean_up(job, attempt, &restore_id));
                 (results, Some(cleaned))
             }
         }
@@ -399,12 +400,16 @@ async fn run_group(
     .await;
 
     if let Err(error) = pre {
+        if let Some(lost) = attempt.lost() {
+            // Nothing to abort, record or take back: the restore is the new holder's.
+            return Err(lost.to_string());
+        }
         attempt.fail(error);
         let settle = job.two_phase.mirror_grace.min(Duration::from_secs(60));
         let aborted = if faults::planted(faults::Bug::SkipAbort) {
             Ok(())
         } else {
-            two_phase::abort(ends, &mut tracker, &jobs, settle, call_deadline).await
+            two_phase::abort(ends, attempt, &mut tracker, &jobs, settle, call_deadline).await
         };
         publish(&tracker);
         // The restore's first failure, which may be another group's or a stage's.
@@ -454,21 +459,32 @@ async fn run_group(
     }
     faults::crash_point("after-decision");
     attempt.note_reaction(ready_at.elapsed());
-    let mut divergences = two_phase::commit(
+    let committed = two_phase::commit(
         ends,
+        attempt,
         &tracker,
         &jobs,
         Instant::now() + DEFAULT_CALL_DEADLINE,
     )
     .await;
+    // A host that lost the claim after the decision leaves the commits to the new holder,
+    // which finds the decision and rolls it forward.
+    let mut divergences = committed.map_err(|lost| lost.to_string())?;
     faults::crash_point("after-commit");
     let completion = Instant::now()
         + job
             .two_phase
             .completion_timeout
             .unwrap_or(DEFAULT_COMPLETION_TIMEOUT);
-    let (more, finished) =
-        two_phase::complete(ends, &mut tracker, &jobs, Some(completion), &publish).await;
+    let (more, finished) = two_phase::complete(
+        ends,
+        attempt,
+        &mut tracker,
+        &jobs,
+        Some(completion),
+        &publish,
+    )
+    .await;
     divergences.extend(more);
     if !faults::planted(faults::Bug::SkipRows) {
         let rows_deadline = Instant::now() + call_timeout;
@@ -533,15 +549,24 @@ async fn submit(
             };
             let key = honours_key.then_some(b.idempotency_key.as_str());
             let deadline = Instant::now() + call_timeout;
+            if let Err(lost) = attempt.check().await {
+                return (i, Some(Err(lost)));
+            }
             let created = retry(deadline, || target.rest.create_import(&body, key)).await;
-            (i, Some(created))
+            (i, Some(Ok(created)))
         })
         .buffer_unordered(CREATES_IN_FLIGHT);
     let mut first_error = None;
     let mut unstaged = false;
     while let Some((i, result)) = creates.next().await {
         match result {
-            Some(Ok(id)) => {
+            // The creates in flight finish, and no more go out: each asks the fence.
+            Some(Err(lost)) => {
+                if first_error.is_none() {
+                    first_error = Some(Error::Lost(lost));
+                }
+            }
+            Some(Ok(Ok(id))) => {
                 tracker.jobs[i].job_id = Some(id.clone());
                 published.send_modify(|t| t.jobs[i].job_id = Some(id.clone()));
                 attempt.record.lock().expect("record lock").groups[index].batches[i].job_id =
@@ -549,12 +574,12 @@ async fn submit(
             }
             // Recorded at once, so that the stage and the other groups stop now rather
             // than when the last batch was staged.
-            Some(Err(e)) if first_error.is_none() => {
+            Some(Ok(Err(e))) if first_error.is_none() => {
                 let error = create_failed(attempt, &e);
                 attempt.fail(error.clone());
                 first_error = Some(error);
             }
-            Some(Err(_)) => {}
+            Some(Ok(Err(_))) => {}
             None => unstaged = true,
         }
     }

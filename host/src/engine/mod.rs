@@ -10,7 +10,8 @@
 //!   before a decision), and the outcome (`outcome`, one function from facts). `error`:
 //!   why a restore stops before its decision, and the stages' typed failures.
 //! - `attempt`: what the engine keeps of an attempt: its journal record and writes, phases,
-//!   the first failure and the stop token it cancels, the sealed report.
+//!   the first failure and the stop token it cancels, the sealed report; and its `fence`,
+//!   asked right before every action on an end (a host that lost its claim acts no more).
 //! - `recover`: finishing what a crash or a lost host left, from the journal record.
 //! - `poll` and [`schedule`]: how the ends are looked at; `ends`: the clusters;
 //!   [`report`]: the outcome for people and scripts.
@@ -26,6 +27,7 @@ mod ddl;
 mod ends;
 mod error;
 pub mod faults;
+mod fence;
 mod gate;
 mod group;
 mod outcome;

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::attempt::Attempt;
 use super::ends::Ends;
+use super::fence::Fence;
 use super::process::Engine;
 use super::report::{CollectionReport, EndReport, Report, ReportOf};
 use super::retry::retry;
@@ -103,9 +104,24 @@ pub async fn recover(
         let jobs: Vec<usize> = (0..tracker.jobs.len()).collect();
         match &group.decision {
             Some(Decision::Commit { .. }) => {
-                let mut d = two_phase::commit(&ends, &tracker, &jobs, deadline).await;
-                let (more, finished) =
-                    two_phase::complete(&ends, &mut tracker, &jobs, Some(deadline), &|_| {}).await;
+                let mut d =
+                    match two_phase::commit(&ends, &attempt, &tracker, &jobs, deadline).await {
+                        Ok(d) => d,
+                        Err(lost) => {
+                            unsettled.push(lost.to_string());
+                            trackers.push(tracker);
+                            break;
+                        }
+                    };
+                let (more, finished) = two_phase::complete(
+                    &ends,
+                    &attempt,
+                    &mut tracker,
+                    &jobs,
+                    Some(deadline),
+                    &|_| {},
+                )
+                .await;
                 d.extend(more);
                 d.extend(super::rows::after_commit(&ends, &mut tracker, &jobs, deadline).await);
                 divergences.extend(d);
@@ -116,12 +132,13 @@ pub async fn recover(
                 // being recorded is looked up first, so its job is aborted too.
                 for (i, b) in group.batches.iter().enumerate() {
                     if b.job_id.is_none() && b.create_sent {
-                        tracker.jobs[i].job_id = find_lost_job(&ends, b, deadline).await;
+                        tracker.jobs[i].job_id = find_lost_job(&ends, &attempt, b, deadline).await;
                         attempt.record.lock().expect("record lock").groups[index].batches[i]
                             .job_id = tracker.jobs[i].job_id.clone();
                     }
                 }
-                if let Err(e) = two_phase::abort(&ends, &mut tracker, &jobs, settle, deadline).await
+                if let Err(e) =
+                    two_phase::abort(&ends, &attempt, &mut tracker, &jobs, settle, deadline).await
                 {
                     unsettled.push(e);
                 }
@@ -139,8 +156,13 @@ pub async fn recover(
 
     let decided = record.has_commit_decision();
     if !decided {
-        for problem in ddl::drop_created(&ends, &record.collections_to_drop(), deadline).await {
-            tracing::warn!(%problem, "recovery rollback");
+        match ddl::drop_created(&ends, &attempt, &record.collections_to_drop(), deadline).await {
+            Ok(problems) => {
+                for problem in problems {
+                    tracing::warn!(%problem, "recovery rollback");
+                }
+            }
+            Err(lost) => unsettled.push(lost.to_string()),
         }
     }
     // Staged files go once no end can still read them: every job settled. A store that
@@ -152,7 +174,7 @@ pub async fn recover(
     };
     let settled = unsettled.is_empty() && !forward_incomplete;
     let cleaned = match &record.staging_prefix {
-        Some(_) if settled && !stores.is_empty() => {
+        Some(_) if settled && !stores.is_empty() && attempt.check().await.is_ok() => {
             let prefix = StagingPrefix::for_restore(&record.id);
             crate::storage::delete_stage(stores, &prefix, temp).await
         }
@@ -241,6 +263,12 @@ pub async fn clean_left_stage(
     } else {
         TempFiles::Delete
     };
+    // Right before the delete, as before every action: still this host's.
+    engine
+        .journal
+        .fence(claim.as_ref())
+        .await
+        .map_err(|e| e.to_string())?;
     if !crate::storage::delete_stage(stores, &StagingPrefix::for_restore(id), temp).await {
         return Err(format!(
             "the staged files of {id} could not all be deleted yet"
@@ -275,8 +303,14 @@ pub fn recorded_stores<'h>(
 
 /// Finds the job a create may have made when its answer was lost: by its Idempotency-Key
 /// where the target honours it (the same key returns the same job), else by listing the
-/// collection's jobs and matching their files.
-async fn find_lost_job(ends: &Ends, b: &BatchRecord, deadline: Instant) -> Option<MilvusJobId> {
+/// collection's jobs and matching their files. A create sent with the key waits for
+/// `fence`.
+async fn find_lost_job(
+    ends: &Ends,
+    fence: &dyn Fence,
+    b: &BatchRecord,
+    deadline: Instant,
+) -> Option<MilvusJobId> {
     let target = ends.target();
     let wanted: BTreeSet<String> = b
         .files
@@ -308,6 +342,7 @@ async fn find_lost_job(ends: &Ends, b: &BatchRecord, deadline: Instant) -> Optio
         files: b.files.clone(),
         options,
     };
+    fence.check().await.ok()?;
     retry(deadline, || {
         target.rest.create_import(&body, Some(&b.idempotency_key))
     })

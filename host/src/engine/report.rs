@@ -428,6 +428,7 @@ impl fmt::Display for Report {
             Outcome::PartlyCommitted => "PARTLY COMMITTED, THE REST ROLLED BACK",
             Outcome::Incomplete => "INCOMPLETE (run `lockstep recover`)",
             Outcome::HostFailed => "LOCKSTEP COULD NOT WORK (nothing was written on any end)",
+            Outcome::Lost => "LOST TO ANOTHER HOST (see the journal's record)",
         };
         writeln!(f, "restore {}  [{verdict}]", self.restore_id)?;
         writeln!(

@@ -8,13 +8,14 @@ use tokio::time::Instant;
 
 use super::ddl;
 use super::ends::Ends;
+use super::fence::{Fence, Lost};
 use crate::job::Job;
-use crate::journal::{Decision, RestoreRecord};
+use crate::journal::{CreatedCollection, Decision, RestoreRecord};
 use crate::storage::{self, StagingPrefix};
 
 /// The collections a rollback of `record` drops: every one the restore created, or, once a
 /// group is decided for commit, those of the groups that are not.
-pub(super) fn collections_to_drop(record: &RestoreRecord) -> Vec<(String, String)> {
+pub(super) fn collections_to_drop(record: &RestoreRecord) -> Vec<CreatedCollection> {
     if !record.has_commit_decision() {
         return record.created_collections.clone();
     }
@@ -26,26 +27,31 @@ pub(super) fn collections_to_drop(record: &RestoreRecord) -> Vec<(String, String
             .any(|g| (g.batches.iter()).any(|b| b.db == db && b.collection == collection))
     };
     (record.created_collections.iter())
-        .filter(|(db, collection)| in_undecided(db, collection))
+        .filter(|c| in_undecided(&c.db, &c.name))
         .cloned()
         .collect()
 }
 
-/// Drops `collections` on the target and, when the restore staged (`staged`), deletes its
-/// staging prefix from every destination of `job`. Best effort: what cannot be undone is
-/// logged, and the stage left is found again by the sweep.
+/// Drops `collections` on the target (each only while it is still the one this restore
+/// created) and, when the restore staged (`staged`), deletes its staging prefix from every
+/// destination of `job`, each step once `fence` passed. Best effort: what cannot be undone
+/// is logged, and the stage left is found again by the sweep. `Err` once the fence failed:
+/// the rest is the new holder's.
 pub(super) async fn undo(
     ends: &Ends,
-    collections: &[(String, String)],
+    fence: &dyn Fence,
+    collections: &[CreatedCollection],
     staged: Option<(&Job, StagingPrefix)>,
     deadline: Instant,
-) {
-    for problem in ddl::drop_created(ends, collections, deadline).await {
+) -> Result<(), Lost> {
+    for problem in ddl::drop_created(ends, fence, collections, deadline).await? {
         tracing::warn!(%problem, "rollback");
     }
     if let Some((job, prefix)) = staged {
+        fence.check().await?;
         storage::delete_stage(&job.destinations(), &prefix, storage::TempFiles::Delete).await;
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -59,7 +65,11 @@ mod tests {
         let mut record =
             RestoreRecord::new(RestoreId::new("r", "ab", 1), "r", "ab", 1, "b", vec![]);
         record.created_collections = (0..=decisions.len())
-            .map(|i| ("default".to_string(), format!("c{i}")))
+            .map(|i| CreatedCollection {
+                db: "default".into(),
+                name: format!("c{i}"),
+                id: Some(i as i64),
+            })
             .collect();
         record.groups = (decisions.iter().enumerate())
             .map(|(i, decided)| CommitGroup {
@@ -90,8 +100,8 @@ mod tests {
         record
     }
 
-    fn names(collections: Vec<(String, String)>) -> Vec<String> {
-        collections.into_iter().map(|(_, c)| c).collect()
+    fn names(collections: Vec<CreatedCollection>) -> Vec<String> {
+        collections.into_iter().map(|c| c.name).collect()
     }
 
     #[test]

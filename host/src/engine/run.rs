@@ -149,13 +149,13 @@ async fn execute(
     );
     let (made_tx, made) = watch::channel(0);
     let run_ddl = async |made: &watch::Sender<usize>| -> Result<(), Error> {
-        let created = |db: &str, name: &str| {
+        let created = |c| {
             let mut r = attempt.record.lock().expect("record lock");
-            r.created_collections
-                .push((db.to_string(), name.to_string()));
+            r.created_collections.push(c);
         };
         let applied = ddl::apply(
             ends,
+            attempt,
             &preflight.plan,
             &preflight.exists,
             job.restore.collection_creation,
@@ -178,6 +178,7 @@ async fn execute(
                 mismatched,
             }]),
             ddl::Error::Milvus(e) => attempt.failure_now(StageError::Ddl(e.to_string())),
+            ddl::Error::Lost(lost) => Error::Lost(lost),
         })
     };
     // Every collection must be on every secondary before its jobs are created: a mirror
@@ -297,7 +298,8 @@ async fn execute(
                 .set_phase(RestorePhase::Importing)
                 .await
                 .map_err(|e| attempt.failure_now(e))?;
-            let imports = auto_commit::run(ends.target(), &groups, preflight.route.route).await;
+            let imports =
+                auto_commit::run(ends.target(), attempt, &groups, preflight.route.route).await;
             auto_committed(&imports, ends, report)
         } else {
             held(attempt, group::run(attempt, run_on, trackers).await, report)
@@ -489,7 +491,7 @@ async fn conclude(
     if let Some(s) = report.staging.as_mut() {
         match landed.cleaned_early {
             Some(cleaned) => s.cleaned_up = cleaned,
-            None if settled => s.cleaned_up = staging::clean_up(job, &restore_id).await,
+            None if settled => s.cleaned_up = staging::clean_up(job, attempt, &restore_id).await,
             None => {}
         }
     }
@@ -570,13 +572,17 @@ async fn undo(attempt: &Attempt<'_>) {
         (rollback::collections_to_drop(&r), staged)
     };
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
-    rollback::undo(
+    let undone = rollback::undo(
         attempt.ends,
+        attempt,
         &collections,
         attempt.job.zip(staged),
         deadline,
     )
     .await;
+    if let Err(lost) = undone {
+        tracing::warn!(%lost, "rollback stopped: what is left is the new holder's");
+    }
 }
 
 fn base_report(job: &Job, ends: &Ends, record: &RestoreRecord, started: Timestamp) -> Report {

@@ -4,6 +4,7 @@
 use tokio_util::sync::CancellationToken;
 
 use super::error::StageError;
+use super::fence::Fence;
 use super::gate::ImportGate;
 use super::preflight::{Preflight, error_chain};
 use super::report::StagingReport;
@@ -126,8 +127,11 @@ pub(super) async fn stage_files(
 }
 
 /// Deletes the restore's staged files from every destination once nothing reads them
-/// (unless `keep_temp_files`). Whether they are gone, for the report.
-pub(super) async fn clean_up(job: &Job, restore_id: &RestoreId) -> bool {
+/// (unless `keep_temp_files`), once `fence` passed. Whether they are gone, for the report.
+pub(super) async fn clean_up(job: &Job, fence: &dyn Fence, restore_id: &RestoreId) -> bool {
+    if fence.check().await.is_err() {
+        return false;
+    }
     let prefix = StagingPrefix::for_restore(restore_id);
     let temp = if job.restore.keep_temp_files {
         storage::TempFiles::Keep

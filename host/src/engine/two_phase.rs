@@ -9,6 +9,7 @@ use futures::StreamExt;
 use tokio::time::Instant;
 
 use super::ends::Ends;
+use super::fence::{Fence, Lost};
 pub use super::poll::Seen;
 use super::poll::{Denied, Judgement, Pair, Sight, watch};
 use super::progress::JobCounts;
@@ -51,6 +52,9 @@ impl Shown {
         }
     }
 }
+
+/// A call sent once the fence passed, with its answer; or the fence's failure, and no call.
+type Fenced<T> = Result<crate::milvus::Result<T>, Lost>;
 
 /// One import job as the engine follows it.
 #[derive(Debug, Clone)]
@@ -310,28 +314,38 @@ pub async fn hold(
     held
 }
 
-/// Sends the commit of every job in `jobs` to the target (never to a secondary). Commit is
-/// idempotent in Uncommitted, Committing and Completed, so it is retried on any passing
-/// fault. A job whose commit the target refuses is a divergence on the target itself.
+/// Sends the commit of every job in `jobs` to the target (never to a secondary), each once
+/// `fence` passed. Commit is idempotent in Uncommitted, Committing and Completed, so it is
+/// retried on any passing fault. A job whose commit the target refuses is a divergence on
+/// the target itself. `Err` once the fence failed: the commits not sent are the new
+/// holder's, which rolls the same decision forward.
 pub async fn commit(
     ends: &Ends,
+    fence: &dyn Fence,
     tracker: &Tracker,
     jobs: &[usize],
     deadline: Instant,
-) -> Vec<Divergence> {
+) -> Result<Vec<Divergence>, Lost> {
     let target = ends.target();
-    let results: Vec<(usize, Result<(), crate::milvus::Error>)> = futures::stream::iter(
+    let results: Vec<(usize, Fenced<()>)> = futures::stream::iter(
         jobs.iter()
             .filter_map(|&j| tracker.jobs[j].job_id.clone().map(|id| (j, id))),
     )
     .map(|(j, id)| async move {
         let db = &tracker.jobs[j].db;
-        (j, retry(deadline, || target.rest.commit(db, &id)).await)
+        if let Err(lost) = fence.check().await {
+            return (j, Err(lost));
+        }
+        (j, Ok(retry(deadline, || target.rest.commit(db, &id)).await))
     })
     .buffer_unordered(CONTROL_IN_FLIGHT)
     .collect()
     .await;
-    results
+    let mut sent = Vec::with_capacity(results.len());
+    for (j, result) in results {
+        sent.push((j, result?));
+    }
+    Ok(sent
         .into_iter()
         .filter_map(|(j, r)| {
             // A job the target no longer knows was created (the journal says so): whether
@@ -349,7 +363,7 @@ pub async fn commit(
                     reason: format!("the target refused the commit: {e}"),
                 })
         })
-        .collect()
+        .collect())
 }
 
 /// Waits until every end reports every job of `jobs` Completed, or failed for good (a
@@ -358,6 +372,7 @@ pub async fn commit(
 /// `deadline` (otherwise the restore is incomplete and `recover` continues it).
 pub async fn complete(
     ends: &Ends,
+    fence: &dyn Fence,
     tracker: &mut Tracker,
     jobs: &[usize],
     deadline: Option<Instant>,
@@ -369,7 +384,10 @@ pub async fn complete(
     // When each job's commit was last sent again.
     let mut recommitted: std::collections::HashMap<MilvusJobId, Instant> = Default::default();
     let started = Instant::now();
-    let target = ends.target().rest.clone();
+    // Commits sent again go out beside the wait, each once the fence passed; the first
+    // fence that fails ends the wait (the new holder finishes it).
+    let (recommit, mut to_recommit) =
+        tokio::sync::mpsc::unbounded_channel::<(String, MilvusJobId)>();
     let mut shown = Shown::default();
     let mut said = started;
     // When each pair was first seen missing, while it still is.
@@ -417,13 +435,8 @@ pub async fn complete(
                 let last = recommitted.get(&pairs[i].job).copied().unwrap_or(started);
                 if now.saturating_duration_since(last) > RECOMMIT_AFTER {
                     recommitted.insert(pairs[i].job.clone(), now);
-                    let (rest, id) = (target.clone(), pairs[i].job.clone());
-                    let db = pairs[i].db.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = rest.commit(&db, &id).await {
-                            tracing::warn!(job = %id, error = %e, "re-sent commit failed; will retry");
-                        }
-                    });
+                    // The receiver lives as long as this wait.
+                    let _ = recommit.send((pairs[i].db.clone(), pairs[i].job.clone()));
                 }
             }
             _ => {}
@@ -442,19 +455,37 @@ pub async fn complete(
         }
         Judgement::Wait
     };
-    let finished = watch(ends, &pairs, jobs.len(), FirstLook::Spread, &mut judge)
-        .await
-        .is_ok();
+    let target = &ends.target().rest;
+    let recommits = async {
+        while let Some((db, id)) = to_recommit.recv().await {
+            if let Err(lost) = fence.check().await {
+                return lost;
+            }
+            if let Err(e) = target.commit(&db, &id).await {
+                tracing::warn!(job = %id, error = %e, "re-sent commit failed; will retry");
+            }
+        }
+        std::future::pending().await
+    };
+    let finished = tokio::select! {
+        watched = watch(ends, &pairs, jobs.len(), FirstLook::Spread, &mut judge) => watched.is_ok(),
+        lost = recommits => {
+            tracing::warn!(%lost, "stopped waiting for the ends to complete");
+            false
+        }
+    };
     on_change(tracker);
     (divergences, finished)
 }
 
-/// Aborts every job of `jobs` on the target and waits until no end holds one Uncommitted:
-/// the target's copy Failed (or unknown), each mirror Failed, or still unknown `settle`
-/// after the abort (its ImportMsg never arrived, so neither will a job). `Err` names what
-/// did not settle before `deadline`.
+/// Aborts every job of `jobs` on the target, each by the id this attempt's create got and
+/// once `fence` passed, and waits until no end holds one Uncommitted: the target's copy
+/// Failed (or unknown), each mirror Failed, or still unknown `settle` after the abort (its
+/// ImportMsg never arrived, so neither will a job). `Err` names what did not settle before
+/// `deadline`, or that the fence failed.
 pub async fn abort(
     ends: &Ends,
+    fence: &dyn Fence,
     tracker: &mut Tracker,
     jobs: &[usize],
     settle: Duration,
@@ -468,11 +499,20 @@ pub async fn abort(
             job.job_id.clone().map(|id| (job.db.as_str(), id))
         })
         .collect();
-    let answers: Vec<(&MilvusJobId, crate::milvus::Result<()>)> = futures::stream::iter(ids.iter())
-        .map(|(db, id)| async move { (id, retry(deadline, || target.rest.abort(db, id)).await) })
+    let fenced: Vec<(&MilvusJobId, Fenced<()>)> = futures::stream::iter(ids.iter())
+        .map(|(db, id)| async move {
+            if let Err(lost) = fence.check().await {
+                return (id, Err(lost));
+            }
+            (id, Ok(retry(deadline, || target.rest.abort(db, id)).await))
+        })
         .buffer_unordered(CONTROL_IN_FLIGHT)
         .collect()
         .await;
+    let mut answers = Vec::with_capacity(fenced.len());
+    for (id, answer) in fenced {
+        answers.push((id, answer.map_err(|lost| lost.to_string())?));
+    }
     // An abort the end refuses to this user will not settle by waiting: say so now.
     let denied: Vec<String> = answers
         .iter()

@@ -4,9 +4,12 @@
 //! `flock` for as long as a process works on it, keeps two processes from driving one restore;
 //! the OS releases it when the process dies, which is what lets `recover` take over.
 
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 
@@ -16,6 +19,10 @@ use super::{Claim, Error, Journal, RestoreId, RestoreRecord, Result};
 #[derive(Debug, Clone)]
 pub struct FileJournal {
     dir: PathBuf,
+    /// Per restore this process saved, the inode its last save renamed into place: every
+    /// save writes a new file, so another inode means someone else wrote the record (or
+    /// it went away). No await happens while this is held.
+    written: Arc<Mutex<HashMap<RestoreId, u64>>>,
 }
 
 struct FileClaim {
@@ -35,7 +42,10 @@ impl FileJournal {
     pub fn open(state_dir: &Path) -> Result<FileJournal> {
         let dir = state_dir.join("journal");
         fs::create_dir_all(&dir).map_err(|source| io_error(&dir, source))?;
-        Ok(FileJournal { dir })
+        Ok(FileJournal {
+            dir,
+            written: Arc::default(),
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -75,6 +85,11 @@ impl FileJournal {
         file.set_len(0).map_err(|source| io_error(&path, source))?;
         file.rewind().map_err(|source| io_error(&path, source))?;
         write!(file, "{}", std::process::id()).map_err(|source| io_error(&path, source))?;
+        // A new claim starts from the record as it finds it, whoever wrote it last.
+        self.written
+            .lock()
+            .expect("written lock: no panics under it")
+            .remove(id);
         Ok(FileClaim {
             id: id.clone(),
             _lock: file,
@@ -88,15 +103,41 @@ impl FileJournal {
             path: path.display().to_string(),
             source,
         })?;
-        let write = || -> io::Result<()> {
+        let write = || -> io::Result<u64> {
             let mut f = File::create(&tmp)?;
             f.write_all(&bytes)?;
             f.sync_all()?;
+            let inode = f.metadata()?.ino();
             fs::rename(&tmp, &path)?;
             // The rename is durable only once the directory entry is.
-            File::open(&self.dir)?.sync_all()
+            File::open(&self.dir)?.sync_all()?;
+            Ok(inode)
         };
-        write().map_err(|source| io_error(&path, source))
+        let inode = write().map_err(|source| io_error(&path, source))?;
+        self.written
+            .lock()
+            .expect("written lock: no panics under it")
+            .insert(record.id.clone(), inode);
+        Ok(())
+    }
+
+    /// The claim holds its lock for as long as it lives, so only the record can tell a loss:
+    /// gone, or replaced by a save that was not this process's.
+    fn fence_blocking(&self, id: &RestoreId) -> Result<()> {
+        let Some(inode) = (self.written.lock())
+            .expect("written lock: no panics under it")
+            .get(id)
+            .copied()
+        else {
+            return Ok(());
+        };
+        let path = self.record_path(id);
+        match fs::metadata(&path) {
+            Ok(meta) if meta.ino() == inode => Ok(()),
+            Ok(_) => Err(Error::ClaimLost(id.clone())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Error::ClaimLost(id.clone())),
+            Err(source) => Err(io_error(&path, source)),
+        }
     }
 
     fn load_blocking(&self, id: &RestoreId) -> Result<Option<RestoreRecord>> {
@@ -176,6 +217,11 @@ impl Journal for FileJournal {
         })
     }
 
+    fn fence<'a>(&'a self, claim: &'a dyn Claim) -> BoxFuture<'a, Result<()>> {
+        // A stat, cheap enough to run inline before every action.
+        Box::pin(std::future::ready(self.fence_blocking(claim.restore_id())))
+    }
+
     fn load<'a>(&'a self, id: &'a RestoreId) -> BoxFuture<'a, Result<Option<RestoreRecord>>> {
         let this = self.clone();
         let id = id.clone();
@@ -216,6 +262,45 @@ mod tests {
                 vec![],
             )
         }
+    }
+
+    /// The fence holds while the record is the one this process last saved, and fails once
+    /// the record went away or was replaced by a write that was not its own.
+    #[tokio::test]
+    async fn the_fence_holds_until_the_record_is_replaced_or_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        let id = RestoreId::new("orders", "abcdef0123456789", 1);
+        let claim = journal.claim(&id).await.unwrap();
+        journal
+            .fence(claim.as_ref())
+            .await
+            .expect("before any write");
+        journal.save(claim.as_ref(), &record(&id, 1)).await.unwrap();
+        journal
+            .fence(claim.as_ref())
+            .await
+            .expect("after its own write");
+
+        let path = journal.record_path(&id);
+        let other = path.with_extension("other");
+        fs::write(&other, fs::read(&path).unwrap()).unwrap();
+        fs::rename(&other, &path).unwrap();
+        assert!(matches!(
+            journal.fence(claim.as_ref()).await,
+            Err(Error::ClaimLost(lost)) if lost == id
+        ));
+
+        journal.save(claim.as_ref(), &record(&id, 1)).await.unwrap();
+        journal
+            .fence(claim.as_ref())
+            .await
+            .expect("its own write again");
+        fs::remove_file(&path).unwrap();
+        assert!(matches!(
+            journal.fence(claim.as_ref()).await,
+            Err(Error::ClaimLost(_))
+        ));
     }
 
     #[tokio::test]

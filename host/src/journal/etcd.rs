@@ -122,6 +122,10 @@ impl Holder {
 struct Held {
     lease: i64,
     lost: Arc<AtomicBool>,
+    /// The record's revision as this claim last wrote it, or found it when it was taken;
+    /// `None` while there is none. Nobody else can write it while the claim holds, so any
+    /// other revision means the claim was lost.
+    known: Option<i64>,
 }
 
 /// The etcd journal. Cheap to clone: one client, shared state.
@@ -216,6 +220,7 @@ impl EtcdJournal {
     async fn claim_async(&self, id: RestoreId) -> Result<Box<dyn Claim>> {
         let client = self.client.clone();
         let key = self.claim_key(&id);
+        let record = self.record_key(&id);
         let holder = serde_json::to_string(&self.me).expect("a holder serializes");
         let lease = client
             .lease_grant(self.ttl)
@@ -224,10 +229,15 @@ impl EtcdJournal {
         let put = etcd::op_put(&key, holder, lease);
         // Free: nobody holds the key.
         let answer = client
-            .txn(etcd::absent(&key), put.clone(), Some(etcd::op_get(&key)))
+            .txn(
+                vec![etcd::absent(&key)],
+                vec![put.clone(), etcd::op_get(&record)],
+                vec![etcd::op_get(&key)],
+            )
             .await
             .map_err(|e| backend("claim", e))?;
         let mut won = answer.succeeded;
+        let mut known = answer.succeeded.then(|| record_revision(&answer)).flatten();
         if !won {
             let existing = answer.responses.into_iter().find_map(|r| match r.response {
                 Some(Response::ResponseRange(range)) => range.kvs.into_iter().next(),
@@ -245,11 +255,16 @@ impl EtcdJournal {
             // A claim this journal dropped whose revocation has not landed yet: take it back
             // if nothing changed it since it was read.
             if stale_own && let Some(kv) = existing {
-                won = client
-                    .txn(etcd::modified_at(&key, kv.mod_revision), put, None)
+                let answer = client
+                    .txn(
+                        vec![etcd::modified_at(&key, kv.mod_revision)],
+                        vec![put, etcd::op_get(&record)],
+                        vec![],
+                    )
                     .await
-                    .map_err(|e| backend("claim", e))?
-                    .succeeded;
+                    .map_err(|e| backend("claim", e))?;
+                won = answer.succeeded;
+                known = record_revision(&answer);
             }
             if !won {
                 let _ = client.lease_revoke(lease).await;
@@ -268,6 +283,7 @@ impl EtcdJournal {
                 Held {
                     lease,
                     lost: Arc::clone(&lost),
+                    known,
                 },
             );
         let keep_alive = tokio::spawn(keep_alive(
@@ -309,14 +325,60 @@ impl EtcdJournal {
         let answer = self
             .client
             .txn(
-                etcd::under_lease(&self.claim_key(&record.id), lease),
-                etcd::op_put(&self.record_key(&record.id), json, 0),
-                None,
+                vec![etcd::under_lease(&self.claim_key(&record.id), lease)],
+                vec![etcd::op_put(&self.record_key(&record.id), json, 0)],
+                vec![],
             )
             .await
             .map_err(|e| backend("save", e))?;
         if !answer.succeeded {
             return Err(Error::ClaimLost(record.id.clone()));
+        }
+        // The put's revision is the record key's mod revision from now on: the fence holds
+        // the record to it.
+        let revision = answer.header.map_or(0, |h| h.revision);
+        if let Some(held) = self
+            .held
+            .lock()
+            .expect("held-claims lock: no panics under it")
+            .get_mut(&record.id)
+        {
+            held.known = Some(revision);
+        }
+        Ok(())
+    }
+
+    async fn fence_async(&self, claim: &dyn Claim) -> Result<()> {
+        let id = claim.restore_id();
+        let (lease, known) = {
+            let held = self
+                .held
+                .lock()
+                .expect("held-claims lock: no panics under it");
+            match held.get(id) {
+                Some(h) if !h.lost.load(Ordering::SeqCst) => (h.lease, h.known),
+                _ => return Err(Error::ClaimLost(id.clone())),
+            }
+        };
+        // One read in etcd, atomic: the claim key carries this host's lease, and the record
+        // is still the one it last wrote (absent if it wrote none yet).
+        let record = self.record_key(id);
+        let unchanged = match known {
+            Some(revision) => etcd::modified_at(&record, revision),
+            None => etcd::absent(&record),
+        };
+        let answer = self
+            .client
+            .txn(
+                vec![etcd::under_lease(&self.claim_key(id), lease), unchanged],
+                vec![],
+                vec![],
+            )
+            .await
+            .map_err(|e| backend("fence", e))?;
+        if !answer.succeeded {
+            tracing::error!(restore = %id, "the claim is lost: its lease or its record changed hands");
+            return Err(Error::ClaimLost(id.clone()));
         }
         Ok(())
     }
@@ -344,6 +406,14 @@ impl EtcdJournal {
         records.sort_by_key(|r| (r.started_at, r.attempt));
         Ok(records)
     }
+}
+
+/// The mod revision of the record a claim transaction read with its second operation.
+fn record_revision(answer: &milvus_proto::etcd::etcdserverpb::TxnResponse) -> Option<i64> {
+    answer.responses.get(1).and_then(|r| match &r.response {
+        Some(Response::ResponseRange(range)) => range.kvs.first().map(|kv| kv.mod_revision),
+        _ => None,
+    })
 }
 
 fn parse(key: &str, bytes: &[u8]) -> Result<RestoreRecord> {
@@ -440,6 +510,10 @@ impl Journal for EtcdJournal {
         record: &'a RestoreRecord,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(self.save_async(claim, record))
+    }
+
+    fn fence<'a>(&'a self, claim: &'a dyn Claim) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.fence_async(claim))
     }
 
     fn load<'a>(&'a self, id: &'a RestoreId) -> BoxFuture<'a, Result<Option<RestoreRecord>>> {

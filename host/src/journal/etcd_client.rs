@@ -90,14 +90,14 @@ impl EtcdClient {
     /// `success` if every comparison holds, else `failure`, atomically.
     pub async fn txn(
         &self,
-        compare: Compare,
-        success: RequestOp,
-        failure: Option<RequestOp>,
+        compare: Vec<Compare>,
+        success: Vec<RequestOp>,
+        failure: Vec<RequestOp>,
     ) -> Result<TxnResponse, CallError> {
         let request = TxnRequest {
-            compare: vec![compare],
-            success: vec![success],
-            failure: failure.into_iter().collect(),
+            compare,
+            success,
+            failure,
         };
         Ok(self.kv.clone().txn(request).await?.into_inner())
     }

@@ -212,10 +212,15 @@ pub enum Outcome {
     /// lockstep could not do its own part before anything was written on any end: its
     /// journal unreachable or unwritable, its state directory unusable. Not the job's fault.
     HostFailed,
+    /// This host lost its claim on the restore (a pause or a partition longer than the
+    /// lease, or a journal that went away) and stopped touching anything: another host has
+    /// taken it over or will, and the journal's record, not this report, says how it ends.
+    /// Only ever a local report: a host without the claim writes no record.
+    Lost,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 7] = [
+    pub const ALL: [Outcome; 8] = [
         Outcome::Succeeded,
         Outcome::Refused,
         Outcome::RolledBack,
@@ -223,11 +228,12 @@ impl Outcome {
         Outcome::PartlyCommitted,
         Outcome::Incomplete,
         Outcome::HostFailed,
+        Outcome::Lost,
     ];
 
     /// 0 success, 1 failed and rolled back, 2 refused, 3 committed with divergence,
     /// 4 not converged (run `lockstep recover`), 5 partly committed, 6 lockstep itself
-    /// could not work.
+    /// could not work, 7 lost to another host (its record says how the restore ends).
     pub fn exit_code(self) -> i32 {
         match self {
             Outcome::Succeeded => 0,
@@ -237,6 +243,7 @@ impl Outcome {
             Outcome::Incomplete => 4,
             Outcome::PartlyCommitted => 5,
             Outcome::HostFailed => 6,
+            Outcome::Lost => 7,
         }
     }
 
@@ -257,6 +264,8 @@ impl Outcome {
                 Outcome::Succeeded => 0,
                 Outcome::Refused => 1,
                 Outcome::HostFailed => 2,
+                // This host's part ended; the restore goes on elsewhere.
+                Outcome::Lost => 2,
                 Outcome::RolledBack => 2,
                 Outcome::PartlyCommitted => 3,
                 Outcome::Diverged => 4,
@@ -360,8 +369,9 @@ pub struct RestoreRecord {
     /// crash.
     pub staging_prefix: Option<String>,
     pub staged_ends: Vec<String>,
-    /// Collections this restore created (db, name): dropped again if it rolls back.
-    pub created_collections: Vec<(String, String)>,
+    /// Collections this restore created, with the ids the target gave them: dropped again
+    /// if it rolls back, each only while its name still holds that id.
+    pub created_collections: Vec<CreatedCollection>,
     /// Collections the DDL is to create that did not exist at preflight, recorded before it
     /// starts: recovery drops them too (a missing one drops as a no-op), so a crash before
     /// the write that lists a created collection leaves nothing behind.
@@ -389,6 +399,39 @@ pub struct RestoreRecord {
     /// Why this attempt runs: the earlier attempt whose host was lost.
     #[serde(default)]
     pub rerun_because: Option<String>,
+}
+
+/// A collection a restore created on the target, and the id the target gave it: what a
+/// rollback compares with the target's answer right before it drops the name, so that a
+/// collection another attempt made under the same name is never dropped. Records written
+/// before ids were kept hold `[db, name]`, read with no id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "CreatedForm")]
+pub struct CreatedCollection {
+    pub db: String,
+    pub name: String,
+    /// `None` when the id could not be read after the create (or the record predates ids).
+    pub id: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum CreatedForm {
+    Identified {
+        db: String,
+        name: String,
+        id: Option<i64>,
+    },
+    Named(String, String),
+}
+
+impl From<CreatedForm> for CreatedCollection {
+    fn from(form: CreatedForm) -> CreatedCollection {
+        match form {
+            CreatedForm::Identified { db, name, id } => CreatedCollection { db, name, id },
+            CreatedForm::Named(db, name) => CreatedCollection { db, name, id: None },
+        }
+    }
 }
 
 /// A running restore's import jobs and rows, per end, at one moment.
@@ -459,12 +502,17 @@ impl RestoreRecord {
 
     /// What a rollback after a crash drops: every collection the restore created or may
     /// have created. A collection that existed before it is never among them unless the
-    /// restore dropped and recreated it.
-    pub fn collections_to_drop(&self) -> Vec<(String, String)> {
+    /// restore dropped and recreated it. One it was to create and never recorded has no id:
+    /// the crash came between its create and the write after it.
+    pub fn collections_to_drop(&self) -> Vec<CreatedCollection> {
         let mut all = self.created_collections.clone();
-        for c in &self.to_create {
-            if !all.contains(c) {
-                all.push(c.clone());
+        for (db, name) in &self.to_create {
+            if !all.iter().any(|c| &c.db == db && &c.name == name) {
+                all.push(CreatedCollection {
+                    db: db.clone(),
+                    name: name.clone(),
+                    id: None,
+                });
             }
         }
         all
@@ -520,6 +568,12 @@ pub trait Journal: Send + Sync {
         claim: &'a dyn Claim,
         record: &'a RestoreRecord,
     ) -> BoxFuture<'a, Result<()>>;
+
+    /// Whether `claim` still holds, asked right before an action on an end: its lease is
+    /// alive and the record is as this claim last wrote it (nobody else wrote it since).
+    /// [`Error::ClaimLost`] when it does not; any other error when that cannot be read,
+    /// which the caller must take as not holding either.
+    fn fence<'a>(&'a self, claim: &'a dyn Claim) -> BoxFuture<'a, Result<()>>;
 
     fn load<'a>(&'a self, id: &'a RestoreId) -> BoxFuture<'a, Result<Option<RestoreRecord>>>;
 
@@ -609,6 +663,29 @@ mod tests {
     }
 
     #[test]
+    fn created_collections_read_with_their_ids_and_from_older_records_without() {
+        let read: Vec<CreatedCollection> =
+            serde_json::from_str(r#"[{"db":"d","name":"a","id":7},["d","b"]]"#).unwrap();
+        assert_eq!(
+            read,
+            [
+                CreatedCollection {
+                    db: "d".into(),
+                    name: "a".into(),
+                    id: Some(7)
+                },
+                CreatedCollection {
+                    db: "d".into(),
+                    name: "b".into(),
+                    id: None
+                },
+            ]
+        );
+        let written = serde_json::to_string(&read[0]).unwrap();
+        assert_eq!(written, r#"{"db":"d","name":"a","id":7}"#);
+    }
+
+    #[test]
     fn worst_outcome_orders_by_need_for_a_person() {
         use Outcome::*;
         assert_eq!(Succeeded.worst(RolledBack), RolledBack);
@@ -624,10 +701,11 @@ mod tests {
                 RolledBack,
                 Refused,
                 Incomplete,
-                PartlyCommitted
+                PartlyCommitted,
+                Lost
             ]
             .map(|o| o.exit_code()),
-            [0, 3, 1, 2, 4, 5]
+            [0, 3, 1, 2, 4, 5, 7]
         );
     }
 }

@@ -394,7 +394,8 @@ fn queued_view(identity: &str, job_name: &str) -> RestoreView {
 
 fn state_code(outcome: Option<Outcome>) -> StateCode {
     match outcome {
-        None | Some(Outcome::Incomplete) => StateCode::Executing,
+        // A lost attempt goes on under its new holder; no record holds it, but a report may.
+        None | Some(Outcome::Incomplete | Outcome::Lost) => StateCode::Executing,
         Some(Outcome::Succeeded) => StateCode::Success,
         Some(
             Outcome::Refused

@@ -24,6 +24,7 @@ fn outcome_label(o: Option<Outcome>) -> &'static str {
         Some(Outcome::PartlyCommitted) => "partly_committed",
         Some(Outcome::Incomplete) => "incomplete",
         Some(Outcome::HostFailed) => "host_failed",
+        Some(Outcome::Lost) => "lost",
     }
 }
 
@@ -42,6 +43,7 @@ pub fn render(
         "partly_committed",
         "incomplete",
         "host_failed",
+        "lost",
     ]
     .into_iter()
     .map(|o| (o, 0))

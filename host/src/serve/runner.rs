@@ -8,7 +8,14 @@
 //! wait: a host that finds the claim taken re-checks every [`RECHECK_EVERY`] until the
 //! restore finished or the claim is free again (its holder died and the lease expired), and
 //! then recovers it. A sweep every [`SWEEP_EVERY`] does the same for unfinished restores no
-//! job here asks for (submitted through another host's API, or whose file was deleted).
+//! task here works on.
+//!
+//! Whoever finds a restore lost with its host, the rule for what follows is one: the job's
+//! own loop ([`Runner::drive`]) recovers the lost attempt and asks the journal for the next
+//! step, which runs the next attempt up to `max_attempts` while the job is unchanged. The
+//! sweep hands a restore a job here still asks for to that loop; one no job here asks for
+//! (submitted through another host's API, or whose file was deleted) it recovers from the
+//! record alone, and the host that has the job runs the next attempt when its loop looks.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -106,9 +113,20 @@ pub struct Runner {
     /// The process-wide interrupt (Ctrl-C, SIGTERM), forwarded into every restore.
     shutdown: Interrupt,
     slots: Arc<Semaphore>,
-    // No await happens while this is held.
+    // No await happens while these are held.
     active: Mutex<HashMap<String, Active>>,
+    /// The jobs asked for here (a job file's content, an API request) by identity, for as
+    /// long as some asker still wants them, whether or not their task is running: what the
+    /// sweep hands a restore it finds to.
+    wanted: Mutex<HashMap<String, Wanted>>,
     generations: std::sync::atomic::AtomicU64,
+}
+
+/// A job some asker here wants, and how many do.
+struct Wanted {
+    job: Job,
+    rerun: Rerun,
+    by: usize,
 }
 
 impl Runner {
@@ -129,6 +147,7 @@ impl Runner {
             shutdown,
             slots: Arc::new(Semaphore::new(max_parallel.max(1))),
             active: Mutex::default(),
+            wanted: Mutex::default(),
             generations: Default::default(),
         })
     }
@@ -169,6 +188,16 @@ impl Runner {
         after: Vec<RestoreHandle>,
     ) -> RestoreHandle {
         let identity = RestoreId::content_prefix(&job.name, job.id().as_str());
+        self.wanted
+            .lock()
+            .expect("wanted jobs lock: no panics under it")
+            .entry(identity.clone())
+            .or_insert_with(|| Wanted {
+                job: job.clone(),
+                rerun,
+                by: 0,
+            })
+            .by += 1;
         self.begin(identity, |runner, interrupt| {
             Box::pin(async move {
                 for earlier in after {
@@ -183,6 +212,18 @@ impl Runner {
     /// replaced). When nobody does, the restore is cancelled: aborted if it has not reached
     /// its decision, left to finish if it has.
     pub fn release(&self, handle: &RestoreHandle) {
+        {
+            let mut wanted = self
+                .wanted
+                .lock()
+                .expect("wanted jobs lock: no panics under it");
+            if let Some(w) = wanted.get_mut(&handle.identity) {
+                w.by = w.by.saturating_sub(1);
+                if w.by == 0 {
+                    wanted.remove(&handle.identity);
+                }
+            }
+        }
         let mut active = self.lock();
         if let Some(a) = active.get_mut(&handle.identity) {
             a.wanted_by = a.wanted_by.saturating_sub(1);
@@ -289,11 +330,7 @@ impl Runner {
                     }
                     Step::Wait => {
                         drop(_slot);
-                        if interrupt
-                            .race(tokio::time::sleep(RECHECK_EVERY))
-                            .await
-                            .is_err()
-                        {
+                        if !recheck_later(&interrupt).await {
                             return Ended::NothingRan;
                         }
                     }
@@ -328,13 +365,21 @@ impl Runner {
                                 .expect("a restore does not panic");
                         if report.restore_id.is_empty() {
                             // Refused before any record: either another host claimed the same
-                            // attempt a moment ago (the journal now has it), or a real refusal.
-                            let started_elsewhere = self
-                                .journal
-                                .attempts(&job.name, job.id().as_str())
-                                .await
-                                .is_ok_and(|a| !a.is_empty());
+                            // attempt a moment ago (its claim, or the record it then wrote,
+                            // says so), or a real refusal. The first is never the job's end:
+                            // the loop waits on that host like on any other.
+                            let busy = report.refusal_kinds.iter().any(|k| k == "busy");
+                            let started_elsewhere = busy
+                                || self
+                                    .journal
+                                    .attempts(&job.name, job.id().as_str())
+                                    .await
+                                    .is_ok_and(|a| !a.is_empty());
                             if started_elsewhere {
+                                drop(_slot);
+                                if !recheck_later(&interrupt).await {
+                                    return Ended::NothingRan;
+                                }
                                 continue;
                             }
                             let mut report = report;
@@ -348,6 +393,11 @@ impl Runner {
                             return Ended::Report(Box::new(report));
                         }
                         self.link_latest(&report);
+                        if report.outcome == Outcome::Lost {
+                            // Another host holds the attempt now; the journal says what
+                            // follows it, by the same rule as for any other takeover.
+                            continue;
+                        }
                         return Ended::Report(Box::new(report));
                     }
                 }
@@ -457,7 +507,18 @@ impl Runner {
                     Ok(true) => {}
                     _ => continue,
                 }
-                tracing::info!(restore = %record.id, "taking over an unfinished restore nobody holds");
+                let wanted = (self.wanted.lock())
+                    .expect("wanted jobs lock: no panics under it")
+                    .get(&identity)
+                    .map(|w| (w.job.clone(), w.rerun));
+                if let Some((job, rerun)) = wanted {
+                    tracing::info!(restore = %record.id, "taking over an unfinished restore nobody holds, for the job here that asks for it");
+                    self.begin(identity, |runner, interrupt| {
+                        runner.drive(job, rerun, interrupt)
+                    });
+                    continue;
+                }
+                tracing::info!(restore = %record.id, "taking over an unfinished restore nobody holds; no job here asks for it");
                 self.begin(identity, |runner, interrupt| Box::pin(async move {
                     let ends = match Ends::from_recorded(&record.ends, &runner.host) {
                         Ok(ends) => ends,
@@ -493,6 +554,15 @@ impl Runner {
             }
         }
     }
+}
+
+/// Waits [`RECHECK_EVERY`] before a job's loop asks the journal again; `false` when the
+/// interrupt fired meanwhile.
+async fn recheck_later(interrupt: &Interrupt) -> bool {
+    interrupt
+        .race(tokio::time::sleep(RECHECK_EVERY))
+        .await
+        .is_ok()
 }
 
 /// Runs an engine future on a blocking-pool thread of the same runtime. The engine's

@@ -8,7 +8,7 @@ use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
 use lockstep::journal::etcd_client::EtcdClient;
 use lockstep::journal::{Error, Journal, Outcome, RestoreId, RestorePhase, RestoreRecord};
 
-use crate::support::etcd;
+use crate::support::{etcd, eventually};
 
 fn record(id: &RestoreId, attempt: u32) -> RestoreRecord {
     RestoreRecord {
@@ -127,6 +127,54 @@ async fn a_save_after_the_lease_is_gone_fails_with_claim_lost() {
         a.load(&id).await.unwrap().unwrap().phase,
         RestorePhase::Holding
     );
+}
+
+/// The fence a host asks before every action: it holds while nobody else touched the
+/// restore (a taken-over record included, from the revision found at the claim), and fails
+/// once another host took the claim and wrote, even while the old claim's lease would
+/// still be renewed: the record's revision moved.
+#[tokio::test]
+async fn the_fence_holds_until_another_host_writes_the_record() {
+    let Some(etcd) = etcd() else { return };
+    let url = etcd.journal_url("fence");
+    let (a, b) = (journal(&url).await, journal(&url).await);
+    let id = RestoreId::new("orders", "abcdef0123456789", 1);
+    let claim = a.claim(&id).await.unwrap();
+    a.fence(claim.as_ref())
+        .await
+        .expect("held before any write");
+    a.save(claim.as_ref(), &record(&id, 1)).await.unwrap();
+    a.fence(claim.as_ref())
+        .await
+        .expect("held after its own write");
+    drop(claim);
+
+    // Taken over (as after a dead host): the record is there, written by someone else.
+    let claim = eventually(Duration::from_secs(10), "the claim free again", || async {
+        b.claim(&id).await.ok()
+    })
+    .await;
+    b.fence(claim.as_ref())
+        .await
+        .expect("held from the record it found");
+
+    // Behind b's back, a record written under a claim that is not b's lease: what a
+    // second holder after b's lapse would do. The raw write stands for it.
+    let location = EtcdLocation::parse(&url).unwrap();
+    let raw = EtcdClient::new(&location.endpoints, Duration::from_secs(5)).unwrap();
+    let key = format!("{}/record/{id}", location.prefix);
+    let json = serde_json::to_vec(&record(&id, 1)).unwrap();
+    raw.txn(
+        vec![],
+        vec![lockstep::journal::etcd_client::op_put(&key, json, 0)],
+        vec![],
+    )
+    .await
+    .unwrap();
+    match b.fence(claim.as_ref()).await {
+        Err(Error::ClaimLost(lost)) => assert_eq!(lost, id),
+        other => panic!("expected ClaimLost, got {other:?}"),
+    }
 }
 
 /// A held claim survives many TTLs because it is renewed. (A host that stops renewing, being

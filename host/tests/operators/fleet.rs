@@ -1,7 +1,9 @@
 //! Fleets of `lockstep watch` processes sharing one directory and one etcd journal: every
 //! restore runs once (milvus-sim's request log shows one create per batch), and a host that
 //! dies holding a restore is replaced by another after its lease expires: no decision →
-//! abort, decision → commit, and no end keeps an Uncommitted job.
+//! abort, decision → commit, and no end keeps an Uncommitted job. A host that pauses past
+//! its lease and wakes after its restore was taken over, run again and committed touches
+//! nothing: the committed collections stay visible on every end with their rows.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -24,8 +26,27 @@ impl Drop for Host {
     }
 }
 
+/// How a test makes a host misbehave: `LOCKSTEP_*` variables of the fault-injection build.
+#[derive(Default, Clone, Copy)]
+struct Faults<'a> {
+    /// Dies at this point.
+    crash_at: Option<&'a str>,
+    /// Stops itself (SIGSTOP) at this point, until the test sends SIGCONT.
+    pause_at: Option<&'a str>,
+    /// Bugs planted, comma-separated.
+    plant: Option<&'a str>,
+}
+
 impl Host {
     fn start(world: &World, journal: &str, dir: &Path, n: usize, crash_at: Option<&str>) -> Host {
+        let faults = Faults {
+            crash_at,
+            ..Faults::default()
+        };
+        Host::start_with(world, journal, dir, n, faults)
+    }
+
+    fn start_with(world: &World, journal: &str, dir: &Path, n: usize, faults: Faults<'_>) -> Host {
         let state = world.path(&format!("host-{n}"));
         let log = std::fs::File::create(world.path(&format!("host-{n}.log"))).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockstep"));
@@ -40,8 +61,14 @@ impl Host {
             .env("LOCKSTEP_LOG", "warn,lockstep=debug")
             .stdout(Stdio::null())
             .stderr(log);
-        if let Some(point) = crash_at {
-            cmd.env("LOCKSTEP_CRASH_AT", point);
+        for (var, value) in [
+            ("LOCKSTEP_CRASH_AT", faults.crash_at),
+            ("LOCKSTEP_PAUSE_AT", faults.pause_at),
+            ("LOCKSTEP_PLANT", faults.plant),
+        ] {
+            if let Some(value) = value {
+                cmd.env(var, value);
+            }
         }
         Host {
             child: cmd.spawn().expect("the lockstep binary starts"),
@@ -51,6 +78,21 @@ impl Host {
     /// Whether the process is gone (its crash point fired).
     fn exited(&mut self) -> bool {
         self.child.try_wait().ok().flatten().is_some()
+    }
+
+    /// Whether the process stopped itself at its pause point (state `T` in /proc).
+    fn paused(&self) -> bool {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // `pid (comm) state ...`: the state follows the last `)`.
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+    }
+
+    /// Wakes a paused process.
+    fn wake(&self) {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).expect("a live pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::CONT).expect("SIGCONT");
     }
 }
 
@@ -320,4 +362,231 @@ async fn a_host_killed_right_after_its_decision_is_taken_over_and_committed() {
             assert!(rows > 0, "{end} {c}: {rows}");
         }
     }
+}
+
+/// Every collection of `suffix` with its visible rows, per end.
+async fn visible(world: &World, suffix: &str) -> Vec<(String, String, Option<i64>)> {
+    let mut out = Vec::new();
+    for end in ["primary", "standby"] {
+        for c in world.collections_with_suffix(end, suffix).await {
+            let (db, name) = c.split_once('.').unwrap();
+            let rows = world.visible_rows(end, db, name).await;
+            out.push((end.to_string(), c.clone(), rows));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// What a stale host left after it woke.
+struct Woken {
+    world: World,
+    /// The collections attempt 2 committed, with their rows on each end, before the wake.
+    before: Vec<(String, String, Option<i64>)>,
+    /// The report the woken host wrote for its own attempt.
+    stale_report: serde_json::Value,
+    records: Vec<RestoreRecord>,
+}
+
+/// Host 0 pauses at `pause_at` (with `plant` planted), host 1 watching the same directory
+/// takes the restore over after the lease, and the job runs to `Succeeded`; then host 0
+/// wakes. Returns once host 0 wrote its report for its own attempt and a few seconds more
+/// went by, for anything it does after that to show.
+async fn stale_host_wakes(test: &str, pause_at: &str, plant: Option<&str>) -> Option<Woken> {
+    if !cfg!(feature = "fault-injection") {
+        println!("SKIPPED: needs the fault-injection build");
+        return None;
+    }
+    let etcd = etcd()?;
+    let world = World::start().await;
+    let url = journal_url(&etcd, test);
+    let dir = jobs_dir(&world);
+    let faults = Faults {
+        pause_at: Some(pause_at),
+        plant,
+        ..Faults::default()
+    };
+    let stale = Host::start_with(&world, &url, &dir, 0, faults);
+    std::fs::write(dir.join("orders.toml"), world.job("orders", "_o")).unwrap();
+    eventually(Duration::from_secs(60), "host 0 pausing", || {
+        let paused = stale.paused();
+        async move { paused.then_some(()) }
+    })
+    .await;
+    let _survivor = Host::start(&world, &url, &dir, 1, None);
+    eventually(Duration::from_secs(90), "the survivor's commit", || async {
+        let all = records(&url).await;
+        all.iter()
+            .any(|r| r.outcome == Some(Outcome::Succeeded))
+            .then_some(())
+    })
+    .await;
+    let before = visible(&world, "_o").await;
+    assert_eq!(before.len(), 4, "2 collections on 2 ends: {before:?}");
+    let ids: Vec<String> = records(&url)
+        .await
+        .iter()
+        .map(|r| r.id.to_string())
+        .collect();
+    stale.wake();
+    let first_id = ids.first().cloned().expect("host 0's attempt has a record");
+    let report_path = world.path(&format!("host-0/reports/{first_id}.json"));
+    let stale_report = eventually(
+        Duration::from_secs(60),
+        "the woken host's report",
+        || async {
+            std::fs::read(&report_path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        },
+    )
+    .await;
+    // Time for a (wrong) drop or delete after the report: it would show in this.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let records = records(&url).await;
+    Some(Woken {
+        world,
+        before,
+        stale_report,
+        records,
+    })
+}
+
+/// The sequence: host 0 pauses in Holding, host 1 presumes the abort, runs the job
+/// again and commits it, host 0 wakes. Its first action is fenced: it stops, drops nothing,
+/// and its report says it lost the restore (exit 7).
+#[tokio::test]
+async fn a_host_paused_while_holding_wakes_and_touches_nothing() {
+    let Some(w) = stale_host_wakes("paused-holding", "holding", None).await else {
+        return;
+    };
+    assert_eq!(
+        visible(&w.world, "_o").await,
+        w.before,
+        "attempt 2's data stays"
+    );
+    assert_eq!(w.stale_report["outcome"], "lost", "{}", w.stale_report);
+    let summary = w.stale_report["summary"].as_str().unwrap_or_default();
+    assert!(summary.contains("lost restore"), "{summary}");
+    assert_eq!(w.records.len(), 2, "{:?}", w.records);
+    assert!(w.records[0].host_lost, "{:?}", w.records[0]);
+    assert_eq!(w.records[1].outcome, Some(Outcome::Succeeded));
+    assert_eq!(w.world.uncommitted_jobs().await, 0);
+}
+
+/// The window no fence check closes: every check passes, as if each of the woken host's
+/// actions fell between its check and its call. Its rollback then reaches the collections,
+/// and leaves them because their ids are not the ones it created.
+#[tokio::test]
+async fn a_woken_host_past_every_fence_drops_nothing_it_did_not_create() {
+    let Some(w) = stale_host_wakes("paused-unfenced", "holding", Some("unfenced")).await else {
+        return;
+    };
+    assert_eq!(
+        visible(&w.world, "_o").await,
+        w.before,
+        "attempt 2's data stays"
+    );
+    assert_eq!(w.records.len(), 2, "{:?}", w.records);
+    assert_eq!(w.records[1].outcome, Some(Outcome::Succeeded));
+}
+
+/// The test above is one that fails without the identity check: with the rollback planted
+/// back to dropping by name, the woken host destroys attempt 2's committed collections.
+#[tokio::test]
+async fn without_the_identity_check_a_woken_host_destroys_the_new_attempt() {
+    let plant = Some("unfenced,drop-by-name");
+    let Some(w) = stale_host_wakes("paused-by-name", "holding", plant).await else {
+        return;
+    };
+    let after = visible(&w.world, "_o").await;
+    assert!(after.is_empty(), "the planted bug dropped them: {after:?}");
+}
+
+/// Paused between its decision and its commit: host 1 finds the decision and rolls it
+/// forward; host 0's commit after the wake is fenced (and would be harmless), and its report
+/// says it lost the restore.
+#[tokio::test]
+async fn a_host_paused_after_its_decision_wakes_to_a_restore_already_committed() {
+    let Some(w) = stale_host_wakes("paused-decided", "after-decision", None).await else {
+        return;
+    };
+    assert_eq!(visible(&w.world, "_o").await, w.before);
+    assert_eq!(w.stale_report["outcome"], "lost", "{}", w.stale_report);
+    assert_eq!(
+        w.records.len(),
+        1,
+        "rolled forward, not run again: {:?}",
+        w.records
+    );
+    assert!(w.records[0].has_commit_decision());
+    assert_eq!(w.records[0].outcome, Some(Outcome::Succeeded));
+}
+
+/// The other takeover path: the host that finds the orphan has no job file for it (it
+/// watches another directory), so its sweep recovers it from the record alone. The job runs
+/// again all the same: its own host, woken, finds its attempt lost and asks the journal,
+/// which gives the next attempt by the same rule.
+#[tokio::test]
+async fn a_restore_the_sweep_took_over_runs_again_where_its_job_is() {
+    if !cfg!(feature = "fault-injection") {
+        println!("SKIPPED: needs the fault-injection build");
+        return;
+    }
+    let Some(etcd) = etcd() else { return };
+    let world = World::start().await;
+    let url = journal_url(&etcd, "sweep-rerun");
+    let dir = jobs_dir(&world);
+    let faults = Faults {
+        pause_at: Some("holding"),
+        ..Faults::default()
+    };
+    let owner = Host::start_with(&world, &url, &dir, 0, faults);
+    std::fs::write(dir.join("orders.toml"), world.job("orders", "_o")).unwrap();
+    eventually(Duration::from_secs(60), "host 0 pausing", || {
+        let paused = owner.paused();
+        async move { paused.then_some(()) }
+    })
+    .await;
+    let elsewhere = world.path("other-jobs");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let _sweeper = Host::start(&world, &url, &elsewhere, 1, None);
+    let lost = eventually(
+        Duration::from_secs(60),
+        "the sweep's presumed abort",
+        || async {
+            let all = records(&url).await;
+            all.first()
+                .filter(|r| r.outcome == Some(Outcome::RolledBack) && r.host_lost)
+                .cloned()
+        },
+    )
+    .await;
+    assert_eq!(
+        records(&url).await.len(),
+        1,
+        "the sweeper has no job to run"
+    );
+    owner.wake();
+    let again = eventually(
+        Duration::from_secs(90),
+        "attempt 2, run by the job's own host",
+        || async {
+            records(&url)
+                .await
+                .into_iter()
+                .find(|r| r.attempt == 2 && r.outcome == Some(Outcome::Succeeded))
+        },
+    )
+    .await;
+    let why = again.rerun_because.as_deref().unwrap_or_default();
+    assert!(why.contains(&format!("attempt 1 ({})", lost.id)), "{why}");
+    for end in ["primary", "standby"] {
+        assert_eq!(
+            world.collections_with_suffix(end, "_o").await.len(),
+            2,
+            "{end}"
+        );
+    }
+    assert_eq!(world.uncommitted_jobs().await, 0);
 }

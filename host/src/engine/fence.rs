@@ -1,0 +1,32 @@
+//! Whether this host may still act on a restore. A host that paused past its lease (a GC
+//! pause, a frozen VM, a partition) wakes believing it holds a restore another host has
+//! since taken over, finished and perhaps run again under the same collection names. Milvus
+//! cannot check a fencing token, so every action that changes an end (a create, a commit,
+//! an abort, a collection dropped, the stage deleted) asks the fence right before it acts:
+//! the claim's lease alive and the journal record as this attempt last wrote it. Once that
+//! fails the attempt touches nothing more: no rollback, no cleanup, no journal write.
+//!
+//! The check and the call are two steps, and a pause can fall between them; what that
+//! window still allows, and why it cannot lose committed data, is DESIGN.md §2.1.
+
+use futures::future::BoxFuture;
+
+use crate::journal::RestoreId;
+
+/// This host no longer holds the restore, or cannot show that it does.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "this host lost restore {id} to another host ({reason}); it stopped touching anything, \
+     and the journal's record says how the restore ends"
+)]
+pub struct Lost {
+    pub id: RestoreId,
+    pub reason: String,
+}
+
+/// Asked right before every action on an end.
+pub(super) trait Fence: Sync {
+    /// `Ok` while this host holds the restore; `Err` from the first time it does not, and
+    /// from then on.
+    fn check(&self) -> BoxFuture<'_, Result<(), Lost>>;
+}
