@@ -43,8 +43,11 @@ pub(super) struct Attempt<'a> {
     /// import gate and the creates not sent yet stop on it, and whoever wakes on it finds
     /// the reason already there.
     stop: CancellationToken,
-    /// Serialises saves so a stale snapshot never overwrites a newer one.
-    save_lock: tokio::sync::Mutex<()>,
+    /// Serialises saves so a stale snapshot never overwrites a newer one, and keeps fence
+    /// checks (its readers, side by side) out of a save: a check that read the record
+    /// between a save's write and the note of what it wrote would see its own host's write
+    /// as someone else's.
+    save_lock: tokio::sync::RwLock<()>,
     /// From the last ready sighting to the commit going out (decision write included).
     pub reaction: Mutex<Option<Duration>>,
     /// When each phase this process saw began, in order: the report's `phases`.
@@ -77,7 +80,7 @@ impl<'a> Attempt<'a> {
             failure: Mutex::new(None),
             lost: Mutex::new(None),
             stop: CancellationToken::new(),
-            save_lock: tokio::sync::Mutex::new(()),
+            save_lock: tokio::sync::RwLock::new(()),
             reaction: Mutex::new(None),
             phase_starts: Mutex::new(Vec::new()),
             written: Mutex::new(None),
@@ -86,12 +89,12 @@ impl<'a> Attempt<'a> {
 
     /// Writes the current record durably.
     pub async fn persist(&self) -> Result<(), StageError> {
-        let order = self.save_lock.lock().await;
+        let order = self.save_lock.write().await;
         self.save(order).await
     }
 
     /// Writes the record as it is now while `order` keeps every other write out.
-    async fn save(&self, order: tokio::sync::MutexGuard<'_, ()>) -> Result<(), StageError> {
+    async fn save(&self, order: tokio::sync::RwLockWriteGuard<'_, ()>) -> Result<(), StageError> {
         let snapshot = {
             let mut r = self.record.lock().expect("record lock: no panics under it");
             r.updated_at = Timestamp::now();
@@ -102,7 +105,7 @@ impl<'a> Attempt<'a> {
 
     async fn write(
         &self,
-        _order: tokio::sync::MutexGuard<'_, ()>,
+        _order: tokio::sync::RwLockWriteGuard<'_, ()>,
         record: RestoreRecord,
     ) -> Result<(), StageError> {
         if let Some(lost) = self.lost() {
@@ -154,7 +157,7 @@ impl<'a> Attempt<'a> {
                 out = &mut work => return out,
                 () = tokio::time::sleep(PROGRESS_EVERY) => {}
             }
-            let Ok(order) = self.save_lock.try_lock() else {
+            let Ok(order) = self.save_lock.try_write() else {
                 continue;
             };
             let progress = self.record.lock().expect("record lock").progress.clone();
@@ -350,6 +353,7 @@ impl Fence for Attempt<'_> {
             if let Some(lost) = self.lost() {
                 return Err(lost);
             }
+            let _no_save = self.save_lock.read().await;
             match self.engine.journal.fence(self.claim).await {
                 Ok(()) => Ok(()),
                 // Not knowing is not holding: an etcd that cannot answer cannot vouch for

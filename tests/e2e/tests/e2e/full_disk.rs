@@ -336,3 +336,39 @@ async fn the_journal_disk_fills_after_the_commit() -> anyhow::Result<()> {
 async fn the_journal_disk_fills_before_the_report() -> anyhow::Result<()> {
     the_journal_disk_fills_at("before-report", true).await
 }
+
+/// The reports' disk is full from the start, the journal's is not: the restore runs to its
+/// end on every end and the journal records the outcome; only the report files are lost,
+/// and the log says so, with the directory. The report is still printed, and `status`
+/// reads the outcome from the journal.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_report_disk_loses_the_report_files_and_nothing_else() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let reports = world.path("state/reports");
+    let tmpfs = Tmpfs::mount(&reports, "1m")?;
+    let filler = tmpfs.fill()?;
+    let job = world.job("reports-full", "")?;
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 0, "{}", run.explain());
+    assert!(
+        run.stderr.contains("could not write the report files")
+            && run.stderr.contains("No space left on device"),
+        "{}",
+        run.explain()
+    );
+    assert!(run.stdout.contains("\"succeeded\""), "{}", run.explain());
+    let expected = (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64;
+    for end in world.ends() {
+        let visible: i64 = world.visible(&end).await?.values().sum();
+        assert_eq!(visible, expected, "{end}");
+    }
+    let status = world.run(&["status", "--output", "json"], &[]).await?;
+    assert!(
+        status.stdout.contains("\"succeeded\""),
+        "{}",
+        status.explain()
+    );
+    std::fs::remove_file(&filler)?;
+    world.assert_nothing_held().await?;
+    Ok(())
+}
