@@ -378,6 +378,19 @@ async fn visible(world: &World, suffix: &str) -> Vec<(String, String, Option<i64
     out
 }
 
+/// Host 0 with `faults` (a pause point among them), given the job `orders`; returns once it
+/// stopped itself at its pause point.
+async fn paused_owner(world: &World, url: &str, dir: &Path, faults: Faults<'_>) -> Host {
+    let owner = Host::start_with(world, url, dir, 0, faults);
+    std::fs::write(dir.join("orders.toml"), world.job("orders", "_o")).unwrap();
+    eventually(Duration::from_secs(60), "host 0 pausing", || {
+        let paused = owner.paused();
+        async move { paused.then_some(()) }
+    })
+    .await;
+    owner
+}
+
 /// What a stale host left after it woke.
 struct Woken {
     world: World,
@@ -406,13 +419,7 @@ async fn stale_host_wakes(test: &str, pause_at: &str, plant: Option<&str>) -> Op
         plant,
         ..Faults::default()
     };
-    let stale = Host::start_with(&world, &url, &dir, 0, faults);
-    std::fs::write(dir.join("orders.toml"), world.job("orders", "_o")).unwrap();
-    eventually(Duration::from_secs(60), "host 0 pausing", || {
-        let paused = stale.paused();
-        async move { paused.then_some(()) }
-    })
-    .await;
+    let stale = paused_owner(&world, &url, &dir, faults).await;
     let _survivor = Host::start(&world, &url, &dir, 1, None);
     eventually(Duration::from_secs(90), "the survivor's commit", || async {
         let all = records(&url).await;
@@ -541,13 +548,7 @@ async fn a_restore_the_sweep_took_over_runs_again_where_its_job_is() {
         pause_at: Some("holding"),
         ..Faults::default()
     };
-    let owner = Host::start_with(&world, &url, &dir, 0, faults);
-    std::fs::write(dir.join("orders.toml"), world.job("orders", "_o")).unwrap();
-    eventually(Duration::from_secs(60), "host 0 pausing", || {
-        let paused = owner.paused();
-        async move { paused.then_some(()) }
-    })
-    .await;
+    let owner = paused_owner(&world, &url, &dir, faults).await;
     let elsewhere = world.path("other-jobs");
     std::fs::create_dir_all(&elsewhere).unwrap();
     let _sweeper = Host::start(&world, &url, &elsewhere, 1, None);
