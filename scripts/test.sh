@@ -12,6 +12,9 @@ cargo build --workspace --bins
 cargo nextest run --workspace --no-fail-fast
 # Seeded fault schedules over whole restores, DESIGN.md §2 checked after each (issue 6).
 cargo run -q -p e2e --bin faults -- --seeds 1..51
+# Fleet schedules: stale hosts paused past their lease and woken, takeovers killed, etcd
+# restarted (issue 26). Their runs mostly wait out leases, so three run at once.
+cargo run -q -p e2e --bin faults -- --fleet --seeds 1..31 --parallel 3
 .venv/bin/pytest -q tests/milvus-sim/pytest
 # schemathesis holds `serve` to its own OpenAPI document, every check (issue 15).
 tests/schemathesis/run.sh 45

@@ -1014,6 +1014,41 @@ impl Running {
         Ok(self.child.try_wait()?.is_none())
     }
 
+    /// Sends SIGSTOP: the whole process stops, lease renewal included, as under a long GC
+    /// pause or a frozen VM. A process that already ended is left as it is.
+    pub fn pause(&mut self) -> std::io::Result<()> {
+        self.signal(rustix::process::Signal::STOP)
+    }
+
+    /// Sends SIGCONT to a paused process.
+    pub fn wake(&mut self) -> std::io::Result<()> {
+        self.signal(rustix::process::Signal::CONT)
+    }
+
+    /// Whether the process is stopped (by [`Running::pause`], or by itself under
+    /// `LOCKSTEP_PAUSE_AT`).
+    pub fn is_paused(&self) -> bool {
+        let Some(pid) = self.child.id() else {
+            return false;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // `pid (comm) state ...`: the state follows the last `)`.
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+    }
+
+    fn signal(&mut self, signal: rustix::process::Signal) -> std::io::Result<()> {
+        if self.child.try_wait()?.is_some() {
+            return Ok(());
+        }
+        let pid = self
+            .child
+            .id()
+            .and_then(|id| rustix::process::Pid::from_raw(id as i32))
+            .ok_or_else(|| std::io::Error::other("the process has no pid"))?;
+        rustix::process::kill_process(pid, signal).map_err(std::io::Error::from)
+    }
+
     /// Sends SIGKILL: the process dies at once, as in a machine crash, with nothing flushed.
     /// A process that already ended is left as it is.
     pub fn kill(&mut self) -> std::io::Result<()> {

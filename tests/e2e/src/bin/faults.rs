@@ -4,7 +4,13 @@
 //! ```text
 //! cargo run -p e2e --bin faults -- --seeds 1..60      # seeds 1 to 59
 //! cargo run -p e2e --bin faults -- --seed 17 --verbose  # replay one seed, trace included
+//! cargo run -p e2e --bin faults -- --fleet --seeds 1..1001 --parallel 4
 //! ```
+//!
+//! `--fleet` draws fleet scenarios (`Scenario::draw_fleet`): the etcd journal, and in each a
+//! host paused past its lease and woken later, a host killed while it takes a restore over,
+//! or etcd killed and started again. Etcd scenarios need the `etcd` binary on `PATH`; under
+//! `CI=true` a missing one is an error rather than fewer scenarios.
 //!
 //! A violation prints the seed, its scenario and the event trace; the exit code is 1 when
 //! any seed broke an invariant or could not run, 0 otherwise.
@@ -17,10 +23,11 @@ use anyhow::{Context as _, bail};
 use e2e::faults::runner::{RunnerConfig, SeedRun, run_seed};
 use e2e::faults::schedule::Scenario;
 
-const USAGE: &str = "usage: faults (--seeds A..B | --seed N) [--parallel N] [--verbose]";
+const USAGE: &str = "usage: faults (--seeds A..B | --seed N) [--fleet] [--parallel N] [--verbose]";
 
 struct Args {
     seeds: Range<u64>,
+    fleet: bool,
     parallel: usize,
     verbose: bool,
 }
@@ -29,6 +36,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut seeds = None;
     let mut parallel = 1;
     let mut verbose = false;
+    let mut fleet = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || {
@@ -61,11 +69,13 @@ fn parse_args() -> anyhow::Result<Args> {
                 }
             }
             "--verbose" => verbose = true,
+            "--fleet" => fleet = true,
             other => bail!("unknown argument {other}; {USAGE}"),
         }
     }
     Ok(Args {
         seeds: seeds.with_context(|| USAGE.to_string())?,
+        fleet,
         parallel,
         verbose,
     })
@@ -74,6 +84,8 @@ fn parse_args() -> anyhow::Result<Args> {
 /// What the whole batch saw.
 #[derive(Default)]
 struct Summary {
+    /// The seeds are fleet seeds (`--fleet`), which a replay must say too.
+    fleet: bool,
     runs: usize,
     outcomes: BTreeMap<String, usize>,
     injected: BTreeMap<&'static str, usize>,
@@ -129,7 +141,8 @@ impl Summary {
             *self.violations.entry(kind).or_default() += 1;
         }
         println!(
-            "{scenario}replay: cargo run -p e2e --bin faults -- --seed {seed} --verbose\nevent trace:\n{}",
+            "{scenario}replay: cargo run -p e2e --bin faults -- --seed {seed}{} --verbose\nevent trace:\n{}",
+            if self.fleet { " --fleet" } else { "" },
             run.trace
         );
     }
@@ -172,9 +185,17 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let config = RunnerConfig::from_env(None);
+    let config = RunnerConfig::from_env(Vec::new());
     let etcd = config.etcd.is_some();
-    let mut summary = Summary::default();
+    if !etcd && (args.fleet || std::env::var("CI").is_ok_and(|v| v == "true")) {
+        eprintln!("faults: no etcd binary on PATH; the etcd and fleet scenarios need one");
+        return ExitCode::from(2);
+    }
+    let fleet = args.fleet;
+    let mut summary = Summary {
+        fleet,
+        ..Summary::default()
+    };
     let mut seeds = args.seeds.clone();
     let mut running = tokio::task::JoinSet::new();
     loop {
@@ -183,7 +204,11 @@ async fn main() -> ExitCode {
         {
             let config = config.clone();
             running.spawn(async move {
-                let scenario = Scenario::draw(seed, etcd);
+                let scenario = if fleet {
+                    Scenario::draw_fleet(seed)
+                } else {
+                    Scenario::draw(seed, etcd)
+                };
                 let result = run_seed(&scenario, &config).await;
                 (seed, scenario, result)
             });

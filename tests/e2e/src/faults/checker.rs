@@ -87,6 +87,12 @@ pub enum Violation {
     CheckIgnored { restore: String },
     /// Invariant 5: the same content submitted again ran again.
     RanTwice { detail: String },
+    /// Invariant 8: a collection an attempt committed is gone from an end no report names
+    /// as diverged (a stale host dropped it, say).
+    CommittedGone { end: String, collection: String },
+    /// Invariant 8: an attempt rolled back because its host was lost before its decision,
+    /// and no later attempt ran the job, nor does its report say the attempts are spent.
+    LostNotRerun { restore: String },
 }
 
 impl fmt::Display for Violation {
@@ -180,6 +186,14 @@ impl fmt::Display for Violation {
                 "[inv 6] restore {restore} was committed although its check broke its bounds"
             ),
             RanTwice { detail } => write!(f, "[inv 5] {detail}"),
+            CommittedGone { end, collection } => write!(
+                f,
+                "[inv 8] {collection} was committed, but is gone from {end}, and no report names a divergence there"
+            ),
+            LostNotRerun { restore } => write!(
+                f,
+                "[inv 8] restore {restore} was lost with its host before its decision, and no later attempt ran the job"
+            ),
         }
     }
 }
@@ -378,14 +392,7 @@ pub fn check(e: &Evidence<'_>) -> Vec<Violation> {
         .collect();
     // Invariants 2 and 3 per job; 4 for jobs nobody committed.
     for (job, s) in &submitted {
-        let diverged = |end: &str| {
-            s.record.report.as_ref().is_some_and(|r| {
-                r["divergences"].as_array().is_some_and(|ds| {
-                    ds.iter()
-                        .any(|d| d["end"] == end && d["job_id"] == job.to_string().as_str())
-                })
-            })
-        };
+        let diverged = |end: &str| named_diverged(s, end);
         if s.committed_ms.is_some() {
             let state = job_state(target, *job);
             if state != Some(JobState::Completed) {
@@ -453,6 +460,7 @@ pub fn check(e: &Evidence<'_>) -> Vec<Violation> {
 
     found.extend(check_data(e, &submitted));
     found.extend(check_records(e));
+    found.extend(check_lost(e.records));
     found.extend(check_processes(e.processes));
     if let Some(r) = e.resubmission {
         found.extend(check_resubmission(r));
@@ -483,6 +491,16 @@ fn check_data(e: &Evidence<'_>, submitted: &BTreeMap<i64, Submitted<'_>>) -> Vec
         for (end, snapshot) in e.ends {
             let collection = snapshot.collection(&c.db_name, &c.collection_name);
             let rows = collection.map_or(0, |c| c.visible_rows);
+            if collection.is_none()
+                && !committed.is_empty()
+                && !committed.iter().any(|s| named_diverged(s, end))
+            {
+                found.push(Violation::CommittedGone {
+                    end: end.clone(),
+                    collection: name.clone(),
+                });
+                continue;
+            }
             if committed.is_empty() {
                 if rows != 0 {
                     found.push(Violation::DataMismatch {
@@ -542,6 +560,45 @@ fn check_data(e: &Evidence<'_>, submitted: &BTreeMap<i64, Submitted<'_>>) -> Vec
         }
     }
     found
+}
+
+/// Whether the report of `s`'s attempt names its job as diverged on `end`.
+fn named_diverged(s: &Submitted<'_>, end: &str) -> bool {
+    let Some(job) = &s.batch.job_id else {
+        return false;
+    };
+    s.record.report.as_ref().is_some_and(|r| {
+        r["divergences"].as_array().is_some_and(|ds| {
+            ds.iter()
+                .any(|d| d["end"] == end && d["job_id"] == job.0.as_str())
+        })
+    })
+}
+
+/// Invariant 8's second half: an attempt lost with its host before its decision is
+/// followed by a later attempt of the same job, or its report says the attempts are spent.
+fn check_lost(records: &[RestoreRecord]) -> Vec<Violation> {
+    records
+        .iter()
+        .filter(|r| r.host_lost && r.outcome == Some(Outcome::RolledBack))
+        .filter(|lost| {
+            !records.iter().any(|r| {
+                r.job_name == lost.job_name
+                    && r.content_hash == lost.content_hash
+                    && r.attempt > lost.attempt
+            })
+        })
+        .filter(|lost| {
+            !lost.report.as_ref().is_some_and(|r| {
+                r["summary"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("attempts were lost"))
+            })
+        })
+        .map(|lost| Violation::LostNotRerun {
+            restore: lost.id.to_string(),
+        })
+        .collect()
 }
 
 /// Each record finished, and its outcome and report say what its groups' decisions and the

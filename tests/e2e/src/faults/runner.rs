@@ -17,32 +17,35 @@ use milvus_sim::faults::{JobFailure, JobSelector, ShortImport};
 use tokio::time::Instant;
 
 use super::checker::{self, Ending, Evidence, ProcessRun, Resubmission, Violation};
-use super::schedule::{CheckBehaviour, Fault, JournalKind, Resume, Scenario};
+use super::etcd::EtcdServer;
+use super::schedule::{CheckBehaviour, Fault, JournalKind, Pause, Resume, Scenario};
 use super::trace::{RunnerLog, Trace};
 use crate::{Running, TARGET, World, WorldSpec, plugin, secondary};
 
 /// How many times a host that did not finish is brought back before the run gives up.
 const RESUMES: usize = 5;
 
+/// The claims' lease in every etcd scenario (`?lease_ttl=2`), and how long the runner waits
+/// after a host stops renewing it before another host takes the restore over.
+const LEASE: Duration = Duration::from_secs(2);
+const PAST_THE_LEASE: Duration = Duration::from_millis(2_500);
+
 /// What the runner needs besides the scenario.
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
-    /// A bug every lockstep process plants (`LOCKSTEP_PLANT`), for the runner's own tests.
-    pub plant: Option<Bug>,
-    /// `host:port` of the etcd that `JournalKind::Etcd` scenarios use.
-    pub etcd: Option<String>,
+    /// Bugs every lockstep process plants (`LOCKSTEP_PLANT`), for the runner's own tests.
+    pub plant: Vec<Bug>,
+    /// The `etcd` binary: each `JournalKind::Etcd` scenario runs one of its own, which its
+    /// faults may stop and start again.
+    pub etcd: Option<PathBuf>,
     /// A compile cache every world shares, so the check is compiled once per build.
     pub plugin_cache: PathBuf,
 }
 
 impl RunnerConfig {
-    /// From the environment: etcd from `LOCKSTEP_TEST_ETCD`, the cache next to lockstep.
-    pub fn from_env(plant: Option<Bug>) -> RunnerConfig {
-        let etcd = std::env::var("LOCKSTEP_TEST_ETCD").ok().map(|url| {
-            url.trim_start_matches("http://")
-                .trim_end_matches('/')
-                .to_owned()
-        });
+    /// From the environment: etcd from `PATH`, the cache next to lockstep.
+    pub fn from_env(plant: Vec<Bug>) -> RunnerConfig {
+        let etcd = super::etcd::binary();
         let plugin_cache = crate::lockstep_bin()
             .parent()
             .expect("the lockstep binary is in a folder")
@@ -71,6 +74,15 @@ struct Process {
     running: Running,
     killed: bool,
     crash_point: bool,
+    /// Started with `LOCKSTEP_PAUSE_AT`: it may stop itself.
+    pause_armed: bool,
+}
+
+/// A host paused past its lease, and when it wakes (`None`: once the main line finished).
+struct Stale {
+    process: Process,
+    wake_at: Option<Instant>,
+    woken: bool,
 }
 
 impl Process {
@@ -117,10 +129,23 @@ struct Run<'a> {
     processes: Vec<ProcessRun>,
     injected: BTreeMap<&'static str, usize>,
     started: usize,
+    /// When the last restart applied has its end back up at the earliest: the sim answers
+    /// a restart before its port closes, so a heal that only polled for readiness could
+    /// see the end up, then have it go down under the checker (seed 37).
+    restarted_until: Option<Instant>,
+    /// The seed's own etcd, for `JournalKind::Etcd`.
+    etcd: Option<EtcdServer>,
+    /// Hosts paused past their lease, in pause order.
+    stale: Vec<Stale>,
 }
 
 impl Run<'_> {
-    fn start(&mut self, verb: &str, crash_at: Option<&str>) -> anyhow::Result<Process> {
+    fn start(
+        &mut self,
+        verb: &str,
+        crash_at: Option<&str>,
+        pause_at: Option<&str>,
+    ) -> anyhow::Result<Process> {
         self.started += 1;
         let name = format!("{verb}#{}", self.started);
         let mut args: Vec<&str> = Vec::new();
@@ -131,25 +156,98 @@ impl Run<'_> {
             "recover" => args.push("recover"),
             _ => args.extend(["run", self.job.as_str()]),
         }
+        let plant = self
+            .config
+            .plant
+            .iter()
+            .map(|b| b.name())
+            .collect::<Vec<_>>()
+            .join(",");
         let mut env = Vec::new();
-        if let Some(bug) = self.config.plant {
-            env.push(("LOCKSTEP_PLANT", bug.name()));
+        if !plant.is_empty() {
+            env.push(("LOCKSTEP_PLANT", plant.as_str()));
         }
         if let Some(point) = crash_at {
             env.push(("LOCKSTEP_CRASH_AT", point));
         }
+        if let Some(point) = pause_at {
+            env.push(("LOCKSTEP_PAUSE_AT", point));
+        }
         let running = self.world.spawn(&args, &env)?;
         self.log.note(format!(
-            "started {name}: lockstep {}{}",
+            "started {name}: lockstep {}{}{}",
             args.join(" "),
-            crash_at.map_or(String::new(), |p| format!(" (crash at {p})"))
+            crash_at.map_or(String::new(), |p| format!(" (crash at {p})")),
+            pause_at.map_or(String::new(), |p| format!(" (pause at {p})"))
         ));
         Ok(Process {
             name,
             running,
             killed: false,
             crash_point: crash_at.is_some(),
+            pause_armed: pause_at.is_some(),
         })
+    }
+
+    /// The main line's host is paused (by the runner or by itself): it stays paused past
+    /// its lease, another host takes the job over from its job file, as a fleet's job-file
+    /// loop does (and is killed during that, if `pause` says so), and the paused one waits
+    /// for its wake.
+    async fn pause_main(&mut self, pause: Pause, main: &mut Option<Process>) -> anyhow::Result<()> {
+        let Some(mut stale) = main.take() else {
+            anyhow::bail!("the main line has no process");
+        };
+        let paused_at = Instant::now();
+        stale.running.pause()?;
+        self.log.note(format!("{} paused", stale.name));
+        tokio::time::sleep(PAST_THE_LEASE).await;
+        let mut takeover = self.start("takeover", None, None)?;
+        if let Some(after) = pause.kill_takeover_after_ms {
+            tokio::time::sleep(Duration::from_millis(after)).await;
+            if takeover.running.is_running()? {
+                takeover.running.kill()?;
+                takeover.killed = true;
+            }
+            let killed = takeover.finish(&mut self.log).await?;
+            self.processes.push(killed);
+            tokio::time::sleep(PAST_THE_LEASE).await;
+            takeover = self.start("takeover", None, None)?;
+        }
+        *main = Some(takeover);
+        self.stale.push(Stale {
+            process: stale,
+            wake_at: pause
+                .wake_after_ms
+                .map(|ms| paused_at + Duration::from_millis(ms)),
+            woken: false,
+        });
+        Ok(())
+    }
+
+    /// Wakes every paused host whose time came (`all`: every one, waiting for those with a
+    /// time still ahead).
+    async fn wake(&mut self, all: bool) -> anyhow::Result<()> {
+        for stale in &mut self.stale {
+            if stale.woken {
+                continue;
+            }
+            match stale.wake_at {
+                Some(at) if all => tokio::time::sleep_until(at).await,
+                Some(at) if at <= Instant::now() => {}
+                Some(_) => continue,
+                None if all => {}
+                None => continue,
+            }
+            stale.process.running.wake()?;
+            stale.woken = true;
+            self.log.note(format!("{} woken", stale.process.name));
+        }
+        Ok(())
+    }
+
+    /// Whether a paused host still waits for a wake at a set time.
+    fn wake_pending(&self) -> bool {
+        self.stale.iter().any(|s| !s.woken && s.wake_at.is_some())
     }
 
     fn resume_verb(&self) -> &'static str {
@@ -225,10 +323,16 @@ impl Run<'_> {
                         .note(format!("deleted {n} staged objects on {end}"))
                 })
                 .map_err(|e| e.to_string()),
-            Fault::Restart { end, down_ms } => control(end)
-                .restart(Duration::from_millis(*down_ms))
-                .await
-                .map_err(|e| e.to_string()),
+            Fault::Restart { end, down_ms } => {
+                let down = Duration::from_millis(*down_ms);
+                let restarted = control(end).restart(down).await.map_err(|e| e.to_string());
+                if restarted.is_ok() {
+                    // The port closes 20 ms after the answer; a margin beyond that.
+                    let up = Instant::now() + down + Duration::from_millis(100);
+                    self.restarted_until = self.restarted_until.max(Some(up));
+                }
+                restarted
+            }
             Fault::KillHost => {
                 let running = match main.as_mut() {
                     Some(p) => p.running.is_running()?,
@@ -240,7 +344,7 @@ impl Run<'_> {
                         p.killed = true;
                         let run = p.finish(&mut self.log).await?;
                         self.processes.push(run);
-                        *main = Some(self.start(self.resume_verb(), None)?);
+                        *main = Some(self.start(self.resume_verb(), None, None)?);
                         Ok(())
                     }
                     other => {
@@ -253,10 +357,31 @@ impl Run<'_> {
                 if race.is_some() {
                     Err("a second host already runs".into())
                 } else {
-                    *race = Some(self.start("race", None)?);
+                    *race = Some(self.start("race", None, None)?);
                     Ok(())
                 }
             }
+            Fault::PauseHost(pause) => {
+                let running = match main.as_mut() {
+                    Some(p) => p.running.is_running()? && !p.running.is_paused(),
+                    None => false,
+                };
+                if running {
+                    self.pause_main(*pause, main).await?;
+                    Ok(())
+                } else {
+                    Err("no lockstep process was running".into())
+                }
+            }
+            Fault::EtcdRestart { down_ms } => match self.etcd.as_mut() {
+                Some(etcd) => {
+                    etcd.kill().await?;
+                    tokio::time::sleep(Duration::from_millis(*down_ms)).await;
+                    etcd.up().await?;
+                    Ok(())
+                }
+                None => Err("the scenario has no etcd".into()),
+            },
         };
         match applied {
             Ok(()) => {
@@ -271,6 +396,9 @@ impl Run<'_> {
     /// Undoes every fault: API faults and pending job failures cleared, every end up, every
     /// stream flowing at the base lag.
     async fn heal(&mut self) -> anyhow::Result<()> {
+        if let Some(until) = self.restarted_until {
+            tokio::time::sleep_until(until).await;
+        }
         for end in self.world.ends() {
             let control = self.world.sim.cluster(&end).control();
             // A restart answers before its port closes (20 ms later): an end restarted just
@@ -308,6 +436,42 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// Runs the main line to its end: the last process finishes, and while the restore is
+    /// not finished (no final report, an unfinished record, or an attempt rolled back
+    /// because its host was lost, which a fleet's job-file loop runs again) the resume verb
+    /// (or `run`, for the lost attempt) runs once more.
+    async fn converge(&mut self, mut last: ProcessRun) -> anyhow::Result<ProcessRun> {
+        let mut tries = 0;
+        loop {
+            let records = self.records().await?;
+            let unfinished = records.iter().any(RestoreRecord::is_unfinished);
+            let lost = records
+                .iter()
+                .max_by_key(|r| r.attempt)
+                .is_some_and(|r| r.host_lost && r.outcome == Some(Outcome::RolledBack));
+            if finished(&last) && !unfinished && !lost {
+                return Ok(last);
+            }
+            anyhow::ensure!(
+                tries < RESUMES,
+                "the restore did not finish after {RESUMES} resumes"
+            );
+            tries += 1;
+            self.processes.push(last);
+            // An etcd claim outlives a killed host by its lease.
+            if self.journal.is_some() {
+                tokio::time::sleep(PAST_THE_LEASE).await;
+            }
+            let verb = if lost && !unfinished {
+                "run"
+            } else {
+                self.resume_verb()
+            };
+            let p = self.start(verb, None, None)?;
+            last = p.finish(&mut self.log).await?;
+        }
+    }
+
     async fn records(&self) -> anyhow::Result<Vec<RestoreRecord>> {
         let records = match &self.journal {
             Some(url) => {
@@ -321,12 +485,12 @@ impl Run<'_> {
 }
 
 /// Whether a main-line process left the restore finished: it printed a final report, or
-/// (`recover`) found nothing to resume.
+/// (`recover`) found nothing to resume. A host that lost its claim finished nothing.
 fn finished(p: &ProcessRun) -> bool {
     p.ending == Ending::Finished
         && p.report
             .as_ref()
-            .is_none_or(|r| r.outcome != Outcome::Incomplete)
+            .is_none_or(|r| !matches!(r.outcome, Outcome::Incomplete | Outcome::Lost))
 }
 
 /// The `[two_phase]` and `[[check]]` tables of the scenario's job.
@@ -367,18 +531,24 @@ pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Res
         *injected.entry("crash-point").or_default() += 1;
     }
     let job = world.job("faults", &job_tables(scenario)?)?;
-    let journal = match (scenario.journal, &config.etcd) {
-        (JournalKind::Etcd, Some(etcd)) => Some(format!(
-            "etcd://{etcd}/lockstep-faults/{}-{}?lease_ttl=2",
-            scenario.seed,
-            super::trace::now_ms()
-        )),
+    let etcd = match (scenario.journal, &config.etcd) {
+        (JournalKind::Etcd, Some(binary)) => {
+            Some(EtcdServer::start(binary, &world.path("")).await?)
+        }
         (JournalKind::Etcd, None) => anyhow::bail!(
-            "seed {} uses etcd, but LOCKSTEP_TEST_ETCD is not set",
+            "seed {} uses etcd, but there is no etcd binary on PATH",
             scenario.seed
         ),
         (JournalKind::Embedded, _) => None,
     };
+    let journal = etcd.as_ref().map(|etcd| {
+        format!(
+            "etcd://{}/lockstep-faults/{}?lease_ttl={}",
+            etcd.address(),
+            scenario.seed,
+            LEASE.as_secs()
+        )
+    });
     let mut run = Run {
         scenario,
         config,
@@ -389,22 +559,54 @@ pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Res
         processes: Vec::new(),
         injected,
         started: 0,
+        restarted_until: None,
+        etcd,
+        stale: Vec::new(),
     };
 
     let t0 = Instant::now();
-    let mut main = Some(run.start("run", scenario.crash_at)?);
+    let mut main = Some(run.start(
+        "run",
+        scenario.crash_at,
+        scenario.pause_at.map(|(point, _)| point),
+    )?);
+    let mut self_pause = scenario.pause_at.map(|(_, pause)| pause);
     let mut race = None;
     let mut resumes = Vec::new();
-    for t in &scenario.schedule {
-        tokio::time::sleep_until(t0 + Duration::from_millis(t.at_ms)).await;
-        run.apply(&t.fault, &mut main, &mut race, &mut resumes)
-            .await?;
+    let mut schedule = scenario.schedule.iter().peekable();
+    loop {
+        // The first host stopped itself at its pause point.
+        if let Some(pause) = self_pause
+            && let Some(p) = main.as_mut()
+            && p.pause_armed
+            && p.running.is_paused()
+        {
+            self_pause = None;
+            *run.injected.entry("host-paused").or_default() += 1;
+            run.pause_main(pause, &mut main).await?;
+            continue;
+        }
+        run.wake(false).await?;
+        if let Some(t) = schedule.next_if(|t| t0 + Duration::from_millis(t.at_ms) <= Instant::now())
+        {
+            run.apply(&t.fault, &mut main, &mut race, &mut resumes)
+                .await?;
+            continue;
+        }
+        let may_pause = match main.as_mut() {
+            Some(p) => self_pause.is_some() && p.pause_armed && p.running.is_running()?,
+            None => false,
+        };
+        if schedule.peek().is_none() && !may_pause && !run.wake_pending() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     if let Some(p) = race.take() {
         let ended = p.finish(&mut run.log).await?;
         run.processes.push(ended);
     }
-    let mut last = match main.take() {
+    let last = match main.take() {
         Some(p) => p.finish(&mut run.log).await?,
         None => anyhow::bail!("the main line has no process"),
     };
@@ -412,21 +614,17 @@ pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Res
         handle.abort();
     }
     run.heal().await?;
-
-    let mut tries = 0;
-    while !finished(&last) {
-        anyhow::ensure!(
-            tries < RESUMES,
-            "the restore did not finish after {RESUMES} resumes"
-        );
-        tries += 1;
-        run.processes.push(last);
-        if tries > 1 {
-            // An etcd claim outlives a killed host by its lease.
-            tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut last = run.converge(last).await?;
+    // Every paused host wakes (those woken after this point: after the new attempt's
+    // commit) and runs to its end; then the restore is brought to its end again, in case a
+    // woken host left anything.
+    if !run.stale.is_empty() {
+        run.wake(true).await?;
+        for stale in std::mem::take(&mut run.stale) {
+            let ended = stale.process.finish(&mut run.log).await?;
+            run.processes.push(ended);
         }
-        let p = run.start(run.resume_verb(), None)?;
-        last = p.finish(&mut run.log).await?;
+        last = run.converge(last).await?;
     }
     let outcome = last.report.as_ref().map(|r| r.outcome);
     let first_restore_id = last.report.as_ref().map(|r| r.restore_id.clone());
@@ -444,7 +642,7 @@ pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Res
     let resubmission = match (outcome, first_restore_id) {
         (Some(Outcome::Succeeded | Outcome::Diverged), Some(first_restore_id)) => {
             let creates_before = ends[0].1.requests_to("import/create").len();
-            let p = run.start("resubmit", None)?;
+            let p = run.start("resubmit", None, None)?;
             let resubmitted = p.finish(&mut run.log).await?;
             let creates_after = run.world.requests(TARGET, "import/create").await?;
             Some(Resubmission {

@@ -30,6 +30,9 @@ pub struct Scenario {
     pub journal: JournalKind,
     /// `LOCKSTEP_CRASH_AT` for the first process.
     pub crash_at: Option<&'static str>,
+    /// `LOCKSTEP_PAUSE_AT` for the first process (etcd only): it stops itself at that point,
+    /// and the runner goes on as for [`Fault::PauseHost`].
+    pub pause_at: Option<(&'static str, Pause)>,
     /// How a killed or crashed host is brought back.
     pub resume: Resume,
     /// Timed faults, in time order.
@@ -156,9 +159,30 @@ pub enum Fault {
     KillHost,
     /// A second host runs the same job on the same etcd journal.
     RaceHost,
+    /// SIGSTOP of the running lockstep process past its lease (etcd only): another host
+    /// takes the job over, and the paused one wakes later.
+    PauseHost(Pause),
+    /// The seed's etcd is killed and starts again `down_ms` later, its data kept.
+    EtcdRestart { down_ms: u64 },
+}
+
+/// What follows a paused host: the takeover, maybe killed, and the wake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pause {
+    /// When the paused host wakes, after its pause; `None`: once the main line (the
+    /// takeover and any resume after it) has finished, so after the new attempt's commit.
+    pub wake_after_ms: Option<u64>,
+    /// SIGKILL of the host taking over, this long after it started: a host killed during a
+    /// takeover.
+    pub kill_takeover_after_ms: Option<u64>,
 }
 
 impl Fault {
+    /// A fault of the fleet: a stale host, or the journal going away.
+    pub fn is_fleet(&self) -> bool {
+        matches!(self, Fault::PauseHost(_) | Fault::EtcdRestart { .. })
+    }
+
     /// The kind, for the runner's counts.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -176,6 +200,8 @@ impl Fault {
             Fault::Restart { .. } => "cluster-restart",
             Fault::KillHost => "host-sigkill",
             Fault::RaceHost => "second-host-race",
+            Fault::PauseHost(_) => "host-paused",
+            Fault::EtcdRestart { .. } => "etcd-restart",
         }
     }
 }
@@ -197,14 +223,35 @@ impl Draw {
     fn pick<T: Copy>(&mut self, items: &[T]) -> T {
         items[self.0.below(items.len() as u64) as usize]
     }
+
+    /// A pause's wake and takeover kill. The lease is 2 s: a wake from 2.5 s on comes after
+    /// the takeover started; later ones fall in its phases or after it ended.
+    fn pause(&mut self) -> Pause {
+        Pause {
+            wake_after_ms: (!self.chance(3)).then(|| self.between(2_500, 12_000)),
+            kill_takeover_after_ms: self.chance(4).then(|| self.between(0, 3_000)),
+        }
+    }
 }
 
 impl Scenario {
-    /// The scenario of `seed`. Without etcd the journal is embedded and no second host races.
+    /// The scenario of `seed`. Without etcd the journal is embedded and no second host races,
+    /// pauses or loses its etcd.
     pub fn draw(seed: u64, etcd_available: bool) -> Scenario {
+        Scenario::draw_in(seed, etcd_available, false)
+    }
+
+    /// A fleet scenario: the etcd journal, and at least one stale or lost host (a pause, a
+    /// host killed during a takeover) or an etcd restart. Other seeds than [`Scenario::draw`]'s
+    /// (the fleet's are drawn from a generator of their own), so both ranges can grow.
+    pub fn draw_fleet(seed: u64) -> Scenario {
+        Scenario::draw_in(seed, true, true)
+    }
+
+    fn draw_in(seed: u64, etcd_available: bool, fleet: bool) -> Scenario {
         // Spread neighbouring seeds apart before the first draw.
         let mut d = Draw(SplitMix64::new(
-            seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5EED,
+            seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ if fleet { 0xF1EE7 } else { 0x5EED },
         ));
         let secondaries = d.between(0, 3) as usize;
         let storage = if secondaries > 0 && d.chance(3) {
@@ -230,7 +277,7 @@ impl Scenario {
             ]),
             phase: d.pick(&[CheckPhase::BeforeImport, CheckPhase::BeforeCommit]),
         });
-        let journal = if d.chance(3) && etcd_available {
+        let journal = if fleet || (d.chance(3) && etcd_available) {
             JournalKind::Etcd
         } else {
             JournalKind::Embedded
@@ -239,6 +286,9 @@ impl Scenario {
             .chance(6)
             .then(|| d.pick(lockstep::engine::faults::POINTS));
         let resume = d.pick(&[Resume::Recover, Resume::RunAgain]);
+        let etcd = journal == JournalKind::Etcd;
+        let pause_at = (etcd && crash_at.is_none() && d.chance(if fleet { 2 } else { 6 }))
+            .then(|| (d.pick(lockstep::engine::faults::POINTS), d.pause()));
 
         let ends: Vec<String> = std::iter::once(TARGET.to_string())
             .chain((0..secondaries).map(secondary))
@@ -249,7 +299,7 @@ impl Scenario {
         let mut schedule = Vec::new();
         for _ in 0..faults {
             let at_ms = d.between(0, WINDOW_MS);
-            let kind = d.between(0, 9);
+            let kind = d.between(0, if etcd { 11 } else { 9 });
             let fault = match kind {
                 0 | 1 if secondaries > 0 => {
                     let to = secondary(d.between(0, secondaries as u64 - 1) as usize);
@@ -312,8 +362,23 @@ impl Scenario {
                     nth: d.between(1, jobs.max(1)) as u32,
                     rows: d.between(1, 5) as i64,
                 },
-                9 if journal == JournalKind::Etcd => Fault::RaceHost,
+                9 if etcd => Fault::RaceHost,
+                10 => Fault::PauseHost(d.pause()),
+                11 => Fault::EtcdRestart {
+                    down_ms: d.between(200, 4_000),
+                },
                 _ => Fault::KillHost,
+            };
+            schedule.push(Timed { at_ms, fault });
+        }
+        if fleet && pause_at.is_none() && !schedule.iter().any(|t| t.fault.is_fleet()) {
+            let at_ms = d.between(0, WINDOW_MS);
+            let fault = if d.chance(3) {
+                Fault::EtcdRestart {
+                    down_ms: d.between(200, 4_000),
+                }
+            } else {
+                Fault::PauseHost(d.pause())
             };
             schedule.push(Timed { at_ms, fault });
         }
@@ -328,6 +393,7 @@ impl Scenario {
             check,
             journal,
             crash_at,
+            pause_at,
             resume,
             schedule,
         }
@@ -388,7 +454,7 @@ impl fmt::Display for Scenario {
         )?;
         writeln!(
             f,
-            "  job: atomicity {}, mirror_grace {} ms, check {}, journal {:?}, crash at {}, resume by {:?}",
+            "  job: atomicity {}, mirror_grace {} ms, check {}, journal {:?}, crash at {}, pause at {}, resume by {:?}",
             self.atomicity.name(),
             self.mirror_grace_ms,
             self.check.map_or("none".to_string(), |c| format!(
@@ -398,6 +464,10 @@ impl fmt::Display for Scenario {
             )),
             self.journal,
             self.crash_at.unwrap_or("none"),
+            self.pause_at
+                .map_or("none".to_string(), |(point, pause)| format!(
+                    "{point} {pause:?}"
+                )),
             self.resume
         )?;
         if self.schedule.is_empty() {

@@ -4,7 +4,7 @@
 
 use e2e::faults::checker::{self, Ending, Evidence, ProcessRun, Violation};
 use e2e::faults::runner::{RunnerConfig, SeedRun, run_seed};
-use e2e::faults::schedule::{Atomicity, Fault, JournalKind, Scenario, Timed};
+use e2e::faults::schedule::{Atomicity, Fault, JournalKind, Pause, Scenario, Timed};
 use e2e::{StorageLayout, World, WorldSpec, secondary};
 use lockstep::engine::faults::Bug;
 use lockstep::journal::embedded::FileJournal;
@@ -24,12 +24,41 @@ fn pinned(schedule: Vec<Timed>) -> Scenario {
     s.check = None;
     s.journal = JournalKind::Embedded;
     s.crash_at = None;
+    s.pause_at = None;
     s.schedule = schedule;
     s
 }
 
-async fn run_with(plant: Option<Bug>, scenario: &Scenario) -> anyhow::Result<SeedRun> {
-    run_seed(scenario, &RunnerConfig::from_env(plant)).await
+/// [`pinned`] on the etcd journal, with the first host pausing itself in `Holding` and
+/// waking once the host that took its job over has finished.
+fn stale_in_holding(kill_takeover_after_ms: Option<u64>) -> Scenario {
+    let mut s = pinned(vec![]);
+    s.journal = JournalKind::Etcd;
+    s.pause_at = Some((
+        "holding",
+        Pause {
+            wake_after_ms: None,
+            kill_takeover_after_ms,
+        },
+    ));
+    s
+}
+
+/// Whether this machine has the etcd the fleet scenarios run; under `CI=true` it must.
+fn etcd_here() -> bool {
+    let here = e2e::faults::etcd::binary().is_some();
+    assert!(
+        here || std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true, but there is no etcd binary on PATH"
+    );
+    if !here {
+        println!("SKIPPED: no etcd binary on PATH");
+    }
+    here
+}
+
+async fn run_with(plant: &[Bug], scenario: &Scenario) -> anyhow::Result<SeedRun> {
+    run_seed(scenario, &RunnerConfig::from_env(plant.to_vec())).await
 }
 
 /// Asserts that the run reported a violation `wanted` accepts, showing everything if not.
@@ -53,7 +82,7 @@ async fn catches_a_commit_sent_before_a_mirror_is_uncommitted() -> anyhow::Resul
             lag_ms: 1_500,
         },
     }]);
-    let run = run_with(Some(Bug::CommitEarly), &scenario).await?;
+    let run = run_with(&[Bug::CommitEarly], &scenario).await?;
     assert_caught(
         &run,
         &scenario,
@@ -73,7 +102,7 @@ async fn catches_an_abort_skipped_after_a_failure_before_the_decision() -> anyho
             state: JobState::Importing,
         },
     }]);
-    let run = run_with(Some(Bug::SkipAbort), &scenario).await?;
+    let run = run_with(&[Bug::SkipAbort], &scenario).await?;
     assert_caught(&run, &scenario, |v| {
         matches!(v, Violation::AbortSkipped { .. })
     });
@@ -83,7 +112,7 @@ async fn catches_an_abort_skipped_after_a_failure_before_the_decision() -> anyho
 #[tokio::test(flavor = "multi_thread")]
 async fn catches_a_commit_without_a_written_decision() -> anyhow::Result<()> {
     let scenario = pinned(vec![]);
-    let run = run_with(Some(Bug::NoDecision), &scenario).await?;
+    let run = run_with(&[Bug::NoDecision], &scenario).await?;
     assert_caught(&run, &scenario, |v| {
         matches!(v, Violation::CommitWithoutDecision { .. })
     });
@@ -105,7 +134,7 @@ fn short_mirror() -> Vec<Timed> {
 #[tokio::test(flavor = "multi_thread")]
 async fn catches_a_commit_of_a_job_a_mirror_imported_short() -> anyhow::Result<()> {
     let scenario = pinned(short_mirror());
-    let run = run_with(Some(Bug::SkipRows), &scenario).await?;
+    let run = run_with(&[Bug::SkipRows], &scenario).await?;
     assert_caught(
         &run,
         &scenario,
@@ -137,7 +166,7 @@ async fn the_same_scenario_without_a_planted_bug_passes() -> anyhow::Result<()> 
         short_mirror(),
     ] {
         let scenario = pinned(schedule);
-        let run = run_with(None, &scenario).await?;
+        let run = run_with(&[], &scenario).await?;
         assert!(
             run.violations.is_empty(),
             "{:#?}\n{scenario}\n{}",
@@ -148,11 +177,57 @@ async fn the_same_scenario_without_a_planted_bug_passes() -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Issue 26: a host paused in `Holding` wakes after another host re-ran its job and
+/// committed. With its fence checks passing whatever (the window no check closes) and its
+/// rollback dropping by name, it drops the collections attempt 2 committed.
+#[tokio::test(flavor = "multi_thread")]
+async fn catches_a_stale_host_dropping_the_restore_that_replaced_it() -> anyhow::Result<()> {
+    if !etcd_here() {
+        return Ok(());
+    }
+    let scenario = stale_in_holding(None);
+    let run = run_with(&[Bug::Unfenced, Bug::DropByName], &scenario).await?;
+    assert_caught(&run, &scenario, |v| {
+        matches!(v, Violation::CommittedGone { .. })
+    });
+    Ok(())
+}
+
+/// The same stale host, unfenced but dropping only by identity, leaves attempt 2 alone; a
+/// correct engine passes it too, and so does a takeover killed halfway.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_host_that_drops_by_identity_passes() -> anyhow::Result<()> {
+    if !etcd_here() {
+        return Ok(());
+    }
+    for (plant, kill_takeover) in [
+        (&[Bug::Unfenced][..], None),
+        (&[][..], None),
+        (&[][..], Some(300)),
+    ] {
+        let scenario = stale_in_holding(kill_takeover);
+        let run = run_with(plant, &scenario).await?;
+        assert!(
+            run.violations.is_empty(),
+            "planted {plant:?}: {:#?}\n{scenario}\n{}",
+            run.violations,
+            run.trace
+        );
+        assert_eq!(
+            run.outcome,
+            Some(lockstep::journal::Outcome::Succeeded),
+            "the takeover re-ran the job\n{scenario}\n{}",
+            run.trace
+        );
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drawn_seed_passes() -> anyhow::Result<()> {
-    let etcd = std::env::var("LOCKSTEP_TEST_ETCD").is_ok();
+    let etcd = e2e::faults::etcd::binary().is_some();
     let scenario = Scenario::draw(1, etcd);
-    let run = run_with(None, &scenario).await?;
+    let run = run_with(&[], &scenario).await?;
     assert!(
         run.violations.is_empty(),
         "{:#?}\n{scenario}\n{}",
@@ -188,8 +263,23 @@ fn without_etcd_no_scenario_uses_it() {
         let s = Scenario::draw(seed, false);
         assert_eq!(s.journal, JournalKind::Embedded, "seed {seed}");
         assert!(
-            !s.schedule.iter().any(|t| t.fault == Fault::RaceHost),
+            !s.schedule
+                .iter()
+                .any(|t| t.fault == Fault::RaceHost || t.fault.is_fleet()),
             "seed {seed}"
+        );
+        assert_eq!(s.pause_at, None, "seed {seed}");
+    }
+}
+
+#[test]
+fn every_fleet_seed_has_a_stale_or_lost_host_or_an_etcd_restart() {
+    for seed in 0..500 {
+        let s = Scenario::draw_fleet(seed);
+        assert_eq!(s.journal, JournalKind::Etcd, "seed {seed}");
+        assert!(
+            s.pause_at.is_some() || s.schedule.iter().any(|t| t.fault.is_fleet()),
+            "seed {seed}: {s}"
         );
     }
 }
