@@ -295,7 +295,7 @@ impl ImportBatch {
         })
     }
 
-    /// The import options milvus-backup sends for this batch (reference §2.4):
+    /// The import options milvus-backup sends for this batch (docs/milvus-facts.md §5.4):
     /// `skip_disk_quota_check`, `backup` or `l0_import`, `storage_version` when > 0,
     /// `end_ts` when truncating, `ezk` when the database has one. `auto_commit` is the
     /// engine's to add: it depends on the strategy, not on the batch.

@@ -1,7 +1,7 @@
 //! DDL on the target only: databases, collections with their schema, partitions and indexes,
 //! as the plan says. Milvus replicates DDL to the secondaries over CDC; lockstep never sends
 //! DDL to a secondary (it would be refused), it waits until each shows the collection, since a
-//! mirror whose collection has not arrived is silently never created (reference §2.2).
+//! mirror whose collection has not arrived is silently never created (docs/milvus-facts.md §2.2).
 
 use std::time::Duration;
 

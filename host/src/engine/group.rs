@@ -662,7 +662,7 @@ fn create_failed(attempt: &Attempt<'_>, e: &milvus::Error) -> Error {
 /// The batch's options plus `auto_commit=false`: the job waits Uncommitted for our commit.
 /// Never a `timeout`, whatever a journal record holds: Milvus 3.0.0 and 3.0.1 fail a
 /// Committing job whose timeout runs out (`tryTimeoutJob` skips only Failed and Completed),
-/// which can leave its vchannels partly visible (milvus-3.0-changes §2.5). Without one, a
+/// which can leave its vchannels partly visible (docs/milvus-facts.md §2.6). Without one, a
 /// held job waits for the commit as long as it takes.
 pub(super) fn import_options(b: &BatchRecord) -> BTreeMap<String, String> {
     let mut options = b.options.clone();

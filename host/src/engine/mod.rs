@@ -46,6 +46,7 @@ mod rows;
 mod run;
 pub mod schedule;
 mod staging;
+mod streams;
 mod two_phase;
 
 pub use ends::{EndClient, Ends, RecoverError};

@@ -202,9 +202,9 @@ fn check_path_forms(job: &Job, refusals: &mut Vec<Refusal>) {
     }
 }
 
-/// The replication rules (reference milvus-api.md §3.4): with secondaries, the target must be
-/// the primary of a replicating star and the secondaries exactly its targets; without them,
-/// the target must not replicate; `per_seg` (auto-commit) never meets replication.
+/// The replication rules: with secondaries, the target must be the primary of a replicating
+/// star, the secondaries exactly its targets, and each one's replication moving; without
+/// them, the target must not replicate; `per_seg` (auto-commit) never meets replication.
 async fn check_topology(
     job: &Job,
     ends: &Ends,
@@ -306,6 +306,10 @@ async fn check_topology(
                 uri: uri_of(c),
             });
         }
+    }
+    // The topology names every secondary; that does not say their replication moves.
+    if refusals.is_empty() {
+        refusals.extend(super::streams::stalled(me, ends.secondaries()).await);
     }
 }
 

@@ -114,6 +114,35 @@ pub enum Refusal {
         uri: String,
     },
     #[error(
+        "secondary {secondary}'s replication from cluster {from} has not moved in \
+         {waited_ms} ms on {}: its checkpoint stands {behind}; the topology still names it, so \
+         the replication stopped without saying so (as milvus#52727 does after a standby is \
+         seeded), and its mirrors would never appear; get the replication moving again \
+         before the restore",
+        .pchannels.join(", ")
+    )]
+    StreamStalled {
+        secondary: String,
+        /// The cluster it replicates from.
+        from: String,
+        pchannels: Vec<String>,
+        /// Where the oldest checkpoint stands, in words.
+        behind: String,
+        waited_ms: u64,
+    },
+    #[error(
+        "secondary {secondary} has no replication checkpoint from cluster {from} on \
+         {pchannel} (GetReplicateInfo), although the topology names it as a target; it does \
+         not replicate, and its mirrors would never appear"
+    )]
+    NoCheckpoint {
+        secondary: String,
+        from: String,
+        pchannel: String,
+    },
+    #[error("cannot read the replication progress of secondary {secondary}: {reason}")]
+    StreamUnreadable { secondary: String, reason: String },
+    #[error(
         "secondary {secondary} reads import paths as {secondary_paths}, but the target \
          {target} as {target_paths}; a mirror imports the target's paths verbatim, so set \
          storage_type and local_storage_path alike on every end"
@@ -236,6 +265,9 @@ impl Refusal {
             Refusal::ReplicatingTooOld { .. } => "replicating_too_old",
             Refusal::NotATarget { .. } => "not_a_target",
             Refusal::UnnamedTarget { .. } => "unnamed_target",
+            Refusal::StreamStalled { .. } => "stream_stalled",
+            Refusal::NoCheckpoint { .. } => "no_checkpoint",
+            Refusal::StreamUnreadable { .. } => "stream_unreadable",
             Refusal::PathForms { .. } => "path_forms",
             Refusal::Rbac => "rbac",
             Refusal::DropExistIndex => "drop_exist_index",
@@ -322,6 +354,13 @@ mod tests {
                 backup: "nightly".into(),
                 reason: "backup_meta.json not found".into(),
             },
+            Refusal::StreamStalled {
+                secondary: "b".into(),
+                from: "a".into(),
+                pchannels: vec!["a-dml_0".into(), "a-dml_1".into()],
+                behind: "at 2026-12-03T08:00:00Z, 64 s behind this host's clock".into(),
+                waited_ms: 5_000,
+            },
         ];
         for refusal in &all {
             let text = refusal.to_string();
@@ -359,5 +398,9 @@ mod tests {
             all[10].to_string(),
             "backup nightly: backup_meta.json not found"
         );
+        assert!(all[11].to_string().starts_with(
+            "secondary b's replication from cluster a has not moved in 5000 ms on a-dml_0, \
+             a-dml_1: its checkpoint stands at 2026-12-03T08:00:00Z, 64 s behind"
+        ));
     }
 }

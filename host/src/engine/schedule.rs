@@ -6,8 +6,8 @@
 //! poll every 3 s). Two mechanisms reconcile them:
 //!
 //! - Each pair predicts when its next transition is due from the rate its progress number moves
-//!   (Milvus reports 0–99 through the stages of §1.4), polls sparsely while it is far, and fast
-//!   once it is near or overdue.
+//!   (Milvus reports 0–99 through the stages, docs/milvus-facts.md §1.4), polls sparsely while
+//!   it is far, and fast once it is near or overdue.
 //! - A token bucket caps the average rate at [`CALLS_PER_JOB_PER_SECOND`] per job while letting
 //!   tokens saved in quiet stretches be spent in a burst around a transition.
 
@@ -31,7 +31,8 @@ pub const CALLS_PER_JOB_PER_SECOND: f64 = 0.9;
 /// every pair of one job around its transition.
 const BURST_PER_JOB: f64 = 12.0;
 
-/// The progress Milvus reports for Uncommitted and Committing (§1.4); Completed is 100.
+/// The progress Milvus reports for Uncommitted and Committing (docs/milvus-facts.md §1.4);
+/// Completed is 100.
 const READY_PROGRESS: i64 = 99;
 
 /// When a new schedule first asks each pair.

@@ -12,7 +12,7 @@
 //!   [`Error::ClaimLost`].
 //!
 //! A lease proves nothing to Milvus, which cannot check a fencing token; the engine re-reads
-//! every end's job states right before it commits or aborts (reference reliability.md §3),
+//! every end's job states right before it commits or aborts (docs/milvus-facts.md §6.2),
 //! and a takeover re-reads the record under its new claim before acting.
 
 use std::collections::HashMap;

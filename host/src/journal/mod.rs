@@ -1,6 +1,6 @@
 //! Durable restore state: what was submitted, what was decided, how it ended.
 //!
-//! The journal is the coordinator's memory across crashes (reference reliability.md §1): every
+//! The journal is the coordinator's memory across crashes (docs/milvus-facts.md §6.1): every
 //! import job's Idempotency-Key is written before its create is sent, the commit decision is
 //! made durable before any commit is sent, and a restore found unfinished is resolved by the
 //! presumption it records: no decision → abort what was submitted; decision → roll forward.

@@ -1,5 +1,5 @@
 //! The gRPC MilvusService subset lockstep uses: version, replication topology and DDL on the
-//! target, and the v1 `Import` of the `per_seg` strategy (reference milvus-api.md §3–4).
+//! target, and the v1 `Import` of the `per_seg` strategy (docs/milvus-facts.md §3–4).
 //!
 //! A `common.Status` with a non-zero `code` is an error; transport failures (the end is away
 //! or restarting) are [`Error::Unreachable`] so the caller's retry applies.
@@ -29,6 +29,17 @@ impl Interceptor for Auth {
     }
 }
 
+/// What a secondary says of its replication from one pchannel of its source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicateProgress {
+    /// The server has no `GetReplicateInfo` (older than CDC in streaming mode).
+    Unsupported,
+    /// No checkpoint: the end does not replicate from that source.
+    NotReplicating,
+    /// The time tick (hybrid timestamp) up to which it has applied the source's messages.
+    At(u64),
+}
+
 /// A client for one end's gRPC MilvusService.
 #[derive(Clone)]
 pub struct GrpcClient {
@@ -55,7 +66,7 @@ pub struct IndexSpec {
     pub params: Vec<(String, String)>,
 }
 
-/// A v1 import task's state, as `GetImportState` reports it (§4.4).
+/// A v1 import task's state, as `GetImportState` reports it (docs/milvus-facts.md §4.4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct V1ImportState {
     pub state: ImportState,
@@ -120,6 +131,31 @@ impl GrpcClient {
             }
             Err(status) if status.code() == tonic::Code::Unimplemented => Ok(None),
             Err(status) => Err(self.transport("GetReplicateConfiguration", status)),
+        }
+    }
+
+    /// `GetReplicateInfo` asked of this end (a secondary): how far its replication from
+    /// cluster `source` has come on the source's pchannel `pchannel`.
+    pub async fn replicate_progress(
+        &self,
+        source: &str,
+        pchannel: &str,
+    ) -> Result<ReplicateProgress> {
+        let request = GetReplicateInfoRequest {
+            source_cluster_id: source.to_owned(),
+            target_pchannel: pchannel.to_owned(),
+        };
+        match self.inner.clone().get_replicate_info(request).await {
+            // The answer has no status: a cluster that is no secondary of `source` leaves the
+            // checkpoint unset rather than failing.
+            Ok(resp) => Ok(match resp.into_inner().checkpoint {
+                Some(c) => ReplicateProgress::At(c.time_tick),
+                None => ReplicateProgress::NotReplicating,
+            }),
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                Ok(ReplicateProgress::Unsupported)
+            }
+            Err(status) => Err(self.transport("GetReplicateInfo", status)),
         }
     }
 

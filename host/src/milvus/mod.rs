@@ -13,7 +13,7 @@ pub mod version;
 use std::fmt;
 use std::time::Duration;
 
-pub use grpc::{CollectionInfo, GrpcClient, IndexSpec, V1ImportState};
+pub use grpc::{CollectionInfo, GrpcClient, IndexSpec, ReplicateProgress, V1ImportState};
 pub use rest::{CreateImport, ImportListEntry, ImportProgress, RestClient};
 pub use topology::Topology;
 pub use version::ServerVersion;
@@ -38,8 +38,8 @@ impl fmt::Display for MilvusJobId {
     }
 }
 
-/// The external job state REST reports (reference §1.4). `Unknown` covers `None` and any
-/// name this version of lockstep does not know.
+/// The external job state REST reports (docs/milvus-facts.md §1.4). `Unknown` covers `None` and
+/// any name this version of lockstep does not know.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]

@@ -1,4 +1,4 @@
-//! The REST v2 import routes under `/v2/vectordb/jobs/import/` (reference milvus-api.md §1–2).
+//! The REST v2 import routes under `/v2/vectordb/jobs/import/` (docs/milvus-facts.md §1–2).
 //!
 //! Every answer is HTTP 200 with a `{code, message, data}` envelope; a non-zero `code` is an
 //! error whatever the HTTP status says. Commit and abort exist only here, not on gRPC.

@@ -1,4 +1,4 @@
-//! What a client can learn from `GetReplicateConfiguration` (reference milvus-api.md §3.4).
+//! What a client can learn from `GetReplicateConfiguration` (docs/milvus-facts.md §3.3).
 //!
 //! Milvus never tells a server its own cluster id, so lockstep finds the ends it was given
 //! in the configuration by the URI it dialled (or by an explicit cluster id from the host

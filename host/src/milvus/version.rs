@@ -1,4 +1,4 @@
-//! Milvus version strings, as `GetVersion` reports them (reference milvus-api.md §4.3).
+//! Milvus version strings, as `GetVersion` reports them (docs/milvus-facts.md §4.2).
 //!
 //! Release builds report `3.0.0` or `2.6.24`, servers up to 2.5 report `git describe` tags such
 //! as `v2.5.4`, and development builds report `<branch>-<YYYYMMDD>-<shortsha>`. A string that is

@@ -1,5 +1,5 @@
-//! The REST API, compatible with milvus-backup's server where it overlaps (reference
-//! milvus-backup.md §4): `POST /api/v1/restore` with its request fields (plus `target`,
+//! The REST API, compatible with milvus-backup's server where it overlaps
+//! (docs/milvus-facts.md §5.5): `POST /api/v1/restore` with its request fields (plus `target`,
 //! `secondaries` and `strategy`), `GET /api/v1/get_restore?id=`, and the `{requestId, code,
 //! msg, data}` envelope with its codes, HTTP 200 for every answer but a body that is not
 //! JSON (HTTP 400 `{"error": ...}`, as gin answers). Unlike milvus-backup, state is the

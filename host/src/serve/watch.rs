@@ -3,7 +3,7 @@
 //! if that has not reached its decision. Job files are never moved, renamed or rewritten
 //! (they usually live in git); reports go to the state directory.
 //!
-//! Events are only triggers (reference wasm-hosts.md §6): the debouncer's batches, and any
+//! Events are only triggers (docs/milvus-facts.md §7): the debouncer's batches, and any
 //! rescan after an inotify overflow, make the watcher re-list the directory and compare each
 //! file's size, modification time and inode with what it saw last, so a lost or merged event
 //! costs nothing and 10,000 files cost one `readdir` and 10,000 `stat`s per trigger. Only a

@@ -247,13 +247,17 @@ async fn editor_files_are_ignored_and_a_bad_file_gets_a_located_report_and_runs_
 }
 
 /// Deleting the file of a restore that has not decided cancels it: it rolls back and leaves
-/// nothing anywhere. (The stream to the standby is paused, so the restore waits for its DDL
-/// to be mirrored when the file goes.)
+/// nothing anywhere. (The stream to the standby lags 4 s behind, so the restore waits for
+/// its DDL to be mirrored when the file goes. A lag, not a pause: preflight refuses a stream
+/// that stands still, and one whose lag just grew stands still only that long.)
 #[tokio::test]
 async fn deleting_the_file_of_an_undecided_restore_rolls_it_back() {
     let world = World::start().await;
     let primary = world.sim.cluster("primary").control();
-    primary.pause_stream("standby").await.unwrap();
+    primary
+        .set_stream_lag("standby", Duration::from_secs(4))
+        .await
+        .unwrap();
     let w = Watching::start(&world).await;
     let path = w.write("slow.toml", &world.job("slow", "_s"));
     eventually(Duration::from_secs(30), "the target's DDL", || async {
@@ -261,7 +265,10 @@ async fn deleting_the_file_of_an_undecided_restore_rolls_it_back() {
     })
     .await;
     std::fs::remove_file(&path).unwrap();
-    primary.resume_stream("standby").await.unwrap();
+    primary
+        .set_stream_lag("standby", Duration::ZERO)
+        .await
+        .unwrap();
     let report = w.latest("slow", Outcome::RolledBack).await;
     assert!(report.collections.iter().all(|c| !c.committed));
     eventually(

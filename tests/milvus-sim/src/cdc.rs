@@ -6,10 +6,17 @@
 //! a lag change applies to messages already queued. Delivery itself (waiting for a restarting
 //! target, applying on the secondary) is the caller's function, so this module knows nothing
 //! of clusters.
+//!
+//! A stream also has a checkpoint, what a secondary's `GetReplicateInfo` answers: the time
+//! tick up to which the secondary has everything. A primary's WAL carries a time tick every
+//! few hundred milliseconds even when nothing is written, so a flowing stream's checkpoint
+//! follows the clock, `lag` behind, held back only by a message still on its way. A paused
+//! stream's checkpoint stands still: that is how a replication that stopped silently while
+//! the configuration still names it (milvus#52727) looks from outside.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -96,7 +103,37 @@ pub struct CdcStream {
     settings: watch::Sender<Settings>,
     sent: AtomicU64,
     applied: Arc<AtomicU64>,
+    /// Send times of the messages not applied yet, oldest first.
+    in_flight: Arc<Mutex<VecDeque<Instant>>>,
+    clock: Clock,
+    /// The checkpoint last answered: it never goes back, and a pause freezes it.
+    checkpoint: Mutex<u64>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// Turns the stream's instants into Milvus time ticks: wall-clock milliseconds since the
+/// epoch shifted left 18 bits, the physical part of a hybrid timestamp.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    started: Instant,
+    started_ms: i64,
+}
+
+impl Clock {
+    fn now() -> Clock {
+        Clock {
+            started: Instant::now(),
+            started_ms: jiff::Timestamp::now().as_millisecond(),
+        }
+    }
+
+    fn tick(&self, at: Instant) -> u64 {
+        let ms = match at.checked_duration_since(self.started) {
+            Some(after) => self.started_ms + after.as_millis() as i64,
+            None => self.started_ms - self.started.duration_since(at).as_millis() as i64,
+        };
+        (ms.max(0) as u64) << 18
+    }
 }
 
 impl CdcStream {
@@ -108,25 +145,54 @@ impl CdcStream {
             flow: Flow::Flowing,
         });
         let applied = Arc::new(AtomicU64::new(0));
-        let task = tokio::spawn(deliver_in_order(rx, settings_rx, deliver, applied.clone()));
+        let in_flight = Arc::new(Mutex::new(VecDeque::new()));
+        let task = tokio::spawn(deliver_in_order(
+            rx,
+            settings_rx,
+            deliver,
+            applied.clone(),
+            in_flight.clone(),
+        ));
+        let clock = Clock::now();
+        let now = Instant::now();
         CdcStream {
             target,
             queue,
             settings,
             sent: AtomicU64::new(0),
             applied,
+            in_flight,
+            clock,
+            checkpoint: Mutex::new(clock.tick(now.checked_sub(lag).unwrap_or(now))),
             task,
         }
+    }
+
+    /// The time tick up to which the secondary has every message: see the module's doc.
+    pub fn checkpoint(&self) -> u64 {
+        let settings = *self.settings.borrow();
+        let mut last = self.checkpoint.lock().expect("not poisoned");
+        if settings.flow == Flow::Flowing {
+            let now = Instant::now();
+            let mut through = now.checked_sub(settings.lag).unwrap_or(now);
+            if let Some(oldest) = self.in_flight.lock().expect("not poisoned").front() {
+                through = through.min(*oldest);
+            }
+            *last = (*last).max(self.clock.tick(through));
+        }
+        *last
     }
 
     pub fn send(&self, message: CdcMessage) {
         tracing::debug!(target = %self.target, kind = message.kind(), "cdc send");
         self.sent.fetch_add(1, Ordering::Relaxed);
+        let sent_at = Instant::now();
+        self.in_flight
+            .lock()
+            .expect("not poisoned")
+            .push_back(sent_at);
         // The receiver lives as long as the task, which lives as long as this stream.
-        let _ = self.queue.send(Queued {
-            sent_at: Instant::now(),
-            message,
-        });
+        let _ = self.queue.send(Queued { sent_at, message });
     }
 
     pub fn set_lag(&self, lag: Duration) {
@@ -134,6 +200,8 @@ impl CdcStream {
     }
 
     pub fn set_flow(&self, flow: Flow) {
+        // The checkpoint stops where the stream stops.
+        self.checkpoint();
         self.settings.send_modify(|s| s.flow = flow);
     }
 
@@ -160,6 +228,7 @@ async fn deliver_in_order(
     mut settings: watch::Receiver<Settings>,
     deliver: Deliver,
     applied: Arc<AtomicU64>,
+    in_flight: Arc<Mutex<VecDeque<Instant>>>,
 ) {
     while let Some(Queued { sent_at, message }) = queue.recv().await {
         loop {
@@ -181,6 +250,7 @@ async fn deliver_in_order(
         }
         deliver(message).await;
         applied.fetch_add(1, Ordering::Relaxed);
+        in_flight.lock().expect("not poisoned").pop_front();
     }
 }
 
@@ -221,6 +291,59 @@ mod tests {
         assert_eq!(got.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [1, 2]);
         assert!(got[0].1 - start >= Duration::from_secs(2));
         assert_eq!(stream.snapshot().applied, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_checkpoint_follows_the_clock_behind_the_lag_and_stops_while_paused() {
+        let (deliver, _) = recorder();
+        let stream = CdcStream::start("b".into(), Duration::from_millis(500), deliver);
+        let first = stream.checkpoint();
+        assert!(first > 0);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let flowing = stream.checkpoint();
+        assert_eq!(
+            (flowing - first) >> 18,
+            1_000,
+            "a second later, a second further"
+        );
+
+        // A message on its way holds the checkpoint at its send time until it is applied.
+        stream.set_lag(Duration::from_secs(5));
+        let held = stream.checkpoint();
+        stream.send(CdcMessage::CommitImport { job_id: 1 });
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(
+            stream.checkpoint() > held,
+            "applied after 5 s; the clock runs on"
+        );
+
+        stream.set_flow(Flow::Paused);
+        let stalled = stream.checkpoint();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(
+            stream.checkpoint(),
+            stalled,
+            "a paused stream's checkpoint stands still"
+        );
+        stream.set_flow(Flow::Flowing);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(stream.checkpoint() > stalled);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_on_its_way_holds_the_checkpoint_back() {
+        // A secondary that never finishes applying the message (a restart that never ends).
+        let stuck: Deliver = Arc::new(|_| Box::pin(futures::future::pending()));
+        let stream = CdcStream::start("b".into(), Duration::ZERO, stuck);
+        let before = stream.checkpoint();
+        stream.send(CdcMessage::CommitImport { job_id: 1 });
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            stream.checkpoint(),
+            before,
+            "held at the message's send time"
+        );
+        assert_eq!(stream.snapshot().applied, 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::Duration;
 
-use milvus_proto::common::ReplicateConfiguration;
+use milvus_proto::common::{ReplicateCheckpoint, ReplicateConfiguration};
 use object_store::ObjectStore;
 use tokio::sync::{Notify, watch};
 
@@ -37,7 +37,7 @@ use crate::topology::ClusterSpec;
 use crate::topology::StorageType;
 use crate::version::{ImportFace, ServerVersion};
 
-/// Reason a rollback gives a job (Milvus's `import_job.go`, milvus-3.0-changes §2.2).
+/// Reason a rollback gives a job (Milvus's `import_job.go`, docs/milvus-facts.md §2.3).
 pub const ABORTED_BY_USER: &str = "aborted by user";
 /// Why an L0 import is refused, or a replicated one created Failed, with
 /// `dataCoord.import.enableL0Import` off (Milvus 3.0's default, `services.go`).
@@ -340,7 +340,7 @@ impl Cluster {
 
     // ------------------------------------------------------------------ imports
 
-    /// REST create / gRPC Import on this cluster (reference §1, §2.1).
+    /// REST create / gRPC Import on this cluster (docs/milvus-facts.md §1, §2.1).
     pub fn create_import(&self, req: CreateImport) -> Result<i64, MilvusError> {
         let mut state = self.lock();
         let collection = state
@@ -504,7 +504,7 @@ impl Cluster {
         self.lock().jobs.get(&job_id).map(|e| e.job.clone())
     }
 
-    /// describe / get_progress: the job under a string id (reference §1.3).
+    /// describe / get_progress: the job under a string id (docs/milvus-facts.md §1.3).
     pub fn describe_import(&self, raw_id: &str) -> Result<ImportJob, MilvusError> {
         let job_id: i64 = raw_id.parse().map_err(|_| {
             MilvusError::new(
@@ -574,7 +574,7 @@ impl Cluster {
             .map_err(|_| MilvusError::parameter_invalid("int64 jobId", raw))
     }
 
-    /// REST commit, its checks in Milvus 3.0's order (milvus-3.0-changes §2.2): the job must
+    /// REST commit, its checks in Milvus 3.0's order (docs/milvus-facts.md §2.3): the job must
     /// exist (2101); Committing or Completed is a no-op, anything but Uncommitted is refused
     /// (2100); then an auto-commit job is refused; and only the broadcast, last, fails on a
     /// standby, so a standby answers for its mirror's state first.
@@ -607,7 +607,7 @@ impl Cluster {
         Ok(job_id)
     }
 
-    /// REST abort (milvus-3.0-changes §2.2): a job already aborted by the user is a no-op; a
+    /// REST abort (docs/milvus-facts.md §2.3): a job already aborted by the user is a no-op; a
     /// committing or completed one is refused; any other state, a job that failed on its own
     /// included, is rolled back everywhere (it keeps its own reason here), after the
     /// auto-commit guard and, on a standby, the refusal of the broadcast.
@@ -735,9 +735,37 @@ impl Cluster {
             .map(replication::sanitize)
     }
 
-    /// `UpdateReplicateConfiguration` (reference §3): validated with Milvus's rules; on the
-    /// primary the new config also travels to its secondaries over the stream. A cluster that is
-    /// a secondary waits for the config to arrive through CDC.
+    /// `GetReplicateInfo` on this cluster: how far its replication from `source` has come on
+    /// the source's pchannel `pchannel`, read off the source's stream to this cluster. `None`
+    /// unless this cluster is a secondary of `source` and the pchannel is one of the source's.
+    pub fn replicate_checkpoint(
+        &self,
+        source: &str,
+        pchannel: &str,
+    ) -> Option<ReplicateCheckpoint> {
+        let role = replication::role_of(self.lock().replicate_config.as_ref(), self.id());
+        if !matches!(&role, Role::Secondary { primary } if primary == source) {
+            return None;
+        }
+        let primary = self.0.registry.upgrade()?.get(source)?;
+        if !primary.0.pchannels.iter().any(|p| p == pchannel) {
+            return None;
+        }
+        let time_tick = {
+            let mut state = primary.lock();
+            primary.stream(&mut state, self.id()).checkpoint()
+        };
+        Some(ReplicateCheckpoint {
+            cluster_id: source.to_owned(),
+            pchannel: pchannel.to_owned(),
+            message_id: None,
+            time_tick,
+        })
+    }
+
+    /// `UpdateReplicateConfiguration` (docs/milvus-facts.md §3.1): validated with Milvus's rules;
+    /// on the primary the new config also travels to its secondaries over the stream. A cluster
+    /// that is a secondary waits for the config to arrive through CDC.
     pub async fn update_replicate_configuration(
         &self,
         incoming: &ReplicateConfiguration,
@@ -894,7 +922,7 @@ impl Cluster {
             .expect("lag lock is never poisoned") = lag;
     }
 
-    /// A secondary applies one replicated message (reference §2.2).
+    /// A secondary applies one replicated message (docs/milvus-facts.md §2.2).
     pub(crate) fn apply_replicated(&self, source: &str, message: CdcMessage) {
         tracing::debug!(
             cluster = self.id(),

@@ -71,7 +71,7 @@ async fn drive(cluster: Cluster, job_id: i64) {
             break;
         };
         // Released 3.0.x's `tryTimeoutJob` skips only Failed and Completed, so a Committing
-        // job times out too; newer code spares it (milvus-3.0-changes §2.5).
+        // job times out too; newer code spares it (docs/milvus-facts.md §2.6).
         let times_out = state.can_fail()
             || (state == JobState::Committing && !cluster.spec().timeout_spares_committing);
         let deadline = async {

@@ -1,6 +1,6 @@
-//! The gRPC `milvus.proto.milvus.MilvusService` subset (reference §4), answering as Milvus's
-//! proxy does: failures travel in `common.Status` (merr code and message) with gRPC status OK;
-//! only injected faults (`Unavailable`) and failed authentication are gRPC errors.
+//! The gRPC `milvus.proto.milvus.MilvusService` subset (docs/milvus-facts.md §4), answering as
+//! Milvus's proxy does: failures travel in `common.Status` (merr code and message) with gRPC
+//! status OK; only injected faults (`Unavailable`) and failed authentication are gRPC errors.
 //!
 //! pymilvus's `MilvusClient` calls Connect when it connects, CreateCollection + CreateIndex +
 //! DescribeIndex (until Finished) + LoadCollection + GetLoadingProgress (until 100) in
@@ -223,8 +223,8 @@ fn describe(c: &Collection, db_id: i64) -> DescribeCollectionResponse {
     }
 }
 
-/// GetImportState's view of a job (reference §4.4): Uncommitted and Committing of a manual job
-/// map to ImportFailed, as Milvus's `convertToV1` does.
+/// GetImportState's view of a job (docs/milvus-facts.md §4.4): Uncommitted and Committing of a
+/// manual job map to ImportFailed, as Milvus's `convertToV1` does.
 fn import_state(job: &ImportJob, progress: i64, imported: i64) -> GetImportStateResponse {
     let state = match job.external_state() {
         ExternalState::Pending => ImportState::ImportPending,
@@ -354,6 +354,13 @@ impl Privileged for UpdateReplicateConfigurationRequest {
 impl Privileged for GetReplicateConfigurationRequest {
     fn required(&self, _: &str) -> Option<Required> {
         Some(Required::cluster("GetReplicateConfiguration"))
+    }
+}
+
+/// No privilege is known for it; any authenticated caller may ask.
+impl Privileged for GetReplicateInfoRequest {
+    fn required(&self, _: &str) -> Option<Required> {
+        None
     }
 }
 
@@ -645,7 +652,7 @@ impl MilvusService for MilvusGrpc {
             db_name: req.db_name,
             collection_name: req.collection_name,
             partition_name: req.partition_name,
-            // v1 Import wraps ImportV2 with every file in one group (reference §4.4).
+            // v1 Import wraps ImportV2 with every file in one group (docs/milvus-facts.md §4.4).
             files: if req.files.is_empty() {
                 Vec::new()
             } else {
@@ -693,7 +700,7 @@ impl MilvusService for MilvusGrpc {
         request: Request<ListImportTasksRequest>,
     ) -> Result<Response<ListImportTasksResponse>, tonic::Status> {
         self.serve("ListImportTasks", request, |cluster, req| {
-            // Milvus ignores `limit` here (reference §4.4).
+            // Milvus ignores `limit` here (docs/milvus-facts.md §4.4).
             let jobs = cluster.list_imports(&req.db_name, Some(&req.collection_name))?;
             Ok(ListImportTasksResponse {
                 status: Some(merr::success()),
@@ -817,6 +824,31 @@ impl MilvusService for MilvusGrpc {
             )),
         };
         self.finish("UpdateReplicateConfiguration", None, result)
+    }
+
+    /// Asked of a secondary. No status field: a secondary of another source, or a cluster
+    /// that is no secondary, answers with the checkpoint unset, as Milvus swallows its
+    /// replicate-violation error.
+    async fn get_replicate_info(
+        &self,
+        request: Request<GetReplicateInfoRequest>,
+    ) -> Result<Response<GetReplicateInfoResponse>, tonic::Status> {
+        self.admit("GetReplicateInfo", &request).await?;
+        let request = request.into_inner();
+        let checkpoint = self
+            .cluster
+            .replicate_checkpoint(&request.source_cluster_id, &request.target_pchannel);
+        self.cluster.record_request(
+            Protocol::Grpc,
+            &format!("{SERVICE}/GetReplicateInfo"),
+            None,
+            Some(0),
+            None,
+        );
+        Ok(Response::new(GetReplicateInfoResponse {
+            checkpoint,
+            salvage_checkpoint: None,
+        }))
     }
 
     async fn get_replicate_configuration(

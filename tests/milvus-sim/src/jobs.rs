@@ -1,7 +1,7 @@
 //! Import jobs: the model every face reads (REST describe, gRPC GetImportState, the control
 //! API's state), the internal state machine of Milvus's import checker, and how internal states
-//! show over REST (reference §1.4). The task that walks a job through its stages lives in
-//! [`crate::executor`].
+//! show over REST (docs/milvus-facts.md §1.4). The task that walks a job through its stages
+//! lives in [`crate::executor`].
 
 use std::collections::BTreeMap;
 
@@ -29,12 +29,12 @@ impl JobState {
         matches!(self, JobState::Completed | JobState::Failed)
     }
 
-    /// Counts toward `maxImportJobNum` (Uncommitted included, reference §2.1).
+    /// Counts toward `maxImportJobNum` (Uncommitted included, docs/milvus-facts.md §2.1).
     pub fn is_active(self) -> bool {
         !self.is_terminal()
     }
 
-    /// Any state before Committing can go to Failed (reference §1.4).
+    /// Any state before Committing can go to Failed (docs/milvus-facts.md §1.4).
     pub fn can_fail(self) -> bool {
         !matches!(
             self,
@@ -87,7 +87,8 @@ impl JobState {
     }
 }
 
-/// The state REST shows (reference §1.4): PreImporting, Sorting and IndexBuilding never appear.
+/// The state REST shows (docs/milvus-facts.md §1.4): PreImporting, Sorting and IndexBuilding
+/// never appear.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ExternalState {
     Pending,
@@ -240,8 +241,8 @@ impl ImportJob {
         self.enter(JobState::Failed);
     }
 
-    /// The REST state (reference §1.4): an auto-commit job shows Importing while Uncommitted or
-    /// Committing, because its client never has to act on those states.
+    /// The REST state (docs/milvus-facts.md §1.4): an auto-commit job shows Importing while
+    /// Uncommitted or Committing, because its client never has to act on those states.
     pub fn external_state(&self) -> ExternalState {
         match (self.state, self.commit_mode()) {
             (JobState::Pending, _) => ExternalState::Pending,
@@ -253,8 +254,8 @@ impl ImportJob {
         }
     }
 
-    /// Progress 0–100 of the V1 pipeline (reference §1.4), interpolated within a stage by the
-    /// time spent in it against the stage's configured duration.
+    /// Progress 0–100 of the V1 pipeline (docs/milvus-facts.md §1.4), interpolated within a stage
+    /// by the time spent in it against the stage's configured duration.
     pub fn progress(&self, stage_fraction: f64) -> i64 {
         let (low, high) = match self.state {
             JobState::Pending => (0, 10),

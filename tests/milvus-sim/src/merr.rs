@@ -4,7 +4,7 @@
 
 use milvus_proto::common::{ErrorCode, Status};
 
-/// The merr codes milvus-sim answers with (reference §4.1).
+/// The merr codes milvus-sim answers with (docs/milvus-facts.md §4.1).
 pub mod code {
     pub const SUCCESS: i32 = 0;
     pub const COLLECTION_NOT_FOUND: i32 = 100;
@@ -101,7 +101,7 @@ impl MilvusError {
     }
 
     /// A write broadcast on a replication standby: `broadcaster.ErrNotPrimary`, a plain Go
-    /// error, hence 65535 (milvus-3.0-changes §2.3).
+    /// error, hence 65535 (docs/milvus-facts.md §2.4).
     pub fn not_primary() -> Self {
         Self::new(
             code::UNEXPECTED,

@@ -1,5 +1,5 @@
 //! The `options` map of an import request, parsed as Milvus's
-//! `internal/util/importutilv2/option.go` parses it (reference §1.5).
+//! `internal/util/importutilv2/option.go` parses it (docs/milvus-facts.md §1.5).
 //!
 //! Messages follow Milvus's `"parse <key> failed, err=<Go error>"` shape wrapped in
 //! `ErrImportFailed` (code 2100). The texts for `source_type`, `external_spec`,

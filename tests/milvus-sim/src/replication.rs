@@ -1,6 +1,6 @@
 //! The replication configuration (CDC v2): validation as Milvus's
-//! `pkg/util/replicateutil/config_validator.go` does it (reference §3.3), and what a cluster
-//! learns from it: whether it replicates, and whether it is primary or secondary.
+//! `pkg/util/replicateutil/config_validator.go` does it (docs/milvus-facts.md §3.2), and what a
+//! cluster learns from it: whether it replicates, and whether it is primary or secondary.
 //!
 //! The rules are Milvus's. The messages "current Milvus cluster '%s' must be included in the
 //! clusters list" and "cluster '%s' connection_param.uri/token cannot be changed" are Milvus's

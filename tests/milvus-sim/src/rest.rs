@@ -1,5 +1,6 @@
-//! The REST v2 import API (reference §1): six POST routes under `/v2/vectordb/jobs/import/`,
-//! answering `{code, message, data}` at HTTP 200 whatever happened, as Milvus's proxy does.
+//! The REST v2 import API (docs/milvus-facts.md §1): six POST routes under
+//! `/v2/vectordb/jobs/import/`, answering `{code, message, data}` at HTTP 200 whatever happened,
+//! as Milvus's proxy does.
 //!
 //! Bodies are decoded as gin decodes them (Go's `encoding/json`): keys match case-insensitively,
 //! unknown keys are ignored (pymilvus sends Zilliz Cloud fields), a value of the wrong type is
@@ -299,7 +300,7 @@ impl Body {
 
     /// `map[string]string`: only string values bind. Milvus 3.0's own `UnmarshalJSON`
     /// (#50695) also takes `null` (as `""`) for every key but `auto_commit`, which must be
-    /// `"true"` or `"false"` in any case (milvus-3.0-changes §1).
+    /// `"true"` or `"false"` in any case (docs/milvus-facts.md §1.2).
     fn options(&self, face: ImportFace) -> Result<BTreeMap<String, String>, MilvusError> {
         let two_phase = face == ImportFace::TwoPhase;
         let options = match self.get("options") {
@@ -425,7 +426,7 @@ async fn describe(
     )
 }
 
-/// `data` of describe / get_progress (reference §1.3).
+/// `data` of describe / get_progress (docs/milvus-facts.md §1.3).
 fn describe_data(cluster: &Cluster, job: &ImportJob) -> Value {
     let fraction = cluster.stage_fraction(job);
     let (imported, total) = job.row_counts(fraction);

@@ -141,7 +141,7 @@ pub struct ClusterSpec {
     /// `dataCoord.import.enableInReplicatingCluster` (default false, as in Milvus).
     pub import_in_replicating_cluster: bool,
     /// `dataCoord.import.enableL0Import`; unset, the version's default: off from 3.0
-    /// (milvus-3.0-changes §1.5), on before.
+    /// (docs/milvus-facts.md §1.5), on before.
     pub enable_l0_import: Option<bool>,
     /// Number of pchannels, named `<id>-rootcoord-dml_<i>`.
     pub pchannels: u32,
@@ -156,11 +156,11 @@ pub struct ClusterSpec {
     /// cluster checks Milvus's privileges ([`crate::rbac`]); they sign in as `name:password`.
     pub users: Vec<crate::rbac::User>,
     /// Binlog and L0 imports (`backup=true`, `l0_import=true`) also need the cluster-level
-    /// `ImportBinlog` privilege, as Milvus builds with it do (milvus-3.0-changes, new item 4).
+    /// `ImportBinlog` privilege, as Milvus builds with it do (docs/milvus-facts.md §1.5).
     pub import_binlog_privilege: bool,
     /// An update carrying the blanked tokens Get returns keeps the stored tokens
     /// (`FillRedactedConnectionTokens`, newer than released 3.0.x); default false: it is
-    /// refused as a token change, as released 3.0.x does (milvus-3.0-changes §3).
+    /// refused as a token change, as released 3.0.x does (docs/milvus-facts.md §3.2).
     pub fill_redacted_tokens: bool,
     /// A job's `timeout` leaves it alone once Committing, as newer code does; default false:
     /// released 3.0.x fails a Committing job whose timeout runs out ("import timeout").

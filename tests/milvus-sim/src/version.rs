@@ -1,7 +1,7 @@
 //! The version string a cluster reports, and the features that depend on it.
 //!
 //! Milvus reports `3.0.0` or `2.6.24` for release builds, `v2.5.4` for old `git describe`
-//! builds and `master-20260806-1a2b3c4` for branch builds (reference §4.3).
+//! builds and `master-20260806-1a2b3c4` for branch builds (docs/milvus-facts.md §4.2).
 
 /// A cluster's reported version, parsed once.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,7 +12,7 @@ pub enum ServerVersion {
     Branch,
 }
 
-/// Which import API a Milvus of this version serves (reference milvus-api.md §1, §4.4).
+/// Which import API a Milvus of this version serves (docs/milvus-facts.md §4.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ImportFace {
     /// Before 2.4: the v1 gRPC `Import` alone; `/v2/vectordb/jobs/import/*` answers HTTP 404.
@@ -58,7 +58,7 @@ impl ServerVersion {
     }
 
     /// `dataCoord.import.taskRetention`'s default: 48 h where the idempotent-import work
-    /// landed (3.0.2, 2.6.24), 3 h before (milvus-3.0-changes §2.5).
+    /// landed (3.0.2, 2.6.24), 3 h before (docs/milvus-facts.md §2.6).
     pub fn default_task_retention(&self) -> std::time::Duration {
         let hours = if self.honours_idempotency_key() {
             48

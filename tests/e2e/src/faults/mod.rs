@@ -1,7 +1,7 @@
 //! The seeded fault-schedule runner (issue 6): for each seed, a whole restore under a
 //! schedule of faults drawn from that seed, then every invariant of DESIGN.md §2 checked
 //! against what the run left. The way FoundationDB and TigerBeetle test themselves
-//! (reference reliability.md §2): cases nobody thought of, replayable by seed.
+//! (docs/milvus-facts.md §6.3): cases nobody thought of, replayable by seed.
 //!
 //! - [`schedule`]: what a seed draws (world, job, timed faults), as printable data.
 //! - [`runner`]: runs one scenario against milvus-sim and the real `lockstep` binary.

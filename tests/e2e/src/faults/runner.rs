@@ -620,7 +620,17 @@ pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Res
     // woken host left anything.
     if !run.stale.is_empty() {
         run.wake(true).await?;
-        for stale in std::mem::take(&mut run.stale) {
+        for mut stale in std::mem::take(&mut run.stale) {
+            // A host paused by the runner may still reach its own pause point after it
+            // woke: it is woken again until it ends.
+            let until = Instant::now() + Duration::from_secs(120);
+            while stale.process.running.is_running()? && Instant::now() < until {
+                if stale.process.running.is_paused() {
+                    stale.process.running.wake()?;
+                    run.log.note(format!("{} woken again", stale.process.name));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             let ended = stale.process.finish(&mut run.log).await?;
             run.processes.push(ended);
         }

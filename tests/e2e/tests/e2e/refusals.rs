@@ -153,6 +153,48 @@ async fn a_replication_target_the_job_does_not_name() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Issue 26: the stream to s2 stopped while the topology still names it (milvus#52727).
+/// Preflight refuses by name before anything is written; s1's healthy stream is not named.
+/// A stream that only lags is not refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secondary_whose_replication_stopped() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let target = world.sim.cluster(e2e::TARGET).control();
+    target
+        .pause_stream("s2")
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let job = world.job("stalled", "")?;
+    let text = refused(
+        &world,
+        &job,
+        Some("stream_stalled"),
+        &[
+            "secondary s2's replication from cluster t has not moved",
+            "s behind",
+        ],
+    )
+    .await?;
+    assert!(!text.contains("secondary s1's"), "{text}");
+
+    target
+        .resume_stream("s2")
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    target
+        .set_stream_lag("s2", std::time::Duration::from_secs(3))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(
+        run.code,
+        0,
+        "a lagging stream still moves: {}",
+        run.explain()
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_budget_too_small_for_restore_level_atomicity() -> anyhow::Result<()> {
     // 14 jobs in all, 7 in the largest collection: restore-level atomicity cannot fit 10,

@@ -123,7 +123,7 @@ fn denied(privilege: &str, db: &str) -> serde_json::Value {
 
 /// Milvus 3.0 checks describe, get_progress, commit and abort against the job's collection in
 /// the database of the `DB-Name` header (their body has no `dbName`), answering HTTP 403
-/// (milvus-3.0-changes §1 "RBAC on describe/commit/abort").
+/// (docs/milvus-facts.md §1.1).
 #[tokio::test]
 async fn job_calls_check_import_in_the_db_name_header_database() {
     let sim = start(&with_restorer()).await;

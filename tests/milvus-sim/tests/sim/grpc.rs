@@ -1,4 +1,4 @@
-//! The gRPC subset (reference §4) as a client sees it.
+//! The gRPC subset (docs/milvus-facts.md §4) as a client sees it.
 
 use milvus_proto::common::{ImportState, KeyValuePair, LoadState};
 use milvus_proto::milvus::*;
@@ -184,7 +184,8 @@ async fn v1_import_is_one_auto_commit_group_and_maps_states() {
         .into_inner();
     assert_eq!(listed.tasks.len(), 1);
 
-    // A manual job waiting in Uncommitted reads as ImportFailed over v1 (reference §4.4).
+    // A manual job waiting in Uncommitted reads as ImportFailed over v1
+    // (docs/milvus-facts.md §4.4).
     let rest = Rest::new(&a.uri());
     let manual = rest.create_manual("c", &files[0]).await;
     wait_for(&a, manual, JobState::Uncommitted).await;

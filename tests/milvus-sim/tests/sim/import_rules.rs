@@ -65,7 +65,7 @@ async fn binding_errors_use_codes_1801_and_1802() {
 }
 
 /// Milvus 3.0's `ImportReq` options (#50695): `auto_commit` is `"true"` or `"false"` in any
-/// case, else 1801; a `null` value of any other key reads as `""` (milvus-3.0-changes §1).
+/// case, else 1801; a `null` value of any other key reads as `""` (docs/milvus-facts.md §1.2).
 #[tokio::test]
 async fn auto_commit_is_parsed_strictly_and_null_options_are_accepted() {
     let sim = start(&standalone("3.0.0")).await;
@@ -111,7 +111,7 @@ async fn auto_commit_is_parsed_strictly_and_null_options_are_accepted() {
 
 /// `dataCoord.import.enableL0Import` is off by default from 3.0: an L0 import is refused at
 /// create, and a replicated one reaching a peer with the gate off is created Failed
-/// (milvus-3.0-changes §1.5).
+/// (docs/milvus-facts.md §1.5).
 #[tokio::test]
 async fn l0_import_is_refused_while_enable_l0_import_is_off() {
     let refusal = format!(
@@ -164,7 +164,7 @@ async fn l0_import_is_refused_while_enable_l0_import_is_off() {
 }
 
 /// The database of a create: the body's `dbName`, else the `DB-Name` header, else default
-/// (milvus-3.0-changes §1 "DB selection").
+/// (docs/milvus-facts.md §1.1).
 #[tokio::test]
 async fn db_selection_takes_the_body_then_the_db_name_header_then_default() {
     let sim = start(&standalone("3.0.0")).await;
@@ -450,7 +450,7 @@ async fn timeout_fails_an_uncommitted_job_with_import_timeout() {
 }
 
 /// Released 3.0.x's `tryTimeoutJob` skips only Failed and Completed: a Committing job whose
-/// `timeout` runs out is failed; newer code spares it (milvus-3.0-changes §2.5). Why lockstep
+/// `timeout` runs out is failed; newer code spares it (docs/milvus-facts.md §2.6). Why lockstep
 /// never sends `timeout` with a held job.
 #[tokio::test(start_paused = true)]
 async fn a_committing_job_whose_timeout_runs_out_fails_unless_the_version_spares_it() {
@@ -498,7 +498,7 @@ async fn max_import_job_num_counts_a_standbys_mirrors() {
 
 /// `dataCoord.import.taskRetention`: a finished job is forgotten after it (describe 2101
 /// `import job does not exist`, commit `job N not found`, list leaves it out); 48 h from
-/// 3.0.2, 3 h before (milvus-3.0-changes §2.5).
+/// 3.0.2, 3 h before (docs/milvus-facts.md §2.6).
 #[tokio::test]
 async fn a_finished_job_is_forgotten_after_task_retention() {
     assert_eq!(

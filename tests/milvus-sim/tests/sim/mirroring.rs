@@ -1,5 +1,6 @@
-//! CDC mirroring (reference §2.2–2.4): mirrors under the same job id reading their own storage,
-//! lag and pause, commit replay, rollback, divergence, refusal of writes on a secondary.
+//! CDC mirroring (docs/milvus-facts.md §2.2–2.5): mirrors under the same job id reading their
+//! own storage, lag and pause, commit replay, rollback, divergence, refusal of writes on a
+//! secondary.
 
 use std::time::Duration;
 
@@ -260,7 +261,7 @@ async fn abort_on_the_primary_fails_every_mirror() {
 }
 
 /// A standby runs commit's and abort's job-state checks on its mirror, and only then does its
-/// broadcast fail as not primary (milvus-3.0-changes §2.3).
+/// broadcast fail as not primary (docs/milvus-facts.md §2.4).
 #[tokio::test]
 async fn a_standby_answers_for_its_mirror_state_before_refusing_as_not_primary() {
     let slow = star().replace("importing = \"5ms\"", "importing = \"30s\"");
@@ -371,4 +372,53 @@ async fn dropping_the_collection_fails_its_jobs_on_every_end() {
         );
         assert!(sim.cluster(end).snapshot().collections.is_empty(), "{end}");
     }
+}
+
+/// `GetReplicateInfo` on a secondary: the checkpoint of each of the primary's pchannels
+/// follows the clock while the stream flows and stands still while it is paused, the
+/// topology still naming the edge (milvus#52727). A cluster that is no secondary of the
+/// source answers with the checkpoint unset.
+#[tokio::test]
+async fn a_secondary_reports_a_checkpoint_that_stops_with_its_stream() {
+    use milvus_proto::milvus::GetReplicateInfoRequest;
+
+    let (sim, _) = star_with_segment(&star()).await;
+    // The sim names a cluster's pchannels `{id}-rootcoord-dml_{i}`.
+    let pchannel = || "a-rootcoord-dml_0".to_string();
+    let ask = |end: &'static str, source: &'static str, pchannel: String| {
+        let uri = sim.uri(end);
+        async move {
+            grpc(&uri)
+                .await
+                .get_replicate_info(GetReplicateInfoRequest {
+                    source_cluster_id: source.into(),
+                    target_pchannel: pchannel,
+                })
+                .await
+                .expect("GetReplicateInfo answers")
+                .into_inner()
+                .checkpoint
+                .map(|c| c.time_tick)
+        }
+    };
+    let first = ask("b", "a", pchannel()).await.expect("b is a's secondary");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let later = ask("b", "a", pchannel()).await.expect("a checkpoint");
+    assert!(later > first, "a flowing stream's checkpoint advances");
+
+    sim.cluster("a")
+        .control()
+        .pause_stream("b")
+        .await
+        .expect("paused");
+    let stalled = ask("b", "a", pchannel()).await.expect("a checkpoint");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(ask("b", "a", pchannel()).await, Some(stalled));
+    let on_c = ask("c", "a", pchannel()).await.expect("c's stream flows");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(ask("c", "a", pchannel()).await.expect("a checkpoint") > on_c);
+
+    assert_eq!(ask("a", "a", pchannel()).await, None, "a is no secondary");
+    assert_eq!(ask("b", "c", pchannel()).await, None, "b does not follow c");
+    assert_eq!(ask("b", "a", "no-such-pchannel".into()).await, None);
 }

@@ -1,5 +1,5 @@
-//! Update/GetReplicateConfiguration over gRPC (reference §3): validation messages, blanked
-//! tokens, and a config applied to the primary travelling to its secondaries.
+//! Update/GetReplicateConfiguration over gRPC (docs/milvus-facts.md §3): validation messages,
+//! blanked tokens, and a config applied to the primary travelling to its secondaries.
 
 use std::time::Duration;
 
@@ -198,7 +198,7 @@ async fn blanked_tokens_sent_back_keep_the_stored_ones_where_the_cluster_fills_t
 }
 
 /// An empty clusters list is refused (1101) and a missing config too (1100): the proto's
-/// "an empty config clears it" was reverted (milvus-3.0-changes §3).
+/// "an empty config clears it" was reverted (docs/milvus-facts.md §3.2).
 #[tokio::test]
 async fn an_empty_or_missing_replicate_configuration_is_refused() {
     let sim = start(&three_standalone()).await;

@@ -1,4 +1,4 @@
-//! Commit and abort semantics, one test per row of reference §2.2.
+//! Commit and abort semantics, one test per rule of docs/milvus-facts.md §2.3.
 
 use milvus_sim::jobs::JobState;
 use serde_json::json;
@@ -89,7 +89,7 @@ async fn commit_before_uncommitted_is_refused_naming_the_state() {
 }
 
 /// Milvus 3.0 checks the state before the auto-commit guard on commit, and the guard first on
-/// abort (milvus-3.0-changes §2.2).
+/// abort (docs/milvus-facts.md §2.3).
 #[tokio::test]
 async fn commit_and_abort_of_an_auto_commit_job_follow_the_3_0_check_order() {
     let slow = standalone("3.0.0").replace("importing = \"5ms\"", "importing = \"30s\"");
