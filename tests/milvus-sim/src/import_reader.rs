@@ -1,8 +1,8 @@
 //! Reads what an import job names from the cluster's own object storage: every file of every
 //! group, or for binlog imports everything under each prefix. Each cluster reads its own
-//! storage, so a file missing on a secondary fails only the mirror (reference §2.4).
+//! storage, so a file missing on a secondary fails only the mirror (docs/milvus-facts.md §2.5).
 //!
-//! Binlog objects are Milvus's own ([`crate::binlog`], which `gen-backup` writes too); rows are
+//! Binlog objects are Milvus's own ([`milvus_formats::binlog`], which `gen-backup` writes too); rows are
 //! counted from their payloads. The field id of an insert object is the second-to-last path
 //! component (`.../insert_log/{coll}/{part}/{group}/{seg}/{field}/{logID}`), and must be the
 //! one its descriptor names.
@@ -18,9 +18,9 @@ use object_store::{ObjectStore, ObjectStoreExt, path::Path};
 
 use milvus_proto::schema::{CollectionSchema, DataType, FieldSchema};
 
-use crate::binlog;
 use crate::jobs::{GroupResult, ManifestEntry};
 use crate::options::ImportSource;
+use milvus_formats::binlog;
 
 /// Why a job could not read its files; the Display text is the job's failure reason.
 #[derive(Debug, thiserror::Error)]
@@ -435,7 +435,9 @@ fn csv_rows(bytes: &[u8]) -> Result<i64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::binlog::{Column, Delete, DeltaForm, Descriptor, encode_delta, encode_insert};
+    use milvus_formats::binlog::{
+        Column, Delete, DeltaForm, Descriptor, encode_delta, encode_insert,
+    };
     use object_store::{PutPayload, memory::InMemory};
 
     /// An insert binlog of `rows` Int64 rows of `field`, or of a float vector for field 101.
@@ -744,7 +746,7 @@ mod tests {
         put(
             &store,
             "r/d.parquet",
-            crate::binlog::Column::Int64(vec![1, 2, 3, 4]).to_parquet(),
+            milvus_formats::binlog::Column::Int64(vec![1, 2, 3, 4]).to_parquet(),
         )
         .await;
         let groups = vec![

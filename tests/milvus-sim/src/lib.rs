@@ -3,8 +3,7 @@
 //! It behaves like Milvus 3.0 where lockstep touches it, closely enough that pymilvus cannot
 //! tell the difference, and it can be told to fail as real deployments fail. Each cluster
 //! listens on one loopback port serving gRPC (`milvus.proto.milvus.MilvusService`), the REST v2
-//! import API and the control API `/sim/v1/...`. The contract is the shared reference
-//! `milvus-api.md` §1–4.
+//! import API and the control API `/sim/v1/...`. The contract is `docs/milvus-facts.md` §1–4.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -32,7 +31,6 @@
 //!   version rules, object storage.
 //! - [`fixtures`]: `gen-backup`, backups in milvus-backup's layout.
 
-pub mod binlog;
 pub mod catalog;
 pub mod cdc;
 pub mod cluster;

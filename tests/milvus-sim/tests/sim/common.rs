@@ -3,10 +3,10 @@
 use std::path::Path;
 use std::time::Duration;
 
+use milvus_formats::binlog::{self, Column, Delete, DeltaForm, Descriptor};
 use milvus_proto::milvus::milvus_service_client::MilvusServiceClient;
 use milvus_proto::milvus::{CreateCollectionRequest, CreatePartitionRequest};
 use milvus_proto::schema::{CollectionSchema, DataType, FieldSchema};
-use milvus_sim::binlog::{self, Column, Delete, DeltaForm, Descriptor};
 use milvus_sim::jobs::{ImportJob, JobState};
 use milvus_sim::{Cluster, Sim, Topology};
 use object_store::{ObjectStoreExt, PutPayload, path::Path as ObjectPath};

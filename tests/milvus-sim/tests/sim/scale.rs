@@ -27,9 +27,9 @@ async fn a_thousand_collections_of_four_partitions_import_and_commit_on_both_end
     for cluster in [&a, &b] {
         // RowID, Timestamp and the pk: the fields a segment's binlogs must cover.
         for field in [0, 1, 100] {
-            let bytes = milvus_sim::binlog::encode_insert(
-                milvus_sim::binlog::Descriptor::new(field, DataType::Int64),
-                &milvus_sim::binlog::Column::Int64(vec![0; 10]),
+            let bytes = milvus_formats::binlog::encode_insert(
+                milvus_formats::binlog::Descriptor::new(field, DataType::Int64),
+                &milvus_formats::binlog::Column::Int64(vec![0; 10]),
             );
             cluster
                 .store()

@@ -1,6 +1,6 @@
-//! Milvus's binlog objects (storage format v1, `internal/storage`), read by the import reader
-//! and written by `gen-backup`, so the emulator takes what a real Milvus wrote and writes what
-//! a real Milvus takes.
+//! Milvus's binlog objects (storage format v1, `internal/storage`): read by milvus-sim's
+//! import reader and by lockstep, written by milvus-sim's `gen-backup`, so the emulator takes
+//! what a real Milvus wrote and writes what a real Milvus takes.
 //!
 //! ```text
 //! object     = magic descriptor event+

@@ -57,13 +57,14 @@ impl Delete {
 }
 
 /// Which form a delta log is written in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum DeltaForm {
     /// One JSON document per delete (`dataNode.storage.deltalog: json`, the default).
     #[default]
     Json,
     /// Columns `pk` and `ts` (`dataNode.storage.deltalog: parquet`).
-    #[value(name = "parquet")]
+    #[cfg_attr(feature = "clap", value(name = "parquet"))]
     MultiField,
 }
 
