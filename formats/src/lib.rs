@@ -2,7 +2,13 @@
 //! a backup's rows, and what milvus-sim reads when it imports and writes when it generates a
 //! backup. One codec for both, so the emulator and the tool cannot drift apart.
 //!
+//! - [`storage`]: which codec a segment's `storage_version` calls for; an unknown one is
+//!   named as unreadable.
 //! - [`binlog`]: binlog objects in storage version 1 (and 0): the event envelope around a
 //!   Parquet payload, insert logs of one field each, delta logs in both of their forms.
+//! - [`column_group`]: storage versions 2 and 3, plain Parquet files whose columns carry
+//!   their field ids.
 
 pub mod binlog;
+pub mod column_group;
+pub mod storage;

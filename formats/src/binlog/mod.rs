@@ -103,8 +103,8 @@ pub enum Error {
     TooShort { len: usize },
     /// Storage version 2 writes plain Parquet files of column groups, not binlogs.
     #[error(
-        "the object is a Parquet file, not a binlog: a storage version 2 (column group) \
-         segment, which milvus-sim does not import"
+        "the object is a Parquet file, not a binlog: a storage version 2 or 3 (column \
+         group) segment's file"
     )]
     PackedParquet,
     /// Milvus's wording (`readMagicNumber`), numbers in decimal.

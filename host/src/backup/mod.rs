@@ -17,6 +17,7 @@ mod plan;
 mod read;
 pub mod rename;
 pub mod snapshot;
+pub mod verify;
 
 pub use filter::{Filter, FilterError};
 pub use namespace::{DEFAULT_DB, Namespace, NamespaceError};

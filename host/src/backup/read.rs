@@ -161,6 +161,11 @@ impl BinlogIndex {
             .map(|(path, size)| (path.as_str(), *size))
     }
 
+    /// The size of the object listed at `path`, if it is listed.
+    pub fn size(&self, path: &str) -> Option<u64> {
+        self.sizes.get(path).copied()
+    }
+
     /// Whether any file lies under `prefix`: milvus-backup's `storage.Exist` on a prefix.
     pub fn has_prefix(&self, prefix: &str) -> bool {
         self.under(prefix).next().is_some()

@@ -41,6 +41,52 @@ pub fn error(format: OutputFormat, e: &anyhow::Error) {
     }
 }
 
+/// `lockstep check`: one line per finding, or that the backup is sound.
+pub fn check(
+    format: OutputFormat,
+    backup: &lockstep::backup::Backup,
+    level: lockstep::backup::verify::Level,
+    findings: &[lockstep::backup::verify::Finding],
+) {
+    let segments: usize = backup
+        .info
+        .collection_backups
+        .iter()
+        .flat_map(|c| &c.partition_backups)
+        .map(|p| p.segment_backups.len())
+        .sum();
+    match format {
+        OutputFormat::Text => {
+            if findings.is_empty() {
+                println!(
+                    "backup {} is sound at level {level:?}: {} collections, {segments} segments, {} objects",
+                    backup.location.name,
+                    backup.info.collection_backups.len(),
+                    backup.binlogs.len()
+                );
+            } else {
+                println!(
+                    "backup {}: {} problem(s) at level {level:?}:",
+                    backup.location.name,
+                    findings.len()
+                );
+                for f in findings {
+                    println!("  {f}");
+                }
+            }
+        }
+        OutputFormat::Json => print_json(&json!({
+            "backup": backup.location.name,
+            "level": format!("{level:?}").to_lowercase(),
+            "collections": backup.info.collection_backups.len(),
+            "segments": segments,
+            "objects": backup.binlogs.len(),
+            "sound": findings.is_empty(),
+            "findings": findings,
+        })),
+    }
+}
+
 pub fn report(format: OutputFormat, report: &Report) {
     match format {
         OutputFormat::Text => println!("{report}"),

@@ -63,3 +63,61 @@ fn a_bad_job_file_is_still_a_refusal() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `lockstep check`: a sound backup exits 0 and says so; one whose object does not decode
+/// exits 2 naming the object, its segment and collection. No state directory is made.
+#[tokio::test]
+async fn check_names_a_bad_object_and_exits_2() {
+    let world = crate::support::World::start().await;
+    let check = |level: &str| {
+        Command::new(env!("CARGO_BIN_EXE_lockstep"))
+            .arg("--config")
+            .arg(&world.host_config)
+            .args(["check", "bak", "--level", level])
+            .output()
+            .expect("lockstep runs")
+    };
+    let sound = check("data");
+    let stdout = String::from_utf8_lossy(&sound.stdout);
+    assert_eq!(sound.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("backup bak is sound at level Data"),
+        "{stdout}"
+    );
+
+    let binlogs = world
+        .dir
+        .path()
+        .join("backups/backup/bak/binlogs/insert_log");
+    let victim = walk(&binlogs).into_iter().next().expect("an insert log");
+    std::fs::write(&victim, b"not a binlog").unwrap();
+    let meta_only = check("meta");
+    assert_eq!(meta_only.status.code(), Some(0), "the object is there");
+    let bad = check("data");
+    let stdout = String::from_utf8_lossy(&bad.stdout);
+    assert_eq!(bad.status.code(), Some(2), "{stdout}");
+    let relative = victim
+        .strip_prefix(world.dir.path().join("backups/backup/bak"))
+        .unwrap();
+    assert!(
+        stdout.contains(&format!("{} (segment ", relative.display()))
+            && stdout.contains("does not decode: parse magic number failed"),
+        "{stdout}"
+    );
+    assert!(!world.dir.path().join(".lockstep").exists());
+}
+
+/// Every file under `dir`, depth first.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
+}

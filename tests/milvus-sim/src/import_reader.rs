@@ -629,8 +629,8 @@ mod tests {
             (
                 "packed",
                 b"PAR1 a column group".to_vec(),
-                "the object is a Parquet file, not a binlog: a storage version 2 (column group) \
-                 segment, which milvus-sim does not import"
+                "the object is a Parquet file, not a binlog: a storage version 2 or 3 (column \
+                 group) segment's file"
                     .into(),
             ),
             (

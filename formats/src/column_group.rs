@@ -1,0 +1,251 @@
+//! Storage versions 2 and 3: a segment's fields are the columns of plain Parquet files, one
+//! file per column group and log, each column naming its field in the `PARQUET:field_id`
+//! metadata (column names are not to be trusted). A delta log in this layout is a file of
+//! two columns: the primary key (field id 0) and the delete's timestamp (field id 1).
+//!
+//! Only the column asked for is decoded, so reading a segment's keys costs its key column,
+//! not its vectors.
+
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::{PARQUET_FIELD_ID_META_KEY, ProjectionMask};
+
+use crate::binlog::{Delete, Pk};
+
+/// Why a column-group file cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("not a readable Parquet file: {0}")]
+    Parquet(String),
+    #[error("column {column:?} carries no PARQUET:field_id, so its field is unknown")]
+    NoFieldId { column: String },
+    #[error("field {field} is a column of {found}; a primary key is Int64 or VarChar")]
+    KeyType { field: i64, found: String },
+    #[error("field {field} is a column of {found}; a delete's timestamp is Int64")]
+    TimestampType { field: i64, found: String },
+    #[error("a delta log without its {which} column (field id {field})")]
+    DeltaColumn { which: &'static str, field: i64 },
+}
+
+fn parquet(e: impl std::fmt::Display) -> Error {
+    Error::Parquet(e.to_string())
+}
+
+fn builder(file: &[u8]) -> Result<ParquetRecordBatchReaderBuilder<Bytes>, Error> {
+    ParquetRecordBatchReaderBuilder::try_new(Bytes::copy_from_slice(file)).map_err(parquet)
+}
+
+/// The rows the file holds, from its footer.
+pub fn rows(file: &[u8]) -> Result<usize, Error> {
+    let rows = builder(file)?.metadata().file_metadata().num_rows();
+    usize::try_from(rows).map_err(|_| Error::Parquet(format!("a footer of {rows} rows")))
+}
+
+/// The field id of each top-level column, in order.
+pub fn field_ids(file: &[u8]) -> Result<Vec<i64>, Error> {
+    builder(file)?
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| {
+            f.metadata()
+                .get(PARQUET_FIELD_ID_META_KEY)
+                .and_then(|id| id.parse().ok())
+                .ok_or_else(|| Error::NoFieldId {
+                    column: f.name().clone(),
+                })
+        })
+        .collect()
+}
+
+/// Every value of field `field`'s column, batch by batch; `None` when this file (column
+/// group) does not hold the field.
+fn column(file: &[u8], field: i64) -> Result<Option<Vec<ArrayRef>>, Error> {
+    let Some(index) = field_ids(file)?.iter().position(|id| *id == field) else {
+        return Ok(None);
+    };
+    let builder = builder(file)?;
+    let mask = ProjectionMask::roots(builder.parquet_schema(), [index]);
+    let batches: Vec<RecordBatch> = builder
+        .with_projection(mask)
+        .build()
+        .map_err(parquet)?
+        .collect::<Result<_, _>>()
+        .map_err(parquet)?;
+    Ok(Some(
+        batches.iter().map(|b| Arc::clone(b.column(0))).collect(),
+    ))
+}
+
+fn keys(arrays: &[ArrayRef], field: i64) -> Result<Vec<Pk>, Error> {
+    let mut out = Vec::new();
+    for array in arrays {
+        if let Some(ints) = array.as_any().downcast_ref::<Int64Array>() {
+            out.extend(ints.iter().map(|v| Pk::Int(v.unwrap_or_default())));
+        } else if let Some(strings) = array.as_any().downcast_ref::<StringArray>() {
+            out.extend(
+                strings
+                    .iter()
+                    .map(|v| Pk::VarChar(v.unwrap_or_default().to_owned())),
+            );
+        } else {
+            return Err(Error::KeyType {
+                field,
+                found: array.data_type().to_string(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The primary keys of field `pk_field`, if this file's column group holds it.
+pub fn pks(file: &[u8], pk_field: i64) -> Result<Option<Vec<Pk>>, Error> {
+    column(file, pk_field)?
+        .map(|arrays| keys(&arrays, pk_field))
+        .transpose()
+}
+
+/// The deletes of a delta log in this layout.
+pub fn deletes(file: &[u8]) -> Result<Vec<Delete>, Error> {
+    const PK: i64 = 0;
+    const TS: i64 = 1;
+    let pks = column(file, PK)?.ok_or(Error::DeltaColumn {
+        which: "primary key",
+        field: PK,
+    })?;
+    let pks = keys(&pks, PK)?;
+    let mut timestamps = Vec::with_capacity(pks.len());
+    for array in column(file, TS)?.ok_or(Error::DeltaColumn {
+        which: "timestamp",
+        field: TS,
+    })? {
+        let ints =
+            array
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .ok_or_else(|| Error::TimestampType {
+                    field: TS,
+                    found: array.data_type().to_string(),
+                })?;
+        timestamps.extend(ints.iter().map(|v| v.unwrap_or_default() as u64));
+    }
+    Ok(pks
+        .into_iter()
+        .zip(timestamps)
+        .map(|(pk, ts)| Delete { pk, ts })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use arrow_array::FixedSizeBinaryArray;
+    use arrow_schema::{DataType, Field, Schema};
+    use parquet::arrow::ArrowWriter;
+
+    use super::*;
+
+    fn field(name: &str, data_type: DataType, id: Option<i64>) -> Field {
+        let meta: HashMap<String, String> = id
+            .map(|id| (PARQUET_FIELD_ID_META_KEY.to_owned(), id.to_string()))
+            .into_iter()
+            .collect();
+        Field::new(name, data_type, true).with_metadata(meta)
+    }
+
+    fn file(fields: Vec<Field>, columns: Vec<ArrayRef>) -> Vec<u8> {
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+        let mut out = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        out
+    }
+
+    /// A column group of a segment: the pk (field 100, named otherwise), a vector, row ids.
+    fn group() -> Vec<u8> {
+        file(
+            vec![
+                field("0", DataType::Int64, Some(0)),
+                field("not_the_pk", DataType::Int64, Some(100)),
+                field("vec", DataType::FixedSizeBinary(8), Some(101)),
+            ],
+            vec![
+                Arc::new(Int64Array::from(vec![7, 8, 9])),
+                Arc::new(Int64Array::from(vec![10, 20, 30])),
+                Arc::new(
+                    FixedSizeBinaryArray::try_from_iter([[1u8; 8], [2; 8], [3; 8]].into_iter())
+                        .unwrap(),
+                ),
+            ],
+        )
+    }
+
+    #[test]
+    fn the_key_column_is_found_by_field_id_not_by_name_or_position() {
+        let group = group();
+        assert_eq!(rows(&group), Ok(3));
+        assert_eq!(field_ids(&group), Ok(vec![0, 100, 101]));
+        assert_eq!(
+            pks(&group, 100),
+            Ok(Some(vec![Pk::Int(10), Pk::Int(20), Pk::Int(30)]))
+        );
+        assert_eq!(pks(&group, 102), Ok(None), "another group holds it");
+        assert!(matches!(
+            pks(&group, 101),
+            Err(Error::KeyType { field: 101, .. })
+        ));
+    }
+
+    #[test]
+    fn varchar_keys_and_a_delta_log() {
+        let keys = file(
+            vec![field("pk", DataType::Utf8, Some(100))],
+            vec![Arc::new(StringArray::from(vec!["a", "b"]))],
+        );
+        assert_eq!(
+            pks(&keys, 100),
+            Ok(Some(vec![Pk::VarChar("a".into()), Pk::VarChar("b".into())]))
+        );
+        let delta = file(
+            vec![
+                field("0", DataType::Utf8, Some(0)),
+                field("1", DataType::Int64, Some(1)),
+            ],
+            vec![
+                Arc::new(StringArray::from(vec!["a"])),
+                Arc::new(Int64Array::from(vec![42])),
+            ],
+        );
+        assert_eq!(
+            deletes(&delta),
+            Ok(vec![Delete {
+                pk: Pk::VarChar("a".into()),
+                ts: 42
+            }])
+        );
+        assert!(matches!(
+            deletes(&keys),
+            Err(Error::DeltaColumn { field: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn a_column_without_its_field_id_and_a_file_that_is_not_parquet_are_named() {
+        let unnamed = file(
+            vec![field("pk", DataType::Int64, None)],
+            vec![Arc::new(Int64Array::from(vec![1]))],
+        );
+        assert_eq!(
+            pks(&unnamed, 100),
+            Err(Error::NoFieldId {
+                column: "pk".into()
+            })
+        );
+        assert!(matches!(rows(b"not parquet"), Err(Error::Parquet(_))));
+    }
+}
