@@ -99,6 +99,10 @@ pub struct RestoreOptions {
     pub truncate_binlog_by_ts: bool,
     /// `ezk_mapping`: old encryption-zone key → new.
     pub ezk_mapping: BTreeMap<String, String>,
+    /// How far preflight checks the backup against its meta. Not part of the job's
+    /// content: the same data restored under a stricter check is the same restore.
+    #[serde(skip)]
+    pub verify_backup: super::verify::Level,
     /// Decided by the engine from the target's version, not by the job.
     pub l0_batching: L0Batching,
 }
@@ -115,6 +119,7 @@ impl Default for RestoreOptions {
             rebuild_index: false,
             use_auto_index: false,
             drop_exist_index: false,
+            verify_backup: Default::default(),
             rbac: false,
             keep_temp_files: false,
             max_segments_per_job: DEFAULT_MAX_SEGMENTS_PER_JOB,

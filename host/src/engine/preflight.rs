@@ -112,6 +112,10 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
         }
     }
 
+    if let (Some(store), Some(b), Some(plan)) = (&backup_store, &read, &planned) {
+        check_backup_objects(job, store, b, plan, &mut refusals).await;
+    }
+
     let mut exists = Vec::new();
     if let Some(plan) = &planned {
         if route.route == Route::TwoPhase {
@@ -168,6 +172,33 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
         }),
         _ => Err(refusals),
     }
+}
+
+/// The planned collections' objects against the backup's meta, as far as `verify_backup`
+/// says: one refusal per object that is not what the meta says.
+async fn check_backup_objects(
+    job: &Job,
+    store: &OpenedStore,
+    backup: &Backup,
+    plan: &RestorePlan,
+    refusals: &mut Vec<Refusal>,
+) {
+    let planned = |c: &backup::meta::CollectionBackupInfo| {
+        plan.collections
+            .iter()
+            .any(|p| p.source_collection_id == c.collection_id)
+    };
+    let findings = backup::verify::verify(
+        store.store.as_ref(),
+        backup,
+        job.restore.verify_backup,
+        &planned,
+    )
+    .await;
+    refusals.extend(findings.into_iter().map(|finding| Refusal::BackupObject {
+        backup: job.backup.name.clone(),
+        finding,
+    }));
 }
 
 /// The route from what the job named and what the target's import API can do, probed

@@ -187,6 +187,13 @@ pub enum Refusal {
         /// `name: id in the backup → id on the target`, one per field that differs.
         mismatched: Vec<String>,
     },
+    /// One object of the backup is not what its meta says (`verify_backup`): one refusal
+    /// per object, so each is a line of its own.
+    #[error("backup {backup}: {finding}")]
+    BackupObject {
+        backup: String,
+        finding: crate::backup::verify::Finding,
+    },
     #[error("nothing to restore: no collection of backup {backup} passes the job's filters")]
     NothingToRestore { backup: String },
     #[error(transparent)]
@@ -274,6 +281,7 @@ impl Refusal {
             Refusal::BackupStorage { .. } => "backup_storage",
             Refusal::Backup { .. } => "backup",
             Refusal::StorageV3 { .. } => "storage_v3",
+            Refusal::BackupObject { .. } => "backup_object",
             Refusal::FieldIds { .. } => "field_ids",
             Refusal::NothingToRestore { .. } => "nothing_to_restore",
             Refusal::CollectionConflict(_) => "collection_conflict",

@@ -170,6 +170,9 @@ pub struct RestoreSection {
     pub truncate_binlog_by_ts: Option<bool>,
     /// Encryption-zone keys to replace: old key → new key.
     pub ezk_mapping: Option<BTreeMap<String, String>>,
+    /// How far preflight checks the backup against its meta: `meta` (default: every object
+    /// the meta names is there) or `data` (also every binlog decodes to the segment's rows).
+    pub verify_backup: Option<crate::backup::verify::Level>,
 }
 
 /// `[two_phase]`: durations in jiff's friendly format ("30s", "5m", "1h30m").

@@ -548,6 +548,7 @@ fn restore_options(
         max_shard_num,
         truncate_binlog_by_ts: section.truncate_binlog_by_ts.unwrap_or(false),
         ezk_mapping: section.ezk_mapping.clone().unwrap_or_default(),
+        verify_backup: section.verify_backup.unwrap_or_default(),
         l0_batching: Default::default(),
     };
     (problems.list.len() == before).then_some(options)

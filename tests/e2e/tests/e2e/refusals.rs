@@ -195,6 +195,36 @@ async fn a_secondary_whose_replication_stopped() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Issue 27: with `verify_backup = "data"` an insert binlog that does not decode is refused
+/// before anything is written, in a line that names it. (At the default level, `meta`, the
+/// object is there and preflight does not read it.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_binlog_that_does_not_decode_under_verify_backup_data() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let log = world
+        .backup
+        .logs
+        .iter()
+        .find(|l| matches!(l.kind, milvus_sim::fixtures::LogKind::Insert { .. }))
+        .expect("an insert log");
+    std::fs::write(
+        world.path("backups").join(log.path.as_ref()),
+        b"not a binlog",
+    )?;
+    let job = world.job("checked", "[restore]\nverify_backup = \"data\"\n")?;
+    refused(
+        &world,
+        &job,
+        Some("backup_object"),
+        &[
+            &log.relative_path,
+            "does not decode: parse magic number failed",
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_budget_too_small_for_restore_level_atomicity() -> anyhow::Result<()> {
     // 14 jobs in all, 7 in the largest collection: restore-level atomicity cannot fit 10,
