@@ -24,7 +24,7 @@ pub enum Error {
     NoFieldId { column: String },
     #[error("field {field} is a column of {found}; a primary key is Int64 or VarChar")]
     KeyType { field: i64, found: String },
-    #[error("field {field} is a column of {found}; a delete's timestamp is Int64")]
+    #[error("field {field} is a column of {found}; a timestamp is Int64")]
     TimestampType { field: i64, found: String },
     #[error("a delta log without its {which} column (field id {field})")]
     DeltaColumn { which: &'static str, field: i64 },
@@ -108,6 +108,27 @@ pub fn pks(file: &[u8], pk_field: i64) -> Result<Option<Vec<Pk>>, Error> {
         .transpose()
 }
 
+/// The Int64 values of field `field` (the rows' timestamps, field 1), if this file's
+/// column group holds it.
+pub fn int64s(file: &[u8], field: i64) -> Result<Option<Vec<i64>>, Error> {
+    let Some(arrays) = column(file, field)? else {
+        return Ok(None);
+    };
+    let mut out = Vec::new();
+    for array in arrays {
+        let ints =
+            array
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .ok_or_else(|| Error::TimestampType {
+                    field,
+                    found: array.data_type().to_string(),
+                })?;
+        out.extend(ints.iter().map(Option::unwrap_or_default));
+    }
+    Ok(Some(out))
+}
+
 /// The deletes of a delta log in this layout.
 pub fn deletes(file: &[u8]) -> Result<Vec<Delete>, Error> {
     const PK: i64 = 0;
@@ -117,25 +138,14 @@ pub fn deletes(file: &[u8]) -> Result<Vec<Delete>, Error> {
         field: PK,
     })?;
     let pks = keys(&pks, PK)?;
-    let mut timestamps = Vec::with_capacity(pks.len());
-    for array in column(file, TS)?.ok_or(Error::DeltaColumn {
+    let timestamps = int64s(file, TS)?.ok_or(Error::DeltaColumn {
         which: "timestamp",
         field: TS,
-    })? {
-        let ints =
-            array
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .ok_or_else(|| Error::TimestampType {
-                    field: TS,
-                    found: array.data_type().to_string(),
-                })?;
-        timestamps.extend(ints.iter().map(|v| v.unwrap_or_default() as u64));
-    }
+    })?;
     Ok(pks
         .into_iter()
         .zip(timestamps)
-        .map(|(pk, ts)| Delete { pk, ts })
+        .map(|(pk, ts)| Delete { pk, ts: ts as u64 })
         .collect())
 }
 

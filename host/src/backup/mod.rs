@@ -16,6 +16,7 @@ pub mod namespace;
 mod plan;
 mod read;
 pub mod rename;
+pub mod rows;
 pub mod snapshot;
 pub mod verify;
 

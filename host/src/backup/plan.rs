@@ -204,12 +204,14 @@ impl fmt::Display for BatchId {
     }
 }
 
-/// The rows an import of one batch must show on every end, from the backup's meta alone.
+/// The rows an import of one batch must show on every end.
 ///
 /// Milvus counts a binlog import's rows after the batch's own deletes (seen on 2.3.5: 1,200
-/// inserted, 37 deleted, 1,163 imported), an emulator may count them before: so the count is
-/// exact for a batch without deletes and a range for one with them. Never the server's own
-/// `totalRows`: a Milvus 2.3 whose import listed no files completes with both at 0.
+/// inserted, 37 deleted, 1,163 imported). Read from the backup's data ([`super::rows`]) that
+/// figure is `exact`, and nothing else is accepted. Where the data could not be read, the
+/// meta's figures give a range: exact for a batch without deletes, from inserted less deletes
+/// to inserted with them. Never the server's own `totalRows`: a Milvus 2.3 whose import
+/// listed no files completes with both at 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExpectedRows {
     /// The sum of the segments' `num_of_rows`.
@@ -217,6 +219,9 @@ pub struct ExpectedRows {
     /// The delete entries of the batch's delta logs (`entries_num`); `None` when the backup
     /// holds delta logs for the batch whose meta does not count them.
     pub deletes: Option<i64>,
+    /// The rows the import counts, read from the batch's data; `None` when it was not read.
+    #[serde(default)]
+    pub exact: Option<i64>,
 }
 
 impl ExpectedRows {
@@ -233,6 +238,9 @@ impl ExpectedRows {
     /// inserted, never fewer than inserted less deletes, and never nothing for a batch with
     /// rows.
     pub fn accepts(self, imported: i64) -> bool {
+        if let Some(exact) = self.exact {
+            return imported == exact;
+        }
         imported <= self.inserted
             && imported >= self.fewest()
             && (self.inserted == 0 || imported > 0)
@@ -241,6 +249,16 @@ impl ExpectedRows {
 
 impl fmt::Display for ExpectedRows {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(exact) = self.exact {
+            return match self.inserted - exact {
+                0 => write!(f, "{exact}"),
+                deleted => write!(
+                    f,
+                    "{exact} ({} inserted, {deleted} deleted by the batch's own deletes)",
+                    self.inserted
+                ),
+            };
+        }
         match self.deletes {
             Some(0) => write!(f, "{}", self.inserted),
             Some(deletes) => write!(
@@ -284,6 +302,9 @@ pub struct ImportBatch {
     /// The delete entries of the segments' delta logs; `None` when the batch imports delta
     /// files that the meta does not count (see [`ExpectedRows`]).
     pub deletes: Option<i64>,
+    /// The rows its import counts, read from its data by [`super::rows::count`]; `None`
+    /// until then, or when the data cannot be read.
+    pub exact_rows: Option<i64>,
     /// `end_ts`: the vchannel's checkpoint time, with `truncate_binlog_by_ts` only.
     pub end_ts: Option<u64>,
     /// The database's encryption-zone key, mapped through `ezk_mapping`.
@@ -297,6 +318,7 @@ impl ImportBatch {
         (self.kind == BatchKind::Data).then_some(ExpectedRows {
             inserted: self.rows,
             deletes: self.deletes,
+            exact: self.exact_rows,
         })
     }
 
@@ -947,6 +969,7 @@ impl CollectionBatcher<'_> {
             bytes,
             rows,
             deletes,
+            exact_rows: None,
             end_ts,
             ezk: self.ezk.clone(),
         }

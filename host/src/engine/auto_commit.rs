@@ -284,6 +284,7 @@ mod tests {
             expected: Some(ExpectedRows {
                 inserted: 30,
                 deletes: Some(0),
+                exact: None,
             }),
             job_id: None,
             imported,

@@ -112,8 +112,11 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
         }
     }
 
-    if let (Some(store), Some(b), Some(plan)) = (&backup_store, &read, &planned) {
+    if let (Some(store), Some(b), Some(plan)) = (&backup_store, &read, &mut planned) {
         check_backup_objects(job, store, b, plan, &mut refusals).await;
+        if refusals.is_empty() && !job.restore.meta_only {
+            count_exact_rows(store, b, plan).await;
+        }
     }
 
     let mut exists = Vec::new();
@@ -199,6 +202,14 @@ async fn check_backup_objects(
         backup: job.backup.name.clone(),
         finding,
     }));
+}
+
+/// Each data batch's rows as its import will count them, read from the backup's data; a
+/// batch whose data cannot be read keeps the meta's range, and the log says why.
+async fn count_exact_rows(store: &OpenedStore, backup: &Backup, plan: &mut RestorePlan) {
+    for (batch, why) in backup::rows::count(store.store.as_ref(), backup, plan).await {
+        tracing::warn!(%batch, reason = %why, "cannot read the batch's rows from the backup's data; holding its imports to the meta's range");
+    }
 }
 
 /// The route from what the job named and what the target's import API can do, probed

@@ -235,6 +235,7 @@ mod tests {
     const EXACT: ExpectedRows = ExpectedRows {
         inserted: 100,
         deletes: Some(0),
+        exact: None,
     };
 
     #[test]
@@ -257,6 +258,7 @@ mod tests {
         let with_deletes = ExpectedRows {
             inserted: 1200,
             deletes: Some(37),
+            exact: None,
         };
         for ok in [1163, 1200, 1180] {
             assert!(with_deletes.accepts(ok), "{ok}");
@@ -270,16 +272,50 @@ mod tests {
         );
     }
 
+    /// Issue 27's case: deletes the meta does not count, a segment 50 rows short. The range
+    /// took it; the figure read from the data does not.
+    #[test]
+    fn an_exact_figure_from_the_data_accepts_nothing_else() {
+        let read = ExpectedRows {
+            inserted: 1250,
+            deletes: None,
+            exact: Some(1213),
+        };
+        assert!(read.accepts(1213));
+        for bad in [1163, 1212, 1214, 1250] {
+            assert!(!read.accepts(bad), "{bad}");
+        }
+        let range = ExpectedRows {
+            exact: None,
+            ..read
+        };
+        assert!(
+            range.accepts(1163),
+            "the meta's range passes the short segment"
+        );
+        assert_eq!(
+            read.to_string(),
+            "1213 (1250 inserted, 37 deleted by the batch's own deletes)"
+        );
+        let no_deletes = ExpectedRows {
+            exact: Some(1250),
+            ..read
+        };
+        assert_eq!(no_deletes.to_string(), "1250");
+    }
+
     #[test]
     fn a_batch_with_rows_that_imports_nothing_fails_even_when_deletes_could_explain_it() {
         let all_deleted = ExpectedRows {
             inserted: 5,
             deletes: Some(5),
+            exact: None,
         };
         assert!(!all_deleted.accepts(0));
         let uncounted = ExpectedRows {
             inserted: 5,
             deletes: None,
+            exact: None,
         };
         assert!(!uncounted.accepts(0));
         assert!(uncounted.accepts(1));
@@ -287,6 +323,7 @@ mod tests {
         let empty = ExpectedRows {
             inserted: 0,
             deletes: Some(0),
+            exact: None,
         };
         assert!(empty.accepts(0));
     }
@@ -296,6 +333,7 @@ mod tests {
         let with_deletes = ExpectedRows {
             inserted: 100,
             deletes: Some(10),
+            exact: None,
         };
         let found = mismatches(&tracker(Some(with_deletes), [Some(95), Some(91)]), &[0]);
         assert_eq!(found.len(), 1);

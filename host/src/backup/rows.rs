@@ -1,0 +1,252 @@
+//! Exact rows: what each data batch's import counts, read from the backup's own data.
+//!
+//! The meta alone cannot say it: `entries_num` is deprecated and often missing for delta
+//! logs, and a segment's meta may claim rows its binlogs do not hold. So for every file
+//! group of a data batch (one segment, or a whole partition in a backup without group ids)
+//! this reads the primary keys and the timestamps of its rows and every delete of its delta
+//! logs, and applies Milvus's rule for an import's own deletes (`FilterWithDelete`): a delete
+//! removes the rows with its primary key written before it (a strictly earlier timestamp).
+//! A delete of a key the group never held removes nothing (Milvus 2.3 writes a delete into
+//! every segment whose bloom filter matches it).
+//!
+//! Logs are taken in the order a listing gives (the order Milvus's import reads them in),
+//! field by field, so the i-th key and the i-th timestamp are one row's. One group's keys
+//! are in memory at a time.
+
+use std::collections::HashMap;
+
+use futures::StreamExt as _;
+use milvus_formats::binlog::{self, Delete, Pk};
+use milvus_formats::column_group;
+use milvus_formats::storage::StorageKind;
+use object_store::{ObjectStore, ObjectStoreExt as _};
+
+use super::plan::{BatchKind, ImportBatch, RestorePlan};
+use super::read::Backup;
+
+/// `common.TimeStampField`: every segment's column of row timestamps.
+const TIMESTAMP_FIELD: i64 = 1;
+
+/// Batches whose rows are read at once.
+const BATCHES_IN_FLIGHT: usize = 4;
+
+/// Why a batch's exact rows could not be read: the restore then holds its rows to the
+/// meta's range, and says so.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct Unreadable {
+    /// The object, or the group's prefix, relative to the backup directory.
+    pub path: String,
+    pub reason: String,
+}
+
+/// Sets `exact_rows` on every data batch of `plan` whose data reads, and returns why the
+/// others could not be read, one per batch.
+pub async fn count(
+    store: &dyn ObjectStore,
+    backup: &Backup,
+    plan: &mut RestorePlan,
+) -> Vec<(String, Unreadable)> {
+    let mut batches: Vec<(&mut ImportBatch, Option<i64>)> = Vec::new();
+    for collection in &mut plan.collections {
+        let pk = collection
+            .schema
+            .fields
+            .iter()
+            .find(|f| f.is_primary_key)
+            .map(|f| f.field_id);
+        for batch in &mut collection.batches {
+            if batch.kind == BatchKind::Data {
+                batch.exact_rows = None;
+                batches.push((batch, pk));
+            }
+        }
+    }
+    let counted: Vec<Result<i64, Unreadable>> = futures::stream::iter(batches.iter())
+        .map(|(batch, pk)| batch_rows(store, backup, batch, *pk))
+        .buffered(BATCHES_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut unreadable = Vec::new();
+    for ((batch, _), rows) in batches.into_iter().zip(counted) {
+        match rows {
+            Ok(rows) => batch.exact_rows = Some(rows),
+            Err(why) => unreadable.push((batch.id.to_string(), why)),
+        }
+    }
+    unreadable
+}
+
+/// The rows one batch's import counts: each file group's rows less those its own deletes
+/// remove.
+async fn batch_rows(
+    store: &dyn ObjectStore,
+    backup: &Backup,
+    batch: &ImportBatch,
+    pk_field: Option<i64>,
+) -> Result<i64, Unreadable> {
+    let kind = StorageKind::of(batch.storage_version).map_err(|e| Unreadable {
+        path: batch
+            .files
+            .first()
+            .and_then(|g| g.first())
+            .cloned()
+            .unwrap_or_default(),
+        reason: e.to_string(),
+    })?;
+    let pk_field = pk_field.ok_or_else(|| Unreadable {
+        path: batch.id.to_string(),
+        reason: "the collection's schema has no primary key".into(),
+    })?;
+    let mut total = 0;
+    for group in &batch.files {
+        let (insert, delta) = match group.as_slice() {
+            [insert] => (insert.as_str(), None),
+            [insert, delta, ..] => (insert.as_str(), Some(delta.as_str())),
+            [] => continue,
+        };
+        let rows = group_rows(store, backup, kind, insert, pk_field).await?;
+        let deletes = match delta.filter(|d| !d.is_empty()) {
+            Some(prefix) => group_deletes(store, backup, kind, prefix).await?,
+            None => Vec::new(),
+        };
+        total += rows.len() as i64 - removed(&rows, &deletes);
+    }
+    Ok(total)
+}
+
+/// A group's rows: (primary key, timestamp), row for row.
+async fn group_rows(
+    store: &dyn ObjectStore,
+    backup: &Backup,
+    kind: StorageKind,
+    prefix: &str,
+    pk_field: i64,
+) -> Result<Vec<(Pk, u64)>, Unreadable> {
+    let mut pks = Vec::new();
+    let mut timestamps = Vec::new();
+    for (path, _) in backup.binlogs.under(prefix) {
+        let field = path
+            .rsplit('/')
+            .nth(1)
+            .and_then(|f| f.parse::<i64>().ok())
+            .ok_or_else(|| Unreadable {
+                path: path.to_owned(),
+                reason: "the second-to-last path component is not a field id".into(),
+            })?;
+        let bad = |reason: String| Unreadable {
+            path: path.to_owned(),
+            reason,
+        };
+        match kind {
+            StorageKind::Binlog if field == pk_field || field == TIMESTAMP_FIELD => {
+                let bytes = get(store, backup, path).await?;
+                let log = binlog::parse(&bytes).map_err(|e| bad(e.to_string()))?;
+                if field == pk_field {
+                    pks.extend(binlog::pk_values(&log).map_err(|e| bad(e.to_string()))?);
+                } else {
+                    let values = binlog::int64_values(&log).map_err(|e| bad(e.to_string()))?;
+                    timestamps.extend(values.into_iter().map(|t| t as u64));
+                }
+            }
+            StorageKind::Binlog => {}
+            StorageKind::ColumnGroup => {
+                // The group's field id is not the column's: look in every file.
+                let bytes = get(store, backup, path).await?;
+                if let Some(keys) =
+                    column_group::pks(&bytes, pk_field).map_err(|e| bad(e.to_string()))?
+                {
+                    pks.extend(keys);
+                }
+                if let Some(values) =
+                    column_group::int64s(&bytes, TIMESTAMP_FIELD).map_err(|e| bad(e.to_string()))?
+                {
+                    timestamps.extend(values.into_iter().map(|t| t as u64));
+                }
+            }
+        }
+    }
+    if pks.len() != timestamps.len() {
+        return Err(Unreadable {
+            path: prefix.to_owned(),
+            reason: format!(
+                "{} primary keys and {} timestamps: the fields do not make rows",
+                pks.len(),
+                timestamps.len()
+            ),
+        });
+    }
+    Ok(pks.into_iter().zip(timestamps).collect())
+}
+
+/// Every delete of the delta logs under `prefix`.
+async fn group_deletes(
+    store: &dyn ObjectStore,
+    backup: &Backup,
+    kind: StorageKind,
+    prefix: &str,
+) -> Result<Vec<Delete>, Unreadable> {
+    let mut deletes = Vec::new();
+    for (path, _) in backup.binlogs.under(prefix) {
+        let bytes = get(store, backup, path).await?;
+        let read = match kind {
+            StorageKind::Binlog => binlog::parse(&bytes)
+                .and_then(|log| binlog::deletes(&log))
+                .map_err(|e| e.to_string()),
+            StorageKind::ColumnGroup => column_group::deletes(&bytes).map_err(|e| e.to_string()),
+        };
+        deletes.extend(read.map_err(|reason| Unreadable {
+            path: path.to_owned(),
+            reason,
+        })?);
+    }
+    Ok(deletes)
+}
+
+/// How many of `rows` a delete of the same key at a later timestamp removes.
+fn removed(rows: &[(Pk, u64)], deletes: &[Delete]) -> i64 {
+    let mut latest: HashMap<&Pk, u64> = HashMap::new();
+    for delete in deletes {
+        let ts = latest.entry(&delete.pk).or_default();
+        *ts = (*ts).max(delete.ts);
+    }
+    rows.iter()
+        .filter(|(pk, ts)| latest.get(pk).is_some_and(|deleted| deleted > ts))
+        .count() as i64
+}
+
+async fn get(store: &dyn ObjectStore, backup: &Backup, path: &str) -> Result<Vec<u8>, Unreadable> {
+    let at = backup.binlogs.source(path).unwrap_or(path);
+    let unreadable = |e: object_store::Error| Unreadable {
+        path: path.to_owned(),
+        reason: format!("cannot be read: {e}"),
+    };
+    let got = store
+        .get(&backup.location.path(at))
+        .await
+        .map_err(unreadable)?;
+    Ok(got.bytes().await.map_err(unreadable)?.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(pk: i64, ts: u64) -> (Pk, u64) {
+        (Pk::Int(pk), ts)
+    }
+
+    #[test]
+    fn a_delete_removes_only_earlier_rows_of_its_key() {
+        let rows = [row(1, 10), row(2, 10), row(3, 10), row(1, 30)];
+        let deletes = [
+            Delete::int(1, 20), // the first row of key 1, not the one written after it
+            Delete::int(2, 10), // the same timestamp: not before it, kept
+            Delete::int(9, 50), // a key the group never held
+            Delete::int(3, 15), // removes key 3 ...
+            Delete::int(3, 12), // ... once, however many deletes name it
+        ];
+        assert_eq!(removed(&rows, &deletes), 2);
+        assert_eq!(removed(&rows, &[]), 0);
+    }
+}
