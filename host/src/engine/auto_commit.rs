@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::ends::EndClient;
 use super::fence::Fence;
 use super::report::{EndJobState, JobReport};
-use super::retry::retry;
+use super::retry::{fenced, retry};
 use super::route::Route;
 use super::schedule::MAX_INTERVAL;
 use crate::backup::ExpectedRows;
@@ -207,13 +207,11 @@ async fn rest_import(
         files: b.files.clone(),
         options: b.options.clone(),
     };
-    if let Err(lost) = fence.check().await {
-        return (None, Err(lost.to_string()));
-    }
     let deadline = Instant::now() + CALL_DEADLINE;
-    let job = match retry(deadline, || target.rest.create_import(&body, None)).await {
-        Ok(job) => job,
-        Err(e) => return (None, Err(format!("import create failed: {e}"))),
+    let job = match fenced(deadline, fence, || target.rest.create_import(&body, None)).await {
+        Ok(Ok(job)) => job,
+        Ok(Err(e)) => return (None, Err(format!("import create failed: {e}"))),
+        Err(lost) => return (None, Err(lost.to_string())),
     };
     let id = Some(job.to_string());
     loop {
@@ -239,24 +237,40 @@ async fn rest_import(
 }
 
 /// One v1 import, to its end: the rows the target says it imported, or why it failed.
+/// One v1 import to its end. A server that goes away meanwhile (a restart, a crash) is
+/// waited for, up to [`CALL_DEADLINE`] per call: the create is sent again only when it never
+/// reached the server (v1 `Import` has no key, so a create whose answer was lost may have
+/// started a task), and the task's state is asked again until it is final. Milvus keeps its
+/// import tasks across a restart: those queued complete, the one it was running fails.
 async fn import(target: &EndClient, fence: &dyn Fence, unit: V1Import<'_>) -> Result<i64, String> {
     let files = unit.files;
     fence.check().await.map_err(|lost| lost.to_string())?;
-    let task = target
-        .grpc
-        .import_v1(
-            unit.db,
-            unit.collection,
-            unit.partition,
-            files.clone(),
-            unit.options,
-        )
-        .await
-        .map_err(|e| format!("import of {files:?}: {e}"))?;
-    loop {
-        let state = target
+    let deadline = Instant::now() + CALL_DEADLINE;
+    let mut backoff = super::retry::FIRST_BACKOFF;
+    let task = loop {
+        let created = target
             .grpc
-            .import_state(task)
+            .import_v1(
+                unit.db,
+                unit.collection,
+                unit.partition,
+                files.clone(),
+                unit.options.clone(),
+            )
+            .await;
+        match created {
+            Err(e) if e.never_sent() && Instant::now() + backoff < deadline => {
+                tracing::debug!(error = %e, ?backoff, "the import never reached the server; sending it again");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(super::retry::MAX_BACKOFF);
+                fence.check().await.map_err(|lost| lost.to_string())?;
+            }
+            other => break other.map_err(|e| format!("import of {files:?}: {e}"))?,
+        }
+    };
+    loop {
+        let deadline = Instant::now() + CALL_DEADLINE;
+        let state = retry(deadline, || target.grpc.import_state(task))
             .await
             .map_err(|e| format!("import task {task}: {e}"))?;
         match state.state {

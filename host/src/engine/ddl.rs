@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::ends::{EndClient, Ends};
 use super::faults;
 use super::fence::{Fence, Lost};
-use super::retry::retry;
+use super::retry::{fenced, retry};
 use crate::backup::{CollectionCreation, CollectionPlan, Namespace, RestorePlan};
 use crate::journal::CreatedCollection;
 use crate::milvus::{self, IndexSpec};
@@ -111,8 +111,7 @@ pub async fn apply(
         match (creation, existed) {
             (CollectionCreation::UseExisting, _) => {}
             (CollectionCreation::DropAndCreate, true) => {
-                fence.check().await?;
-                retry(deadline, || target.grpc.drop_collection(db, name)).await?;
+                fenced(deadline, fence, || target.grpc.drop_collection(db, name)).await??;
                 tracing::info!(end = %target.name, collection = %c.target, "dropped existing collection");
                 created(create_collection(target, fence, c, deadline).await?);
             }
@@ -176,8 +175,7 @@ async fn create_collection(
     if c.verify_field_ids && !properties.iter().any(|(k, _)| k == PRESERVE_FIELD_IDS) {
         properties.push((PRESERVE_FIELD_IDS.into(), "true".into()));
     }
-    fence.check().await?;
-    retry(deadline, || {
+    fenced(deadline, fence, || {
         target.grpc.create_collection(
             &c.target.db,
             &c.target.collection,
@@ -188,7 +186,7 @@ async fn create_collection(
             c.partition_num,
         )
     })
-    .await?;
+    .await??;
     let (db, name) = (&c.target.db, &c.target.collection);
     // Read at once, so that the name is still this create's. A describe that fails leaves
     // no id, and the collection is then dropped by name alone (DESIGN.md §2.1).
@@ -318,7 +316,8 @@ pub async fn drop_created(
                 }
             }
         }
-        if let Err(e) = retry(deadline, || target.grpc.drop_collection(db, name)).await {
+        // Asked again right before the drop, and before each retry of it.
+        if let Err(e) = fenced(deadline, fence, || target.grpc.drop_collection(db, name)).await? {
             problems.push(format!(
                 "could not drop {db}.{name} created by this restore: {e}"
             ));

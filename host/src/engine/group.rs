@@ -23,12 +23,11 @@ use super::checks::{self, CheckSetup};
 use super::ends::Ends;
 use super::error::{Error, StageError};
 use super::faults;
-use super::fence::Fence as _;
 use super::gate::ImportGate;
 use super::preflight::{Preflight, error_chain};
 use super::refusal::Refusal;
 use super::report::Divergence;
-use super::retry::{DEFAULT_CALL_DEADLINE, retry};
+use super::retry::{DEFAULT_CALL_DEADLINE, fenced};
 use super::rows;
 use super::schedule::FirstLook;
 use super::staging;
@@ -549,11 +548,10 @@ async fn submit(
             };
             let key = honours_key.then_some(b.idempotency_key.as_str());
             let deadline = Instant::now() + call_timeout;
-            if let Err(lost) = attempt.check().await {
-                return (i, Some(Err(lost)));
+            match fenced(deadline, attempt, || target.rest.create_import(&body, key)).await {
+                Ok(created) => (i, Some(Ok(created))),
+                Err(lost) => (i, Some(Err(lost))),
             }
-            let created = retry(deadline, || target.rest.create_import(&body, key)).await;
-            (i, Some(Ok(created)))
         })
         .buffer_unordered(CREATES_IN_FLIGHT);
     let mut first_error = None;

@@ -15,7 +15,7 @@ use super::ends::Ends;
 use super::fence::Fence;
 use super::process::Engine;
 use super::report::{CollectionReport, EndReport, Report, ReportOf};
-use super::retry::retry;
+use super::retry::{fenced, retry};
 use super::two_phase::{self, Tracked, Tracker};
 use super::{ddl, outcome};
 use crate::job::{Job, StorageSpec};
@@ -342,11 +342,11 @@ async fn find_lost_job(
         files: b.files.clone(),
         options,
     };
-    fence.check().await.ok()?;
-    retry(deadline, || {
+    fenced(deadline, fence, || {
         target.rest.create_import(&body, Some(&b.idempotency_key))
     })
     .await
+    .ok()?
     .ok()
 }
 

@@ -14,7 +14,7 @@ pub use super::poll::Seen;
 use super::poll::{Denied, Judgement, Pair, Sight, watch};
 use super::progress::JobCounts;
 use super::report::Divergence;
-use super::retry::retry;
+use super::retry::fenced;
 use super::schedule::FirstLook;
 use crate::backup::ExpectedRows;
 use crate::journal::Role;
@@ -333,10 +333,10 @@ pub async fn commit(
     )
     .map(|(j, id)| async move {
         let db = &tracker.jobs[j].db;
-        if let Err(lost) = fence.check().await {
-            return (j, Err(lost));
-        }
-        (j, Ok(retry(deadline, || target.rest.commit(db, &id)).await))
+        (
+            j,
+            fenced(deadline, fence, || target.rest.commit(db, &id)).await,
+        )
     })
     .buffer_unordered(CONTROL_IN_FLIGHT)
     .collect()
@@ -501,10 +501,10 @@ pub async fn abort(
         .collect();
     let fenced: Vec<(&MilvusJobId, Fenced<()>)> = futures::stream::iter(ids.iter())
         .map(|(db, id)| async move {
-            if let Err(lost) = fence.check().await {
-                return (id, Err(lost));
-            }
-            (id, Ok(retry(deadline, || target.rest.abort(db, id)).await))
+            (
+                id,
+                fenced(deadline, fence, || target.rest.abort(db, id)).await,
+            )
         })
         .buffer_unordered(CONTROL_IN_FLIGHT)
         .collect()

@@ -140,6 +140,28 @@ impl Error {
         }
     }
 
+    /// The call never reached the end: its connection was refused or could not be made, so
+    /// nothing was asked of it. Only such a failure may be retried for a call that is not
+    /// idempotent (a v1 `Import`, which has no key): one whose answer was lost may have
+    /// started a task, and asking again would import twice.
+    pub fn never_sent(&self) -> bool {
+        let Error::Unreachable { source, .. } = self else {
+            return false;
+        };
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+        while let Some(e) = cause {
+            let text = e.to_string();
+            if text.contains("tcp connect error")
+                || text.contains("client error (Connect)")
+                || text.contains("Connection refused")
+            {
+                return true;
+            }
+            cause = e.source();
+        }
+        false
+    }
+
     /// The end does not know the job: describe answers "import job does not exist", commit
     /// and abort "job N not found" (2100, or 2101 on 3.0). On a secondary this is also what
     /// a mirror looks like before its ImportMsg arrived over CDC, and on any end what a job
@@ -182,3 +204,37 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unreachable(source: std::io::Error) -> Error {
+        Error::Unreachable {
+            end: "t".into(),
+            uri: "http://t:19530".into(),
+            source: Box::new(source),
+        }
+    }
+
+    /// A v1 import is sent again only when it certainly never left: a refused connection,
+    /// not one reset after the request went out.
+    #[test]
+    fn only_a_connection_never_made_counts_as_never_sent() {
+        use std::io::{Error as Io, ErrorKind};
+        let refused = Io::new(
+            ErrorKind::ConnectionRefused,
+            "tcp connect error: Connection refused (os error 111)",
+        );
+        assert!(unreachable(refused).never_sent());
+        let reset = Io::new(ErrorKind::ConnectionReset, "connection reset by peer");
+        assert!(!unreachable(reset).never_sent());
+        let answer = Error::Api {
+            end: "t".into(),
+            call: "Import".into(),
+            code: 2101,
+            message: "busy".into(),
+        };
+        assert!(!answer.never_sent());
+    }
+}
