@@ -14,6 +14,10 @@ checks the written milvus.yaml for every key it set) so the segments a test flus
 segments a backup names.
 
 It stops on SIGINT to the wrapper, which terminates the milvus child and kills it after 1 s.
+`kill` is the crash instead: SIGKILL to the wrapper's whole process group, nothing flushed or
+closed; `restart` then starts it again on the same data dir, etcd root path and proxy port, so
+its meta and segments are the ones it had persisted and a lockstep host config written before
+the crash still points at it.
 
     python server.py --data DIR [--proxy-port P] [--exit-after-start]
 """
@@ -38,6 +42,10 @@ DEFAULT_ETCD = "http://127.0.0.1:2379"
 START_TIMEOUT = float(os.environ.get("LOCKSTEP_MILVUS_START_TIMEOUT", "240"))
 STOP_TIMEOUT = 60.0
 LOG_TAIL_LINES = 60
+# How long `restart` waits for the killed server's proxy port to be bindable again: the
+# connections it had stay in TIME_WAIT or FIN_WAIT_2 (60 s on Linux), and the wrapper binds
+# without SO_REUSEADDR.
+PORT_FREE_TIMEOUT = 90.0
 
 # Keys `start` sets beyond the etcd ones. The wrapper replaces only keys its template has.
 COMPACTION_OFF = {
@@ -79,6 +87,19 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def port_bindable(port: int) -> bool:
+    """Whether the wrapper could take `port` now: it binds 127.0.0.1 without SO_REUSEADDR,
+    which fails while a connection of the port's last listener is still closing (TIME_WAIT,
+    FIN_WAIT_2)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+            return True
+        except OSError:
+            return False
 
 
 def parse_milvus_yaml(text: str) -> dict[str, str]:
@@ -141,6 +162,7 @@ class MilvusServer:
         self.ports: dict[str, int] = {}
         self.version: str | None = None
         self.start_seconds: float | None = None
+        self.restarts = 0
         self._wrapper_log = None
 
     # -- where things are ---------------------------------------------------------------
@@ -347,6 +369,68 @@ class MilvusServer:
             self._wrapper_log.close()
             self._wrapper_log = None
         return code
+
+    # -- crash and restart --------------------------------------------------------------
+
+    def kill(self) -> int | None:
+        """SIGKILL to the wrapper's whole process group at once, as a machine crash: the
+        milvus child gets no SIGTERM, so it flushes nothing, closes no connection cleanly and
+        leaves its etcd sessions to expire with their leases. What survives is what it had
+        persisted: its etcd meta under `root_path` and the objects under `storage_dir`.
+        The ports, root path and config are kept for `restart`. Returns the wrapper's exit
+        status (-9)."""
+        process, self.process = self.process, None
+        if process is None:
+            raise ServerError("not running")
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        code = process.wait(timeout=10)
+        # Reaped the wrapper; the milvus child was killed by the same signal, but is reaped by
+        # init, so wait for the group to be gone before anything binds its ports again.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            raise ServerError(f"process group {process.pid} still there 10 s after SIGKILL")
+        if self._wrapper_log is not None:
+            self._wrapper_log.close()
+            self._wrapper_log = None
+        return code
+
+    def restart(self, timeout: float = START_TIMEOUT) -> "MilvusServer":
+        """Starts the server again after `kill` (or `stop`) on the same data dir, etcd root
+        path and proxy port, so that clients configured before (a lockstep host config, a
+        pymilvus alias) reach it at the same address and it recovers its own meta and
+        segments. The other ports are the wrapper's choice again. The previous run's logs are
+        kept under logs/run-N/ (the wrapper truncates its log files on start).
+
+        Waits first until the proxy port is bindable (see `port_bindable`; about 60 s after
+        a kill), then up to `timeout` for the start itself, which may take longer than a
+        first start (seen: 3 to 6 s, once 55 s with rootcoord waiting for datacoord)."""
+        if self.process is not None:
+            raise ServerError("still running: kill() or stop() it first")
+        if not self.ports:
+            raise ServerError("never started: nothing to restart")
+        port = self.ports["proxy"]
+        deadline = time.monotonic() + PORT_FREE_TIMEOUT
+        while not port_bindable(port):
+            if time.monotonic() > deadline:
+                raise ServerError(f"proxy port {port} not bindable {PORT_FREE_TIMEOUT:.0f}s after the kill")
+            time.sleep(0.5)
+        self.restarts += 1
+        logs = self.data_dir / "logs"
+        kept = logs / f"run-{self.restarts}"
+        kept.mkdir(parents=True, exist_ok=True)
+        for path in logs.glob("*.log"):
+            path.rename(kept / path.name)
+        self.requested_proxy_port = port
+        return self.start(timeout=timeout)
 
     def __enter__(self) -> "MilvusServer":
         return self.start()
