@@ -870,6 +870,13 @@ def _write_backup(target, names, backup_name, backup_dir, sources, inflate, drop
             if not candidates:
                 raise RuntimeError("--inflate-rows first: every segment has delta logs")
             chosen = candidates[0]
+        elif which == "first-with-deletes":
+            # The case the meta's figures cannot catch: the deletes are not counted there
+            # (entries_num), so any row count from 1 to the inserted rows looked possible.
+            candidates = [x for x in all_segments if any(fb["binlogs"] for fb in x[2]["deltalogs"])]
+            if not candidates:
+                raise RuntimeError("--inflate-rows first-with-deletes: no segment has delta logs")
+            chosen = candidates[0]
         else:
             chosen = next((x for x in all_segments if str(x[2]["segment_id"]) == which), None)
             if chosen is None:

@@ -12,6 +12,11 @@
 //! Logs are taken in the order a listing gives (the order Milvus's import reads them in),
 //! field by field, so the i-th key and the i-th timestamp are one row's. One group's keys
 //! are in memory at a time.
+//!
+//! The rows read are also held to the meta: a group whose binlogs hold another number of
+//! rows than its segments' `num_of_rows` is a backup that disagrees with its meta, and the
+//! restore is refused naming the segment, rather than restoring what the data holds under a
+//! meta that says otherwise.
 
 use std::collections::HashMap;
 
@@ -40,13 +45,43 @@ pub struct Unreadable {
     pub reason: String,
 }
 
-/// Sets `exact_rows` on every data batch of `plan` whose data reads, and returns why the
-/// others could not be read, one per batch.
-pub async fn count(
-    store: &dyn ObjectStore,
-    backup: &Backup,
-    plan: &mut RestorePlan,
-) -> Vec<(String, Unreadable)> {
+/// A file group whose binlogs hold another number of rows than its meta says.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, thiserror::Error)]
+#[error(
+    "{prefix} (segment {}): its binlogs hold {read} rows, its meta says {meta}",
+    .segments.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+)]
+pub struct Disagreement {
+    /// The group's insert prefix, relative to the backup directory.
+    pub prefix: String,
+    pub segments: Vec<i64>,
+    pub read: i64,
+    pub meta: i64,
+}
+
+/// What counting found beside the figures it set.
+#[derive(Debug, Default)]
+pub struct Counted {
+    /// Batches whose data could not be read, with why.
+    pub unreadable: Vec<(String, Unreadable)>,
+    /// Groups whose data and meta disagree.
+    pub disagreements: Vec<Disagreement>,
+}
+
+enum Failure {
+    Unreadable(Unreadable),
+    Disagrees(Disagreement),
+}
+
+impl From<Unreadable> for Failure {
+    fn from(u: Unreadable) -> Self {
+        Failure::Unreadable(u)
+    }
+}
+
+/// Sets `exact_rows` on every data batch of `plan` whose data reads and agrees with its
+/// meta, and returns what it found about the others.
+pub async fn count(store: &dyn ObjectStore, backup: &Backup, plan: &mut RestorePlan) -> Counted {
     let mut batches: Vec<(&mut ImportBatch, Option<i64>)> = Vec::new();
     for collection in &mut plan.collections {
         let pk = collection
@@ -62,19 +97,41 @@ pub async fn count(
             }
         }
     }
-    let counted: Vec<Result<i64, Unreadable>> = futures::stream::iter(batches.iter())
+    let counted: Vec<Result<i64, Failure>> = futures::stream::iter(batches.iter())
         .map(|(batch, pk)| batch_rows(store, backup, batch, *pk))
         .buffered(BATCHES_IN_FLIGHT)
         .collect()
         .await;
-    let mut unreadable = Vec::new();
+    let mut found = Counted::default();
     for ((batch, _), rows) in batches.into_iter().zip(counted) {
         match rows {
             Ok(rows) => batch.exact_rows = Some(rows),
-            Err(why) => unreadable.push((batch.id.to_string(), why)),
+            Err(Failure::Unreadable(why)) => found.unreadable.push((batch.id.to_string(), why)),
+            Err(Failure::Disagrees(d)) => found.disagreements.push(d),
         }
     }
-    unreadable
+    found
+}
+
+/// The segments whose insert logs lie under `prefix` (one, or a whole partition's in a
+/// backup without group ids), and the rows their meta says they hold.
+fn meta_rows(backup: &Backup, prefix: &str) -> (Vec<i64>, i64) {
+    let mut segments = Vec::new();
+    let mut rows = 0;
+    for segment in backup
+        .info
+        .collection_backups
+        .iter()
+        .flat_map(|c| &c.partition_backups)
+        .flat_map(|p| &p.segment_backups)
+        .filter(|s| !s.is_l0)
+    {
+        if super::verify::segment_dir("insert_log", segment).starts_with(prefix) {
+            segments.push(segment.segment_id);
+            rows += segment.num_of_rows;
+        }
+    }
+    (segments, rows)
 }
 
 /// The rows one batch's import counts: each file group's rows less those its own deletes
@@ -84,7 +141,7 @@ async fn batch_rows(
     backup: &Backup,
     batch: &ImportBatch,
     pk_field: Option<i64>,
-) -> Result<i64, Unreadable> {
+) -> Result<i64, Failure> {
     let kind = StorageKind::of(batch.storage_version).map_err(|e| Unreadable {
         path: batch
             .files
@@ -106,6 +163,15 @@ async fn batch_rows(
             [] => continue,
         };
         let rows = group_rows(store, backup, kind, insert, pk_field).await?;
+        let (segments, meta) = meta_rows(backup, insert);
+        if rows.len() as i64 != meta {
+            return Err(Failure::Disagrees(Disagreement {
+                prefix: insert.to_owned(),
+                segments,
+                read: rows.len() as i64,
+                meta,
+            }));
+        }
         let deletes = match delta.filter(|d| !d.is_empty()) {
             Some(prefix) => group_deletes(store, backup, kind, prefix).await?,
             None => Vec::new(),
@@ -230,7 +296,84 @@ async fn get(store: &dyn ObjectStore, backup: &Backup, path: &str) -> Result<Vec
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use milvus_formats::binlog::DeltaForm;
+    use milvus_sim::fixtures::{BackupSpec, L0Segments, generate};
+    use object_store::memory::InMemory;
+    use object_store::path::Path;
+
     use super::*;
+    use crate::backup::plan::{RestoreOptions, Strategy, plan};
+    use crate::backup::{BackupLocation, read};
+
+    /// A generated backup in both delta forms, read and planned.
+    async fn planned(form: DeltaForm) -> (Arc<InMemory>, Backup, RestorePlan, u64) {
+        let store = Arc::new(InMemory::new());
+        let spec = BackupSpec {
+            name: "b".into(),
+            collections: 2,
+            partitions: 2,
+            segments_per_partition: 2,
+            rows_per_segment: 40,
+            binlogs_per_field: 2,
+            deletes_per_segment: 5,
+            l0_segments: L0Segments::Present,
+            deltalog_format: form,
+            ..BackupSpec::default()
+        };
+        let generated = generate(&spec, store.clone(), &Path::from("backup"))
+            .await
+            .expect("a backup");
+        let location = BackupLocation::new("memory://", "backup", "b");
+        let backup = read(store.as_ref(), &location).await.expect("it reads");
+        let plan = plan(&backup, &RestoreOptions::default(), Strategy::Merged).expect("a plan");
+        (store, backup, plan, generated.rows_of_data_imports())
+    }
+
+    fn exact_total(plan: &RestorePlan) -> Option<i64> {
+        plan.collections
+            .iter()
+            .flat_map(|c| &c.batches)
+            .filter(|b| b.kind == BatchKind::Data)
+            .map(|b| b.exact_rows)
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn every_data_batch_gets_the_rows_its_import_counts_after_its_own_deletes() {
+        for form in [DeltaForm::Json, DeltaForm::MultiField] {
+            let (store, backup, mut plan, want) = planned(form).await;
+            let found = count(store.as_ref(), &backup, &mut plan).await;
+            assert!(found.unreadable.is_empty(), "{:?}", found.unreadable);
+            assert!(found.disagreements.is_empty(), "{:?}", found.disagreements);
+            assert_eq!(exact_total(&plan), Some(want as i64), "{form:?}");
+        }
+    }
+
+    /// Issue 27's case: a segment whose meta claims 50 rows more than its binlogs hold.
+    #[tokio::test]
+    async fn a_segment_whose_meta_claims_other_rows_than_its_binlogs_is_named() {
+        let (store, mut backup, mut plan, _) = planned(DeltaForm::Json).await;
+        let segment = backup.info.collection_backups[1].partition_backups[0]
+            .segment_backups
+            .iter_mut()
+            .find(|s| !s.is_l0)
+            .expect("a data segment");
+        segment.num_of_rows += 50;
+        let (id, claimed) = (segment.segment_id, segment.num_of_rows);
+        let found = count(store.as_ref(), &backup, &mut plan).await;
+        assert_eq!(found.disagreements.len(), 1, "{:?}", found.disagreements);
+        let d = &found.disagreements[0];
+        assert_eq!(
+            (d.segments.as_slice(), d.read, d.meta),
+            ([id].as_slice(), claimed - 50, claimed)
+        );
+        assert!(d.to_string().contains(&format!(
+            "(segment {id}): its binlogs hold {} rows, its meta says {claimed}",
+            claimed - 50
+        )));
+    }
 
     fn row(pk: i64, ts: u64) -> (Pk, u64) {
         (Pk::Int(pk), ts)

@@ -95,7 +95,7 @@ pub async fn verify(
 
 /// The directory of a segment's logs of `kind` (`insert_log`, `delta_log`) in the backup,
 /// with its trailing `/`: milvus-backup files a segment under its group when it has one.
-fn segment_dir(kind: &str, segment: &SegmentBackupInfo) -> String {
+pub(super) fn segment_dir(kind: &str, segment: &SegmentBackupInfo) -> String {
     let group = match segment.group_id {
         0 => String::new(),
         g => format!("{g}/"),

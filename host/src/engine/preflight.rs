@@ -115,7 +115,7 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
     if let (Some(store), Some(b), Some(plan)) = (&backup_store, &read, &mut planned) {
         check_backup_objects(job, store, b, plan, &mut refusals).await;
         if refusals.is_empty() && !job.restore.meta_only {
-            count_exact_rows(store, b, plan).await;
+            count_exact_rows(job, store, b, plan, &mut refusals).await;
         }
     }
 
@@ -205,11 +205,28 @@ async fn check_backup_objects(
 }
 
 /// Each data batch's rows as its import will count them, read from the backup's data; a
-/// batch whose data cannot be read keeps the meta's range, and the log says why.
-async fn count_exact_rows(store: &OpenedStore, backup: &Backup, plan: &mut RestorePlan) {
-    for (batch, why) in backup::rows::count(store.store.as_ref(), backup, plan).await {
+/// batch whose data cannot be read keeps the meta's range, and the log says why. Data that
+/// disagrees with the meta is refused, one refusal per file group.
+async fn count_exact_rows(
+    job: &Job,
+    store: &OpenedStore,
+    backup: &Backup,
+    plan: &mut RestorePlan,
+    refusals: &mut Vec<Refusal>,
+) {
+    let counted = backup::rows::count(store.store.as_ref(), backup, plan).await;
+    for (batch, why) in counted.unreadable {
         tracing::warn!(%batch, reason = %why, "cannot read the batch's rows from the backup's data; holding its imports to the meta's range");
     }
+    refusals.extend(
+        counted
+            .disagreements
+            .into_iter()
+            .map(|disagreement| Refusal::BackupRows {
+                backup: job.backup.name.clone(),
+                disagreement,
+            }),
+    );
 }
 
 /// The route from what the job named and what the target's import API can do, probed

@@ -194,6 +194,12 @@ pub enum Refusal {
         backup: String,
         finding: crate::backup::verify::Finding,
     },
+    /// A file group's binlogs hold other rows than its segments' meta says.
+    #[error("backup {backup} disagrees with its meta: {disagreement}")]
+    BackupRows {
+        backup: String,
+        disagreement: crate::backup::rows::Disagreement,
+    },
     #[error("nothing to restore: no collection of backup {backup} passes the job's filters")]
     NothingToRestore { backup: String },
     #[error(transparent)]
@@ -282,6 +288,7 @@ impl Refusal {
             Refusal::Backup { .. } => "backup",
             Refusal::StorageV3 { .. } => "storage_v3",
             Refusal::BackupObject { .. } => "backup_object",
+            Refusal::BackupRows { .. } => "backup_rows",
             Refusal::FieldIds { .. } => "field_ids",
             Refusal::NothingToRestore { .. } => "nothing_to_restore",
             Refusal::CollectionConflict(_) => "collection_conflict",
