@@ -141,6 +141,20 @@ class ServerError(RuntimeError):
     pass
 
 
+def group_gone(pgid: int, within: float) -> bool:
+    """Whether no process of group `pgid` is left, waiting up to `within` seconds for the
+    last to go (one we may not signal counts as gone: it is not ours)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
 class MilvusServer:
     """One real Milvus 2.3.5 standalone under `data_dir`."""
 
@@ -348,23 +362,11 @@ class MilvusServer:
             else:
                 code = process.returncode
             # The milvus child is in the same group; make sure nothing of it outlives the wrapper.
-            try:
-                os.killpg(process.pid, 0)
-            except (ProcessLookupError, PermissionError):
-                pass
-            else:
-                deadline = time.monotonic() + 10
-                while time.monotonic() < deadline:
-                    try:
-                        os.killpg(process.pid, 0)
-                    except ProcessLookupError:
-                        break
-                    time.sleep(0.2)
-                else:
-                    try:
-                        os.killpg(process.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+            if not group_gone(process.pid, within=10):
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         if self._wrapper_log is not None:
             self._wrapper_log.close()
             self._wrapper_log = None
@@ -389,14 +391,7 @@ class MilvusServer:
         code = process.wait(timeout=10)
         # Reaped the wrapper; the milvus child was killed by the same signal, but is reaped by
         # init, so wait for the group to be gone before anything binds its ports again.
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(process.pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
+        if not group_gone(process.pid, within=10):
             raise ServerError(f"process group {process.pid} still there 10 s after SIGKILL")
         if self._wrapper_log is not None:
             self._wrapper_log.close()

@@ -1,7 +1,8 @@
 //! Row accounting (DESIGN.md §2, invariants 1 and 6): what every end says each job imported,
 //! held against what the backup says the job's batch holds.
 //!
-//! The expectation is the plan's ([`ExpectedRows`], from the backup meta), never the
+//! The expectation is the plan's ([`ExpectedRows`]: the rows read from the batch's data, or
+//! the meta's range where they could not be read), never the
 //! server's own `totalRows`: a Milvus 2.3 whose import listed no files completes with both
 //! at 0, and a Milvus 3.0 shows `importedRows == totalRows` from Sorting on, whatever it read.
 //! A list answers states only, so the rows come from one describe per job and end, read once
