@@ -204,6 +204,17 @@ impl Backup {
     pub fn importable_in_place(&self) -> bool {
         self.format == BackupFormat::Binlog
     }
+
+    /// The bytes of the binlog listed at `path` (relative to the backup directory), read
+    /// from where it is: a snapshot bundle's file for a bundle.
+    pub async fn binlog_bytes(
+        &self,
+        store: &dyn ObjectStore,
+        path: &str,
+    ) -> Result<bytes::Bytes, object_store::Error> {
+        let at = self.binlogs.source(path).unwrap_or(path);
+        store.get(&self.location.path(at)).await?.bytes().await
+    }
 }
 
 /// Reads the backup at `location` from `store`.

@@ -24,7 +24,7 @@ use futures::StreamExt as _;
 use milvus_formats::binlog::{self, Delete, Pk};
 use milvus_formats::column_group;
 use milvus_formats::storage::StorageKind;
-use object_store::{ObjectStore, ObjectStoreExt as _};
+use object_store::ObjectStore;
 
 use super::plan::{BatchKind, ImportBatch, RestorePlan};
 use super::read::Backup;
@@ -281,17 +281,18 @@ fn removed(rows: &[(Pk, u64)], deletes: &[Delete]) -> i64 {
         .count() as i64
 }
 
-async fn get(store: &dyn ObjectStore, backup: &Backup, path: &str) -> Result<Vec<u8>, Unreadable> {
-    let at = backup.binlogs.source(path).unwrap_or(path);
-    let unreadable = |e: object_store::Error| Unreadable {
-        path: path.to_owned(),
-        reason: format!("cannot be read: {e}"),
-    };
-    let got = store
-        .get(&backup.location.path(at))
+async fn get(
+    store: &dyn ObjectStore,
+    backup: &Backup,
+    path: &str,
+) -> Result<bytes::Bytes, Unreadable> {
+    backup
+        .binlog_bytes(store, path)
         .await
-        .map_err(unreadable)?;
-    Ok(got.bytes().await.map_err(unreadable)?.to_vec())
+        .map_err(|e| Unreadable {
+            path: path.to_owned(),
+            reason: format!("cannot be read: {e}"),
+        })
 }
 
 #[cfg(test)]

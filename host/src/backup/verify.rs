@@ -15,7 +15,7 @@ use futures::StreamExt as _;
 use milvus_formats::binlog;
 use milvus_formats::column_group;
 use milvus_formats::storage::StorageKind;
-use object_store::{ObjectStore, ObjectStoreExt as _};
+use object_store::ObjectStore;
 
 use super::meta::{CollectionBackupInfo, FieldBinlog, SegmentBackupInfo};
 use super::read::{BINLOG_DIR, Backup};
@@ -170,10 +170,10 @@ async fn verify_segment(
     let mut rows_by_field: Vec<(i64, usize)> = Vec::new();
     let mut pk_seen = false;
     for (path, field) in present {
-        let bytes = match read(store, backup, path).await {
+        let bytes = match backup.binlog_bytes(store, path).await {
             Ok(bytes) => bytes,
-            Err(problem) => {
-                found.push(finding(path, problem));
+            Err(e) => {
+                found.push(finding(path, format!("cannot be read: {e}")));
                 continue;
             }
         };
@@ -225,20 +225,6 @@ async fn verify_segment(
         ));
     }
     found
-}
-
-/// The bytes of the object listed at `path` (a bundle's file, for a snapshot backup).
-async fn read(store: &dyn ObjectStore, backup: &Backup, path: &str) -> Result<Vec<u8>, String> {
-    let at = backup.binlogs.source(path).unwrap_or(path);
-    let location = backup.location.path(at);
-    let got = store
-        .get(&location)
-        .await
-        .map_err(|e| format!("cannot be read: {e}"))?;
-    got.bytes()
-        .await
-        .map(|b| b.to_vec())
-        .map_err(|e| format!("cannot be read: {e}"))
 }
 
 /// An insert binlog of `field`: its rows, and whether it is the primary key's and its keys
