@@ -9,6 +9,7 @@
 //!   extras `"version":"MULTI_FIELD"`, and a payload of two columns, `pk` (Int64 or String)
 //!   and `ts` (Int64), uncompressed.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, Int64Array, StringArray};
@@ -54,6 +55,22 @@ impl Delete {
             ts,
         }
     }
+}
+
+/// Milvus's rule for an import's own deletes (`FilterWithDelete`): how many of `rows` (each
+/// a primary key and the timestamp it was written at) a delete of the same key at a later
+/// timestamp removes. A delete of a key the rows never held removes nothing (Milvus 2.3
+/// writes a delete into every segment whose bloom filter matches it); a row is removed once
+/// however many deletes name it.
+pub fn deleted_rows<'a>(rows: impl IntoIterator<Item = (&'a Pk, u64)>, deletes: &[Delete]) -> i64 {
+    let mut latest: HashMap<&Pk, u64> = HashMap::new();
+    for delete in deletes {
+        let ts = latest.entry(&delete.pk).or_default();
+        *ts = (*ts).max(delete.ts);
+    }
+    rows.into_iter()
+        .filter(|(pk, ts)| latest.get(pk).is_some_and(|deleted| deleted > ts))
+        .count() as i64
 }
 
 /// Which form a delta log is written in.

@@ -381,3 +381,24 @@ fn every_column_type_round_trips() {
         assert_eq!(back, column);
     }
 }
+
+fn row(pk: i64, ts: u64) -> (Pk, u64) {
+    (Pk::Int(pk), ts)
+}
+
+#[test]
+fn a_delete_removes_only_earlier_rows_of_its_key() {
+    let rows = [row(1, 10), row(2, 10), row(3, 10), row(1, 30)];
+    let deletes = [
+        Delete::int(1, 20), // the first row of key 1, not the one written after it
+        Delete::int(2, 10), // the same timestamp: not before it, kept
+        Delete::int(9, 50), // a key the group never held
+        Delete::int(3, 15), // removes key 3 ...
+        Delete::int(3, 12), // ... once, however many deletes name it
+    ];
+    assert_eq!(
+        deleted_rows(rows.iter().map(|(pk, ts)| (pk, *ts)), &deletes),
+        2
+    );
+    assert_eq!(deleted_rows(rows.iter().map(|(pk, ts)| (pk, *ts)), &[]), 0);
+}

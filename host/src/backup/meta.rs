@@ -45,6 +45,17 @@ pub struct BackupInfo {
     pub format: String,
 }
 
+impl BackupInfo {
+    /// Every segment of the backup with its collection, in meta order.
+    pub fn segments(&self) -> impl Iterator<Item = (&CollectionBackupInfo, &SegmentBackupInfo)> {
+        self.collection_backups.iter().flat_map(|c| {
+            c.partition_backups
+                .iter()
+                .flat_map(move |p| p.segment_backups.iter().map(move |s| (c, s)))
+        })
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct RpcChannelInfo {

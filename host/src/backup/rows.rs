@@ -18,7 +18,7 @@
 //! restore is refused naming the segment, rather than restoring what the data holds under a
 //! meta that says otherwise.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use futures::StreamExt as _;
 use milvus_formats::binlog::{self, Delete, Pk};
@@ -97,8 +97,9 @@ pub async fn count(store: &dyn ObjectStore, backup: &Backup, plan: &mut RestoreP
             }
         }
     }
+    let dirs = segment_dirs(backup);
     let counted: Vec<Result<i64, Failure>> = futures::stream::iter(batches.iter())
-        .map(|(batch, pk)| batch_rows(store, backup, batch, *pk))
+        .map(|(batch, pk)| batch_rows(store, backup, &dirs, batch, *pk))
         .buffered(BATCHES_IN_FLIGHT)
         .collect()
         .await;
@@ -113,25 +114,34 @@ pub async fn count(store: &dyn ObjectStore, backup: &Backup, plan: &mut RestoreP
     found
 }
 
+/// Each data segment's insert directory, with its id and the rows its meta says it holds:
+/// built once, so that finding a group's segments costs a range, not a scan of the backup.
+type SegmentDirs = BTreeMap<String, (i64, i64)>;
+
+fn segment_dirs(backup: &Backup) -> SegmentDirs {
+    backup
+        .info
+        .segments()
+        .filter(|(_, s)| !s.is_l0)
+        .map(|(_, s)| {
+            let dir = super::verify::segment_dir("insert_log", s);
+            (dir, (s.segment_id, s.num_of_rows))
+        })
+        .collect()
+}
+
 /// The segments whose insert logs lie under `prefix` (one, or a whole partition's in a
 /// backup without group ids), and the rows their meta says they hold.
-fn meta_rows(backup: &Backup, prefix: &str) -> (Vec<i64>, i64) {
-    let mut segments = Vec::new();
-    let mut rows = 0;
-    for segment in backup
-        .info
-        .collection_backups
-        .iter()
-        .flat_map(|c| &c.partition_backups)
-        .flat_map(|p| &p.segment_backups)
-        .filter(|s| !s.is_l0)
-    {
-        if super::verify::segment_dir("insert_log", segment).starts_with(prefix) {
-            segments.push(segment.segment_id);
-            rows += segment.num_of_rows;
-        }
-    }
-    (segments, rows)
+fn meta_rows(dirs: &SegmentDirs, prefix: &str) -> (Vec<i64>, i64) {
+    dirs.range::<str, _>((
+        std::ops::Bound::Included(prefix),
+        std::ops::Bound::Unbounded,
+    ))
+    .take_while(|(dir, _)| dir.starts_with(prefix))
+    .fold((Vec::new(), 0), |(mut ids, rows), (_, (id, n))| {
+        ids.push(*id);
+        (ids, rows + n)
+    })
 }
 
 /// The rows one batch's import counts: each file group's rows less those its own deletes
@@ -139,6 +149,7 @@ fn meta_rows(backup: &Backup, prefix: &str) -> (Vec<i64>, i64) {
 async fn batch_rows(
     store: &dyn ObjectStore,
     backup: &Backup,
+    dirs: &SegmentDirs,
     batch: &ImportBatch,
     pk_field: Option<i64>,
 ) -> Result<i64, Failure> {
@@ -163,7 +174,7 @@ async fn batch_rows(
             [] => continue,
         };
         let rows = group_rows(store, backup, kind, insert, pk_field).await?;
-        let (segments, meta) = meta_rows(backup, insert);
+        let (segments, meta) = meta_rows(dirs, insert);
         if rows.len() as i64 != meta {
             return Err(Failure::Disagrees(Disagreement {
                 prefix: insert.to_owned(),
@@ -176,7 +187,8 @@ async fn batch_rows(
             Some(prefix) => group_deletes(store, backup, kind, prefix).await?,
             None => Vec::new(),
         };
-        total += rows.len() as i64 - removed(&rows, &deletes);
+        total += rows.len() as i64
+            - binlog::deleted_rows(rows.iter().map(|(pk, ts)| (pk, *ts)), &deletes);
     }
     Ok(total)
 }
@@ -267,18 +279,6 @@ async fn group_deletes(
         })?);
     }
     Ok(deletes)
-}
-
-/// How many of `rows` a delete of the same key at a later timestamp removes.
-fn removed(rows: &[(Pk, u64)], deletes: &[Delete]) -> i64 {
-    let mut latest: HashMap<&Pk, u64> = HashMap::new();
-    for delete in deletes {
-        let ts = latest.entry(&delete.pk).or_default();
-        *ts = (*ts).max(delete.ts);
-    }
-    rows.iter()
-        .filter(|(pk, ts)| latest.get(pk).is_some_and(|deleted| deleted > ts))
-        .count() as i64
 }
 
 async fn get(
@@ -374,23 +374,5 @@ mod tests {
             "(segment {id}): its binlogs hold {} rows, its meta says {claimed}",
             claimed - 50
         )));
-    }
-
-    fn row(pk: i64, ts: u64) -> (Pk, u64) {
-        (Pk::Int(pk), ts)
-    }
-
-    #[test]
-    fn a_delete_removes_only_earlier_rows_of_its_key() {
-        let rows = [row(1, 10), row(2, 10), row(3, 10), row(1, 30)];
-        let deletes = [
-            Delete::int(1, 20), // the first row of key 1, not the one written after it
-            Delete::int(2, 10), // the same timestamp: not before it, kept
-            Delete::int(9, 50), // a key the group never held
-            Delete::int(3, 15), // removes key 3 ...
-            Delete::int(3, 12), // ... once, however many deletes name it
-        ];
-        assert_eq!(removed(&rows, &deletes), 2);
-        assert_eq!(removed(&rows, &[]), 0);
     }
 }

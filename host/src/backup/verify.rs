@@ -74,17 +74,7 @@ pub async fn verify(
     level: Level,
     wanted: &(dyn Fn(&CollectionBackupInfo) -> bool + Sync),
 ) -> Vec<Finding> {
-    let segments: Vec<(&CollectionBackupInfo, &SegmentBackupInfo)> = backup
-        .info
-        .collection_backups
-        .iter()
-        .filter(|c| wanted(c))
-        .flat_map(|c| {
-            c.partition_backups
-                .iter()
-                .flat_map(move |p| p.segment_backups.iter().map(move |s| (c, s)))
-        })
-        .collect();
+    let segments = backup.info.segments().filter(|(c, _)| wanted(c));
     futures::stream::iter(segments)
         .map(|(collection, segment)| verify_segment(store, backup, collection, segment, level))
         .buffered(READS_IN_FLIGHT)

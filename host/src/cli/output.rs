@@ -48,13 +48,7 @@ pub fn check(
     level: lockstep::backup::verify::Level,
     findings: &[lockstep::backup::verify::Finding],
 ) {
-    let segments: usize = backup
-        .info
-        .collection_backups
-        .iter()
-        .flat_map(|c| &c.partition_backups)
-        .map(|p| p.segment_backups.len())
-        .sum();
+    let segments = backup.info.segments().count();
     match format {
         OutputFormat::Text => {
             if findings.is_empty() {

@@ -11,7 +11,7 @@
 //! backend; "key not found[key=...]" is merr's `ErrIoKeyNotFound` wording, and "no binlog to
 //! import" is the reason milvus-backup users report for an empty prefix ([infer] for the rest).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use futures::TryStreamExt;
 use object_store::{ObjectStore, ObjectStoreExt, path::Path};
@@ -192,22 +192,6 @@ fn read_deletes(path: &Path, bytes: &[u8]) -> Result<Vec<binlog::Delete>, ReadEr
     binlog::deletes(&log).map_err(|e| bad(e.to_string()))
 }
 
-/// Milvus's `FilterWithDelete`: of the rows with primary keys `pks` written at `timestamps`,
-/// how many a delete of the same key at a later timestamp removes. A delete of a key the
-/// segment never held (Milvus 2.3 writes a delete into every segment whose bloom filter
-/// matches) removes nothing.
-fn deleted_rows(pks: &[binlog::Pk], timestamps: &[i64], deletes: &[binlog::Delete]) -> i64 {
-    let mut latest: HashMap<&binlog::Pk, u64> = HashMap::new();
-    for delete in deletes {
-        let ts = latest.entry(&delete.pk).or_default();
-        *ts = (*ts).max(delete.ts);
-    }
-    pks.iter()
-        .zip(timestamps)
-        .filter(|(pk, ts)| latest.get(pk).is_some_and(|deleted| *deleted > **ts as u64))
-        .count() as i64
-}
-
 fn manifest_entry(path: &Path, bytes: &[u8]) -> ManifestEntry {
     ManifestEntry {
         path: path.to_string(),
@@ -322,7 +306,10 @@ async fn read_binlog_group(
         }
     }
     result.deleted_rows = match pks {
-        Some(pks) => deleted_rows(&pks, &timestamps, &deletes),
+        Some(pks) => binlog::deleted_rows(
+            pks.iter().zip(timestamps.iter().map(|ts| *ts as u64)),
+            &deletes,
+        ),
         // An L0 import's deletes apply to rows outside the job, and without a schema the
         // rows' keys are not known: every delete counts.
         None => deletes.len() as i64,
