@@ -9,7 +9,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash plugins/build.sh
 # The end-to-end tests and the pytest suite run the built binaries.
 cargo build --workspace --bins
-cargo nextest run --workspace --no-fail-fast
+# fuzz/tests/mutate.rs fuzzes each parser this many seconds from its named seeds.
+LOCKSTEP_FUZZ_SECS=10 cargo nextest run --workspace --no-fail-fast
 # Seeded fault schedules over whole restores, DESIGN.md §2 checked after each (issue 6).
 cargo run -q -p e2e --bin faults -- --seeds 1..51
 # Fleet schedules: stale hosts paused past their lease and woken, takeovers killed, etcd

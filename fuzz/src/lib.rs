@@ -2,8 +2,12 @@
 //! config, a REST restore body, a backup's meta files and milvus-sim's topology file. Each
 //! runs the parser through validation (not only the TOML or JSON decoder) and then holds the
 //! answer to what an operator is promised: no panic, and an input that is refused is refused
-//! at a line and column inside it. `cargo fuzz` drives them (fuzz/README.md); `tests/replay.rs`
-//! runs every input of the corpus and every crash found through them as plain tests.
+//! at a line and column inside it. `cargo fuzz` drives them (fuzz/README.md). As plain tests,
+//! `tests/replay.rs` runs every seed through them, `tests/regressions.rs` every crash found so
+//! far, and `tests/mutate.rs` a bounded run of [`mutate`]'s fuzzer from the seeds.
+
+pub mod corpus;
+pub mod mutate;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
