@@ -210,6 +210,7 @@ fn write_files(backup_dir: &FsPath, total: u64) -> anyhow::Result<Vec<BackupFile
             path,
             size,
             source: None,
+            written: None,
         });
         written += size;
         i += 1;

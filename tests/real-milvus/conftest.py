@@ -78,7 +78,9 @@ class Backups:
         self.sources = sources
         self.made: dict[str, pathlib.Path] = {}
 
-    def get(self, name: str, collections=None, inflate=None, drop_binlogs_of_one_segment=False) -> pathlib.Path:
+    def get(
+        self, name: str, collections=None, inflate=None, drop_binlogs_of_one_segment=False, deletes_to_l0=False
+    ) -> pathlib.Path:
         if name not in self.made:
             self.made[name] = write_backup(
                 self.target,
@@ -88,6 +90,7 @@ class Backups:
                 self.sources,
                 inflate,
                 drop_binlogs_of_one_segment,
+                deletes_to_l0,
             )
         return self.made[name]
 

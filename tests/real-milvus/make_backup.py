@@ -708,6 +708,7 @@ def write_backup(
     sources: dict[str, Source] | None = None,
     inflate: tuple[str, int] | None = None,
     drop_binlogs_of_one_segment: bool = False,
+    deletes_to_l0: bool = False,
     log=print,
 ) -> pathlib.Path:
     """Writes backup `backup_name` of collections `names` under `{storage_dir}/{root}/`
@@ -716,13 +717,17 @@ def write_backup(
     if backup_dir.exists():
         raise RuntimeError(f"{backup_dir} exists already")
     try:
-        return _write_backup(target, names, backup_name, backup_dir, sources, inflate, drop_binlogs_of_one_segment, log)
+        return _write_backup(
+            target, names, backup_name, backup_dir, sources, inflate, drop_binlogs_of_one_segment, deletes_to_l0, log
+        )
     except BaseException:
         shutil.rmtree(backup_dir, ignore_errors=True)
         raise
 
 
-def _write_backup(target, names, backup_name, backup_dir, sources, inflate, drop_binlogs_of_one_segment, log):
+def _write_backup(
+    target, names, backup_name, backup_dir, sources, inflate, drop_binlogs_of_one_segment, deletes_to_l0, log
+):
     backup_id = str(uuid.uuid4())
     now = time.time()
     backup_ts = (int(now * 1000) << 18)
@@ -893,6 +898,16 @@ def _write_backup(target, names, backup_name, backup_dir, sources, inflate, drop
             "meta_rows": actual + by,
         }
         log(f"inflated segment {seg_json['segment_id']}: meta num_of_rows {actual} -> {actual + by}")
+    if deletes_to_l0:
+        moved = _deletes_to_l0(backup_dir, collections_json)
+        all_segments = [
+            (cj, pj, sj)
+            for cj in collections_json
+            for pj in cj["partition_backups"]
+            for sj in pj["segment_backups"]
+        ]
+        expected["l0_segments"] = moved
+        log(f"moved the delete logs of every partition into {len(moved)} L0 segment(s)")
     if drop_binlogs_of_one_segment:
         cj, pj, sj = all_segments[0]
         group_dir = backup_dir / "binlogs" / "insert_log" / str(cj["collection_id"]) / str(pj["partition_id"]) / str(sj["group_id"])
@@ -938,6 +953,51 @@ def _write_backup(target, names, backup_name, backup_dir, sources, inflate, drop
     _write_json(backup_dir / "expected.json", expected)
     log(f"backup {backup_name}: {len(names)} collections, {len(all_segments)} segments, {copied} binlogs ({copied_bytes} bytes) at {backup_dir}")
     return backup_dir
+
+
+def _deletes_to_l0(backup_dir: pathlib.Path, collections_json: list) -> list[dict]:
+    """Moves every data segment's delete logs into one L0 (delete-only) segment entry of its
+    partition, as Milvus 2.4 and later write deletes: files under the L0 segment's own delta
+    directory, the data segments left with none. The rows a query sees do not change."""
+    next_id = 1 + max(
+        sj["segment_id"] for cj in collections_json for pj in cj["partition_backups"] for sj in pj["segment_backups"]
+    )
+    moved = []
+    for cj in collections_json:
+        c = cj["collection_id"]
+        for pj in cj["partition_backups"]:
+            p = pj["partition_id"]
+            l0_id, next_id = next_id, next_id + 1
+            logs = []
+            for sj in pj["segment_backups"]:
+                for fb in sj["deltalogs"]:
+                    for b in fb["binlogs"]:
+                        src = backup_dir / "binlogs" / "delta_log" / str(c) / str(p) / str(sj["group_id"]) / str(sj["segment_id"]) / str(b["log_id"])
+                        dst = backup_dir / "binlogs" / "delta_log" / str(c) / str(p) / str(l0_id) / str(l0_id) / str(b["log_id"])
+                        dst.parent.mkdir(parents=True, exist_ok=True)
+                        src.rename(dst)
+                        logs.append(b)
+                sj["deltalogs"] = []
+            if not logs:
+                continue
+            entries = sum(b.get("entries_num", 0) for b in logs)
+            pj["segment_backups"].append(
+                {
+                    "segment_id": l0_id,
+                    "collection_id": c,
+                    "partition_id": p,
+                    "num_of_rows": entries,
+                    "binlogs": [],
+                    "deltalogs": [{"fieldID": 0, "binlogs": logs}],
+                    "group_id": l0_id,
+                    "backuped": True,
+                    "is_l0": True,
+                    "v_channel": pj["segment_backups"][0]["v_channel"],
+                    "size": sum(b["log_size"] for b in logs),
+                }
+            )
+            moved.append({"collection": cj["collection_name"], "partition": pj["partition_name"], "segment": l0_id, "delta_logs": len(logs)})
+    return moved
 
 
 def target_version(target: Target) -> str:

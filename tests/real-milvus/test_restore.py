@@ -204,6 +204,25 @@ def test_rename_restores_under_the_new_name(target, backups, lockstep):
     assert schema_of(target, new) == schema_of(target, "src_strs")
 
 
+def test_deletes_moved_into_l0_segments_are_folded_and_every_row_and_key_restores(target, backups, lockstep):
+    """Issue 27: a backup of this server's binlogs whose deletes sit in L0 (delete-only)
+    segment entries, as Milvus 2.4 and later write them. 2.3.5 has no L0 import, so only
+    folding can restore it: each data segment's import gets the L0 deletes of its keys as a
+    delta log that lockstep wrote into the stage, and no L0 job is sent."""
+    name = "l0_bak"
+    backups.get(name, deletes_to_l0=True)
+    expected = backups.expected(name)
+    assert expected["l0_segments"], "the backup has no L0 segment to fold"
+    result = lockstep.run("l0", name, {"suffix": "_l0"})
+    assert result.code == 0, str(result)
+    assert result.report["staging"]["transfers"].get("written", 0) > 0, result.report["staging"]
+    for source, want in expected["collections"].items():
+        assert_restored(target, source, source + "_l0", expected)
+        figures = next(c for c in result.report["collections"] if c["target"] == f"default.{source}_l0")
+        assert (figures["inserted"], figures["live"]) == (want["inserted"], want["rows"]), figures
+        assert figures["imported"] == {"real": want["rows"]}, figures
+
+
 def test_drop_exist_collection_replaces_an_existing_collection(target, backups, lockstep):
     backups.get("strs_bak", ["src_strs"])
     expected = backups.expected("strs_bak")

@@ -10,6 +10,7 @@
 pub mod filter;
 #[cfg(test)]
 mod fixture;
+pub mod fold;
 mod from_bundle;
 pub mod meta;
 pub mod namespace;

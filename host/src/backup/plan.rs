@@ -398,6 +398,12 @@ pub struct CollectionPlan {
     /// filed by the field ids of the cluster it came from, and the DDL checks that the
     /// collection it made (or found) has them.
     pub verify_field_ids: bool,
+    /// Which way its L0 deletes go; `None` without L0 segments, or before
+    /// [`super::rows::count`] decided.
+    pub l0: Option<super::fold::L0Route>,
+    /// Its rows as the backup's data holds them; `None` until [`super::rows::count`] read
+    /// them, or where they could not be read.
+    pub rows: Option<super::rows::DataRows>,
 }
 
 /// Totals for `lockstep plan`.
@@ -520,6 +526,7 @@ pub fn plan(
             source: backup.binlogs.source(&path).map(str::to_owned),
             path,
             size,
+            written: None,
         })
         .collect();
 
@@ -630,6 +637,8 @@ fn plan_collection(
         indexes,
         batches,
         verify_field_ids: snapshot,
+        l0: None,
+        rows: None,
     })
 }
 

@@ -115,6 +115,10 @@ pub struct BinlogFile {
     /// snapshot bundle's file, staged to `path`.
     #[serde(skip)]
     pub source: Option<String>,
+    /// The bytes, when lockstep wrote the file rather than the backup holding it (an L0
+    /// fold's delta log, [`super::fold`]): staged by writing them.
+    #[serde(skip)]
+    pub written: Option<bytes::Bytes>,
 }
 
 /// Every object under a backup's `binlogs/`, listed once, by relative path; for a snapshot

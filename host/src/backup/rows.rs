@@ -9,9 +9,15 @@
 //! A delete of a key the group never held removes nothing (Milvus 2.3 writes a delete into
 //! every segment whose bloom filter matches it).
 //!
+//! Each collection's live rows take every delete: a group's own, and the L0 deletes of its
+//! partition and of the whole collection (one rule for all of them, [`fold::L0Deletes`]).
+//! Where the L0 deletes are folded, they are a group's own deletes too, and its import counts
+//! its live rows.
+//!
 //! Logs are taken in the order a listing gives (the order Milvus's import reads them in),
 //! field by field, so the i-th key and the i-th timestamp are one row's. One group's keys
-//! are in memory at a time.
+//! per batch in flight are in memory at a time, with the L0 deletes of the collections being
+//! counted (each key once, with its latest delete).
 //!
 //! The rows read are also held to the meta: a group whose binlogs hold another number of
 //! rows than its segments' `num_of_rows` is a backup that disagrees with its meta, and the
@@ -26,7 +32,8 @@ use milvus_formats::column_group;
 use milvus_formats::storage::StorageKind;
 use object_store::ObjectStore;
 
-use super::plan::{BatchKind, ImportBatch, RestorePlan};
+use super::fold::{self, L0Deletes, L0Route};
+use super::plan::{BatchKind, CollectionPlan, ImportBatch, RestorePlan};
 use super::read::Backup;
 
 /// `common.TimeStampField`: every segment's column of row timestamps.
@@ -62,10 +69,12 @@ pub struct Disagreement {
 /// What counting found beside the figures it set.
 #[derive(Debug, Default)]
 pub struct Counted {
-    /// Batches whose data could not be read, with why.
+    /// Batches (or a collection's L0 segments) whose data could not be read, with why.
     pub unreadable: Vec<(String, Unreadable)>,
     /// Groups whose data and meta disagree.
     pub disagreements: Vec<Disagreement>,
+    /// Collections whose L0 deletes were to be folded, but whose data did not all read.
+    pub unfoldable: Vec<String>,
 }
 
 enum Failure {
@@ -79,39 +88,181 @@ impl From<Unreadable> for Failure {
     }
 }
 
+/// A collection's rows as its data holds them: the figures every report gives under the same
+/// names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DataRows {
+    /// The rows the data segments hold (their `num_of_rows`, which counting held the
+    /// binlogs to).
+    pub inserted: i64,
+    /// The rows some delete removes: a delta log of the row's own segment, or an L0 segment of
+    /// its partition or of the whole collection.
+    pub deleted: i64,
+    /// `inserted - deleted`: the rows a query sees once the restore is visible.
+    pub live: i64,
+    /// The live rows of each partition.
+    pub partitions: BTreeMap<String, i64>,
+}
+
+/// What one data batch's data says.
+struct BatchRows {
+    /// The rows its import counts.
+    imported: i64,
+    /// The rows it inserts that no delete of any kind removes.
+    live: i64,
+    /// The L0 deletes its groups take, when folding.
+    folded: Vec<fold::Folded>,
+}
+
 /// Sets `exact_rows` on every data batch of `plan` whose data reads and agrees with its
-/// meta, and returns what it found about the others.
-pub async fn count(store: &dyn ObjectStore, backup: &Backup, plan: &mut RestorePlan) -> Counted {
-    let mut batches: Vec<(&mut ImportBatch, Option<i64>)> = Vec::new();
+/// meta, and each collection's [`DataRows`] where all of its batches read. A collection with
+/// L0 segments has its L0 deletes taken by `route`: with [`L0Route::Fold`] they are folded
+/// into its data batches ([`fold`]) and its L0 batches go. Returns what it found about the
+/// batches it could not read.
+pub async fn count(
+    store: &dyn ObjectStore,
+    backup: &Backup,
+    plan: &mut RestorePlan,
+    route: L0Route,
+) -> Counted {
+    let mut found = Counted::default();
+    let mut l0 = Vec::with_capacity(plan.collections.len());
     for collection in &mut plan.collections {
+        let has_l0 = collection.batches.iter().any(|b| b.kind == BatchKind::L0);
+        collection.l0 = has_l0.then_some(route);
+        collection.rows = None;
+        l0.push(match has_l0 {
+            true => match l0_deletes(store, backup, collection).await {
+                Ok(deletes) => Some(deletes),
+                Err(why) => {
+                    found.unreadable.push((collection.target.to_string(), why));
+                    None
+                }
+            },
+            false => None,
+        });
+    }
+
+    let mut batches = Vec::new();
+    for (c, collection) in plan.collections.iter_mut().enumerate() {
         let pk = collection
             .schema
             .fields
             .iter()
             .find(|f| f.is_primary_key)
             .map(|f| f.field_id);
-        for batch in &mut collection.batches {
+        let has_l0 = collection.l0.is_some();
+        for (b, batch) in collection.batches.iter_mut().enumerate() {
             if batch.kind == BatchKind::Data {
                 batch.exact_rows = None;
-                batches.push((batch, pk));
+                // A collection whose L0 deletes did not read cannot say its live rows.
+                let l0 = match (has_l0, &l0[c]) {
+                    (true, None) => continue,
+                    (_, deletes) => deletes.as_ref(),
+                };
+                batches.push((c, b, &*batch, pk, l0));
             }
         }
     }
     let dirs = segment_dirs(backup);
-    let counted: Vec<Result<i64, Failure>> = futures::stream::iter(batches.iter())
-        .map(|(batch, pk)| batch_rows(store, backup, &dirs, batch, *pk))
+    let fold = route == L0Route::Fold;
+    let counted: Vec<Result<BatchRows, Failure>> = futures::stream::iter(batches.iter())
+        .map(|(_, _, batch, pk, l0)| batch_rows(store, backup, &dirs, batch, *pk, *l0, fold))
         .buffered(BATCHES_IN_FLIGHT)
         .collect()
         .await;
-    let mut found = Counted::default();
-    for ((batch, _), rows) in batches.into_iter().zip(counted) {
-        match rows {
-            Ok(rows) => batch.exact_rows = Some(rows),
-            Err(Failure::Unreadable(why)) => found.unreadable.push((batch.id.to_string(), why)),
-            Err(Failure::Disagrees(d)) => found.disagreements.push(d),
+    let places: Vec<(usize, usize)> = batches.iter().map(|(c, b, ..)| (*c, *b)).collect();
+    drop(batches);
+
+    let mut read = vec![true; plan.collections.len()];
+    for (c, collection) in plan.collections.iter().enumerate() {
+        if collection.l0.is_some() && l0[c].is_none() {
+            read[c] = false;
         }
     }
+    let mut figures: Vec<DataRows> = vec![DataRows::default(); plan.collections.len()];
+    let mut folds: Vec<Vec<(usize, Vec<fold::Folded>)>> =
+        (0..plan.collections.len()).map(|_| Vec::new()).collect();
+    for ((c, b), rows) in places.into_iter().zip(counted) {
+        let batch = &mut plan.collections[c].batches[b];
+        match rows {
+            Ok(rows) => {
+                batch.exact_rows = Some(rows.imported);
+                let figure = &mut figures[c];
+                figure.inserted += batch.rows;
+                figure.live += rows.live;
+                *figure
+                    .partitions
+                    .entry(batch.partition.clone().unwrap_or_default())
+                    .or_default() += rows.live;
+                if !rows.folded.is_empty() {
+                    folds[c].push((b, rows.folded));
+                }
+            }
+            Err(Failure::Unreadable(why)) => {
+                read[c] = false;
+                found.unreadable.push((batch.id.to_string(), why));
+            }
+            Err(Failure::Disagrees(d)) => {
+                read[c] = false;
+                found.disagreements.push(d);
+            }
+        }
+    }
+
+    let mut ids = fold::LogIds::above(backup);
+    for (c, collection) in plan.collections.iter_mut().enumerate() {
+        if !read[c] {
+            if collection.l0 == Some(L0Route::Fold) {
+                found.unfoldable.push(collection.target.to_string());
+            }
+            continue;
+        }
+        let mut figure = std::mem::take(&mut figures[c]);
+        figure.deleted = figure.inserted - figure.live;
+        collection.rows = Some(figure);
+        if collection.l0 == Some(L0Route::Fold) {
+            let folded = std::mem::take(&mut folds[c]);
+            fold::apply(collection, folded, &mut ids, &mut plan.files_to_stage);
+        }
+    }
+    plan.files_to_stage.sort_by(|a, b| a.path.cmp(&b.path));
+    plan.totals.batches = plan.collections.iter().map(|c| c.batches.len()).sum();
+    plan.totals.bytes_to_stage = plan.files_to_stage.iter().map(|f| f.size).sum();
     found
+}
+
+/// Every delete of a collection's L0 batches.
+async fn l0_deletes(
+    store: &dyn ObjectStore,
+    backup: &Backup,
+    collection: &CollectionPlan,
+) -> Result<L0Deletes, Unreadable> {
+    let mut deletes = L0Deletes::default();
+    for batch in collection
+        .batches
+        .iter()
+        .filter(|b| b.kind == BatchKind::L0)
+    {
+        let kind = storage_kind(batch)?;
+        for prefix in batch.files.iter().flatten() {
+            let read = group_deletes(store, backup, kind, prefix).await?;
+            deletes.add(batch.partition.as_deref(), read);
+        }
+    }
+    Ok(deletes)
+}
+
+fn storage_kind(batch: &ImportBatch) -> Result<StorageKind, Unreadable> {
+    StorageKind::of(batch.storage_version).map_err(|e| Unreadable {
+        path: batch
+            .files
+            .first()
+            .and_then(|g| g.first())
+            .cloned()
+            .unwrap_or_default(),
+        reason: e.to_string(),
+    })
 }
 
 /// Each data segment's insert directory, with its id and the rows its meta says it holds:
@@ -144,30 +295,30 @@ fn meta_rows(dirs: &SegmentDirs, prefix: &str) -> (Vec<i64>, i64) {
     })
 }
 
-/// The rows one batch's import counts: each file group's rows less those its own deletes
-/// remove.
+/// One batch's rows: each file group's rows less those its own deletes remove (what its
+/// import counts), and less those any delete removes (what stays live). With `fold`, the L0
+/// deletes a group's keys take are its own too.
 async fn batch_rows(
     store: &dyn ObjectStore,
     backup: &Backup,
     dirs: &SegmentDirs,
     batch: &ImportBatch,
     pk_field: Option<i64>,
-) -> Result<i64, Failure> {
-    let kind = StorageKind::of(batch.storage_version).map_err(|e| Unreadable {
-        path: batch
-            .files
-            .first()
-            .and_then(|g| g.first())
-            .cloned()
-            .unwrap_or_default(),
-        reason: e.to_string(),
-    })?;
+    l0: Option<&L0Deletes>,
+    fold: bool,
+) -> Result<BatchRows, Failure> {
+    let kind = storage_kind(batch)?;
     let pk_field = pk_field.ok_or_else(|| Unreadable {
         path: batch.id.to_string(),
         reason: "the collection's schema has no primary key".into(),
     })?;
-    let mut total = 0;
-    for group in &batch.files {
+    let partition = batch.partition.as_deref().unwrap_or_default();
+    let mut counted = BatchRows {
+        imported: 0,
+        live: 0,
+        folded: Vec::new(),
+    };
+    for (index, group) in batch.files.iter().enumerate() {
         let (insert, delta) = match group.as_slice() {
             [insert] => (insert.as_str(), None),
             [insert, delta, ..] => (insert.as_str(), Some(delta.as_str())),
@@ -183,14 +334,28 @@ async fn batch_rows(
                 meta,
             }));
         }
-        let deletes = match delta.filter(|d| !d.is_empty()) {
+        let mut deletes = match delta.filter(|d| !d.is_empty()) {
             Some(prefix) => group_deletes(store, backup, kind, prefix).await?,
             None => Vec::new(),
         };
-        total += rows.len() as i64
-            - binlog::deleted_rows(rows.iter().map(|(pk, ts)| (pk, *ts)), &deletes);
+        let keys = || rows.iter().map(|(pk, ts)| (pk, *ts));
+        let own = rows.len() as i64 - binlog::deleted_rows(keys(), &deletes);
+        let hits = l0.map(|l0| l0.hits(partition, &rows)).unwrap_or_default();
+        deletes.extend(hits.iter().cloned());
+        let live = rows.len() as i64 - binlog::deleted_rows(keys(), &deletes);
+        counted.live += live;
+        if fold && !hits.is_empty() {
+            counted.imported += live;
+            counted.folded.push(fold::Folded {
+                group: index,
+                segments,
+                deletes: hits,
+            });
+        } else {
+            counted.imported += own;
+        }
     }
-    Ok(total)
+    Ok(counted)
 }
 
 /// A group's rows: (primary key, timestamp), row for row.
@@ -300,16 +465,17 @@ mod tests {
     use std::sync::Arc;
 
     use milvus_formats::binlog::DeltaForm;
-    use milvus_sim::fixtures::{BackupSpec, L0Segments, generate};
+    use milvus_sim::fixtures::{BackupSpec, GeneratedBackup, L0Segments, generate};
     use object_store::memory::InMemory;
     use object_store::path::Path;
 
     use super::*;
+    use crate::backup::BinlogFile;
     use crate::backup::plan::{RestoreOptions, Strategy, plan};
     use crate::backup::{BackupLocation, read};
 
     /// A generated backup in both delta forms, read and planned.
-    async fn planned(form: DeltaForm) -> (Arc<InMemory>, Backup, RestorePlan, u64) {
+    async fn planned(form: DeltaForm) -> (Arc<InMemory>, Backup, RestorePlan, GeneratedBackup) {
         let store = Arc::new(InMemory::new());
         let spec = BackupSpec {
             name: "b".into(),
@@ -329,7 +495,7 @@ mod tests {
         let location = BackupLocation::new("memory://", "backup", "b");
         let backup = read(store.as_ref(), &location).await.expect("it reads");
         let plan = plan(&backup, &RestoreOptions::default(), Strategy::Merged).expect("a plan");
-        (store, backup, plan, generated.rows_of_data_imports())
+        (store, backup, plan, generated)
     }
 
     fn exact_total(plan: &RestorePlan) -> Option<i64> {
@@ -344,8 +510,9 @@ mod tests {
     #[tokio::test]
     async fn every_data_batch_gets_the_rows_its_import_counts_after_its_own_deletes() {
         for form in [DeltaForm::Json, DeltaForm::MultiField] {
-            let (store, backup, mut plan, want) = planned(form).await;
-            let found = count(store.as_ref(), &backup, &mut plan).await;
+            let (store, backup, mut plan, generated) = planned(form).await;
+            let want = generated.rows_of_data_imports();
+            let found = count(store.as_ref(), &backup, &mut plan, L0Route::Import).await;
             assert!(found.unreadable.is_empty(), "{:?}", found.unreadable);
             assert!(found.disagreements.is_empty(), "{:?}", found.disagreements);
             assert_eq!(exact_total(&plan), Some(want as i64), "{form:?}");
@@ -363,7 +530,7 @@ mod tests {
             .expect("a data segment");
         segment.num_of_rows += 50;
         let (id, claimed) = (segment.segment_id, segment.num_of_rows);
-        let found = count(store.as_ref(), &backup, &mut plan).await;
+        let found = count(store.as_ref(), &backup, &mut plan, L0Route::Import).await;
         assert_eq!(found.disagreements.len(), 1, "{:?}", found.disagreements);
         let d = &found.disagreements[0];
         assert_eq!(
@@ -374,5 +541,97 @@ mod tests {
             "(segment {id}): its binlogs hold {} rows, its meta says {claimed}",
             claimed - 50
         )));
+    }
+
+    fn live_total(plan: &RestorePlan) -> i64 {
+        plan.collections
+            .iter()
+            .map(|c| c.rows.as_ref().expect("every collection read").live)
+            .sum()
+    }
+
+    /// Folded, a collection's L0 deletes become delta logs of the groups holding their keys:
+    /// its imports then count its live rows, the same live rows as when L0 is imported, and
+    /// no L0 job is left.
+    #[tokio::test]
+    async fn folding_gives_each_group_the_l0_deletes_of_its_keys() {
+        let (store, backup, mut imported, generated) = planned(DeltaForm::Json).await;
+        let mut folded = imported.clone();
+        count(store.as_ref(), &backup, &mut imported, L0Route::Import).await;
+        let found = count(store.as_ref(), &backup, &mut folded, L0Route::Fold).await;
+        assert!(found.unreadable.is_empty() && found.unfoldable.is_empty());
+
+        let live = live_total(&imported);
+        assert_eq!(
+            live, generated.live_rows as i64,
+            "the generator's own count"
+        );
+        assert_eq!(live_total(&folded), live);
+        assert_eq!(exact_total(&folded), Some(live));
+        assert!(
+            live < exact_total(&imported).expect("read"),
+            "the L0 deletes remove rows the data imports hold"
+        );
+        for c in &folded.collections {
+            assert_eq!(c.l0, Some(L0Route::Fold));
+            assert!(c.batches.iter().all(|b| b.kind == BatchKind::Data));
+            let figures = c.rows.as_ref().expect("read");
+            assert_eq!(figures.inserted - figures.deleted, figures.live);
+            assert_eq!(figures.partitions.values().sum::<i64>(), figures.live);
+        }
+        assert!(
+            imported
+                .collections
+                .iter()
+                .all(|c| c.l0 == Some(L0Route::Import))
+        );
+
+        let written: Vec<&BinlogFile> = folded
+            .files_to_stage
+            .iter()
+            .filter(|f| f.written.is_some())
+            .collect();
+        assert!(!written.is_empty());
+        let paths: Vec<&str> = folded
+            .files_to_stage
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect();
+        assert!(paths.is_sorted(), "the stage keeps path order");
+        for file in written {
+            let bytes = file.written.as_ref().expect("written");
+            assert_eq!(file.size, bytes.len() as u64);
+            let log = binlog::parse(bytes).expect("a delta log Milvus reads");
+            let deletes = binlog::deletes(&log).expect("its deletes");
+            // The group whose delta prefix holds it, and the keys of that group's rows.
+            let batch = folded
+                .collections
+                .iter()
+                .flat_map(|c| &c.batches)
+                .find(|b| {
+                    b.files
+                        .iter()
+                        .any(|g| g.len() == 2 && file.path.starts_with(&g[1]))
+                })
+                .expect("a group imports it");
+            let group = batch
+                .files
+                .iter()
+                .find(|g| g.len() == 2 && file.path.starts_with(&g[1]))
+                .expect("its group");
+            let kind = StorageKind::of(batch.storage_version).expect("a known version");
+            let rows = group_rows(store.as_ref(), &backup, kind, &group[0], 100)
+                .await
+                .expect("the group reads");
+            assert!(!deletes.is_empty());
+            for delete in &deletes {
+                assert!(
+                    rows.iter().any(|(pk, _)| *pk == delete.pk),
+                    "{}: deletes key {} that its group does not hold",
+                    file.path,
+                    delete.pk
+                );
+            }
+        }
     }
 }

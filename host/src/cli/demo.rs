@@ -33,14 +33,13 @@ pub struct DemoArgs {
     keep_running: bool,
 }
 
-// Every cluster imports L0 segments (`dataCoord.import.enableL0Import`, off by default from
-// Milvus 3.0): the demo backup has them, and the host config says so.
+// Milvus 3.0's defaults: no cluster imports L0 segments (`dataCoord.import.enableL0Import`
+// is off), so the demo backup's L0 deletes are folded into its data imports.
 const TOPOLOGY: &str = r#"# Written by `lockstep demo`: a primary replicating to two secondaries.
 [[cluster]]
 id = "primary"
 version = "3.0.2"
 import_in_replicating_cluster = true
-enable_l0_import = true
 pchannels = 2
 [cluster.storage]
 url = "storage/primary"
@@ -56,7 +55,6 @@ committing = "100ms"
 id = "standby-1"
 version = "3.0.2"
 import_in_replicating_cluster = true
-enable_l0_import = true
 pchannels = 2
 [cluster.storage]
 url = "storage/standby-1"
@@ -72,7 +70,6 @@ committing = "100ms"
 id = "standby-2"
 version = "3.0.2"
 import_in_replicating_cluster = true
-enable_l0_import = true
 pchannels = 2
 [cluster.storage]
 url = "storage/standby-2"
@@ -199,7 +196,7 @@ fn write_host_config(dir: &Path, sim: &Sim, backups: &Path) -> anyhow::Result<Pa
     ));
     for id in ["primary", "standby-1", "standby-2"] {
         text.push_str(&format!(
-            "\n[clusters.{id}]\nuri = \"{}\"\nstorage = {{ url = \"{}\" }}\nl0_import = true\n",
+            "\n[clusters.{id}]\nuri = \"{}\"\nstorage = {{ url = \"{}\" }}\n",
             sim.uri(id),
             file_url(&dir.join("storage").join(id))
         ));

@@ -140,6 +140,8 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
                 "target": c.target.to_string(),
                 "partitions": c.partitions,
                 "indexes": c.indexes.len(),
+                "l0_deletes": c.l0,
+                "rows": c.rows,
                 "batches": c.batches.iter().map(|b| json!({
                     "id": b.id.to_string(), "kind": format!("{:?}", b.kind),
                     "partition": b.partition, "segments": b.files.len(), "bytes": b.bytes, "rows": b.rows,
@@ -178,8 +180,16 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
                 job.two_phase.mirror_grace.as_secs()
             );
             for c in &p.collections {
+                let rows = c.rows.as_ref().map_or(String::new(), |r| {
+                    format!(
+                        "; rows inserted={} deleted={} live={}",
+                        r.inserted, r.deleted, r.live
+                    )
+                });
+                let l0 =
+                    c.l0.map_or(String::new(), |route| format!("; L0 deletes {route}"));
                 println!(
-                    "  {} ← {}: {} partition(s), {} index(es), {} batch(es), {} bytes",
+                    "  {} ← {}: {} partition(s), {} index(es), {} batch(es), {} bytes{rows}{l0}",
                     c.target,
                     c.source,
                     c.partitions.len(),

@@ -301,6 +301,7 @@ impl<'a> Attempt<'a> {
         }
         report.outcome = outcome;
         report.set_refusals(&refusals);
+        report.tally_imported();
         report.reaction_ms = self
             .reaction
             .lock()

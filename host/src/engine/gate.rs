@@ -197,6 +197,7 @@ mod tests {
             path: path.into(),
             size: 1,
             source: None,
+            written: None,
         }
     }
 

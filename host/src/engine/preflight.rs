@@ -9,7 +9,8 @@ use futures::future::join_all;
 use super::ends::Ends;
 use super::refusal::Refusal;
 use super::route::{self, Choice, ImportApi, Route};
-use crate::backup::{self, Backup, BatchKind, CollectionCreation, RestorePlan};
+use crate::backup::fold::L0Route;
+use crate::backup::{self, Backup, CollectionCreation, RestorePlan};
 use crate::job::{Atomicity, Job};
 use crate::milvus::{ServerVersion, Topology, topology::same_endpoint};
 use crate::storage::{self, OpenedStore};
@@ -115,7 +116,9 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
     if let (Some(store), Some(b), Some(plan)) = (&backup_store, &read, &mut planned) {
         check_backup_objects(job, store, b, plan, &mut refusals).await;
         if refusals.is_empty() && !job.restore.meta_only {
-            count_exact_rows(job, store, b, plan, &mut refusals).await;
+            let route = l0_route(job, ends, &known);
+            let unfoldable = count_exact_rows(job, store, b, plan, route, &mut refusals).await;
+            check_l0_import(job, ends, &known, unfoldable, &mut refusals);
         }
     }
 
@@ -124,7 +127,6 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
         if route.route == Route::TwoPhase {
             check_budget(job, ends, plan, &mut refusals).await;
         }
-        check_l0_import(job, ends, &known, plan, &mut refusals);
         let target = ends.target();
         let answers = join_all(plan.collections.iter().map(|c| {
             target
@@ -212,9 +214,10 @@ async fn count_exact_rows(
     store: &OpenedStore,
     backup: &Backup,
     plan: &mut RestorePlan,
+    route: L0Route,
     refusals: &mut Vec<Refusal>,
-) {
-    let counted = backup::rows::count(store.store.as_ref(), backup, plan).await;
+) -> Vec<String> {
+    let counted = backup::rows::count(store.store.as_ref(), backup, plan, route).await;
     for (batch, why) in counted.unreadable {
         tracing::warn!(%batch, reason = %why, "cannot read the batch's rows from the backup's data; holding its imports to the meta's range");
     }
@@ -227,6 +230,7 @@ async fn count_exact_rows(
                 disagreement,
             }),
     );
+    counted.unfoldable
 }
 
 /// The route from what the job named and what the target's import API can do, probed
@@ -436,24 +440,35 @@ async fn check_budget(job: &Job, ends: &Ends, plan: &RestorePlan, refusals: &mut
     }
 }
 
-/// L0 segments go through `l0_import=true` jobs, which Milvus 3.0 refuses unless
-/// `dataCoord.import.enableL0Import` is on (it is off by default, #51194), and whose
-/// replicated mirror a secondary with it off creates Failed: refuse up front, naming the
-/// setting, where any end would not take them.
+/// How the backup's L0 deletes reach the ends: as `l0_import=true` jobs where every end
+/// takes them, else folded into the data imports ([`backup::fold`]). Milvus 3.0 refuses L0
+/// jobs unless `dataCoord.import.enableL0Import` is on (off by default, #51194), a secondary
+/// with it off creates the replicated mirror Failed, and 2.3 has no L0 import.
+fn l0_route(job: &Job, ends: &Ends, versions: &[ServerVersion]) -> L0Route {
+    let specs = std::iter::once(&job.target.end).chain(job.secondaries.iter().map(|s| &s.end));
+    let all_import = ends
+        .all()
+        .iter()
+        .zip(specs)
+        .zip(versions)
+        .all(|((_, spec), version)| spec.imports_l0(version));
+    if all_import {
+        L0Route::Import
+    } else {
+        L0Route::Fold
+    }
+}
+
+/// The collections whose L0 deletes could not be folded (their data did not read), refused
+/// on every end that would not import them as L0 jobs, naming the setting.
 fn check_l0_import(
     job: &Job,
     ends: &Ends,
     versions: &[ServerVersion],
-    plan: &RestorePlan,
+    unfoldable: Vec<String>,
     refusals: &mut Vec<Refusal>,
 ) {
-    let with_l0: Vec<String> = plan
-        .collections
-        .iter()
-        .filter(|c| c.batches.iter().any(|b| b.kind == BatchKind::L0))
-        .map(|c| c.source.to_string())
-        .collect();
-    if with_l0.is_empty() {
+    if unfoldable.is_empty() {
         return;
     }
     let specs = std::iter::once(&job.target.end).chain(job.secondaries.iter().map(|s| &s.end));
@@ -465,7 +480,7 @@ fn check_l0_import(
             role: end.role,
             end: end.name.clone(),
             version: version.clone(),
-            collections: with_l0.clone(),
+            collections: unfoldable.clone(),
         });
     }
 }

@@ -362,7 +362,10 @@ fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report 
                     target,
                     partitions: 0,
                     batches: 1,
-                    rows: 0,
+                    inserted: 0,
+                    deleted: None,
+                    live: None,
+                    imported: Default::default(),
                     committed: false,
                 }),
             }

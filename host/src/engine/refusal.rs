@@ -230,11 +230,11 @@ pub enum Refusal {
         advice: String,
     },
     #[error(
-        "{role} {end} runs Milvus {version}, which refuses L0 (delete-only) segments unless \
-         dataCoord.import.enableL0Import is on (off by default from 3.0), and the backup has \
-         L0 segments in {}; turn the setting on and say so with `l0_import = true` in \
-         [clusters.{end}] of the host config, or restore a backup whose L0 deletes were \
-         folded into the segments' delta logs",
+        "{role} {end} runs Milvus {version}, which imports no L0 (delete-only) segments \
+         (2.3 has none; from 3.0 only with dataCoord.import.enableL0Import on), and the L0 \
+         deletes of {} cannot be folded into the data imports, because their data did not \
+         read (the warnings name each object); restore a readable backup, or turn the \
+         setting on and say so with `l0_import = true` in [clusters.{end}] of the host config",
         .collections.join(", ")
     )]
     L0Import {
@@ -394,10 +394,16 @@ mod tests {
              of lockstep; restore RBAC with milvus-backup or leave rbac off"
         );
         assert!(all[3].to_string().ends_with("its targets are: none"));
-        assert!(all[4].to_string().contains(
-            "L0 segments in default.c, db1.d; turn the setting on and say so with \
-             `l0_import = true` in [clusters.a]"
-        ));
+        assert!(
+            all[4].to_string().contains(
+                "the L0 deletes of default.c, db1.d cannot be folded into the data imports"
+            )
+        );
+        assert!(
+            all[4]
+                .to_string()
+                .contains("say so with `l0_import = true` in [clusters.a]")
+        );
         assert!(all[5].to_string().contains("(no database db1)"));
         assert!(all[6].to_string().starts_with(
             "collection default.c: segment 7 of its snapshot bundle is in storage version 3"

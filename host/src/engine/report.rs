@@ -85,10 +85,39 @@ pub struct CollectionReport {
     pub target: String,
     pub partitions: usize,
     pub batches: usize,
-    /// Rows the backup holds for the collection (before deletes).
-    pub rows: i64,
+    /// The rows the backup's data segments hold for the collection, before any delete.
+    #[serde(alias = "rows")]
+    pub inserted: i64,
+    /// The rows some delete removes (a segment's own delta logs, or an L0 segment); `None`
+    /// where the backup's data could not be read.
+    #[serde(default)]
+    pub deleted: Option<i64>,
+    /// `inserted - deleted`: the rows a query sees once the restore is visible.
+    #[serde(default)]
+    pub live: Option<i64>,
+    /// Per end, the rows its jobs imported (Milvus's `importedRows`, counted after each
+    /// job's own deletes, folded L0 deletes included); ends that reported none are left out.
+    #[serde(default)]
+    pub imported: BTreeMap<String, i64>,
     /// Whether its jobs were committed (the decision of its commit group).
     pub committed: bool,
+}
+
+impl CollectionReport {
+    /// The collection as planned, its rows as the backup's data holds them.
+    pub fn planned(c: &crate::backup::CollectionPlan) -> Self {
+        CollectionReport {
+            source: c.source.to_string(),
+            target: c.target.to_string(),
+            partitions: c.partitions.len(),
+            batches: c.batches.len(),
+            inserted: c.batches.iter().map(|b| b.rows).sum(),
+            deleted: c.rows.as_ref().map(|r| r.deleted),
+            live: c.rows.as_ref().map(|r| r.live),
+            imported: BTreeMap::new(),
+            committed: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -298,21 +327,18 @@ impl Report {
             .collect()
     }
 
-    /// Per collection, the rows each end says its jobs imported (ends that reported none
-    /// are left out).
-    fn imported_per_collection(&self) -> BTreeMap<&str, BTreeMap<&str, i64>> {
-        let mut out: BTreeMap<&str, BTreeMap<&str, i64>> = BTreeMap::new();
-        for j in &self.jobs {
-            for s in &j.states {
-                if let Some(rows) = s.imported_rows {
-                    *out.entry(j.collection.as_str())
-                        .or_default()
-                        .entry(s.end.as_str())
-                        .or_default() += rows;
+    /// Sets each collection's `imported` from its jobs' rows on every end.
+    pub fn tally_imported(&mut self) {
+        for c in &mut self.collections {
+            c.imported.clear();
+            for j in self.jobs.iter().filter(|j| j.collection == c.target) {
+                for s in &j.states {
+                    if let Some(rows) = s.imported_rows {
+                        *c.imported.entry(s.end.clone()).or_default() += rows;
+                    }
                 }
             }
         }
-        out
     }
 }
 
@@ -472,23 +498,31 @@ impl fmt::Display for Report {
         }
         if !self.collections.is_empty() {
             writeln!(f, "\ncollections")?;
-            let imported = self.imported_per_collection();
             for c in &self.collections {
-                let rows = imported
-                    .get(c.target.as_str())
-                    .map_or(String::new(), |ends| {
-                        let per_end: Vec<String> =
-                            ends.iter().map(|(end, n)| format!("{end}={n}")).collect();
+                let rows = match (c.deleted, c.live) {
+                    (Some(deleted), Some(live)) => {
+                        format!("inserted={} deleted={deleted} live={live}", c.inserted)
+                    }
+                    _ => format!("inserted={} (deletes not read)", c.inserted),
+                };
+                let imported = match c.imported.is_empty() {
+                    true => String::new(),
+                    false => {
+                        let per_end: Vec<String> = c
+                            .imported
+                            .iter()
+                            .map(|(end, n)| format!("{end}={n}"))
+                            .collect();
                         format!(" imported {}", per_end.join(" "))
-                    });
+                    }
+                };
                 writeln!(
                     f,
-                    "  {:<36} ← {:<30} partitions={} batches={} rows={}{rows} {}",
+                    "  {:<36} ← {:<30} partitions={} batches={} {rows}{imported} {}",
                     c.target,
                     c.source,
                     c.partitions,
                     c.batches,
-                    c.rows,
                     if c.committed {
                         "committed"
                     } else {

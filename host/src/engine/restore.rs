@@ -14,6 +14,7 @@ use super::refusal::Refusal;
 use super::report::{self, Report};
 use super::route;
 use super::run;
+use super::staging;
 use crate::backup::RestorePlan;
 use crate::job::Job;
 use crate::journal::{self, Outcome, RestoreId, RestoreRecord};
@@ -140,7 +141,7 @@ impl Engine {
             .iter()
             .filter_map(|(_, spec)| storage::open(spec).ok())
             .collect();
-        let in_place = preflight.backup.importable_in_place()
+        let in_place = staging::in_place(&preflight)
             && !dest.is_empty()
             && dest.iter().all(|d| d.id == preflight.backup_store.id);
         let known = if in_place {

@@ -83,14 +83,7 @@ pub(super) async fn run_attempt(
         .plan
         .collections
         .iter()
-        .map(|c| CollectionReport {
-            source: c.source.to_string(),
-            target: c.target.to_string(),
-            partitions: c.partitions.len(),
-            batches: c.batches.len(),
-            rows: c.batches.iter().map(|b| b.rows).sum(),
-            committed: false,
-        })
+        .map(CollectionReport::planned)
         .collect();
     let outcome = attempt
         .with_progress_writes(execute(&attempt, job, &preflight, &checks, &mut report))
@@ -415,7 +408,7 @@ fn auto_committed(
         let imported: i64 = mine.iter().map(|b| b.imported).sum();
         let whole = mine.iter().all(|b| b.whole());
         if !whole && imported > 0 {
-            partly_visible.push(format!("{} ({imported} of {} rows)", c.target, c.rows));
+            partly_visible.push(format!("{} ({imported} of {} rows)", c.target, c.inserted));
         }
         committed.push(whole);
     }

@@ -37,7 +37,7 @@ impl Destinations {
             stores.push((end, store));
         }
         let ids: Vec<&storage::StoreId> = stores.iter().map(|(_, s)| &s.id).collect();
-        let paths = match preflight.backup.importable_in_place() {
+        let paths = match in_place(preflight) {
             true => storage::import_paths(
                 &preflight.backup_store.id,
                 &preflight.backup.location.dir,
@@ -57,6 +57,18 @@ impl Destinations {
             record.staged_ends = self.stores.iter().map(|(e, _)| e.clone()).collect();
         }
     }
+}
+
+/// Whether the ends may import the backup where it is: its files are where an import looks
+/// for them, and lockstep wrote none of its own (an L0 fold's delta logs go into the stage;
+/// the backup is never written to).
+pub(super) fn in_place(preflight: &Preflight) -> bool {
+    preflight.backup.importable_in_place()
+        && preflight
+            .plan
+            .files_to_stage
+            .iter()
+            .all(|f| f.written.is_none())
 }
 
 /// Copies the plan's files into every destination in the gate's order, telling the gate as
@@ -80,6 +92,7 @@ pub(super) async fn stage_files(
                 path: f.path.clone(),
                 size: f.size,
                 source: f.source.clone(),
+                written: f.written.clone(),
             }
         })
         .collect();

@@ -296,10 +296,12 @@ pub struct End {
 
 impl End {
     /// Whether this end imports L0 segments, running Milvus `version`: as the host config
-    /// says, else as Milvus defaults, on before 3.0 and off from 3.0 (#51194).
+    /// says, else as Milvus defaults ([`ServerVersion::imports_l0_by_default`]).
+    ///
+    /// [`ServerVersion::imports_l0_by_default`]: crate::milvus::ServerVersion::imports_l0_by_default
     pub fn imports_l0(&self, version: &crate::milvus::ServerVersion) -> bool {
         self.l0_import
-            .unwrap_or(!version.supports_two_phase_import())
+            .unwrap_or_else(|| version.imports_l0_by_default())
     }
 }
 

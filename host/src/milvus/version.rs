@@ -53,6 +53,16 @@ impl ServerVersion {
         }
     }
 
+    /// Whether an import with `l0_import=true` is taken with the server's default settings:
+    /// from 2.4, which brought L0 segments, to 2.6. 2.3 has no L0 import; from 3.0,
+    /// `dataCoord.import.enableL0Import` is off by default (#51194), as on branch builds.
+    pub fn imports_l0_by_default(&self) -> bool {
+        match self {
+            ServerVersion::Release { major, minor, .. } => *major == 2 && *minor >= 4,
+            ServerVersion::Branch(_) => false,
+        }
+    }
+
     /// `Idempotency-Key` on import create is honoured from 3.0.2 and, on the 2.6 line, 2.6.24;
     /// older servers ignore the header.
     pub fn honours_idempotency_key(&self) -> bool {

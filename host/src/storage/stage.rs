@@ -67,6 +67,9 @@ pub struct BackupFile {
     /// Where it is read from under the backup directory, when not at `path` (a snapshot
     /// bundle's file).
     pub source: Option<String>,
+    /// Its bytes, when lockstep wrote it rather than the backup holding it (an L0 fold's
+    /// delta log): put into every destination, not copied.
+    pub written: Option<bytes::Bytes>,
 }
 
 /// Where the backup's files are read from.
@@ -101,6 +104,8 @@ pub enum Transfer {
     Streamed,
     /// Already there with the right size (a resumed stage).
     AlreadyStaged,
+    /// Made by lockstep (an L0 fold's delta log) and put.
+    Written,
 }
 
 impl Transfer {
@@ -111,6 +116,7 @@ impl Transfer {
             Transfer::Linked => "linked",
             Transfer::Streamed => "streamed",
             Transfer::AlreadyStaged => "already_staged",
+            Transfer::Written => "written",
         }
     }
 }
@@ -386,9 +392,13 @@ pub async fn stage(
         async move {
             let transfer = async {
                 if listed == Some(file.size)
-                    && staged_intact(source.store, group.store, from, to).await?
+                    && staged_intact(source.store, group.store, from, to, file).await?
                 {
                     return Ok(Transfer::AlreadyStaged);
+                }
+                if let Some(bytes) = &file.written {
+                    group.store.store.put(to, bytes.clone().into()).await?;
+                    return Ok(Transfer::Written);
                 }
                 copy(
                     source.store,
@@ -489,11 +499,15 @@ pub async fn stage(
 }
 
 /// Whether a file placed in `store` by `transfer` is durable only after [`make_durable`]: a
-/// copy into a local store, or one found there from an earlier stage (which may not have
-/// reached its flush). Links and copies inside a store add no bytes, and an S3 PUT that
-/// returned is durable.
+/// copy or a write into a local store, or one found there from an earlier stage (which may
+/// not have reached its flush). Links and copies inside a store add no bytes, and an S3 PUT
+/// that returned is durable.
 fn awaits_flush(store: &OpenedStore, transfer: Transfer) -> bool {
-    store.local().is_some() && matches!(transfer, Transfer::Streamed | Transfer::AlreadyStaged)
+    store.local().is_some()
+        && matches!(
+            transfer,
+            Transfer::Streamed | Transfer::AlreadyStaged | Transfer::Written
+        )
 }
 
 /// What a stage has done so far: its progress, and for each file the destinations where it
@@ -503,7 +517,8 @@ struct Tally {
     not_durable: Vec<usize>,
 }
 
-/// Whether a file already staged with the listed size holds the backup's bytes.
+/// Whether a file already staged with the listed size holds the backup's bytes (or the
+/// bytes lockstep wrote for it).
 ///
 /// S3 publishes an object whole, and durably, when its PUT returns: there the size is
 /// enough. A local file is written without fsync and made durable only when its stage
@@ -514,14 +529,18 @@ async fn staged_intact(
     to_store: &OpenedStore,
     from: &Path,
     to: &Path,
+    file: &BackupFile,
 ) -> object_store::Result<bool> {
     if to_store.local().is_none() {
         return Ok(true);
     }
-    let (staged, original) = futures::try_join!(
-        crc32c_of(to_store.store.as_ref(), to),
-        crc32c_of(from_store.store.as_ref(), from)
-    )?;
+    let original = async {
+        match &file.written {
+            Some(bytes) => Ok(crc32c::crc32c(bytes)),
+            None => crc32c_of(from_store.store.as_ref(), from).await,
+        }
+    };
+    let (staged, original) = futures::try_join!(crc32c_of(to_store.store.as_ref(), to), original)?;
     Ok(staged == original)
 }
 
@@ -891,6 +910,7 @@ mod tests {
                 path,
                 size,
                 source: None,
+                written: None,
             });
         }
         let bundled = "bundle/exports/u/files/delta_log/1/-1/9/9001";
@@ -898,6 +918,7 @@ mod tests {
             path: "binlogs/delta_log/1/-1/9/9001".into(),
             size: 48,
             source: Some(bundled.into()),
+            written: None,
         });
         let key = join(&Path::from(BACKUP_DIR), bundled).expect("valid path");
         store
@@ -1524,6 +1545,7 @@ mod tests {
             path: "binlogs/insert_log/1/2/7/7/100/77".into(),
             size: 5,
             source: None,
+            written: None,
         });
 
         let (result, _) = stage_recording(

@@ -410,6 +410,27 @@ impl World {
     }
 
     /// The rows every end shows once the backup is restored: inserted less deleted.
+    /// A delta log of an L0 segment of the backup, if it has one.
+    pub fn l0_log(&self) -> Option<&milvus_sim::fixtures::WrittenLog> {
+        let l0: std::collections::HashSet<i64> = self
+            .backup
+            .info
+            .collection_backups
+            .iter()
+            .flat_map(|c| {
+                c.l0_segments
+                    .iter()
+                    .chain(c.partition_backups.iter().flat_map(|p| &p.segment_backups))
+            })
+            .filter(|s| s.is_l0)
+            .map(|s| s.segment_id)
+            .collect();
+        self.backup
+            .logs
+            .iter()
+            .find(|log| l0.contains(&log.segment_id))
+    }
+
     pub fn rows_after_deletes(&self) -> i64 {
         (self.backup.inserted_rows() - self.backup.deleted_rows()) as i64
     }
@@ -651,6 +672,28 @@ impl World {
                 visible == self.rows_after_deletes(),
                 "{end}: {visible} rows visible, the backup holds {}",
                 self.rows_after_deletes()
+            );
+        }
+        Ok(())
+    }
+
+    /// Every end imported the backup with its L0 deletes folded into the data imports: no
+    /// L0 job anywhere, and the live rows (the generator's own count, exact where deletes
+    /// overlap) visible on every end.
+    pub async fn assert_l0_folded(&self) -> anyhow::Result<()> {
+        for (end, state) in self.snapshots().await? {
+            ensure!(!state.jobs.is_empty(), "{end} imported nothing");
+            let l0_jobs = state
+                .jobs
+                .iter()
+                .filter(|j| j.options.get("l0_import").is_some_and(|v| v == "true"))
+                .count();
+            ensure!(l0_jobs == 0, "{end} got {l0_jobs} L0 jobs");
+            let visible: i64 = self.visible(&end).await?.values().sum();
+            let live = self.backup.live_rows as i64;
+            ensure!(
+                visible == live,
+                "{end}: {visible} rows visible, {live} live"
             );
         }
         Ok(())

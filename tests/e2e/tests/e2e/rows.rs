@@ -1,7 +1,7 @@
 //! Row accounting (DESIGN.md §2, invariants 1 and 6): every job's rows on every end, as the
 //! end reports them, against what the backup holds; never against the server's own total.
 
-use e2e::{TARGET, World, WorldSpec, secondary};
+use e2e::{L0Import, TARGET, World, WorldSpec, secondary};
 use milvus_sim::fixtures::L0Segments;
 use milvus_sim::jobs::JobState;
 
@@ -27,6 +27,45 @@ fn standalone() -> WorldSpec {
 
 fn per_seg_job(world: &World, name: &str) -> anyhow::Result<std::path::PathBuf> {
     world.job_alone(name, "strategy = \"per_seg\"\n")
+}
+
+/// Issue 27: ends with Milvus 3.0's default (`enableL0Import` off) take a backup with L0
+/// segments all the same. Its L0 deletes are folded into the data imports' delta logs, no L0
+/// job is created, and every end shows the backup's live rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn l0_deletes_are_folded_for_ends_that_do_not_import_l0() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec {
+        l0_import: L0Import::Default,
+        ..WorldSpec::default()
+    })
+    .await?;
+    assert!(world.l0_log().is_some(), "the backup has L0 segments");
+    let job = world.job("folded", "")?;
+    // `plan` says which way each collection's deletes go, and its live rows.
+    let plan = world.run(&["plan", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(plan.code, 0, "{}", plan.explain());
+    let collections = plan.report["collections"].as_array().expect("collections");
+    assert!(
+        collections.iter().all(|c| c["l0_deletes"] == "fold"),
+        "{}",
+        plan.stdout
+    );
+    let live: i64 = collections
+        .iter()
+        .map(|c| c["rows"]["live"].as_i64().unwrap_or(-1))
+        .sum();
+    assert_eq!(live, world.backup.live_rows as i64, "{}", plan.stdout);
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 0, "{}", run.explain());
+    world.assert_nothing_held().await?;
+    // The report's figures: each collection's live rows, and every end imported them.
+    for c in run.report["collections"].as_array().expect("collections") {
+        let live = c["live"].as_i64().expect("live rows");
+        let imported = c["imported"].as_object().expect("imported per end");
+        assert_eq!(imported.len(), world.ends().len(), "{c}");
+        assert!(imported.values().all(|n| n.as_i64() == Some(live)), "{c}");
+    }
+    world.assert_l0_folded().await
 }
 
 #[tokio::test(flavor = "multi_thread")]
