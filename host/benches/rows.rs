@@ -84,7 +84,7 @@ fn main() -> anyhow::Result<()> {
                     .filter_map(|c| c.rows.as_ref())
                     .map(|r| r.live)
                     .sum();
-                anyhow::ensure!(live == generated.live_rows as i64, "live rows {live}");
+                anyhow::ensure!(live == generated.live_total() as i64, "live rows {live}");
                 Ok(())
             })?;
             times[i].push(started.elapsed());

@@ -14,6 +14,7 @@
 //! - [`journal`]: durable restore state, embedded or shared through etcd.
 //! - [`plugins`]: the wasmtime host that runs pre-commit checks.
 //! - [`serve`]: the watched job directory and the REST API.
+//! - [`verify`]: what a query on every end sees of a finished restore.
 
 pub mod backup;
 pub mod engine;
@@ -23,3 +24,4 @@ pub mod milvus;
 pub mod plugins;
 pub mod serve;
 pub mod storage;
+pub mod verify;

@@ -63,14 +63,19 @@ impl Delete {
 /// writes a delete into every segment whose bloom filter matches it); a row is removed once
 /// however many deletes name it.
 pub fn deleted_rows<'a>(rows: impl IntoIterator<Item = (&'a Pk, u64)>, deletes: &[Delete]) -> i64 {
+    removed(rows, deletes).iter().filter(|gone| **gone).count() as i64
+}
+
+/// The same rule row by row: whether each of `rows` is removed by some delete of `deletes`.
+pub fn removed<'a>(rows: impl IntoIterator<Item = (&'a Pk, u64)>, deletes: &[Delete]) -> Vec<bool> {
     let mut latest: HashMap<&Pk, u64> = HashMap::new();
     for delete in deletes {
         let ts = latest.entry(&delete.pk).or_default();
         *ts = (*ts).max(delete.ts);
     }
     rows.into_iter()
-        .filter(|(pk, ts)| latest.get(pk).is_some_and(|deleted| deleted > ts))
-        .count() as i64
+        .map(|(pk, ts)| latest.get(pk).is_some_and(|deleted| *deleted > ts))
+        .collect()
 }
 
 /// Which form a delta log is written in.

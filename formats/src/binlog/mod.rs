@@ -24,7 +24,7 @@ pub mod payload;
 
 use milvus_proto::schema::DataType;
 
-pub use delta::{Delete, DeltaForm, Pk, deleted_rows, deletes, encode_delta};
+pub use delta::{Delete, DeltaForm, Pk, deleted_rows, deletes, encode_delta, removed};
 pub use payload::Column;
 
 /// `MagicNumber` of `binlog_writer.go`.

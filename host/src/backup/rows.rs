@@ -563,7 +563,8 @@ mod tests {
 
         let live = live_total(&imported);
         assert_eq!(
-            live, generated.live_rows as i64,
+            live,
+            generated.live_total() as i64,
             "the generator's own count"
         );
         assert_eq!(live_total(&folded), live);

@@ -7,6 +7,7 @@ mod output;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -85,6 +86,16 @@ enum Command {
     /// Finish restores a crash left unfinished: abort without a decision, roll forward
     /// with one.
     Recover { id: Option<String> },
+    /// Ask every end of a finished restore what a query sees: count(*) of each committed
+    /// collection and partition, loaded where it is not, against the live rows of the
+    /// backup's data. Exit 0 when every end shows them, 3 when one shows other rows, 4 when
+    /// some end could not be asked.
+    Verify {
+        id: String,
+        /// Seconds to wait for a collection to load on every end.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+    },
     /// Start milvus-sim in process (a primary and two secondaries), generate a backup and
     /// restore it with two-phase commit.
     #[cfg(feature = "demo")]
@@ -189,6 +200,16 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Status { id } => status(&engine, id.as_deref(), cli.output).await,
         Command::Recover { id } => recover(&engine, &host, id.as_deref(), cli.output).await,
+        Command::Verify { id, timeout } => {
+            verify(
+                &engine,
+                &host,
+                &id,
+                Duration::from_secs(timeout),
+                cli.output,
+            )
+            .await
+        }
         #[cfg(feature = "demo")]
         Command::Demo(_) => unreachable!("handled above"),
         Command::Plugin(_) | Command::Watch(_) | Command::Serve(_) | Command::Check { .. } => {
@@ -441,6 +462,64 @@ async fn recover(
     }
     output::reports(format, &reports, &[]);
     Ok(worst.exit_code())
+}
+
+/// `lockstep verify ID`: the committed collections of a finished restore, counted on every end
+/// it restored into.
+async fn verify(
+    engine: &Engine,
+    host: &HostConfig,
+    id: &str,
+    timeout: Duration,
+    format: OutputFormat,
+) -> anyhow::Result<i32> {
+    let record = engine
+        .journal
+        .load(&parse_id(id)?)
+        .await?
+        .with_context(|| format!("no restore {id} in the journal"))?;
+    let report: engine::Report = record
+        .report
+        .clone()
+        .filter(|_| !record.is_unfinished())
+        .with_context(|| format!("restore {id} has not finished: `lockstep recover {id}` first"))
+        .and_then(|r| serde_json::from_value(r).context("the restore's report does not read"))?;
+    let expected: Vec<lockstep::verify::Expected> = report
+        .collections
+        .iter()
+        .filter(|c| c.committed)
+        .map(|c| {
+            let collection = lockstep::backup::Namespace::parse(&c.target)
+                .with_context(|| format!("collection {} in the report", c.target))?;
+            Ok(lockstep::verify::Expected {
+                collection,
+                live: c.live,
+                partitions: (c.live_by_partition.iter())
+                    .filter(|(p, _)| !p.is_empty())
+                    .map(|(p, n)| (p.clone(), *n))
+                    .collect(),
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let ends = engine::Ends::from_recorded(&record.ends, host)?;
+    let targets: Vec<lockstep::verify::End<'_>> = ends
+        .all()
+        .iter()
+        .map(|e| lockstep::verify::End {
+            name: &e.name,
+            target: e.role == lockstep::journal::Role::Target,
+            grpc: &e.grpc,
+        })
+        .collect();
+    let verification = lockstep::verify::count(&targets, &expected, timeout).await;
+    output::verification(format, &record.id.to_string(), &verification);
+    Ok(if verification.mismatches().next().is_some() {
+        Outcome::Diverged.exit_code()
+    } else if verification.unverifiable().next().is_some() {
+        Outcome::Incomplete.exit_code()
+    } else {
+        0
+    })
 }
 
 async fn plugin_command(

@@ -205,6 +205,28 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
     }
 }
 
+/// What `verify` found: a line per end and collection, or the whole as JSON.
+pub fn verification(format: OutputFormat, id: &str, verification: &lockstep::verify::Verification) {
+    match format {
+        OutputFormat::Json => print_json(&json!({
+            "restore_id": id,
+            "passed": verification.passed(),
+            "shown": verification.shown,
+        })),
+        OutputFormat::Text => {
+            let verdict = if verification.passed() {
+                "every end shows the backup's live rows"
+            } else if verification.mismatches().next().is_some() {
+                "MISMATCH: some end shows other rows than the backup's data holds"
+            } else {
+                "NOT VERIFIED: some end could not be asked"
+            };
+            println!("verify {id}: {verdict}");
+            print!("{verification}");
+        }
+    }
+}
+
 /// What `plan` prints of a refused job: each reason, and in JSON each reason's kind.
 pub fn refusals(format: OutputFormat, job: &Job, refusals: &[engine::Refusal]) {
     match format {

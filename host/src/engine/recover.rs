@@ -365,6 +365,7 @@ fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report 
                     inserted: 0,
                     deleted: None,
                     live: None,
+                    live_by_partition: Default::default(),
                     imported: Default::default(),
                     committed: false,
                 }),

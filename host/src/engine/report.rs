@@ -95,6 +95,9 @@ pub struct CollectionReport {
     /// `inserted - deleted`: the rows a query sees once the restore is visible.
     #[serde(default)]
     pub live: Option<i64>,
+    /// The live rows of each partition, where the data was read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub live_by_partition: BTreeMap<String, i64>,
     /// Per end, the rows its jobs imported (Milvus's `importedRows`, counted after each
     /// job's own deletes, folded L0 deletes included); ends that reported none are left out.
     #[serde(default)]
@@ -114,6 +117,11 @@ impl CollectionReport {
             inserted: c.batches.iter().map(|b| b.rows).sum(),
             deleted: c.rows.as_ref().map(|r| r.deleted),
             live: c.rows.as_ref().map(|r| r.live),
+            live_by_partition: c
+                .rows
+                .as_ref()
+                .map(|r| r.partitions.clone())
+                .unwrap_or_default(),
             imported: BTreeMap::new(),
             committed: false,
         }

@@ -403,6 +403,83 @@ impl GrpcClient {
         })
     }
 
+    pub async fn load_collection(&self, db: &str, collection: &str) -> Result<()> {
+        let req = LoadCollectionRequest {
+            db_name: db.into(),
+            collection_name: collection.into(),
+            ..Default::default()
+        };
+        let status = self
+            .call("LoadCollection", self.inner.clone().load_collection(req))
+            .await?;
+        self.check("LoadCollection", Some(status))
+    }
+
+    pub async fn release_collection(&self, db: &str, collection: &str) -> Result<()> {
+        let req = ReleaseCollectionRequest {
+            base: None,
+            db_name: db.into(),
+            collection_name: collection.into(),
+        };
+        let status = self
+            .call(
+                "ReleaseCollection",
+                self.inner.clone().release_collection(req),
+            )
+            .await?;
+        self.check("ReleaseCollection", Some(status))
+    }
+
+    /// Whether the collection is loaded (`GetLoadState` says Loaded).
+    pub async fn is_loaded(&self, db: &str, collection: &str) -> Result<bool> {
+        let req = GetLoadStateRequest {
+            db_name: db.into(),
+            collection_name: collection.into(),
+            ..Default::default()
+        };
+        let resp = self
+            .call("GetLoadState", self.inner.clone().get_load_state(req))
+            .await?;
+        self.check("GetLoadState", resp.status)?;
+        Ok(resp.state == milvus_proto::common::LoadState::Loaded as i32)
+    }
+
+    /// `count(*)` of the collection, or of `partitions` when some are named, with strong
+    /// consistency: every write the end has accepted is counted.
+    pub async fn count_rows(
+        &self,
+        db: &str,
+        collection: &str,
+        partitions: &[String],
+    ) -> Result<i64> {
+        let req = QueryRequest {
+            db_name: db.into(),
+            collection_name: collection.into(),
+            output_fields: vec!["count(*)".into()],
+            partition_names: partitions.to_vec(),
+            consistency_level: milvus_proto::common::ConsistencyLevel::Strong as i32,
+            ..Default::default()
+        };
+        let resp = self.call("Query", self.inner.clone().query(req)).await?;
+        self.check("Query", resp.status)?;
+        use milvus_proto::schema::{field_data::Field, scalar_field::Data};
+        resp.fields_data
+            .iter()
+            .find(|f| f.field_name == "count(*)")
+            .and_then(|f| match &f.field {
+                Some(Field::Scalars(s)) => match &s.data {
+                    Some(Data::LongData(l)) => l.data.first().copied(),
+                    _ => None,
+                },
+                None => None,
+            })
+            .ok_or_else(|| Error::Protocol {
+                end: self.end.clone(),
+                call: "Query".into(),
+                detail: "the answer to count(*) holds no count".into(),
+            })
+    }
+
     async fn call<T>(
         &self,
         name: &str,

@@ -409,7 +409,6 @@ impl World {
         self.write_job(name, &text)
     }
 
-    /// The rows every end shows once the backup is restored: inserted less deleted.
     /// A delta log of an L0 segment of the backup, if it has one.
     pub fn l0_log(&self) -> Option<&milvus_sim::fixtures::WrittenLog> {
         let l0: std::collections::HashSet<i64> = self
@@ -431,8 +430,10 @@ impl World {
             .find(|log| l0.contains(&log.segment_id))
     }
 
+    /// The rows a query of the restored backup counts: the generator's own count of the
+    /// rows no delete removes, exact where deletes overlap.
     pub fn rows_after_deletes(&self) -> i64 {
-        (self.backup.inserted_rows() - self.backup.deleted_rows()) as i64
+        self.backup.live_total() as i64
     }
 
     pub fn write_job(&self, name: &str, text: &str) -> anyhow::Result<PathBuf> {
@@ -599,6 +600,17 @@ impl World {
             .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
+    /// The next import on `end` whose own deletes remove a row keeps one of them, and still
+    /// reports the rows it should have.
+    pub async fn lose_next_delete(&self, end: &str) -> anyhow::Result<()> {
+        self.sim
+            .cluster(end)
+            .control()
+            .lost_delete(&milvus_sim::faults::LostDelete::default())
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
     /// Delays every gRPC answer of `end` (DDL among them) by `delay`, for `lasting`.
     pub async fn slow_grpc(
         &self,
@@ -690,7 +702,7 @@ impl World {
                 .count();
             ensure!(l0_jobs == 0, "{end} got {l0_jobs} L0 jobs");
             let visible: i64 = self.visible(&end).await?.values().sum();
-            let live = self.backup.live_rows as i64;
+            let live = self.backup.live_total() as i64;
             ensure!(
                 visible == live,
                 "{end}: {visible} rows visible, {live} live"

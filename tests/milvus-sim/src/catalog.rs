@@ -80,6 +80,10 @@ pub enum DdlOp {
         db: String,
         collection: String,
     },
+    ReleaseCollection {
+        db: String,
+        collection: String,
+    },
 }
 
 impl DdlOp {
@@ -93,6 +97,7 @@ impl DdlOp {
             DdlOp::CreatePartition { .. } => "CreatePartition",
             DdlOp::CreateIndex { .. } => "CreateIndex",
             DdlOp::LoadCollection { .. } => "LoadCollection",
+            DdlOp::ReleaseCollection { .. } => "ReleaseCollection",
         }
     }
 }
@@ -542,7 +547,27 @@ impl Catalog {
                 if c.loaded {
                     return Ok(DdlOutcome::AlreadyThere);
                 }
+                // Milvus loads a collection only once every vector field has an index.
+                if let Some(field) = c.schema.fields.iter().find(|f| {
+                    is_vector(f.data_type) && !c.indexes.iter().any(|i| i.field_name == f.name)
+                }) {
+                    return Err(MilvusError::new(
+                        code::INDEX_NOT_FOUND,
+                        format!(
+                            "there is no vector index on field: [{}], please create index firstly: index not found[collection={}]",
+                            field.name, c.name
+                        ),
+                    ));
+                }
                 c.loaded = true;
+                Ok(DdlOutcome::Applied)
+            }
+            DdlOp::ReleaseCollection { db, collection } => {
+                let c = self.collection_mut(db, collection)?;
+                if !c.loaded {
+                    return Ok(DdlOutcome::AlreadyThere);
+                }
+                c.loaded = false;
                 Ok(DdlOutcome::Applied)
             }
         }
@@ -731,4 +756,9 @@ fn initial_partition_names(
             Ok((0..n).map(|i| format!("{DEFAULT_PARTITION}_{i}")).collect())
         }
     }
+}
+
+/// Whether a `schemapb.DataType` is a vector type: BinaryVector (100) to Int8Vector (105).
+fn is_vector(data_type: i32) -> bool {
+    (DataType::BinaryVector as i32..=DataType::Int8Vector as i32).contains(&data_type)
 }

@@ -36,6 +36,7 @@ use crate::request_log::RequestLog;
 use crate::topology::ClusterSpec;
 use crate::topology::StorageType;
 use crate::version::{ImportFace, ServerVersion};
+use milvus_formats::binlog::{self, Delete, Pk};
 
 /// Reason a rollback gives a job (Milvus's `import_job.go`, docs/milvus-facts.md §2.3).
 pub const ABORTED_BY_USER: &str = "aborted by user";
@@ -484,6 +485,7 @@ impl Cluster {
             deleted_rows: 0,
             groups: Vec::new(),
             manifest: Vec::new(),
+            data: Default::default(),
             state_entered_ms: created.unix_ms,
             timeout_at,
         };
@@ -670,6 +672,11 @@ impl Cluster {
     /// The rows an injected short import takes from `job_id`, consumed.
     pub(crate) fn take_short_import(&self, job_id: i64) -> Option<i64> {
         self.lock().faults.take_short_import(job_id)
+    }
+
+    /// Whether an injected lost delete applies to a job whose deletes removed a row, consumed.
+    pub(crate) fn take_lost_delete(&self) -> bool {
+        self.lock().faults.take_lost_delete()
     }
 
     /// The injected failure for a job arriving in `state`, consumed.
@@ -1038,6 +1045,23 @@ impl Cluster {
         }
     }
 
+    /// The rows a query of `collection` counts now, in `partitions` (all when `None`); an
+    /// error when the collection does not exist.
+    pub fn count_rows(
+        &self,
+        db: &str,
+        collection: &str,
+        partitions: Option<&[String]>,
+    ) -> Result<i64, MilvusError> {
+        let state = self.lock();
+        let id = state.catalog.collection(db, collection)?.id;
+        let done: Vec<&ImportJob> = (state.jobs.values())
+            .map(|e| &e.job)
+            .filter(|j| j.collection_id == id && j.state == JobState::Completed)
+            .collect();
+        Ok(live_rows(&done, partitions))
+    }
+
     // ------------------------------------------------------------------ snapshot
 
     /// Everything the control API's `GET /sim/v1/state` shows.
@@ -1078,7 +1102,8 @@ impl Cluster {
                     indexes: c.indexes.iter().map(|i| i.index_name.clone()).collect(),
                     loaded: c.loaded,
                     visible_rows: done.iter().map(|j| j.total_rows).sum(),
-                    visible_deleted_rows: done.iter().map(|j| j.deleted_rows).sum(),
+                    visible_deleted_rows: done.iter().map(|j| j.total_rows).sum::<i64>()
+                        - live_rows(done, None),
                     completed_imports: done
                         .iter()
                         .map(|j| CompletedImport {
@@ -1150,6 +1175,11 @@ impl Cluster {
         self.lock().faults.add_short_import(short);
     }
 
+    /// The next job whose own deletes remove a row keeps one of them.
+    pub fn add_lost_delete(&self, lost: crate::faults::LostDelete) {
+        self.lock().faults.add_lost_delete(lost);
+    }
+
     pub fn add_api_fault(
         &self,
         face: crate::faults::ApiFace,
@@ -1176,4 +1206,46 @@ impl Cluster {
             .map(|e| e.job.total_rows)
             .sum()
     }
+}
+
+/// The L0 deletes of `done` that apply to rows of `partition`: its own, and those of L0
+/// imports into no partition, which apply to every partition.
+fn deletes_for(done: &[&ImportJob], partition: &str) -> Vec<Delete> {
+    done.iter()
+        .filter(|j| j.partition_name.is_empty() || j.partition_name == partition)
+        .flat_map(|j| j.data.deletes.iter().cloned())
+        .collect()
+}
+
+/// The keys of the rows of `done` (Completed imports of one collection) in `partitions` (all
+/// when `None`) that no L0 delete removes, by Milvus's rule: a delete removes the rows of its
+/// key written before it.
+fn live_keys<'a>(
+    done: &'a [&'a ImportJob],
+    partitions: Option<&'a [String]>,
+) -> impl Iterator<Item = &'a Pk> + 'a {
+    done.iter()
+        .filter(move |j| partitions.is_none_or(|p| p.contains(&j.partition_name)))
+        .filter_map(|j| j.data.keys.as_ref().map(|keys| (j, keys)))
+        .flat_map(move |(j, keys)| {
+            let deletes = deletes_for(done, &j.partition_name);
+            let removed = binlog::removed(keys.iter().map(|(pk, ts)| (pk, *ts)), &deletes);
+            keys.iter()
+                .zip(removed)
+                .filter(|(_, gone)| !gone)
+                .map(|((pk, _), _)| pk)
+        })
+}
+
+/// How many rows of `done` in `partitions` a query counts: the rows whose keys were read, less
+/// those an L0 delete removes, and the rows of imports whose keys were not read (row files),
+/// as imported.
+fn live_rows(done: &[&ImportJob], partitions: Option<&[String]>) -> i64 {
+    let unkeyed: i64 = done
+        .iter()
+        .filter(|j| partitions.is_none_or(|p| p.contains(&j.partition_name)))
+        .filter(|j| j.data.keys.is_none())
+        .map(|j| j.total_rows - j.deleted_rows)
+        .sum();
+    unkeyed + live_keys(done, partitions).count() as i64
 }

@@ -97,6 +97,7 @@ async fn drive(cluster: Cluster, job_id: i64) {
                             j.deleted_rows = read.deleted_rows;
                             j.groups = read.groups;
                             j.manifest = read.manifest;
+                            j.data = std::sync::Arc::new(read.data);
                         }
                         if state == JobState::Importing {
                             j.imported_rows = j.total_rows;
@@ -130,7 +131,18 @@ async fn run_stage(
             return match outcome {
                 Ok(mut read) => {
                     if let Some(short) = cluster.take_short_import(job_id) {
-                        read.rows -= short.clamp(0, read.rows);
+                        let short = short.clamp(0, read.rows);
+                        read.rows -= short;
+                        if let Some(keys) = &mut read.data.keys {
+                            keys.truncate(keys.len().saturating_sub(short as usize));
+                        }
+                    }
+                    // Only a job whose deletes removed a row can lose one: the fault waits.
+                    if let Some(kept) = read.data.first_removed.take()
+                        && cluster.take_lost_delete()
+                        && let Some(keys) = &mut read.data.keys
+                    {
+                        keys.push(kept);
                     }
                     StageEnd::Advance(Some(read))
                 }

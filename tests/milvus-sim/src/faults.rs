@@ -41,6 +41,13 @@ pub struct ShortImport {
     pub rows: i64,
 }
 
+/// The next job whose own deletes remove a row keeps one of those rows, and still reports
+/// the rows it should have: its imported-row count is right and what a query sees is not, the
+/// kind of drift only a query finds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LostDelete {}
+
 impl JobSelector {
     /// This selector once the job `job_id` was created.
     fn bind(self, job_id: i64) -> JobSelector {
@@ -94,6 +101,7 @@ struct ApiFault {
 pub struct Faults {
     job_failures: Vec<JobFailure>,
     short_imports: Vec<ShortImport>,
+    lost_deletes: usize,
     api: Vec<ApiFault>,
 }
 
@@ -104,6 +112,10 @@ impl Faults {
 
     pub fn add_short_import(&mut self, short: ShortImport) {
         self.short_imports.push(short);
+    }
+
+    pub fn add_lost_delete(&mut self, _: LostDelete) {
+        self.lost_deletes += 1;
     }
 
     /// Binds every `Next` (and `Nth(1)`) fault to the job just created, and counts the
@@ -124,6 +136,13 @@ impl Faults {
             .iter()
             .position(|s| s.job == JobSelector::Id(job_id))?;
         Some(self.short_imports.remove(index).rows)
+    }
+
+    /// Whether a job whose deletes removed a row must keep one, consuming the fault.
+    pub fn take_lost_delete(&mut self) -> bool {
+        let pending = self.lost_deletes > 0;
+        self.lost_deletes = self.lost_deletes.saturating_sub(1);
+        pending
     }
 
     /// The reason `job_id` must fail with on reaching `state`, consuming the fault.

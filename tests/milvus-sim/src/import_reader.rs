@@ -18,7 +18,7 @@ use object_store::{ObjectStore, ObjectStoreExt, path::Path};
 
 use milvus_proto::schema::{CollectionSchema, DataType, FieldSchema};
 
-use crate::jobs::{GroupResult, ManifestEntry};
+use crate::jobs::{GroupResult, ImportedData, ManifestEntry};
 use crate::options::ImportSource;
 use milvus_formats::binlog;
 
@@ -67,12 +67,29 @@ pub enum ReadError {
 }
 
 /// Everything a job imported.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ReadOutcome {
     pub groups: Vec<GroupResult>,
     pub manifest: Vec<ManifestEntry>,
     pub rows: i64,
     pub deleted_rows: i64,
+    pub data: ImportedData,
+}
+
+impl Default for ReadOutcome {
+    fn default() -> Self {
+        ReadOutcome {
+            groups: Vec::new(),
+            manifest: Vec::new(),
+            rows: 0,
+            deleted_rows: 0,
+            data: ImportedData {
+                keys: Some(Vec::new()),
+                deletes: Vec::new(),
+                first_removed: None,
+            },
+        }
+    }
 }
 
 /// Import paths are bucket-relative; a leading `/` is dropped.
@@ -220,14 +237,17 @@ pub async fn read_groups(
                     &group[0],
                     group.get(1).map(String::as_str),
                     schema,
-                    &mut outcome.manifest,
+                    &mut outcome,
                 )
                 .await?
             }
             ImportSource::L0Deltas => {
-                read_binlog_group(store, "", Some(&group[0]), None, &mut outcome.manifest).await?
+                read_binlog_group(store, "", Some(&group[0]), None, &mut outcome).await?
             }
-            ImportSource::RowFiles => read_row_group(store, group, &mut outcome.manifest).await?,
+            ImportSource::RowFiles => {
+                outcome.data.keys = None;
+                read_row_group(store, group, &mut outcome.manifest).await?
+            }
         };
         outcome.rows += result.rows;
         outcome.deleted_rows += result.deleted_rows;
@@ -239,13 +259,16 @@ pub async fn read_groups(
     Ok(outcome)
 }
 
+/// One binlog group: its rows (the keys of those its own deletes leave go into `outcome`'s
+/// data), or for an L0 group (no insert prefix) its deletes.
 async fn read_binlog_group(
     store: &dyn ObjectStore,
     insert_prefix: &str,
     delta_prefix: Option<&str>,
     schema: Option<&CollectionSchema>,
-    manifest: &mut Vec<ManifestEntry>,
+    outcome: &mut ReadOutcome,
 ) -> Result<GroupResult, ReadError> {
+    let manifest = &mut outcome.manifest;
     let mut result = GroupResult::default();
     // The primary keys of the segment's rows (None without a schema or an insert prefix),
     // and their timestamps, row for row.
@@ -306,13 +329,34 @@ async fn read_binlog_group(
         }
     }
     result.deleted_rows = match pks {
-        Some(pks) => binlog::deleted_rows(
-            pks.iter().zip(timestamps.iter().map(|ts| *ts as u64)),
-            &deletes,
-        ),
-        // An L0 import's deletes apply to rows outside the job, and without a schema the
-        // rows' keys are not known: every delete counts.
-        None => deletes.len() as i64,
+        Some(pks) => {
+            let rows: Vec<(binlog::Pk, u64)> = pks
+                .into_iter()
+                .zip(timestamps.iter().map(|ts| *ts as u64))
+                .collect();
+            let removed = binlog::removed(rows.iter().map(|(pk, ts)| (pk, *ts)), &deletes);
+            if outcome.data.first_removed.is_none() {
+                outcome.data.first_removed = (rows.iter().zip(&removed))
+                    .find(|(_, gone)| **gone)
+                    .map(|(row, _)| row.clone());
+            }
+            if let Some(keys) = &mut outcome.data.keys {
+                keys.extend(
+                    rows.iter()
+                        .zip(&removed)
+                        .filter(|(_, gone)| !**gone)
+                        .map(|(row, _)| row.clone()),
+                );
+            }
+            removed.iter().filter(|gone| **gone).count() as i64
+        }
+        // An L0 import's deletes apply to rows outside the job: counted here, applied to
+        // the collection's rows by what counts them (`live_rows` in [`crate::cluster`]).
+        None => {
+            let count = deletes.len() as i64;
+            outcome.data.deletes.extend(deletes);
+            count
+        }
     };
     Ok(result)
 }

@@ -169,6 +169,18 @@ pub struct GroupResult {
     pub deleted_rows: i64,
 }
 
+/// What a job imported, by key: what queries read. Not part of a snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImportedData {
+    /// (primary key, timestamp) of each row the job imported that its own deletes left;
+    /// `None` where the keys were not read (row files, whose keys the sim does not parse).
+    pub keys: Option<Vec<(milvus_formats::binlog::Pk, u64)>>,
+    /// The deletes of an L0 import, which apply to the rows of other jobs.
+    pub deletes: Vec<milvus_formats::binlog::Delete>,
+    /// The first row the job's own deletes removed, for the lost-delete fault.
+    pub first_removed: Option<(milvus_formats::binlog::Pk, u64)>,
+}
+
 /// An import job as a cluster holds it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ImportJob {
@@ -197,6 +209,8 @@ pub struct ImportJob {
     pub deleted_rows: i64,
     pub groups: Vec<GroupResult>,
     pub manifest: Vec<ManifestEntry>,
+    #[serde(skip)]
+    pub data: std::sync::Arc<ImportedData>,
     /// When the current state was entered (for progress within a stage).
     pub state_entered_ms: i64,
     /// The deadline on tokio's clock, so timeout tests can run on paused time.
@@ -334,6 +348,7 @@ mod tests {
             deleted_rows: 0,
             groups: vec![],
             manifest: vec![],
+            data: Default::default(),
             state_entered_ms: 0,
             timeout_at: None,
         }

@@ -469,7 +469,8 @@ pub fn check(e: &Evidence<'_>) -> Vec<Violation> {
 }
 
 /// Visible data: each committed collection holds exactly the backup's logs, imported once,
-/// on every end that did not diverge; a collection nobody committed shows no rows.
+/// and shows exactly its live rows, on every end that did not diverge; a collection nobody
+/// committed shows no rows.
 fn check_data(e: &Evidence<'_>, submitted: &BTreeMap<i64, Submitted<'_>>) -> Vec<Violation> {
     let mut found = Vec::new();
     for c in &e.backup.info.collection_backups {
@@ -555,6 +556,23 @@ fn check_data(e: &Evidence<'_>, submitted: &BTreeMap<i64, Submitted<'_>>) -> Vec
                     detail: format!(
                         "imported logs differ from the backup's: {missing} missing, {extra} not in the backup"
                     ),
+                });
+                continue;
+            }
+            // The right files, imported once, can still show other rows (a delete an end
+            // did not apply): what a query counts must be the backup's live rows, exactly.
+            let live = e
+                .backup
+                .live_rows
+                .get(&c.collection_id)
+                .copied()
+                .unwrap_or(0) as i64;
+            let shows = collection.map_or(0, |c| c.visible_rows - c.visible_deleted_rows);
+            if shows != live {
+                found.push(Violation::DataMismatch {
+                    end: end.clone(),
+                    collection: name.clone(),
+                    detail: format!("{shows} rows live, the backup's data holds {live}"),
                 });
             }
         }

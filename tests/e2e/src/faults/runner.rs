@@ -13,7 +13,7 @@ use lockstep::journal::embedded::FileJournal;
 use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
 use lockstep::journal::{Journal, Outcome, RestoreRecord};
 use milvus_sim::control::DeleteObjects;
-use milvus_sim::faults::{JobFailure, JobSelector, ShortImport};
+use milvus_sim::faults::{JobFailure, JobSelector, LostDelete, ShortImport};
 use tokio::time::Instant;
 
 use super::checker::{self, Ending, Evidence, ProcessRun, Resubmission, Violation};
@@ -302,6 +302,10 @@ impl Run<'_> {
                     job: JobSelector::Nth(*nth),
                     rows: *rows,
                 })
+                .await
+                .map_err(|e| e.to_string()),
+            Fault::LostDelete { end } => control(end)
+                .lost_delete(&LostDelete::default())
                 .await
                 .map_err(|e| e.to_string()),
             Fault::Api {

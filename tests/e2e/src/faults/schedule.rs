@@ -151,6 +151,11 @@ pub enum Fault {
     /// The `nth` job created on `end` from now imports `rows` fewer rows than its files
     /// hold and completes all the same, as a Milvus 2.3 does with a prefix it lists empty.
     ShortImport { end: String, nth: u32, rows: i64 },
+    /// The next import on `end` whose own deletes remove a row keeps one, and reports the
+    /// rows it should have: row accounting cannot see it, a query can. Not drawn: a restore
+    /// does not verify what its ends show yet, so every seed with it would be a violation;
+    /// the checker's test pins it.
+    LostDelete { end: String },
     /// Staged files vanish from secondary `end`'s storage.
     DeleteStaged { end: String },
     /// `end` goes down for `down_ms`.
@@ -196,6 +201,7 @@ impl Fault {
             } => "api-unavailable",
             Fault::Api { .. } => "api-slow",
             Fault::ShortImport { .. } => "short-import",
+            Fault::LostDelete { .. } => "lost-delete",
             Fault::DeleteStaged { .. } => "staged-files-deleted",
             Fault::Restart { .. } => "cluster-restart",
             Fault::KillHost => "host-sigkill",

@@ -67,7 +67,7 @@ async fn a_user_granted_what_a_restore_needs_restores_into_its_database() -> any
     assert_eq!(run.code, 0, "{}", run.explain());
     assert_eq!(run.outcome(), "succeeded");
     commits_followed_every_uncommitted(&world).await?;
-    let expected = (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64;
+    let expected = world.rows_after_deletes();
     for end in world.ends() {
         let visible = world.visible(&end).await?;
         assert!(

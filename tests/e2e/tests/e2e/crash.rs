@@ -51,7 +51,7 @@ async fn killed_at_then_run_again(point: &str) -> anyhow::Result<()> {
     world.assert_nothing_held().await?;
     commits_followed_every_uncommitted(&world).await?;
     // Exactly the backup's rows on every end: nothing imported twice.
-    let expected = (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64;
+    let expected = world.rows_after_deletes();
     for end in world.ends() {
         let visible: i64 = world.visible(&end).await?.values().sum();
         assert_eq!(visible, expected, "{end} after a crash at {point}");
@@ -141,7 +141,7 @@ async fn recover_alone_rolls_a_decided_restore_forward() -> anyhow::Result<()> {
     assert_eq!(recovered.code, 0, "{}", recovered.explain());
     world.assert_nothing_held().await?;
     commits_followed_every_uncommitted(&world).await?;
-    let expected = (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64;
+    let expected = world.rows_after_deletes();
     for end in world.ends() {
         assert_eq!(
             world.visible(&end).await?.values().sum::<i64>(),

@@ -276,7 +276,7 @@ async fn the_journal_disk_fills_at(point: &str, decided: bool) -> anyhow::Result
     world.assert_nothing_held().await?;
     let status = world.run(&["status", "--output", "json"], &[]).await?;
     if decided {
-        let expected = (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64;
+        let expected = world.rows_after_deletes();
         for end in world.ends() {
             let visible: i64 = world.visible(&end).await?.values().sum();
             assert_eq!(visible, expected, "{end} after the disk filled at {point}");
@@ -357,7 +357,7 @@ async fn a_full_report_disk_loses_the_report_files_and_nothing_else() -> anyhow:
         run.explain()
     );
     assert!(run.stdout.contains("\"succeeded\""), "{}", run.explain());
-    let expected = (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64;
+    let expected = world.rows_after_deletes();
     for end in world.ends() {
         let visible: i64 = world.visible(&end).await?.values().sum();
         assert_eq!(visible, expected, "{end}");

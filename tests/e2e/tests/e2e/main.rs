@@ -13,4 +13,5 @@ mod s3;
 mod snapshot;
 mod status_page;
 mod two_phase;
+mod verify;
 mod versions;

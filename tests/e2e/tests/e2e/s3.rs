@@ -63,7 +63,7 @@ async fn restored_everywhere_from(world: &World, prefix: &str) -> anyhow::Result
             }
         }
     }
-    let expected = (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64;
+    let expected = world.rows_after_deletes();
     for end in world.ends() {
         let visible: i64 = world.visible(&end).await?.values().sum();
         assert_eq!(visible, expected, "{end}");

@@ -606,7 +606,7 @@ async fn a_mirror_failing_after_the_commit_is_a_divergence_naming_it() -> anyhow
     );
     // Visible where committed, not on the failing end; nothing held anywhere.
     world.assert_nothing_held().await?;
-    let expected = (world.backup.inserted_rows() - world.backup.deleted_rows()) as i64;
+    let expected = world.rows_after_deletes();
     assert_eq!(world.visible(TARGET).await?.values().sum::<i64>(), expected);
     assert_eq!(
         world.visible(&secondary(0)).await?.values().sum::<i64>(),

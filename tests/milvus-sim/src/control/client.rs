@@ -10,7 +10,7 @@ use super::{
     ApiFaultRequest, ClusterSnapshot, DeleteObjects, Deleted, RestartRequest, StreamUpdate,
 };
 use crate::cdc::{Flow, StreamSnapshot};
-use crate::faults::{ApiEffect, ApiFace, JobFailure, ShortImport};
+use crate::faults::{ApiEffect, ApiFace, JobFailure, LostDelete, ShortImport};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -151,6 +151,18 @@ impl SimControl {
             reqwest::Method::POST,
             "/sim/v1/faults/short_import",
             Some(short),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The next job whose own deletes remove a row keeps one, and reports the rows it should
+    /// have.
+    pub async fn lost_delete(&self, lost: &LostDelete) -> Result<(), ControlError> {
+        self.call::<_, serde_json::Value>(
+            reqwest::Method::POST,
+            "/sim/v1/faults/lost_delete",
+            Some(lost),
         )
         .await
         .map(drop)

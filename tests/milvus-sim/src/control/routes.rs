@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::{ApiFaultRequest, DeleteObjects, Deleted, RestartRequest, StreamUpdate};
 use crate::cluster::Cluster;
-use crate::faults::{JobFailure, ShortImport};
+use crate::faults::{JobFailure, LostDelete, ShortImport};
 use crate::go_duration;
 
 pub(crate) fn router(cluster: Cluster) -> Router {
@@ -22,6 +22,7 @@ pub(crate) fn router(cluster: Cluster) -> Router {
         .route("/sim/v1/streams/{target}", post(stream))
         .route("/sim/v1/faults/job", post(job_fault))
         .route("/sim/v1/faults/short_import", post(short_import_fault))
+        .route("/sim/v1/faults/lost_delete", post(lost_delete_fault))
         .route("/sim/v1/faults/api", post(api_fault))
         .route("/sim/v1/faults", delete(clear_faults))
         .route("/sim/v1/storage/delete", post(delete_objects))
@@ -123,6 +124,16 @@ async fn short_import_fault(State(cluster): State<Cluster>, bytes: Bytes) -> Res
         .into_response(),
         Ok(short) => {
             cluster.add_short_import(short);
+            axum::Json(json!({})).into_response()
+        }
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+async fn lost_delete_fault(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
+    match body::<LostDelete>(&bytes) {
+        Ok(lost) => {
+            cluster.add_lost_delete(lost);
             axum::Json(json!({})).into_response()
         }
         Err(refusal) => refusal.into_response(),

@@ -1,0 +1,227 @@
+//! Verification: what a query on every end sees of a restore, against what the backup's data
+//! holds.
+//!
+//! Import jobs that say Completed are not proof that the data is queryable: Milvus has
+//! reported Completed over missing objects, and replicated row counts have drifted. So each
+//! restored collection is loaded and `count(*)` is asked of every end, with strong consistency
+//! (every write the end accepted is counted), for the collection and for each partition, and
+//! held to the live rows read from the backup's data (inserted less every delete).
+//!
+//! Loading follows Milvus's rules for a replicating cluster: load and release are DDL, which a
+//! secondary refuses and the target replicates, so they are sent to the target only, and every
+//! end is then waited for until it says Loaded. A collection this stage loaded is released
+//! again; one that was loaded already is left so. A collection that cannot be loaded (Milvus
+//! loads a collection only once each vector field has an index) cannot be verified, and says
+//! so: it never passes silently.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::backup::Namespace;
+use crate::milvus::GrpcClient;
+
+/// One end to verify, by name; `target` is the one that takes load and release.
+pub struct End<'a> {
+    pub name: &'a str,
+    pub target: bool,
+    pub grpc: &'a GrpcClient,
+}
+
+/// What one restored collection must show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    pub collection: Namespace,
+    /// Its live rows; `None` where the backup's data could not be read when it was restored.
+    pub live: Option<i64>,
+    /// The live rows of each partition, where known.
+    pub partitions: BTreeMap<String, i64>,
+}
+
+/// What one end showed of one collection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Shown {
+    pub end: String,
+    pub collection: String,
+    pub live: Option<i64>,
+    /// `count(*)` of the whole collection; `None` when it could not be asked.
+    pub shows: Option<i64>,
+    /// Partitions whose count is not their live rows: (partition, live, shows).
+    pub partitions_differ: Vec<(String, i64, i64)>,
+    /// Why it could not be verified on this end.
+    pub unverifiable: Option<String>,
+}
+
+impl Shown {
+    fn differs(&self) -> bool {
+        self.unverifiable.is_none()
+            && (self.shows != self.live || !self.partitions_differ.is_empty())
+    }
+}
+
+/// What verification found, end by end and collection by collection.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Verification {
+    pub shown: Vec<Shown>,
+}
+
+impl Verification {
+    /// Every end shows every collection's live rows.
+    pub fn passed(&self) -> bool {
+        self.shown
+            .iter()
+            .all(|s| s.unverifiable.is_none() && !s.differs())
+    }
+
+    /// The collections some end shows with other rows than the backup's data holds.
+    pub fn mismatches(&self) -> impl Iterator<Item = &Shown> {
+        self.shown.iter().filter(|s| s.differs())
+    }
+
+    /// The collections some end could not be asked about, with why.
+    pub fn unverifiable(&self) -> impl Iterator<Item = &Shown> {
+        self.shown.iter().filter(|s| s.unverifiable.is_some())
+    }
+}
+
+impl std::fmt::Display for Verification {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for s in &self.shown {
+            let live = s.live.map_or("?".to_owned(), |n| n.to_string());
+            match (&s.unverifiable, s.shows) {
+                (Some(why), _) => writeln!(
+                    f,
+                    "  {:<16} {:<36} cannot verify: {why}",
+                    s.end, s.collection
+                )?,
+                (None, Some(shows)) => {
+                    let verdict = if s.differs() { "MISMATCH" } else { "ok" };
+                    writeln!(
+                        f,
+                        "  {:<16} {:<36} live={live} shows={shows} {verdict}",
+                        s.end, s.collection
+                    )?;
+                    for (p, live, shows) in &s.partitions_differ {
+                        writeln!(f, "    partition {p}: live={live} shows={shows}")?;
+                    }
+                }
+                (None, None) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How often an end's load state is asked while it loads.
+const LOAD_POLL: Duration = Duration::from_millis(200);
+
+/// Counts every collection of `expected` on every end of `ends` (the target first), loading
+/// what is not loaded, waiting at most `timeout` for each collection to load everywhere.
+pub async fn count(ends: &[End<'_>], expected: &[Expected], timeout: Duration) -> Verification {
+    let mut verification = Verification::default();
+    for collection in expected {
+        verification
+            .shown
+            .extend(count_collection(ends, collection, timeout).await);
+    }
+    verification
+}
+
+async fn count_collection(ends: &[End<'_>], expected: &Expected, timeout: Duration) -> Vec<Shown> {
+    let Namespace { db, collection } = &expected.collection;
+    let shown = |end: &End<'_>| Shown {
+        end: end.name.to_owned(),
+        collection: expected.collection.to_string(),
+        live: expected.live,
+        shows: None,
+        partitions_differ: Vec::new(),
+        unverifiable: None,
+    };
+    let unverifiable = |why: String| -> Vec<Shown> {
+        ends.iter()
+            .map(|end| Shown {
+                unverifiable: Some(why.clone()),
+                ..shown(end)
+            })
+            .collect()
+    };
+    let Some(live) = expected.live else {
+        return unverifiable(
+            "the backup's data could not be read when it was restored, so its live rows are not known"
+                .into(),
+        );
+    };
+    let Some(target) = ends.iter().find(|e| e.target) else {
+        return unverifiable("no target end to load it on".into());
+    };
+    let loaded_before = match target.grpc.is_loaded(db, collection).await {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            return unverifiable(format!(
+                "its load state cannot be read on {}: {e}",
+                target.name
+            ));
+        }
+    };
+    if !loaded_before && let Err(e) = target.grpc.load_collection(db, collection).await {
+        return unverifiable(format!("{} cannot load it: {e}", target.name));
+    }
+    let mut out = Vec::with_capacity(ends.len());
+    for end in ends {
+        let mut seen = shown(end);
+        match count_on(end, expected, timeout).await {
+            Ok((shows, partitions_differ)) => {
+                seen.shows = Some(shows);
+                seen.partitions_differ = partitions_differ;
+            }
+            Err(why) => seen.unverifiable = Some(why),
+        }
+        if seen.differs() {
+            tracing::error!(end = end.name, collection = %expected.collection, live, shows = ?seen.shows, "a query shows other rows than the backup's data holds");
+        }
+        out.push(seen);
+    }
+    if !loaded_before && let Err(e) = target.grpc.release_collection(db, collection).await {
+        tracing::warn!(end = target.name, collection = %expected.collection, error = %e, "could not release what verification loaded");
+    }
+    out
+}
+
+/// `count(*)` of the collection on one end once it is loaded there, and the partitions whose
+/// count differs from their live rows.
+async fn count_on(
+    end: &End<'_>,
+    expected: &Expected,
+    timeout: Duration,
+) -> Result<(i64, Vec<(String, i64, i64)>), String> {
+    let Namespace { db, collection } = &expected.collection;
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match end.grpc.is_loaded(db, collection).await {
+            Ok(true) => break,
+            Ok(false) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(LOAD_POLL).await;
+            }
+            Ok(false) => return Err(format!("not loaded within {}s", timeout.as_secs())),
+            Err(e) => return Err(format!("its load state cannot be read: {e}")),
+        }
+    }
+    let shows = end
+        .grpc
+        .count_rows(db, collection, &[])
+        .await
+        .map_err(|e| format!("count(*) failed: {e}"))?;
+    let mut differ = Vec::new();
+    for (partition, live) in &expected.partitions {
+        let n = end
+            .grpc
+            .count_rows(db, collection, std::slice::from_ref(partition))
+            .await
+            .map_err(|e| format!("count(*) of partition {partition} failed: {e}"))?;
+        if n != *live {
+            differ.push((partition.clone(), *live, n));
+        }
+    }
+    Ok((shows, differ))
+}
