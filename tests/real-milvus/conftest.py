@@ -193,16 +193,23 @@ class Lockstep:
         return "\n".join(lines) + "\n"
 
     def run(self, name: str, backup: str, restore: dict, strategy: str | None = None, command: str = "run") -> Result:
-        if not LOCKSTEP_BIN.exists():
-            pytest.fail(f"{LOCKSTEP_BIN} is missing: build it with `cargo build -p lockstep` (or set LOCKSTEP_BIN)")
         work = self.workdir / name
         work.mkdir(parents=True, exist_ok=True)
+        job = work / f"{name}.toml"
+        job.write_text(self.job(backup, restore, strategy))
+        return self._invoke(work, [command, str(job)])
+
+    def verify(self, name: str, restore_id: str) -> Result:
+        """`lockstep verify ID` with the state of the run called `name`."""
+        return self._invoke(self.workdir / name, ["verify", restore_id])
+
+    def _invoke(self, work: pathlib.Path, args: list[str]) -> Result:
+        if not LOCKSTEP_BIN.exists():
+            pytest.fail(f"{LOCKSTEP_BIN} is missing: build it with `cargo build -p lockstep` (or set LOCKSTEP_BIN)")
         state = work / "state"
         host = work / "lockstep.toml"
-        job = work / f"{name}.toml"
         host.write_text(self.host_config(state))
-        job.write_text(self.job(backup, restore, strategy))
-        cmd = [str(LOCKSTEP_BIN), "--config", str(host), "--state-dir", str(state), "--output", "json", command, str(job)]
+        cmd = [str(LOCKSTEP_BIN), "--config", str(host), "--state-dir", str(state), "--output", "json", *args]
         env = {**os.environ, "LOCKSTEP_LOG": os.environ.get("LOCKSTEP_LOG", "lockstep=info")}
         started = time.monotonic()
         try:
@@ -211,8 +218,8 @@ class Lockstep:
             )
         except subprocess.TimeoutExpired as exc:
             pytest.fail(f"{' '.join(cmd)} did not finish in {LOCKSTEP_TIMEOUT}s\n{exc.stderr}")
-        (work / "stdout.txt").write_text(done.stdout)
-        (work / "stderr.txt").write_text(done.stderr)
+        (work / f"stdout-{args[0]}.txt").write_text(done.stdout)
+        (work / f"stderr-{args[0]}.txt").write_text(done.stderr)
         result = Result(done.returncode, done.stdout, done.stderr, _report(done.stdout, state), work)
         print(f"\n$ {' '.join(cmd)}\n  -> exit {done.returncode} in {time.monotonic() - started:.1f}s")
         # A refusal of the config itself is never what a test means by exit 2.

@@ -108,14 +108,6 @@ impl Schedule {
         self.entries[pair].active
     }
 
-    /// Asks for a pair again soon, e.g. after a commit was sent and its effect is expected.
-    pub fn expedite(&mut self, pair: usize, now: Instant) {
-        let e = &mut self.entries[pair];
-        e.next_at = e.next_at.min(now + MIN_INTERVAL);
-        e.overdue_polls = 0;
-        e.first = None;
-    }
-
     /// The pairs due at `now`, soonest first, when the budget allows a call; otherwise, or
     /// when none is due, when to look again. One call may answer for several pairs, so the
     /// caller makes at most [`Schedule::calls_allowed`] calls and [`Schedule::spend`]s them.

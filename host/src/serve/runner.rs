@@ -78,11 +78,6 @@ impl RestoreHandle {
             }
         }
     }
-
-    /// The end, if it came.
-    pub fn try_ended(&self) -> Option<Ended> {
-        self.ended.borrow().clone()
-    }
 }
 
 struct Active {
