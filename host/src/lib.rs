@@ -20,6 +20,7 @@ pub mod backup;
 pub mod engine;
 pub mod job;
 pub mod journal;
+mod json_error;
 pub mod milvus;
 pub mod plugins;
 pub mod serve;

@@ -18,31 +18,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use milvus_formats::binlog::{self, Delete, DeltaForm, Descriptor, Pk};
-use milvus_proto::schema::DataType;
-use serde::{Deserialize, Serialize};
-
 use super::plan::{BatchKind, CollectionPlan, ImportBatch};
 use super::read::{Backup, BinlogFile};
-
-/// Which way a collection's L0 deletes reach the ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum L0Route {
-    /// `l0_import=true` jobs: every end imports L0 segments.
-    Import,
-    /// Folded into the data groups' delta logs in the stage.
-    Fold,
-}
-
-impl std::fmt::Display for L0Route {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            L0Route::Import => "imported as L0 jobs",
-            L0Route::Fold => "folded into the data segments' delta logs",
-        })
-    }
-}
+use milvus_formats::binlog::{self, Delete, DeltaForm, Descriptor, Pk};
+use milvus_proto::schema::DataType;
 
 /// A collection's L0 deletes: for each key, its latest delete.
 #[derive(Debug, Default)]

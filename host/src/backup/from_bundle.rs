@@ -24,10 +24,10 @@ use super::meta::{
     IndexInfo, PartitionBackupInfo, SegmentBackupInfo,
 };
 use super::namespace::Namespace;
-use super::read::BINLOG_DIR;
 use super::snapshot::{
     Bundle, FieldLogs, ProtoEnum, Segment, SegmentLevel, SnapshotSchema, SnapshotValue,
 };
+use super::store::BINLOG_DIR;
 use milvus_proto::common as pb_common;
 use milvus_proto::schema as pb_schema;
 

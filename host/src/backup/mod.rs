@@ -19,19 +19,20 @@ mod read;
 pub mod rename;
 pub mod rows;
 pub mod snapshot;
+mod store;
 pub mod verify;
 
 pub use filter::{Filter, FilterError};
 pub use namespace::{DEFAULT_DB, Namespace, NamespaceError};
 pub use plan::{
     BatchId, BatchKind, CollectionConflict, CollectionCreation, CollectionPlan,
-    DEFAULT_MAX_SEGMENTS_PER_JOB, ExpectedRows, ImportBatch, IndexPlan, IndexedField, L0Batching,
-    PlanTotals, RestoreOptions, RestorePlan, Strategy, check_collection_exists, plan,
+    DEFAULT_MAX_SEGMENTS_PER_JOB, DataRows, ExpectedRows, ImportBatch, IndexPlan, IndexedField,
+    L0Batching, L0Route, PlanTotals, RestoreOptions, RestorePlan, Strategy,
+    check_collection_exists, plan,
 };
-pub use read::{
-    BINLOG_DIR, Backup, BackupFormat, BackupLocation, BinlogFile, BinlogIndex, MetaSource, read,
-};
+pub use read::{Backup, BackupFormat, BinlogFile, BinlogIndex, MetaSource, read};
 pub use rename::{RenameError, RenameRule, RenameRules, Renaming};
+pub use store::{BINLOG_DIR, BackupLocation};
 
 /// Why a backup could not be read or planned.
 #[derive(Debug, thiserror::Error)]

@@ -24,8 +24,9 @@ use super::meta::{
     CollectionBackupInfo, IndexInfo, PartitionBackupInfo, SegmentBackupInfo, proto_key_values,
 };
 use super::namespace::Namespace;
-use super::read::{BINLOG_DIR, Backup, BackupFormat, BinlogFile};
+use super::read::{Backup, BackupFormat, BinlogFile};
 use super::rename::Renaming;
+use super::store::BINLOG_DIR;
 
 /// milvus-backup's `restore.maxSegmentsPerImportJob` default, which keeps a request
 /// within Milvus's `dataCoord.import.maxImportFileNumPerReq`.
@@ -163,6 +164,41 @@ pub fn check_collection_exists(
         }
         _ => Ok(()),
     }
+}
+
+/// Which way a collection's L0 deletes reach the ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum L0Route {
+    /// `l0_import=true` jobs: every end imports L0 segments.
+    Import,
+    /// Folded into the data groups' delta logs in the stage.
+    Fold,
+}
+
+impl std::fmt::Display for L0Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            L0Route::Import => "imported as L0 jobs",
+            L0Route::Fold => "folded into the data segments' delta logs",
+        })
+    }
+}
+
+/// A collection's rows as its data holds them: the figures every report gives under the same
+/// names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataRows {
+    /// The rows the data segments hold (their `num_of_rows`, which counting held the
+    /// binlogs to).
+    pub inserted: i64,
+    /// The rows some delete removes: a delta log of the row's own segment, or an L0 segment of
+    /// its partition or of the whole collection.
+    pub deleted: i64,
+    /// `inserted - deleted`: the rows a query sees once the restore is visible.
+    pub live: i64,
+    /// The live rows of each partition.
+    pub partitions: BTreeMap<String, i64>,
 }
 
 /// Whether a batch imports data segments or L0 delete segments.
@@ -400,10 +436,10 @@ pub struct CollectionPlan {
     pub verify_field_ids: bool,
     /// Which way its L0 deletes go; `None` without L0 segments, or before
     /// [`super::rows::count`] decided.
-    pub l0: Option<super::fold::L0Route>,
+    pub l0: Option<L0Route>,
     /// Its rows as the backup's data holds them; `None` until [`super::rows::count`] read
     /// them, or where they could not be read.
-    pub rows: Option<super::rows::DataRows>,
+    pub rows: Option<DataRows>,
 }
 
 /// Totals for `lockstep plan`.
@@ -1018,8 +1054,9 @@ impl CollectionBatcher<'_> {
 mod tests {
     use super::super::fixture::{self, Layout};
     use super::super::meta::{BackupInfo, PartitionBackupInfo};
-    use super::super::read::{BackupLocation, BinlogIndex, MetaSource, read};
+    use super::super::read::{BinlogIndex, MetaSource, read};
     use super::super::rename::{RenameRule, RenameRules};
+    use super::super::store::BackupLocation;
     use super::*;
 
     const V0: &str = "by-dev-rootcoord-dml_0_100v0";
@@ -1710,7 +1747,8 @@ mod snapshot_twin {
     use object_store::memory::InMemory;
     use object_store::path::Path;
 
-    use super::super::read::{BackupLocation, read};
+    use super::super::read::read;
+    use super::super::store::BackupLocation;
     use super::*;
 
     async fn planned(format: Format) -> (Backup, RestorePlan) {

@@ -32,8 +32,8 @@ use milvus_formats::column_group;
 use milvus_formats::storage::StorageKind;
 use object_store::ObjectStore;
 
-use super::fold::{self, L0Deletes, L0Route};
-use super::plan::{BatchKind, CollectionPlan, ImportBatch, RestorePlan};
+use super::fold::{self, L0Deletes};
+use super::plan::{BatchKind, CollectionPlan, DataRows, ImportBatch, L0Route, RestorePlan};
 use super::read::Backup;
 
 /// `common.TimeStampField`: every segment's column of row timestamps.
@@ -86,22 +86,6 @@ impl From<Unreadable> for Failure {
     fn from(u: Unreadable) -> Self {
         Failure::Unreadable(u)
     }
-}
-
-/// A collection's rows as its data holds them: the figures every report gives under the same
-/// names.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct DataRows {
-    /// The rows the data segments hold (their `num_of_rows`, which counting held the
-    /// binlogs to).
-    pub inserted: i64,
-    /// The rows some delete removes: a delta log of the row's own segment, or an L0 segment of
-    /// its partition or of the whole collection.
-    pub deleted: i64,
-    /// `inserted - deleted`: the rows a query sees once the restore is visible.
-    pub live: i64,
-    /// The live rows of each partition.
-    pub partitions: BTreeMap<String, i64>,
 }
 
 /// What one data batch's data says.

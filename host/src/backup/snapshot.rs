@@ -29,7 +29,7 @@ use serde::{Deserialize, Deserializer};
 
 use super::Error;
 use super::meta::KeyValuePair;
-use super::read::{BackupLocation, list_under, read_bytes, read_json};
+use super::store::{BackupLocation, list_under, read_bytes, read_json};
 
 /// The newest metadata `format_version` this reader knows the manifest schema of.
 pub const MAX_FORMAT_VERSION: i32 = 5;

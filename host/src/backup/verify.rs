@@ -18,7 +18,8 @@ use milvus_formats::storage::StorageKind;
 use object_store::ObjectStore;
 
 use super::meta::{CollectionBackupInfo, FieldBinlog, SegmentBackupInfo};
-use super::read::{BINLOG_DIR, Backup};
+use super::read::Backup;
+use super::store::BINLOG_DIR;
 
 /// How far a backup is checked.
 #[derive(

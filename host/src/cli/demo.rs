@@ -14,6 +14,7 @@ use milvus_sim::fixtures::{BackupSpec, generate};
 use milvus_sim::{Sim, Topology};
 
 use super::output::{self, OutputFormat};
+use super::setup;
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
@@ -142,8 +143,8 @@ pub async fn run(args: DemoArgs, format: OutputFormat) -> anyhow::Result<i32> {
     )?;
     let host = HostConfig::load(&host_file).map_err(anyhow::Error::new)?;
     let job = Job::from_file(&job_file, &host).map_err(anyhow::Error::new)?;
-    let journal = super::open_journal(None, &host.state_dir).await?;
-    let engine = super::engine_with(journal, &host.state_dir, output::progress_for(format));
+    let journal = setup::open_journal(None, &host.state_dir).await?;
+    let engine = setup::engine_with(journal, &host.state_dir, output::progress_for(format));
     let report = engine.run(&job).await;
     output::report(format, &report);
 

@@ -4,18 +4,17 @@
 mod demo;
 mod operate;
 mod output;
+mod setup;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing::Instrument as _;
 
-use lockstep::engine::{self, Engine, Interrupt, Report};
+use lockstep::engine::{self, Engine, Report};
 use lockstep::job::{HostConfig, Job, RestoreArgs};
-use lockstep::journal::embedded::FileJournal;
 use lockstep::journal::{Outcome, RestoreId};
 
 pub use output::OutputFormat;
@@ -135,6 +134,16 @@ pub fn init_logging(format: LogFormat) {
     }
 }
 
+impl Cli {
+    fn flags(&self) -> setup::Flags<'_> {
+        setup::Flags {
+            config: self.config.as_deref(),
+            state_dir: self.state_dir.as_deref(),
+            journal: self.journal.as_deref(),
+        }
+    }
+}
+
 /// Runs a command; returns the process exit code.
 pub async fn dispatch(cli: Cli) -> i32 {
     let output = cli.output;
@@ -144,7 +153,7 @@ pub async fn dispatch(cli: Cli) -> i32 {
             output::error(output, &e);
             // lockstep's own parts failing is not the job's problem; bad input is a refusal.
             // Nothing was done either way.
-            if e.downcast_ref::<JournalUnusable>().is_some() {
+            if e.downcast_ref::<setup::JournalUnusable>().is_some() {
                 Outcome::HostFailed.exit_code()
             } else {
                 Outcome::Refused.exit_code()
@@ -160,17 +169,17 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         Command::Plugin(cmd) => {
             return plugin_command(cmd, cli.output, &state_dir_for(&cli.state_dir, None)).await;
         }
-        Command::Watch(ref args) => return operate::run_watch(&cli, args).await,
-        Command::Serve(ref args) => return operate::run_serve(&cli, args).await,
+        Command::Watch(ref args) => return operate::run_watch(cli.flags(), args).await,
+        Command::Serve(ref args) => return operate::run_serve(cli.flags(), args).await,
         _ => {}
     }
-    let host = load_host_config(cli.config.as_deref(), cli.state_dir.as_deref())?;
+    let host = setup::load_host_config(cli.config.as_deref(), cli.state_dir.as_deref())?;
     // A check reads the backup and nothing else: no journal, no state directory made.
     if let Command::Check { name, level } = &cli.command {
         return check_backup(&host, name, *level, cli.output).await;
     }
-    let journal = open_journal(cli.journal.as_deref(), &host.state_dir).await?;
-    let engine = engine_with(journal, &host.state_dir, output::progress_for(cli.output));
+    let journal = setup::open_journal(cli.journal.as_deref(), &host.state_dir).await?;
+    let engine = setup::engine_with(journal, &host.state_dir, output::progress_for(cli.output));
     match cli.command {
         Command::Run {
             paths,
@@ -250,84 +259,10 @@ async fn check_backup(
     })
 }
 
-/// The host config from `--config`, ./lockstep.toml, or none (inline URIs only).
-fn load_host_config(path: Option<&Path>, state_dir: Option<&Path>) -> anyhow::Result<HostConfig> {
-    let default = Path::new("lockstep.toml");
-    let mut host = match path {
-        Some(p) => HostConfig::load(p).map_err(anyhow::Error::new)?,
-        None if default.exists() => HostConfig::load(default).map_err(anyhow::Error::new)?,
-        None => HostConfig::empty(PathBuf::from(lockstep::job::DEFAULT_STATE_DIR)),
-    };
-    if let Some(dir) = state_dir {
-        host.state_dir = dir.to_path_buf();
-    }
-    Ok(host)
-}
-
 fn state_dir_for(flag: &Option<PathBuf>, host: Option<&HostConfig>) -> PathBuf {
     flag.clone()
         .or_else(|| host.map(|h| h.state_dir.clone()))
         .unwrap_or_else(|| PathBuf::from(lockstep::job::DEFAULT_STATE_DIR))
-}
-
-/// The journal could not be reached or opened: lockstep's own part failed (exit 6).
-#[derive(Debug)]
-struct JournalUnusable(String);
-
-impl std::fmt::Display for JournalUnusable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "cannot use the journal at {}", self.0)
-    }
-}
-
-/// The journal `--journal` names: etcd for `etcd://...`, else the embedded one in the
-/// state directory.
-pub async fn open_journal(
-    location: Option<&str>,
-    state_dir: &Path,
-) -> anyhow::Result<Arc<dyn lockstep::journal::Journal>> {
-    use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
-    Ok(match location {
-        Some(url) => {
-            let location = EtcdLocation::parse(url)?;
-            let journal = EtcdJournal::connect(&location)
-                .await
-                .context(JournalUnusable(url.to_owned()))?;
-            Arc::new(journal)
-        }
-        None => Arc::new(FileJournal::open(state_dir).context(JournalUnusable(
-            state_dir.join("journal").display().to_string(),
-        ))?),
-    })
-}
-
-/// An engine over `journal` whose interrupt is Ctrl-C.
-pub fn engine_with(
-    journal: Arc<dyn lockstep::journal::Journal>,
-    state_dir: &Path,
-    progress: Arc<dyn engine::Progress>,
-) -> Engine {
-    let (raise, interrupt) = Interrupt::new();
-    // First Ctrl-C: abort before a decision (after one, nothing changes: only forward).
-    // Second: leave now; the journal lets `lockstep recover` finish.
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            tracing::warn!(
-                "interrupted: aborting restores that have not decided (Ctrl-C again to leave now)"
-            );
-            let _ = raise.send(true);
-            if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(Outcome::Incomplete.exit_code());
-            }
-        }
-    });
-    Engine {
-        journal,
-        reports_dir: state_dir.join("reports"),
-        plugin_cache: state_dir.join("plugin-cache"),
-        progress,
-        interrupt,
-    }
 }
 
 /// Job files named, or every `*.toml` directly in a named directory, sorted.

@@ -16,6 +16,8 @@ use lockstep::serve::api::{ApiState, router};
 use lockstep::serve::watch::WatchStats;
 use lockstep::serve::{LiveProgress, Runner, WatchOptions, watch};
 
+use super::setup::{self, Flags};
+
 #[derive(Debug, clap::Args)]
 pub struct WatchArgs {
     /// The job directory: every `*.toml` in it is a restore job.
@@ -57,19 +59,18 @@ fn state_dir(flag: Option<&Path>, watched: Option<&Path>) -> Option<PathBuf> {
 }
 
 async fn daemon(
-    cli: &super::Cli,
+    flags: Flags<'_>,
     watched: Option<&Path>,
     max_parallel: usize,
 ) -> anyhow::Result<Daemon> {
     if let Some(dir) = watched {
         anyhow::ensure!(dir.is_dir(), "{} is not a directory", dir.display());
     }
-    let state = state_dir(cli.state_dir.as_deref(), watched);
-    let host = super::load_host_config(cli.config.as_deref(), state.as_deref())?;
-    let journal: Arc<dyn Journal> =
-        super::open_journal(cli.journal.as_deref(), &host.state_dir).await?;
+    let state = state_dir(flags.state_dir, watched);
+    let host = setup::load_host_config(flags.config, state.as_deref())?;
+    let journal: Arc<dyn Journal> = setup::open_journal(flags.journal, &host.state_dir).await?;
     let progress: Arc<dyn Progress> = Arc::new(Logged::default());
-    let engine = super::engine_with(Arc::clone(&journal), &host.state_dir, progress);
+    let engine = setup::engine_with(Arc::clone(&journal), &host.state_dir, progress);
     let (raise, shutdown) = Interrupt::new();
     // Ctrl-C (the engine's interrupt) or SIGTERM (systemd, container runtimes) stop it.
     let ctrl_c = engine.interrupt.clone();
@@ -99,8 +100,8 @@ async fn daemon(
     })
 }
 
-pub async fn run_watch(cli: &super::Cli, args: &WatchArgs) -> anyhow::Result<i32> {
-    let d = daemon(cli, Some(&args.dir), args.max_parallel).await?;
+pub async fn run_watch(flags: Flags<'_>, args: &WatchArgs) -> anyhow::Result<i32> {
+    let d = daemon(flags, Some(&args.dir), args.max_parallel).await?;
     watch(
         WatchOptions {
             dir: args.dir.clone(),
@@ -115,7 +116,7 @@ pub async fn run_watch(cli: &super::Cli, args: &WatchArgs) -> anyhow::Result<i32
     Ok(0)
 }
 
-pub async fn run_serve(cli: &super::Cli, args: &ServeArgs) -> anyhow::Result<i32> {
+pub async fn run_serve(flags: Flags<'_>, args: &ServeArgs) -> anyhow::Result<i32> {
     let token = match &args.token_env {
         Some(var) => Some(
             std::env::var(var)
@@ -130,7 +131,7 @@ pub async fn run_serve(cli: &super::Cli, args: &ServeArgs) -> anyhow::Result<i32
         "listening on {} (not loopback) requires a bearer token: set --token-env NAME with the token in $NAME",
         args.listen
     );
-    let d = daemon(cli, args.watch.as_deref(), args.max_parallel).await?;
+    let d = daemon(flags, args.watch.as_deref(), args.max_parallel).await?;
     let stats = args.watch.as_ref().map(|_| Arc::new(WatchStats::default()));
     let state = Arc::new(ApiState {
         runner: Arc::clone(&d.runner),

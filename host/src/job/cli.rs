@@ -11,7 +11,7 @@ use crate::backup::Strategy;
 use super::diagnostic::{Error, Input, Location, Problem, RawProblem};
 use super::file::{ClusterRef, JobFile};
 use super::host::HostConfig;
-use super::{Env, Job, validate};
+use super::{Env, Job, process_env, validate};
 
 /// The flags of `lockstep restore`, for the CLI to flatten into its subcommand.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
@@ -231,6 +231,13 @@ pub(super) fn job_from_args(
                 problems,
             })
         }
+    }
+}
+
+impl Job {
+    /// Validates `lockstep restore` flags against `host`.
+    pub fn from_cli(args: &RestoreArgs, host: &HostConfig) -> Result<Self, Error> {
+        job_from_args(args, host, &process_env)
     }
 }
 

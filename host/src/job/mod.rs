@@ -21,7 +21,7 @@ mod validate;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -31,9 +31,9 @@ use url::Url;
 use crate::backup::{BackupLocation, RestoreOptions, Strategy};
 use crate::plugins::{AllowedHosts, Phase};
 
+pub(crate) use crate::json_error::{json_message, json_position};
 pub use cli::RestoreArgs;
 pub use diagnostic::{Error, Input, Location, Problem};
-pub(crate) use diagnostic::{json_message, json_position};
 pub use file::{
     Atomicity, CheckLimitsSection, CheckSection, ClusterFile, ClusterRef, InRange, JobFile,
     MAX_CHECK_CALL_MS, MAX_CHECK_MEMORY_MIB, MAX_CHECK_WAIT_MS, OnError, RestoreSection,
@@ -61,72 +61,6 @@ pub struct Job {
 }
 
 impl Job {
-    /// Reads, parses and validates the job file at `path` against `host`.
-    pub fn from_file(path: &Path, host: &HostConfig) -> Result<Self, Error> {
-        Self::from_file_with_env(path, host, &process_env)
-    }
-
-    /// Validates `lockstep restore` flags against `host`.
-    pub fn from_cli(args: &RestoreArgs, host: &HostConfig) -> Result<Self, Error> {
-        cli::job_from_args(args, host, &process_env)
-    }
-
-    /// Validates a REST restore request body (milvus-backup's `RestoreBackupRequest`
-    /// plus `target`, `secondaries` and `strategy`) against `host`.
-    pub fn from_rest(body: &[u8], host: &HostConfig) -> Result<RestRestore, Error> {
-        rest::restore_from_body(body, host, &process_env)
-    }
-
-    pub(crate) fn from_file_with_env(
-        path: &Path,
-        host: &HostConfig,
-        env: Env<'_>,
-    ) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-            input: Input::JobFile(path.to_owned()),
-            source,
-        })?;
-        Self::from_str_with_env(&text, path, host, env)
-    }
-
-    /// Validates job file text; `path` names it in messages, gives the default name (its
-    /// stem) and the directory plugin paths are relative to.
-    pub fn from_str_with_env(
-        text: &str,
-        path: &Path,
-        host: &HostConfig,
-        env: Env<'_>,
-    ) -> Result<Self, Error> {
-        let (file, mut problems, removed) = JobFile::read(text);
-        let context = validate::Context {
-            host,
-            env,
-            default_name: path.file_stem().map(|s| validate::DefaultName {
-                name: s.to_string_lossy().into_owned(),
-                field: "name",
-                hint: "taken from the file name; set `name` to choose another",
-            }),
-            base_dir: path.parent().map(Path::to_owned).unwrap_or_default(),
-            removed: &removed,
-        };
-        let job = file.and_then(|file| match validate::validate(file, &context) {
-            Ok(job) => Some(job),
-            Err(more) => {
-                problems.extend(more);
-                None
-            }
-        });
-        // In the order they appear in the file.
-        problems.sort_by_key(|p| p.span.as_ref().map_or(0, |s| s.start));
-        match job {
-            Some(job) if problems.is_empty() => Ok(job),
-            _ => Err(Error::Invalid {
-                input: Input::JobFile(path.to_owned()),
-                problems: diagnostic::locate_in_file(path, text, problems),
-            }),
-        }
-    }
-
     /// The job's content identity: the SHA-256 (hex) of its canonical validated content,
     /// so the same job written differently (whitespace, comments, key order, defaults
     /// written out or left implicit) has the same id, and the journal runs it once. The name and the
@@ -407,6 +341,8 @@ pub(crate) fn process_env(name: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use toml::Spanned;
 
     use crate::backup::{CollectionCreation, Filter, Namespace, Renaming};

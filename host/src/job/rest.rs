@@ -18,7 +18,7 @@ use crate::backup::Strategy;
 use super::diagnostic::{Error, Input, Location, Problem};
 use super::file::{ClusterRef, JobFile};
 use super::host::HostConfig;
-use super::{Env, Job, validate};
+use super::{Env, Job, process_env, validate};
 
 /// Whether the caller waits for the restore's end (milvus-backup's `async`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -395,6 +395,14 @@ pub(super) fn restore_from_body(
                 problems,
             })
         }
+    }
+}
+
+impl Job {
+    /// Validates a REST restore request body (milvus-backup's `RestoreBackupRequest`
+    /// plus `target`, `secondaries` and `strategy`) against `host`.
+    pub fn from_rest(body: &[u8], host: &HostConfig) -> Result<RestRestore, Error> {
+        restore_from_body(body, host, &process_env)
     }
 }
 

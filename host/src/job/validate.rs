@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use toml::Spanned;
@@ -15,11 +15,12 @@ use crate::backup::{
     RestoreOptions, Strategy,
 };
 
-use super::diagnostic::RawProblem;
+use super::diagnostic::{self, Error, Input, RawProblem};
 use super::file::{CheckSection, ClusterRef, InRange, JobFile, RestoreSection, TwoPhaseSection};
 use super::host::{self, HostConfig, StorageSpec};
 use super::{
     BackupSource, Check, CheckLimits, End, EndName, Env, Job, Secondary, Secret, Target, TwoPhase,
+    process_env,
 };
 use crate::plugins::{AllowedHosts, Origin};
 
@@ -720,6 +721,64 @@ fn check(
         max_wait: Duration::from_millis(section.max_wait_ms.map_or(0, InRange::get)),
         limits: CheckLimits::from_section(&section.limits.unwrap_or_default()),
     })
+}
+
+/// A job from a job file: read, parsed and validated.
+impl Job {
+    /// Reads, parses and validates the job file at `path` against `host`.
+    pub fn from_file(path: &Path, host: &HostConfig) -> Result<Self, Error> {
+        Self::from_file_with_env(path, host, &process_env)
+    }
+
+    pub(crate) fn from_file_with_env(
+        path: &Path,
+        host: &HostConfig,
+        env: Env<'_>,
+    ) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            input: Input::JobFile(path.to_owned()),
+            source,
+        })?;
+        Self::from_str_with_env(&text, path, host, env)
+    }
+
+    /// Validates job file text; `path` names it in messages, gives the default name (its
+    /// stem) and the directory plugin paths are relative to.
+    pub fn from_str_with_env(
+        text: &str,
+        path: &Path,
+        host: &HostConfig,
+        env: Env<'_>,
+    ) -> Result<Self, Error> {
+        let (file, mut problems, removed) = JobFile::read(text);
+        let context = Context {
+            host,
+            env,
+            default_name: path.file_stem().map(|s| DefaultName {
+                name: s.to_string_lossy().into_owned(),
+                field: "name",
+                hint: "taken from the file name; set `name` to choose another",
+            }),
+            base_dir: path.parent().map(Path::to_owned).unwrap_or_default(),
+            removed: &removed,
+        };
+        let job = file.and_then(|file| match validate(file, &context) {
+            Ok(job) => Some(job),
+            Err(more) => {
+                problems.extend(more);
+                None
+            }
+        });
+        // In the order they appear in the file.
+        problems.sort_by_key(|p| p.span.as_ref().map_or(0, |s| s.start));
+        match job {
+            Some(job) if problems.is_empty() => Ok(job),
+            _ => Err(Error::Invalid {
+                input: Input::JobFile(path.to_owned()),
+                problems: diagnostic::locate_in_file(path, text, problems),
+            }),
+        }
+    }
 }
 
 #[cfg(test)]

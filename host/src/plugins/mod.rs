@@ -46,10 +46,9 @@ pub use http::{AllowedHosts, HttpLimits, Origin};
 pub use inspect::{Inspection, inspect};
 pub use run_checks::{CheckFailure, CheckReport, CheckStatus, LoadedCheck, run_checks};
 pub use runtime::{
-    Allocation, CheckError, CheckGrants, CheckRun, Clock, Plugin, PluginRuntime, RuntimeConfig,
-    Verdict,
+    Allocation, CheckError, CheckGrants, CheckRun, Plugin, PluginRuntime, RuntimeConfig, Verdict,
 };
-pub use state::{LogLevel, LogLine, LogSource};
+pub use state::{Clock, LogLevel, LogLine, LogSource};
 pub use test_file::{TestFile, test_check};
 
 /// Why a plugin could not be loaded or a check could not be set up. Returned

@@ -16,7 +16,7 @@ use super::cache::{CacheOutcome, CompileCache};
 use super::host_services::CheckHost;
 use super::http::{self, AllowedHosts, HttpLimits};
 use super::inspect::refuse_foreign_imports;
-use super::state::{CheckLimiter, CheckState, EPOCH_TICK, Grants, emit};
+use super::state::{CheckLimiter, CheckState, Clock, EPOCH_TICK, Grants, emit};
 use super::{CheckContext, Error, LogLevel, LogLine, LogSource};
 use crate::job::CheckLimits;
 
@@ -47,25 +47,6 @@ impl RuntimeConfig {
             cache_dir: cache_dir.into(),
             allocation: Allocation::default(),
             http: HttpLimits::default(),
-        }
-    }
-}
-
-/// Where a check's clock reads from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Clock {
-    #[default]
-    System,
-    /// A fixed instant, for tests and `lockstep plugin test`; the WASI wall
-    /// clock reads it too.
-    Fixed(jiff::Timestamp),
-}
-
-impl Clock {
-    pub(crate) fn now(&self) -> jiff::Timestamp {
-        match self {
-            Clock::System => jiff::Timestamp::now(),
-            Clock::Fixed(at) => *at,
         }
     }
 }

@@ -11,7 +11,25 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bindings::{wit_host, wit_types};
 use super::host_services::{CheckHost, HostError, MAX_PAGE, ObjectInfo};
 use super::http::{self, AllowedHosts, HttpLimits};
-use super::runtime::Clock;
+
+/// Where a check's clock reads from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Clock {
+    #[default]
+    System,
+    /// A fixed instant, for tests and `lockstep plugin test`; the WASI wall
+    /// clock reads it too.
+    Fixed(jiff::Timestamp),
+}
+
+impl Clock {
+    pub(crate) fn now(&self) -> jiff::Timestamp {
+        match self {
+            Clock::System => jiff::Timestamp::now(),
+            Clock::Fixed(at) => *at,
+        }
+    }
+}
 
 /// Severity of a log line a check writes (WIT `log-level`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

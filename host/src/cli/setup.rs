@@ -1,0 +1,97 @@
+//! What a command runs on: the host config, the journal and the engine over them, from the
+//! global flags. Below every command module, so each of them (and `mod.rs`'s dispatch) stands
+//! on it without standing on the others.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use lockstep::engine::{self, Engine, Interrupt};
+use lockstep::job::HostConfig;
+use lockstep::journal::Outcome;
+use lockstep::journal::embedded::FileJournal;
+
+/// The global flags a command's engine is made from.
+#[derive(Debug, Clone, Copy)]
+pub struct Flags<'a> {
+    pub config: Option<&'a Path>,
+    pub state_dir: Option<&'a Path>,
+    pub journal: Option<&'a str>,
+}
+
+/// The host config from `--config`, ./lockstep.toml, or none (inline URIs only).
+pub fn load_host_config(
+    path: Option<&Path>,
+    state_dir: Option<&Path>,
+) -> anyhow::Result<HostConfig> {
+    let default = Path::new("lockstep.toml");
+    let mut host = match path {
+        Some(p) => HostConfig::load(p).map_err(anyhow::Error::new)?,
+        None if default.exists() => HostConfig::load(default).map_err(anyhow::Error::new)?,
+        None => HostConfig::empty(PathBuf::from(lockstep::job::DEFAULT_STATE_DIR)),
+    };
+    if let Some(dir) = state_dir {
+        host.state_dir = dir.to_path_buf();
+    }
+    Ok(host)
+}
+
+/// The journal could not be reached or opened: lockstep's own part failed (exit 6).
+#[derive(Debug)]
+pub struct JournalUnusable(String);
+
+impl std::fmt::Display for JournalUnusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot use the journal at {}", self.0)
+    }
+}
+
+/// The journal `--journal` names: etcd for `etcd://...`, else the embedded one in the
+/// state directory.
+pub async fn open_journal(
+    location: Option<&str>,
+    state_dir: &Path,
+) -> anyhow::Result<Arc<dyn lockstep::journal::Journal>> {
+    use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
+    Ok(match location {
+        Some(url) => {
+            let location = EtcdLocation::parse(url)?;
+            let journal = EtcdJournal::connect(&location)
+                .await
+                .context(JournalUnusable(url.to_owned()))?;
+            Arc::new(journal)
+        }
+        None => Arc::new(FileJournal::open(state_dir).context(JournalUnusable(
+            state_dir.join("journal").display().to_string(),
+        ))?),
+    })
+}
+
+/// An engine over `journal` whose interrupt is Ctrl-C.
+pub fn engine_with(
+    journal: Arc<dyn lockstep::journal::Journal>,
+    state_dir: &Path,
+    progress: Arc<dyn engine::Progress>,
+) -> Engine {
+    let (raise, interrupt) = Interrupt::new();
+    // First Ctrl-C: abort before a decision (after one, nothing changes: only forward).
+    // Second: leave now; the journal lets `lockstep recover` finish.
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            tracing::warn!(
+                "interrupted: aborting restores that have not decided (Ctrl-C again to leave now)"
+            );
+            let _ = raise.send(true);
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(Outcome::Incomplete.exit_code());
+            }
+        }
+    });
+    Engine {
+        journal,
+        reports_dir: state_dir.join("reports"),
+        plugin_cache: state_dir.join("plugin-cache"),
+        progress,
+        interrupt,
+    }
+}
