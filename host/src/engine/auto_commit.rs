@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::ends::EndClient;
 use super::fence::Fence;
 use super::report::{EndJobState, JobReport};
-use super::retry::{fenced, retry};
+use super::retry::{DEFAULT_CALL_DEADLINE, fenced, retry};
 use super::route::Route;
 use super::schedule::MAX_INTERVAL;
 use crate::backup::ExpectedRows;
@@ -27,8 +27,6 @@ use crate::milvus::{CreateImport, JobState};
 /// Imports in flight at once (milvus-backup bounds them with `importJobs`).
 const IMPORTS_IN_FLIGHT: usize = 8;
 
-/// Bound on each create's and each look's retries.
-const CALL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// One v1 import: a segment's file group into its partition.
 struct V1Import<'a> {
@@ -207,7 +205,7 @@ async fn rest_import(
         files: b.files.clone(),
         options: b.options.clone(),
     };
-    let deadline = Instant::now() + CALL_DEADLINE;
+    let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
     let job = match fenced(deadline, fence, || target.rest.create_import(&body, None)).await {
         Ok(Ok(job)) => job,
         Ok(Err(e)) => return (None, Err(format!("import create failed: {e}"))),
@@ -215,7 +213,7 @@ async fn rest_import(
     };
     let id = Some(job.to_string());
     loop {
-        let deadline = Instant::now() + CALL_DEADLINE;
+        let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
         let seen = match retry(deadline, || target.rest.describe(&b.db, &job)).await {
             Ok(seen) => seen,
             Err(e) => return (id, Err(format!("import job {job}: {e}"))),
@@ -238,14 +236,14 @@ async fn rest_import(
 
 /// One v1 import, to its end: the rows the target says it imported, or why it failed.
 /// One v1 import to its end. A server that goes away meanwhile (a restart, a crash) is
-/// waited for, up to [`CALL_DEADLINE`] per call: the create is sent again only when it never
+/// waited for, up to [`DEFAULT_CALL_DEADLINE`] per call: the create is sent again only when it never
 /// reached the server (v1 `Import` has no key, so a create whose answer was lost may have
 /// started a task), and the task's state is asked again until it is final. Milvus keeps its
 /// import tasks across a restart: those queued complete, the one it was running fails.
 async fn import(target: &EndClient, fence: &dyn Fence, unit: V1Import<'_>) -> Result<i64, String> {
     let files = unit.files;
     fence.check().await.map_err(|lost| lost.to_string())?;
-    let deadline = Instant::now() + CALL_DEADLINE;
+    let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
     let mut backoff = super::retry::FIRST_BACKOFF;
     let task = loop {
         let created = target
@@ -269,7 +267,7 @@ async fn import(target: &EndClient, fence: &dyn Fence, unit: V1Import<'_>) -> Re
         }
     };
     loop {
-        let deadline = Instant::now() + CALL_DEADLINE;
+        let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
         let state = retry(deadline, || target.grpc.import_state(task))
             .await
             .map_err(|e| format!("import task {task}: {e}"))?;

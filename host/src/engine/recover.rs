@@ -15,7 +15,7 @@ use super::ends::Ends;
 use super::fence::Fence;
 use super::process::Engine;
 use super::report::{CollectionReport, EndReport, Report, ReportOf};
-use super::retry::{fenced, retry};
+use super::retry::{DEFAULT_CALL_DEADLINE, fenced, retry};
 use super::two_phase::{self, Tracked, Tracker};
 use super::{ddl, outcome};
 use crate::job::{Job, StorageSpec};
@@ -23,8 +23,6 @@ use crate::journal::{BatchRecord, Decision, Outcome, RestoreRecord};
 use crate::milvus::{CreateImport, MilvusJobId};
 use crate::storage::{StagingPrefix, TempFiles};
 
-/// Bound on each recovery call's retries.
-const CALL_DEADLINE: Duration = Duration::from_secs(600);
 
 /// Resolves `record`. `job` is given when `lockstep run` found the record for the same job
 /// content; `lockstep recover` passes none. `stores` are the stores it staged into (the
@@ -75,7 +73,7 @@ pub async fn recover(
     let mut report = report_of(&record, &ends, started);
     let attempt = Attempt::new(engine, &ends, claim.as_ref(), record.clone(), job);
     let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
-    let deadline = Instant::now() + CALL_DEADLINE;
+    let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
     let settle = Duration::from_millis(record.mirror_grace_ms).min(Duration::from_secs(60));
     let mut divergences = Vec::new();
     let mut trackers = Vec::new();

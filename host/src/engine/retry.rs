@@ -15,7 +15,7 @@ use crate::milvus;
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(3);
 
-/// Bound on DDL and on each control call's retries when the job sets no timeout.
+/// Bound on each call's retries (DDL, creates, looks, recovery) when the job sets no timeout.
 pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(600);
 
 /// Calls `op` until it succeeds, fails with a final answer, or `deadline` passes.
