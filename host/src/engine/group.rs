@@ -631,7 +631,7 @@ fn held_failure(job: &Job, error: HoldError) -> StageError {
             job: held,
             role: Role::Secondary,
             reason,
-        } if reason.contains("no binlog to import") => job
+        } if milvus::found_no_files(reason) => job
             .secondaries
             .iter()
             .find(|s| s.storage.is_none() && s.end.name.as_str() == held.end),

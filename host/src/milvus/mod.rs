@@ -205,6 +205,12 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Whether an import job's failure reason says it found no file under its paths, as Milvus
+/// words it (`no binlog to import`): on a mirror, the files were not where it reads.
+pub fn found_no_files(reason: &str) -> bool {
+    reason.contains("no binlog to import")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
