@@ -23,7 +23,6 @@ use crate::journal::{BatchRecord, Decision, Outcome, RestoreRecord};
 use crate::milvus::{CreateImport, MilvusJobId};
 use crate::storage::{StagingPrefix, TempFiles};
 
-
 /// Resolves `record`. `job` is given when `lockstep run` found the record for the same job
 /// content; `lockstep recover` passes none. `stores` are the stores it staged into (the
 /// job's, or the host config's for the recorded ends): where the staged files are deleted,
@@ -370,12 +369,7 @@ fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report 
             }
         }
     }
-    let of = ReportOf {
-        restore_id: record.id.to_string(),
-        job_name: record.job_name.clone(),
-        job_id: record.content_hash.clone(),
-        backup: record.backup.clone(),
-    };
+    let of = ReportOf::record(record);
     Report {
         outcome: Outcome::Incomplete,
         collections,

@@ -254,6 +254,28 @@ pub struct ReportOf {
     pub backup: String,
 }
 
+impl ReportOf {
+    /// A restore before it has a journal record (refused early, or lockstep could not run).
+    pub fn job(job: &crate::job::Job) -> Self {
+        ReportOf {
+            restore_id: String::new(),
+            job_name: job.name.clone(),
+            job_id: job.id().to_string(),
+            backup: job.backup.name.clone(),
+        }
+    }
+
+    /// The attempt `record` keeps.
+    pub fn record(record: &crate::journal::RestoreRecord) -> Self {
+        ReportOf {
+            restore_id: record.id.to_string(),
+            job_name: record.job_name.clone(),
+            job_id: record.content_hash.clone(),
+            backup: record.backup.clone(),
+        }
+    }
+}
+
 impl Report {
     /// The report of a restore that started at `started` on `ends`, before anything is
     /// known of how it went: the engine fills in the rest, and seals the outcome.

@@ -195,29 +195,17 @@ impl Engine {
     /// end, and the job is not to blame (exit 6).
     fn host_failed(&self, job: &Job, reason: String) -> Report {
         tracing::error!(%reason, "lockstep cannot run the restore");
-        let of = report::ReportOf {
-            restore_id: String::new(),
-            job_name: job.name.clone(),
-            job_id: job.id().to_string(),
-            backup: job.backup.name.clone(),
-        };
         Report {
             outcome: Outcome::HostFailed,
-            ..Report::refused(of, reason, vec![])
+            ..Report::refused(report::ReportOf::job(job), reason, vec![])
         }
     }
 
     /// A refusal before any journal record exists (the ends cannot be reached by the URIs
     /// given, or another process holds the restore).
     async fn refused_early(&self, job: &Job, refusals: Vec<Refusal>) -> Report {
-        let of = report::ReportOf {
-            restore_id: String::new(),
-            job_name: job.name.clone(),
-            job_id: job.id().to_string(),
-            backup: job.backup.name.clone(),
-        };
         let summary = format!("refused: {}", Refusal::joined(&refusals));
-        let mut report = Report::refused(of, summary, vec![]);
+        let mut report = Report::refused(report::ReportOf::job(job), summary, vec![]);
         report.set_refusals(&refusals);
         report
     }

@@ -40,13 +40,11 @@ pub(super) async fn run_attempt(
     record: RestoreRecord,
 ) -> Report {
     let started = Timestamp::now();
+    let mut report = Report {
+        rerun_because: record.rerun_because.clone(),
+        ..Report::new(ReportOf::record(&record), EndReport::of_ends(ends), started)
+    };
     let attempt = Attempt::new(engine, ends, claim, record, Some(job));
-    let mut report = base_report(
-        job,
-        ends,
-        &attempt.record.lock().expect("record lock"),
-        started,
-    );
     if let Err(e) = attempt.persist().await {
         report.summary = e.to_string();
         return attempt.finish(report, Outcome::HostFailed, vec![]).await;
@@ -575,18 +573,5 @@ async fn undo(attempt: &Attempt<'_>) {
     .await;
     if let Err(lost) = undone {
         tracing::warn!(%lost, "rollback stopped: what is left is the new holder's");
-    }
-}
-
-fn base_report(job: &Job, ends: &Ends, record: &RestoreRecord, started: Timestamp) -> Report {
-    let of = ReportOf {
-        restore_id: record.id.to_string(),
-        job_name: job.name.clone(),
-        job_id: job.id().to_string(),
-        backup: job.backup.name.clone(),
-    };
-    Report {
-        rerun_because: record.rerun_because.clone(),
-        ..Report::new(of, EndReport::of_ends(ends), started)
     }
 }
