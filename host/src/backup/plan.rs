@@ -11,8 +11,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
-use base64::Engine as _;
-use prost::Message as _;
 use serde::{Deserialize, Serialize};
 
 use milvus_proto::common::{ConsistencyLevel, KeyValuePair};
@@ -761,20 +759,6 @@ fn has_special_char(index_name: &str) -> bool {
         || !name.chars().all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
-/// `msgpb.MsgPosition`, the protobuf behind `channel_checkpoints` values; only the
-/// timestamp is read.
-#[derive(Clone, PartialEq, prost::Message)]
-struct MsgPosition {
-    #[prost(string, tag = "1")]
-    channel_name: String,
-    #[prost(bytes = "vec", tag = "2")]
-    msg_id: Vec<u8>,
-    #[prost(string, tag = "3")]
-    msg_group: String,
-    #[prost(uint64, tag = "4")]
-    timestamp: u64,
-}
-
 /// Builds one collection's import batches.
 struct CollectionBatcher<'a> {
     backup: &'a Backup,
@@ -1032,21 +1016,16 @@ impl CollectionBatcher<'_> {
         if vchannel.is_empty() {
             return Err(missing());
         }
-        let encoded = self
+        let timestamp = self
             .collection
-            .channel_checkpoints
-            .get(vchannel)
-            .ok_or_else(missing)?;
-        let bad = |reason: String| Error::BadCheckpoint {
-            collection: self.source.clone(),
-            vchannel: vchannel.to_owned(),
-            reason,
-        };
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .map_err(|e| bad(e.to_string()))?;
-        let position = MsgPosition::decode(bytes.as_slice()).map_err(|e| bad(e.to_string()))?;
-        Ok(Some(position.timestamp))
+            .checkpoint_ts(vchannel)
+            .ok_or_else(missing)?
+            .map_err(|reason| Error::BadCheckpoint {
+                collection: self.source.clone(),
+                vchannel: vchannel.to_owned(),
+                reason,
+            })?;
+        Ok(Some(timestamp))
     }
 }
 
