@@ -10,22 +10,36 @@
 //!
 //! When staging fails, what was copied stays under the prefix (the next run resumes from
 //! it); [`cleanup`] removes it.
+//!
+//! One job a file: `paths` (the prefix and the paths every end imports), `copy` (one file
+//! into one destination, and whether one already there is whole), `local` (local stores:
+//! listing, blocking work, durability) and `cleanup` (deleting what was staged). This file
+//! drives them: [`stage`] over every file and destination, in the gate's order.
+
+mod cleanup;
+mod copy;
+mod local;
+mod paths;
+
+pub use cleanup::{TempFiles, cleanup, delete_stage};
+pub use copy::PART_SIZE;
+pub use paths::{ImportPaths, STAGING_ROOT, StagingPrefix, import_paths};
+
+use copy::{copy, staged_intact};
+use local::{list_sizes, make_durable};
+use paths::join;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::Mutex;
 
 use futures::{StreamExt as _, TryStreamExt as _};
+use object_store::ObjectStoreExt as _;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt as _, WriteMultipart};
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
 use super::open::{OpenedStore, StoreId};
-use crate::journal::RestoreId;
 
-/// Top-level directory of every staged restore in a destination store.
-pub const STAGING_ROOT: &str = "lockstep-staging";
 /// Files copied at once. milvus-backup uses 128 for S3 transfers; S3 copies are
 /// latency-bound, and 32 keeps a 2-core host busy. Local placements are capped lower
 /// ([`LOCAL_IN_FLIGHT`]).
@@ -36,26 +50,6 @@ pub const DEFAULT_CONCURRENCY: usize = 32;
 /// 2-core host: 6,000 links took 2.7 s at 32 at once and 1.9 s at 8, and the DDL beside
 /// them went from 0.25 s a collection to 0.02 s.
 const LOCAL_IN_FLIGHT: usize = 8;
-/// Streamed objects above this size go through a multipart upload in parts of this size
-/// (S3 parts must be at least 5 MiB); memory held is at most concurrency × 2 parts.
-pub const PART_SIZE: u64 = 16 << 20;
-/// Parts of one multipart upload in flight at once.
-const PARTS_IN_FLIGHT: usize = 2;
-
-/// `lockstep-staging/{restore_id}`: the restore's prefix, the same in every destination.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StagingPrefix(Path);
-
-impl StagingPrefix {
-    /// Infallible: a [`RestoreId`] is one path segment by construction.
-    pub fn for_restore(restore_id: &RestoreId) -> Self {
-        StagingPrefix(Path::from_iter([STAGING_ROOT, restore_id.as_str()]))
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
 
 /// One file of the backup to stage: its path under the backup directory
 /// (`binlogs/insert_log/...`), which it keeps under the staging prefix, and its size from
@@ -159,59 +153,6 @@ impl Default for StageOptions {
     }
 }
 
-/// Where the ends import a backup's files from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ImportPaths {
-    /// Every destination is the backup's own store: import the backup's paths, copy nothing.
-    InPlace { backup_dir: Path },
-    /// Stage into the restore's prefix on every destination and import from there.
-    Staged { prefix: StagingPrefix },
-}
-
-impl ImportPaths {
-    /// The prefix a backup file's relative path is appended to, identical on every end.
-    pub fn prefix(&self) -> &Path {
-        match self {
-            ImportPaths::InPlace { backup_dir } => backup_dir,
-            ImportPaths::Staged { prefix } => prefix.path(),
-        }
-    }
-}
-
-/// Picks where the ends import from. Every end imports the same paths (the target's job is
-/// mirrored, paths and all, to the secondaries), so the backup is imported in place only
-/// when every destination is the backup's store; otherwise all of them get the staging
-/// prefix, and the destinations that are the backup's store get it by server-side copy.
-pub fn import_paths(
-    backup: &StoreId,
-    backup_dir: &Path,
-    destinations: &[&StoreId],
-    staging: StagingPrefix,
-) -> ImportPaths {
-    if !destinations.is_empty() && destinations.iter().all(|id| *id == backup) {
-        ImportPaths::InPlace {
-            backup_dir: backup_dir.clone(),
-        }
-    } else {
-        ImportPaths::Staged { prefix: staging }
-    }
-}
-
-/// `base/relative`, refusing a relative path that is not a clean object path.
-pub(super) fn join(base: &Path, relative: &str) -> Result<Path, Error> {
-    let relative_path = Path::parse(relative).map_err(|e| Error::InvalidFilePath {
-        path: relative.to_owned(),
-        reason: e.to_string(),
-    })?;
-    if relative_path.as_ref().is_empty() {
-        return Err(Error::InvalidFilePath {
-            path: relative.to_owned(),
-            reason: "empty path".to_owned(),
-        });
-    }
-    Ok(base.parts().chain(relative_path.parts()).collect())
-}
-
 /// Ends sharing one store: it is copied into once.
 struct StoreGroup<'a> {
     store: &'a OpenedStore,
@@ -238,92 +179,6 @@ fn group_by_store<'a>(destinations: &[Destination<'a>]) -> Vec<StoreGroup<'a>> {
             .push(destination.end);
     }
     groups.into_values().collect()
-}
-
-/// Sizes of every object under `prefix`.
-async fn list_sizes(
-    store: &OpenedStore,
-    prefix: &Path,
-    ends: &str,
-) -> Result<HashMap<Path, u64>, Error> {
-    let failed = |source| Error::List {
-        end: ends.to_owned(),
-        prefix: prefix.to_string(),
-        source,
-    };
-    if let Some(files) = store.local() {
-        let dir = files.path_to_filesystem(prefix).map_err(failed)?;
-        let key = prefix.clone();
-        let walked = blocking(move || {
-            let mut sizes = HashMap::new();
-            walk_files(&dir, &key, &mut |key, entry| {
-                sizes.insert(key, entry.metadata()?.len());
-                Ok(())
-            })
-            .map(|()| sizes)
-        })
-        .await;
-        return walked.map_err(|e| failed(local_error(e)));
-    }
-    store
-        .store
-        .list(Some(prefix))
-        .map_ok(|meta| (meta.location, meta.size))
-        .try_collect()
-        .await
-        .map_err(failed)
-}
-
-/// Calls `visit` with the key and directory entry of every file under `dir`, the local
-/// directory of the store's `key`; nothing if `dir` does not exist. Files whose name holds a
-/// `#` are skipped, as the store's own listing skips them: they are part-written copies.
-///
-/// The store's own listing stats and converts every entry it walks, which took seconds for
-/// the tens of thousands of binlogs of a large backup; this reads directory entries and
-/// leaves the rest to `visit`.
-fn walk_files(
-    dir: &std::path::Path,
-    key: &Path,
-    visit: &mut dyn FnMut(Path, &std::fs::DirEntry) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    let entries = match std::fs::read_dir(dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        entries => entries?,
-    };
-    for entry in entries {
-        let entry = entry?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("{} is not UTF-8", entry.path().display()),
-            ));
-        };
-        let child = key.clone().join(name);
-        if entry.file_type()?.is_dir() {
-            walk_files(&entry.path(), &child, visit)?;
-        } else if !name.contains('#') {
-            visit(child, &entry)?;
-        }
-    }
-    Ok(())
-}
-
-/// An I/O error from a local store, as the store's own calls report one.
-fn local_error(source: std::io::Error) -> object_store::Error {
-    object_store::Error::Generic {
-        store: "LocalFileSystem",
-        source: source.into(),
-    }
-}
-
-/// Runs file-system calls on tokio's blocking threads, off the ones that drive the stage.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
-) -> std::io::Result<T> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
 }
 
 /// Copies `files` from the backup into every destination under `prefix` and verifies them.
@@ -517,370 +372,17 @@ struct Tally {
     not_durable: Vec<usize>,
 }
 
-/// Whether a file already staged with the listed size holds the backup's bytes (or the
-/// bytes lockstep wrote for it).
-///
-/// S3 publishes an object whole, and durably, when its PUT returns: there the size is
-/// enough. A local file is written without fsync and made durable only when its stage
-/// finishes ([`make_durable`]), so after a power loss during an unfinished stage it can have
-/// its size but not its bytes; its crc32c is compared with the backup file's.
-async fn staged_intact(
-    from_store: &OpenedStore,
-    to_store: &OpenedStore,
-    from: &Path,
-    to: &Path,
-    file: &BackupFile,
-) -> object_store::Result<bool> {
-    if to_store.local().is_none() {
-        return Ok(true);
-    }
-    let original = async {
-        match &file.written {
-            Some(bytes) => Ok(crc32c::crc32c(bytes)),
-            None => crc32c_of(from_store.store.as_ref(), from).await,
-        }
-    };
-    let (staged, original) = futures::try_join!(crc32c_of(to_store.store.as_ref(), to), original)?;
-    Ok(staged == original)
-}
-
-async fn crc32c_of(store: &dyn ObjectStore, path: &Path) -> object_store::Result<u32> {
-    let mut chunks = store.get(path).await?.into_stream();
-    let mut crc = 0;
-    while let Some(chunk) = chunks.try_next().await? {
-        crc = crc32c::crc32c_append(crc, &chunk);
-    }
-    Ok(crc)
-}
-
-/// Flushes what the stage copied into local stores to stable storage: one `syncfs` of each
-/// local store's filesystem writes back the copies' bytes and commits every new directory
-/// and rename in one journal commit.
-///
-/// Copies write without fsync, so none of them waits on the disk; this one pass at the end
-/// makes them durable before [`stage`] reports them ready, and so before any import can
-/// read them: after a power loss, a restarted Milvus must not import a file that kept its
-/// name but lost its bytes. Links need no flush: they add no bytes, and a link lost with
-/// the power is a missing file, which the import reports and a resumed stage makes again.
-/// Fsyncing each staged file and directory instead cost a journal commit apiece: a backup
-/// keeps each field's binlogs in a directory of their own, so a 1,000-collection restore
-/// made 30,000 directories per store, and their flush took most of its 20 s stage. The price
-/// is that `syncfs` also writes back whatever else is dirty on that filesystem.
-/// S3 needs nothing: a PUT that returned is durable.
-async fn make_durable(groups: &[&StoreGroup<'_>]) -> Result<(), Error> {
-    for group in groups {
-        let StoreId::Local { dir: root } = &group.store.id else {
-            continue;
-        };
-        let root = root.clone();
-        let synced = {
-            let root = root.clone();
-            blocking(move || {
-                rustix::fs::syncfs(std::fs::File::open(&root)?).map_err(std::io::Error::from)
-            })
-            .await
-        };
-        synced.map_err(|source| Error::Sync {
-            end: group.ends(),
-            path: root.display().to_string(),
-            source,
-        })?;
-    }
-    Ok(())
-}
-
-/// One object from the backup's store to a destination store. `listed_size` (from the
-/// backup listing) picks a whole-object copy or a multipart one; the parts follow the
-/// object's real size, so a stale listing shows up in verification, not as a cut copy.
-/// A placement between two local stores waits for one of the stage's `local` slots.
-async fn copy(
-    from_store: &OpenedStore,
-    to_store: &OpenedStore,
-    from: &Path,
-    to: &Path,
-    listed_size: u64,
-    hard_links: bool,
-    local: &tokio::sync::Semaphore,
-) -> object_store::Result<Transfer> {
-    if from_store.id == to_store.id {
-        to_store.store.copy(from, to).await?;
-        return Ok(Transfer::ServerSideCopy);
-    }
-    if let (Some(from_files), Some(to_files)) = (from_store.local(), to_store.local()) {
-        let src = from_files.path_to_filesystem(from)?;
-        let dst = to_files.path_to_filesystem(to)?;
-        let placed = {
-            let _slot = local
-                .acquire()
-                .await
-                .expect("the stage's semaphore is never closed");
-            let src = src.clone();
-            blocking(move || place_local_file(&src, &dst, hard_links)).await
-        };
-        return match placed {
-            Ok(transfer) => Ok(transfer),
-            Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
-                Err(object_store::Error::NotFound {
-                    path: src.display().to_string(),
-                    source: source.into(),
-                })
-            }
-            Err(source) => Err(local_error(source)),
-        };
-    }
-    let (reader, writer) = (from_store.store.as_ref(), to_store.store.as_ref());
-    if listed_size <= PART_SIZE {
-        let bytes = reader.get(from).await?.bytes().await?;
-        writer.put(to, bytes.into()).await?;
-        return Ok(Transfer::Streamed);
-    }
-    let size = reader.head(from).await?.size;
-    let mut upload =
-        WriteMultipart::new_with_chunk_size(writer.put_multipart(to).await?, PART_SIZE as usize);
-    let mut offset = 0;
-    while offset < size {
-        let end = (offset + PART_SIZE).min(size);
-        let part = match reader.get_range(from, offset..end).await {
-            Ok(part) => part,
-            Err(e) => {
-                // Best effort: an unfinished upload only holds storage until the store expires it.
-                let _ = upload.abort().await;
-                return Err(e);
-            }
-        };
-        if let Err(e) = upload.wait_for_capacity(PARTS_IN_FLIGHT).await {
-            let _ = upload.abort().await;
-            return Err(e);
-        }
-        upload.put(part);
-        offset = end;
-    }
-    upload.finish().await?;
-    Ok(Transfer::Streamed)
-}
-
-/// Puts a backup file into another local store as `LocalFileSystem::put` publishes one
-/// (written as `{dst}#1`, which listings skip, then renamed over `dst`, so the store never
-/// shows a part-written file). On one filesystem, with `hard_links`, it is a hard link: the
-/// file is already there, and a link writes no data. Otherwise, across filesystems, or where
-/// a link is refused (`protected_hardlinks`, a filesystem without links), `std::fs::copy`:
-/// the kernel copies the bytes (`copy_file_range`) instead of the host reading them into
-/// memory and writing them back.
-fn place_local_file(
-    src: &std::path::Path,
-    dst: &std::path::Path,
-    hard_links: bool,
-) -> std::io::Result<Transfer> {
-    let mut partial = dst.as_os_str().to_owned();
-    partial.push("#1");
-    let partial = PathBuf::from(partial);
-    if let Some(parent) = dst.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    // A `#1` left by an interrupted stage would make the link fail.
-    match std::fs::remove_file(&partial) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    let linked = if hard_links {
-        std::fs::hard_link(src, &partial)
-    } else {
-        Err(std::io::ErrorKind::Unsupported.into())
-    };
-    let placed = match linked {
-        Ok(()) => Ok(Transfer::Linked),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(e),
-        Err(_) => std::fs::copy(src, &partial).map(|_| Transfer::Streamed),
-    }
-    .and_then(|transfer| std::fs::rename(&partial, dst).map(|()| transfer));
-    // Best effort, on failure: a leftover `#1` file is invisible to listings, but takes
-    // space. And after a link, renaming onto a link of the same inode succeeds without
-    // removing the `#1` (POSIX rename of two links to one file does nothing).
-    if placed.is_err() || placed.as_ref().is_ok_and(|t| *t == Transfer::Linked) {
-        let _ = std::fs::remove_file(&partial);
-    }
-    placed
-}
-
-/// What to do with staged files once every end completed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TempFiles {
-    /// Delete the restore's staging prefix (default).
-    #[default]
-    Delete,
-    /// Keep it (`keep_temp_files`), e.g. to inspect what was imported.
-    Keep,
-}
-
-/// Deletes the restore's staging prefix on each destination (once per store). Returns the
-/// number of objects deleted.
-pub async fn cleanup(
-    destinations: &[Destination<'_>],
-    prefix: &StagingPrefix,
-    temp_files: TempFiles,
-) -> Result<u64, Error> {
-    if temp_files == TempFiles::Keep {
-        tracing::info!(prefix = %prefix.path(), "keeping staged files");
-        return Ok(0);
-    }
-    // Every store at once: they are independent, and each waits mostly on its own I/O.
-    let groups = group_by_store(destinations);
-    let counts = futures::future::try_join_all(groups.iter().map(|group| async move {
-        delete_prefix(group.store, prefix)
-            .await
-            .map_err(|source| Error::Delete {
-                end: group.ends(),
-                prefix: prefix.path().to_string(),
-                source,
-            })
-    }))
-    .await?;
-    let deleted: u64 = counts.into_iter().sum();
-    tracing::info!(prefix = %prefix.path(), deleted, "deleted staged files");
-    Ok(deleted)
-}
-
-/// Deletes a restore's staging prefix on every destination store (or keeps it). Whether it
-/// succeeded; failures are logged, since leftover staged files cost space, not correctness.
-pub async fn delete_stage(
-    destinations: &[(String, &crate::job::StorageSpec)],
-    prefix: &StagingPrefix,
-    temp: TempFiles,
-) -> bool {
-    let mut opened = Vec::new();
-    for (end, spec) in destinations {
-        match super::open(spec) {
-            Ok(s) => opened.push((end.clone(), s)),
-            Err(e) => {
-                tracing::warn!(end, error = %e, "cannot open store to clean up staged files");
-                return false;
-            }
-        }
-    }
-    let dests: Vec<Destination<'_>> = opened
-        .iter()
-        .map(|(end, store)| Destination { end, store })
-        .collect();
-    match cleanup(&dests, prefix, temp).await {
-        Ok(_) => true,
-        Err(e) => {
-            tracing::warn!(error = %e, "staged files were not all deleted");
-            false
-        }
-    }
-}
-
-/// Deletes everything under `prefix` in one store; returns how many objects that was.
-///
-/// In a local store the prefix is one directory that holds only what staging wrote: it is
-/// removed whole, rather than object by object (a delete and an emptied-directory check
-/// each), which took seconds for a few thousand small binlogs.
-async fn delete_prefix(store: &OpenedStore, prefix: &StagingPrefix) -> object_store::Result<u64> {
-    let Some(files) = store.local() else {
-        let locations = store
-            .store
-            .list(Some(prefix.path()))
-            .map_ok(|meta| meta.location)
-            .boxed();
-        let removed: Vec<Path> = store.store.delete_stream(locations).try_collect().await?;
-        return Ok(removed.len() as u64);
-    };
-    let dir = files.path_to_filesystem(prefix.path())?;
-    let key = prefix.path().clone();
-    let count = {
-        let dir = dir.clone();
-        blocking(move || {
-            let mut count = 0;
-            walk_files(&dir, &key, &mut |_, _| {
-                count += 1;
-                Ok(())
-            })
-            .map(|()| count)
-        })
-        .await
-        .map_err(local_error)?
-    };
-    remove_tree(dir).await.map_err(local_error)?;
-    Ok(count)
-}
-
-/// Subtrees removed at once by [`remove_tree`].
-const REMOVALS_IN_FLIGHT: usize = 16;
-
-/// Removes `dir` and everything under it, [`REMOVALS_IN_FLIGHT`] of its subtrees at a time,
-/// then the staging root above it if no other restore's prefix is left in it (as the store's
-/// automatic cleanup would).
-///
-/// One `remove_dir_all` unlinks entry after entry, each waiting on the filesystem (with
-/// online discard, on the device too): 40,000 staged binlogs in their 60,000 directories
-/// took 15 s. Unlinks in separate directories proceed side by side, so the tree is split
-/// into subtrees first.
-async fn remove_tree(dir: PathBuf) -> std::io::Result<()> {
-    let subtrees = {
-        let dir = dir.clone();
-        blocking(move || split_tree(&dir, REMOVALS_IN_FLIGHT * 4)).await?
-    };
-    futures::stream::iter(subtrees)
-        .map(|tree| {
-            blocking(move || match std::fs::symlink_metadata(&tree) {
-                Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&tree),
-                Ok(_) => std::fs::remove_file(&tree),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(e),
-            })
-        })
-        .buffer_unordered(REMOVALS_IN_FLIGHT)
-        .try_collect::<()>()
-        .await?;
-    blocking(move || {
-        // What the split left: the directories above the subtrees, now empty.
-        match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            removed => removed?,
-        }
-        if let Some(root) = dir.parent() {
-            // A failure only means another restore's prefix is still there.
-            let _ = std::fs::remove_dir(root);
-        }
-        Ok(())
-    })
-    .await
-}
-
-/// The entries under `dir`, a level deeper each round, until there are at least `wanted` or
-/// only files are left (a missing `dir` is its own single entry).
-fn split_tree(dir: &std::path::Path, wanted: usize) -> std::io::Result<Vec<PathBuf>> {
-    let mut subtrees = vec![dir.to_owned()];
-    while subtrees.len() < wanted {
-        let mut next = Vec::new();
-        let mut split = false;
-        for tree in subtrees {
-            if tree.is_dir() {
-                split = true;
-                for entry in std::fs::read_dir(&tree)? {
-                    next.push(entry?.path());
-                }
-            } else {
-                next.push(tree);
-            }
-        }
-        subtrees = next;
-        if !split {
-            break;
-        }
-    }
-    Ok(subtrees)
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
+    use std::path::PathBuf;
     use std::sync::Arc;
 
-    use object_store::PutPayload;
+    use object_store::{ObjectStore, PutPayload};
 
     use super::super::test_stores::{local, s3_server, unique_bucket};
     use super::*;
+    use crate::journal::RestoreId;
 
     const BACKUP_DIR: &str = "backup/nightly";
 

@@ -1,0 +1,133 @@
+//! Local stores: listing what is there, blocking work off the runtime, and making what a
+//! stage wrote durable.
+
+use std::collections::HashMap;
+
+use futures::TryStreamExt as _;
+use object_store::path::Path;
+
+use super::super::Error;
+use super::super::open::{OpenedStore, StoreId};
+use super::StoreGroup;
+
+/// Sizes of every object under `prefix`.
+pub(super) async fn list_sizes(
+    store: &OpenedStore,
+    prefix: &Path,
+    ends: &str,
+) -> Result<HashMap<Path, u64>, Error> {
+    let failed = |source| Error::List {
+        end: ends.to_owned(),
+        prefix: prefix.to_string(),
+        source,
+    };
+    if let Some(files) = store.local() {
+        let dir = files.path_to_filesystem(prefix).map_err(failed)?;
+        let key = prefix.clone();
+        let walked = blocking(move || {
+            let mut sizes = HashMap::new();
+            walk_files(&dir, &key, &mut |key, entry| {
+                sizes.insert(key, entry.metadata()?.len());
+                Ok(())
+            })
+            .map(|()| sizes)
+        })
+        .await;
+        return walked.map_err(|e| failed(local_error(e)));
+    }
+    store
+        .store
+        .list(Some(prefix))
+        .map_ok(|meta| (meta.location, meta.size))
+        .try_collect()
+        .await
+        .map_err(failed)
+}
+
+/// Calls `visit` with the key and directory entry of every file under `dir`, the local
+/// directory of the store's `key`; nothing if `dir` does not exist. Files whose name holds a
+/// `#` are skipped, as the store's own listing skips them: they are part-written copies.
+///
+/// The store's own listing stats and converts every entry it walks, which took seconds for
+/// the tens of thousands of binlogs of a large backup; this reads directory entries and
+/// leaves the rest to `visit`.
+pub(super) fn walk_files(
+    dir: &std::path::Path,
+    key: &Path,
+    visit: &mut dyn FnMut(Path, &std::fs::DirEntry) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        entries => entries?,
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{} is not UTF-8", entry.path().display()),
+            ));
+        };
+        let child = key.clone().join(name);
+        if entry.file_type()?.is_dir() {
+            walk_files(&entry.path(), &child, visit)?;
+        } else if !name.contains('#') {
+            visit(child, &entry)?;
+        }
+    }
+    Ok(())
+}
+
+/// An I/O error from a local store, as the store's own calls report one.
+pub(super) fn local_error(source: std::io::Error) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "LocalFileSystem",
+        source: source.into(),
+    }
+}
+
+/// Runs file-system calls on tokio's blocking threads, off the ones that drive the stage.
+pub(super) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+}
+
+/// Flushes what the stage copied into local stores to stable storage: one `syncfs` of each
+/// local store's filesystem writes back the copies' bytes and commits every new directory
+/// and rename in one journal commit.
+///
+/// Copies write without fsync, so none of them waits on the disk; this one pass at the end
+/// makes them durable before [`stage`] reports them ready, and so before any import can
+/// read them: after a power loss, a restarted Milvus must not import a file that kept its
+/// name but lost its bytes. Links need no flush: they add no bytes, and a link lost with
+/// the power is a missing file, which the import reports and a resumed stage makes again.
+/// Fsyncing each staged file and directory instead cost a journal commit apiece: a backup
+/// keeps each field's binlogs in a directory of their own, so a 1,000-collection restore
+/// made 30,000 directories per store, and their flush took most of its 20 s stage. The price
+/// is that `syncfs` also writes back whatever else is dirty on that filesystem.
+/// S3 needs nothing: a PUT that returned is durable.
+pub(super) async fn make_durable(groups: &[&StoreGroup<'_>]) -> Result<(), Error> {
+    for group in groups {
+        let StoreId::Local { dir: root } = &group.store.id else {
+            continue;
+        };
+        let root = root.clone();
+        let synced = {
+            let root = root.clone();
+            blocking(move || {
+                rustix::fs::syncfs(std::fs::File::open(&root)?).map_err(std::io::Error::from)
+            })
+            .await
+        };
+        synced.map_err(|source| Error::Sync {
+            end: group.ends(),
+            path: root.display().to_string(),
+            source,
+        })?;
+    }
+    Ok(())
+}
