@@ -27,7 +27,6 @@ use crate::milvus::{CreateImport, JobState};
 /// Imports in flight at once (milvus-backup bounds them with `importJobs`).
 const IMPORTS_IN_FLIGHT: usize = 8;
 
-
 /// One v1 import: a segment's file group into its partition.
 struct V1Import<'a> {
     /// Index of its batch in the restore's batches.
