@@ -69,7 +69,8 @@ fn join(a: &str, b: &str) -> String {
 
 /// Every path a module's code names from inside the crate, absolute, as segments.
 fn paths(module: &str, code: &str, modules: &BTreeSet<String>) -> Vec<Vec<String>> {
-    let path = regex::Regex::new(r"\b(crate|super|self)((?:::\w+)*)(?:::\{([^{}]*)\})?")
+    // Not after `(`: `pub(super)` and `pub(crate)` say who sees an item, not what it uses.
+    let path = regex::Regex::new(r"(?:^|[^(\w])(crate|super|self)((?:::\w+)*)(?:::\{([^{}]*)\})?")
         .expect("the pattern");
     let bare = regex::Regex::new(r"(?:^|[^:\w])([a-z_][a-z0-9_]*)::").expect("the pattern");
     let mut out = Vec::new();
