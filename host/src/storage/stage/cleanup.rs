@@ -7,9 +7,9 @@ use object_store::path::Path;
 
 use super::super::Error;
 use super::super::open::{OpenedStore, open};
+use super::files::{Destination, group_by_store};
 use super::local::{blocking, local_error, walk_files};
 use super::paths::StagingPrefix;
-use super::{Destination, group_by_store};
 
 /// What to do with staged files once every end completed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -8,7 +8,7 @@ use object_store::path::Path;
 
 use super::super::Error;
 use super::super::open::{OpenedStore, StoreId};
-use super::StoreGroup;
+use super::files::StoreGroup;
 
 /// Sizes of every object under `prefix`.
 pub(super) async fn list_sizes(

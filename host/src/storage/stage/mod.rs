@@ -11,25 +11,29 @@
 //! When staging fails, what was copied stays under the prefix (the next run resumes from
 //! it); [`cleanup`] removes it.
 //!
-//! One job a file: `paths` (the prefix and the paths every end imports), `copy` (one file
+//! One job a file: `files` (what is staged, from where to where), `paths` (the prefix and the
+//! paths every end imports), `copy` (one file
 //! into one destination, and whether one already there is whole), `local` (local stores:
 //! listing, blocking work, durability) and `cleanup` (deleting what was staged). This file
 //! drives them: [`stage`] over every file and destination, in the gate's order.
 
 mod cleanup;
 mod copy;
+mod files;
 mod local;
 mod paths;
 
 pub use cleanup::{TempFiles, cleanup, delete_stage};
 pub use copy::PART_SIZE;
+pub use files::{BackupFile, Destination, StageSource, StagedFile, Transfer};
 pub use paths::{ImportPaths, STAGING_ROOT, StagingPrefix, import_paths};
 
 use copy::{copy, staged_intact};
+use files::{StoreGroup, group_by_store};
 use local::{list_sizes, make_durable};
 use paths::join;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -38,7 +42,7 @@ use object_store::path::Path;
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
-use super::open::{OpenedStore, StoreId};
+use super::open::OpenedStore;
 
 /// Files copied at once. milvus-backup uses 128 for S3 transfers; S3 copies are
 /// latency-bound, and 32 keeps a 2-core host busy. Local placements are capped lower
@@ -50,80 +54,6 @@ pub const DEFAULT_CONCURRENCY: usize = 32;
 /// 2-core host: 6,000 links took 2.7 s at 32 at once and 1.9 s at 8, and the DDL beside
 /// them went from 0.25 s a collection to 0.02 s.
 const LOCAL_IN_FLIGHT: usize = 8;
-
-/// One file of the backup to stage: its path under the backup directory
-/// (`binlogs/insert_log/...`), which it keeps under the staging prefix, and its size from
-/// the backup listing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BackupFile {
-    pub path: String,
-    pub size: u64,
-    /// Where it is read from under the backup directory, when not at `path` (a snapshot
-    /// bundle's file).
-    pub source: Option<String>,
-    /// Its bytes, when lockstep wrote it rather than the backup holding it (an L0 fold's
-    /// delta log): put into every destination, not copied.
-    pub written: Option<bytes::Bytes>,
-}
-
-/// Where the backup's files are read from.
-#[derive(Debug, Clone, Copy)]
-pub struct StageSource<'a> {
-    pub store: &'a OpenedStore,
-    /// `{backup root}/{backup name}` inside the store.
-    pub backup_dir: &'a Path,
-}
-
-/// An end to stage into, by name (for reports and errors).
-#[derive(Debug, Clone, Copy)]
-pub struct Destination<'a> {
-    pub end: &'a str,
-    pub store: &'a OpenedStore,
-}
-
-/// How a staged file got to its destination.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Transfer {
-    /// Copied inside the store; no bytes passed through the host.
-    ServerSideCopy,
-    /// Hard-linked from the backup's file, a local store on the backup's filesystem: no
-    /// bytes copied, as `ObjectStore::copy` within one local store does. Milvus only reads
-    /// an import's files and the backup's are never rewritten, so sharing the inode is safe.
-    Linked,
-    /// Read from the backup's store and written through the host (between two local
-    /// directories, copied by the host's kernel).
-    Streamed,
-    /// Already there with the right size (a resumed stage).
-    AlreadyStaged,
-    /// Made by lockstep (an L0 fold's delta log) and put.
-    Written,
-}
-
-impl Transfer {
-    /// How the report names it, as its JSON does.
-    pub fn label(self) -> &'static str {
-        match self {
-            Transfer::ServerSideCopy => "server_side_copy",
-            Transfer::Linked => "linked",
-            Transfer::Streamed => "streamed",
-            Transfer::AlreadyStaged => "already_staged",
-            Transfer::Written => "written",
-        }
-    }
-}
-
-/// A file as staged on one end.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StagedFile {
-    pub end: String,
-    /// Full key in the end's store: `lockstep-staging/{restore_id}/{backup file path}`.
-    pub path: Path,
-    pub size: u64,
-    pub transfer: Transfer,
-}
 
 /// Progress of a stage, reported after each file, for a progress bar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,34 +81,6 @@ impl Default for StageOptions {
             hard_links: true,
         }
     }
-}
-
-/// Ends sharing one store: it is copied into once.
-struct StoreGroup<'a> {
-    store: &'a OpenedStore,
-    ends: Vec<&'a str>,
-}
-
-impl StoreGroup<'_> {
-    /// The ends' names for errors: `a` or `a,b`.
-    fn ends(&self) -> String {
-        self.ends.join(",")
-    }
-}
-
-fn group_by_store<'a>(destinations: &[Destination<'a>]) -> Vec<StoreGroup<'a>> {
-    let mut groups: BTreeMap<&StoreId, StoreGroup<'a>> = BTreeMap::new();
-    for destination in destinations {
-        groups
-            .entry(&destination.store.id)
-            .or_insert_with(|| StoreGroup {
-                store: destination.store,
-                ends: Vec::new(),
-            })
-            .ends
-            .push(destination.end);
-    }
-    groups.into_values().collect()
 }
 
 /// Copies `files` from the backup into every destination under `prefix` and verifies them.
@@ -374,12 +276,13 @@ struct Tally {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeMap, BTreeSet};
     use std::path::PathBuf;
     use std::sync::Arc;
 
     use object_store::{ObjectStore, PutPayload};
 
+    use super::super::open::StoreId;
     use super::super::test_stores::{local, s3_server, unique_bucket};
     use super::*;
     use crate::journal::RestoreId;

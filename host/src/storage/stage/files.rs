@@ -1,0 +1,110 @@
+//! What a stage moves and where: the files, the stores they come from and go to, and how
+//! each got there.
+
+use std::collections::BTreeMap;
+
+use object_store::path::Path;
+
+use super::super::open::{OpenedStore, StoreId};
+
+/// One file of the backup to stage: its path under the backup directory
+/// (`binlogs/insert_log/...`), which it keeps under the staging prefix, and its size from
+/// the backup listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupFile {
+    pub path: String,
+    pub size: u64,
+    /// Where it is read from under the backup directory, when not at `path` (a snapshot
+    /// bundle's file).
+    pub source: Option<String>,
+    /// Its bytes, when lockstep wrote it rather than the backup holding it (an L0 fold's
+    /// delta log): put into every destination, not copied.
+    pub written: Option<bytes::Bytes>,
+}
+
+/// Where the backup's files are read from.
+#[derive(Debug, Clone, Copy)]
+pub struct StageSource<'a> {
+    pub store: &'a OpenedStore,
+    /// `{backup root}/{backup name}` inside the store.
+    pub backup_dir: &'a Path,
+}
+
+/// An end to stage into, by name (for reports and errors).
+#[derive(Debug, Clone, Copy)]
+pub struct Destination<'a> {
+    pub end: &'a str,
+    pub store: &'a OpenedStore,
+}
+
+/// How a staged file got to its destination.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Transfer {
+    /// Copied inside the store; no bytes passed through the host.
+    ServerSideCopy,
+    /// Hard-linked from the backup's file, a local store on the backup's filesystem: no
+    /// bytes copied, as `ObjectStore::copy` within one local store does. Milvus only reads
+    /// an import's files and the backup's are never rewritten, so sharing the inode is safe.
+    Linked,
+    /// Read from the backup's store and written through the host (between two local
+    /// directories, copied by the host's kernel).
+    Streamed,
+    /// Already there with the right size (a resumed stage).
+    AlreadyStaged,
+    /// Made by lockstep (an L0 fold's delta log) and put.
+    Written,
+}
+
+impl Transfer {
+    /// How the report names it, as its JSON does.
+    pub fn label(self) -> &'static str {
+        match self {
+            Transfer::ServerSideCopy => "server_side_copy",
+            Transfer::Linked => "linked",
+            Transfer::Streamed => "streamed",
+            Transfer::AlreadyStaged => "already_staged",
+            Transfer::Written => "written",
+        }
+    }
+}
+
+/// A file as staged on one end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedFile {
+    pub end: String,
+    /// Full key in the end's store: `lockstep-staging/{restore_id}/{backup file path}`.
+    pub path: Path,
+    pub size: u64,
+    pub transfer: Transfer,
+}
+
+/// Ends sharing one store: it is copied into once.
+pub(super) struct StoreGroup<'a> {
+    pub store: &'a OpenedStore,
+    pub ends: Vec<&'a str>,
+}
+
+impl StoreGroup<'_> {
+    /// The ends' names for errors: `a` or `a,b`.
+    pub fn ends(&self) -> String {
+        self.ends.join(",")
+    }
+}
+
+pub(super) fn group_by_store<'a>(destinations: &[Destination<'a>]) -> Vec<StoreGroup<'a>> {
+    let mut groups: BTreeMap<&StoreId, StoreGroup<'a>> = BTreeMap::new();
+    for destination in destinations {
+        groups
+            .entry(&destination.store.id)
+            .or_insert_with(|| StoreGroup {
+                store: destination.store,
+                ends: Vec::new(),
+            })
+            .ends
+            .push(destination.end);
+    }
+    groups.into_values().collect()
+}
