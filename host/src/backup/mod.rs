@@ -12,8 +12,10 @@ pub mod filter;
 mod fixture;
 pub mod fold;
 mod from_bundle;
+mod index;
 pub mod meta;
 pub mod namespace;
+mod options;
 mod plan;
 mod read;
 pub mod rename;
@@ -23,12 +25,14 @@ mod store;
 pub mod verify;
 
 pub use filter::{Filter, FilterError};
+pub use index::{IndexPlan, IndexedField};
 pub use namespace::{DEFAULT_DB, Namespace, NamespaceError};
+pub use options::{
+    CollectionCreation, DEFAULT_MAX_SEGMENTS_PER_JOB, L0Batching, RestoreOptions, Strategy,
+};
 pub use plan::{
-    BatchId, BatchKind, CollectionConflict, CollectionCreation, CollectionPlan,
-    DEFAULT_MAX_SEGMENTS_PER_JOB, DataRows, ExpectedRows, ImportBatch, IndexPlan, IndexedField,
-    L0Batching, L0Route, PlanTotals, RestoreOptions, RestorePlan, Strategy,
-    check_collection_exists, plan,
+    BatchId, BatchKind, CollectionConflict, CollectionPlan, DataRows, ExpectedRows, ImportBatch,
+    L0Route, PlanTotals, RestorePlan, check_collection_exists, plan,
 };
 pub use read::{Backup, BackupFormat, BinlogFile, BinlogIndex, MetaSource, read};
 pub use rename::{RenameError, RenameRule, RenameRules, Renaming};

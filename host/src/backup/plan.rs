@@ -8,7 +8,7 @@
 //! the order here is the order of first appearance in the backup, so that batch ids are
 //! the same on every run of the same job.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -17,118 +17,12 @@ use milvus_proto::common::{ConsistencyLevel, KeyValuePair};
 use milvus_proto::schema::CollectionSchema;
 
 use super::Error;
-use super::filter::Filter;
-use super::meta::{
-    CollectionBackupInfo, IndexInfo, PartitionBackupInfo, SegmentBackupInfo, proto_key_values,
-};
+use super::index::{IndexPlan, plan_indexes};
+use super::meta::{CollectionBackupInfo, PartitionBackupInfo, SegmentBackupInfo, proto_key_values};
 use super::namespace::Namespace;
+use super::options::{CollectionCreation, L0Batching, RestoreOptions, Strategy};
 use super::read::{Backup, BackupFormat, BinlogFile};
-use super::rename::Renaming;
 use super::store::BINLOG_DIR;
-
-/// milvus-backup's `restore.maxSegmentsPerImportJob` default, which keeps a request
-/// within Milvus's `dataCoord.import.maxImportFileNumPerReq`.
-pub const DEFAULT_MAX_SEGMENTS_PER_JOB: usize = 256;
-
-/// How segments reach Milvus.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Strategy {
-    /// REST v2 import, up to `max_segments_per_job` segments per job; the only strategy
-    /// with two-phase commit.
-    #[default]
-    Merged,
-    /// One v1 gRPC import per segment, auto-committed; milvus-backup's default restore.
-    PerSeg,
-}
-
-/// What to do about a target collection that may already exist
-/// (`drop_exist_collection` / `skip_create_collection`, which exclude each other).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
-pub enum CollectionCreation {
-    /// Create the collection; refuse if it exists.
-    #[default]
-    Create,
-    /// `drop_exist_collection`: drop it if it exists, then create it.
-    DropAndCreate,
-    /// `skip_create_collection`: import into the existing collection; refuse if missing.
-    UseExisting,
-}
-
-/// How L0 (delete) segments are grouped into import jobs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
-pub enum L0Batching {
-    /// Up to `max_segments_per_job` L0 segments per job: Milvus's `MultiL0InOneJob`
-    /// feature, 2.6.5 and newer (every cluster two-phase restore can target).
-    #[default]
-    Merged,
-    /// One L0 segment per job, for Milvus older than 2.6.5.
-    OnePerJob,
-}
-
-/// The job's `[restore]` options, validated, with milvus-backup's meanings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RestoreOptions {
-    /// What the job named; `None` lets preflight choose from the target's version.
-    pub strategy: Option<Strategy>,
-    /// Applied to the backup's own names (REST `collection_names` / `db_collections`).
-    pub backup_filter: Filter,
-    /// `suffix` or `rename`.
-    pub renaming: Renaming,
-    /// Applied to target names (`--filter`, `db_collections_after_rename`).
-    pub filter: Filter,
-    pub collection_creation: CollectionCreation,
-    /// `meta_only`: DDL only, no data.
-    pub meta_only: bool,
-    /// `rebuild_index`: create the backup's indexes on the target.
-    pub rebuild_index: bool,
-    /// `use_auto_index`: vector indexes become AUTOINDEX with the backup's metric.
-    pub use_auto_index: bool,
-    /// `drop_exist_index`: drop the target collection's indexes before creating them.
-    pub drop_exist_index: bool,
-    /// `rbac`: restore users, roles and grants the target lacks.
-    pub rbac: bool,
-    /// `keep_temp_files`: keep the staged binlogs after the restore.
-    pub keep_temp_files: bool,
-    /// At most this many segments per import job (1..=256).
-    pub max_segments_per_job: usize,
-    /// `max_shard_num`: cap on a collection's shard count.
-    pub max_shard_num: Option<i32>,
-    /// `truncate_binlog_by_ts`: import only data up to each vchannel's checkpoint.
-    pub truncate_binlog_by_ts: bool,
-    /// `ezk_mapping`: old encryption-zone key → new.
-    pub ezk_mapping: BTreeMap<String, String>,
-    /// How far preflight checks the backup against its meta. Not part of the job's
-    /// content: the same data restored under a stricter check is the same restore.
-    #[serde(skip)]
-    pub verify_backup: super::verify::Level,
-    /// Decided by the engine from the target's version, not by the job.
-    pub l0_batching: L0Batching,
-}
-
-impl Default for RestoreOptions {
-    fn default() -> Self {
-        Self {
-            strategy: None,
-            backup_filter: Filter::default(),
-            renaming: Renaming::default(),
-            filter: Filter::default(),
-            collection_creation: CollectionCreation::default(),
-            meta_only: false,
-            rebuild_index: false,
-            use_auto_index: false,
-            drop_exist_index: false,
-            verify_backup: Default::default(),
-            rbac: false,
-            keep_temp_files: false,
-            max_segments_per_job: DEFAULT_MAX_SEGMENTS_PER_JOB,
-            max_shard_num: None,
-            truncate_binlog_by_ts: false,
-            ezk_mapping: BTreeMap::new(),
-            l0_batching: L0Batching::default(),
-        }
-    }
-}
 
 /// Why a target collection's existence stops the restore (milvus-backup's
 /// `checkCollExist`).
@@ -381,25 +275,6 @@ impl ImportBatch {
         }
         options
     }
-}
-
-/// Whether an index is built on a vector field (created first, subject to
-/// `use_auto_index`) or a scalar one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum IndexedField {
-    Vector,
-    Scalar,
-}
-
-/// One index to create (with `rebuild_index`), as milvus-backup's DDL sends it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct IndexPlan {
-    pub field_name: String,
-    /// Empty for scalar indexes whose backed-up name has characters Milvus refuses
-    /// (JSON path indexes), letting Milvus name them.
-    pub index_name: String,
-    pub params: BTreeMap<String, String>,
-    pub field: IndexedField,
 }
 
 /// What the restore does for one target collection.
@@ -676,89 +551,6 @@ fn plan_collection(
     })
 }
 
-/// Milvus's vector data types (`schema.DataType` 100..=106): milvus-backup treats a field
-/// as a vector field when its type name ends in "vector".
-fn is_vector_type(data_type: i32) -> Option<bool> {
-    match data_type {
-        100..=106 => Some(true),
-        0..=5 | 10 | 11 | 20..=31 | 200 | 201 => Some(false),
-        _ => None,
-    }
-}
-
-/// milvus-backup's `createIndex`: vector indexes first (AUTOINDEX with the backup's metric
-/// under `use_auto_index`, `marisa-trie` renamed `Trie`), then scalar ones (a name Milvus
-/// would refuse is sent empty).
-fn plan_indexes(
-    collection: &CollectionBackupInfo,
-    source: &Namespace,
-    options: &RestoreOptions,
-) -> Result<Vec<IndexPlan>, Error> {
-    let mut vector_fields = BTreeSet::new();
-    for field in collection.schema.iter().flat_map(|s| &s.fields) {
-        match is_vector_type(field.data_type) {
-            Some(true) => {
-                vector_fields.insert(field.name.as_str());
-            }
-            Some(false) => {}
-            None => {
-                return Err(Error::UnknownDataType {
-                    collection: source.clone(),
-                    field: field.name.clone(),
-                    data_type: field.data_type,
-                });
-            }
-        }
-    }
-    let (vector, scalar): (Vec<&IndexInfo>, Vec<&IndexInfo>) = collection
-        .index_infos
-        .iter()
-        .partition(|index| vector_fields.contains(index.field_name.as_str()));
-    let vector = vector.into_iter().map(|index| {
-        let mut params = if options.use_auto_index {
-            let metric = index.params.get("metric_type").cloned().unwrap_or_default();
-            BTreeMap::from([
-                ("index_type".to_owned(), "AUTOINDEX".to_owned()),
-                ("metric_type".to_owned(), metric),
-            ])
-        } else {
-            index.params.clone()
-        };
-        if params.get("index_type").map(String::as_str) == Some("marisa-trie") {
-            params.insert("index_type".to_owned(), "Trie".to_owned());
-        }
-        IndexPlan {
-            field_name: index.field_name.clone(),
-            index_name: index.index_name.clone(),
-            params,
-            field: IndexedField::Vector,
-        }
-    });
-    let scalar = scalar.into_iter().map(|index| IndexPlan {
-        field_name: index.field_name.clone(),
-        index_name: if has_special_char(&index.index_name) {
-            String::new()
-        } else {
-            index.index_name.clone()
-        },
-        params: index.params.clone(),
-        field: IndexedField::Scalar,
-    });
-    Ok(vector.chain(scalar).collect())
-}
-
-/// milvus-backup's `specialIndexName` (copied there from Milvus's index-name check): a
-/// name that, trimmed, starts with neither a letter nor `_`, or has a character other
-/// than letters, digits and `_`.
-fn has_special_char(index_name: &str) -> bool {
-    let name = index_name.trim();
-    let Some(first) = name.chars().next() else {
-        return false;
-    };
-    (first != '_' && !first.is_ascii_alphabetic())
-        || !name.chars().all(|c| c == '_' || c.is_ascii_alphanumeric())
-}
-
 /// Builds one collection's import batches.
 struct CollectionBatcher<'a> {
     backup: &'a Backup,
@@ -1031,10 +823,12 @@ impl CollectionBatcher<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::filter::Filter;
     use super::super::fixture::{self, Layout};
+    use super::super::index::IndexedField;
     use super::super::meta::{BackupInfo, PartitionBackupInfo};
     use super::super::read::{BinlogIndex, MetaSource, read};
-    use super::super::rename::{RenameRule, RenameRules};
+    use super::super::rename::{RenameRule, RenameRules, Renaming};
     use super::super::store::BackupLocation;
     use super::*;
 
@@ -1530,16 +1324,6 @@ mod tests {
             indexes[1].params.get("index_type").map(String::as_str),
             Some("INVERTED")
         );
-    }
-
-    #[test]
-    fn special_index_names_follow_milvus_rules() {
-        assert!(!has_special_char("vec_idx"));
-        assert!(!has_special_char("_x1"));
-        assert!(!has_special_char(""));
-        assert!(has_special_char("/a/b"));
-        assert!(has_special_char("1abc"));
-        assert!(has_special_char("a-b"));
     }
 
     #[tokio::test]

@@ -455,8 +455,8 @@ mod tests {
 
     use super::*;
     use crate::backup::BinlogFile;
-    use crate::backup::plan::{RestoreOptions, Strategy, plan};
     use crate::backup::{BackupLocation, read};
+    use crate::backup::{RestoreOptions, Strategy, plan};
 
     /// A generated backup in both delta forms, read and planned.
     async fn planned(form: DeltaForm) -> (Arc<InMemory>, Backup, RestorePlan, GeneratedBackup) {
