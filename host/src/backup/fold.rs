@@ -18,7 +18,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::plan::{BatchKind, CollectionPlan, ImportBatch};
+use super::batch::{BatchKind, ImportBatch};
+use super::plan::CollectionPlan;
 use super::read::{Backup, BinlogFile};
 use milvus_formats::binlog::{self, Delete, DeltaForm, Descriptor, Pk};
 use milvus_proto::schema::DataType;

@@ -7,6 +7,7 @@
 //! exists, staging the binlogs and running the imports are the engine's and the other
 //! stages' work, fed by the [`RestorePlan`] made here.
 
+mod batch;
 pub mod filter;
 #[cfg(test)]
 mod fixture;
@@ -24,6 +25,7 @@ pub mod snapshot;
 mod store;
 pub mod verify;
 
+pub use batch::{BatchId, BatchKind, ExpectedRows, ImportBatch};
 pub use filter::{Filter, FilterError};
 pub use index::{IndexPlan, IndexedField};
 pub use namespace::{DEFAULT_DB, Namespace, NamespaceError};
@@ -31,8 +33,8 @@ pub use options::{
     CollectionCreation, DEFAULT_MAX_SEGMENTS_PER_JOB, L0Batching, RestoreOptions, Strategy,
 };
 pub use plan::{
-    BatchId, BatchKind, CollectionConflict, CollectionPlan, DataRows, ExpectedRows, ImportBatch,
-    L0Route, PlanTotals, RestorePlan, check_collection_exists, plan,
+    CollectionConflict, CollectionPlan, DataRows, L0Route, PlanTotals, RestorePlan,
+    check_collection_exists, plan,
 };
 pub use read::{Backup, BackupFormat, BinlogFile, BinlogIndex, MetaSource, read};
 pub use rename::{RenameError, RenameRule, RenameRules, Renaming};

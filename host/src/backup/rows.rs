@@ -32,8 +32,9 @@ use milvus_formats::column_group;
 use milvus_formats::storage::StorageKind;
 use object_store::ObjectStore;
 
+use super::batch::{BatchKind, ImportBatch};
 use super::fold::{self, L0Deletes};
-use super::plan::{BatchKind, CollectionPlan, DataRows, ImportBatch, L0Route, RestorePlan};
+use super::plan::{CollectionPlan, DataRows, L0Route, RestorePlan};
 use super::read::Backup;
 
 /// `common.TimeStampField`: every segment's column of row timestamps.
