@@ -151,8 +151,13 @@ pub async fn count(
     }
     let dirs = segment_dirs(backup);
     let fold = route == L0Route::Fold;
-    let counted: Vec<Result<BatchRows, Failure>> = futures::stream::iter(batches.iter())
-        .map(|(_, _, batch, pk, l0)| batch_rows(store, backup, &dirs, batch, *pk, *l0, fold))
+    // By index: a closure over a borrowed item would keep the restore's future from being
+    // `Send` (rust-lang/rust#102211).
+    let counted: Vec<Result<BatchRows, Failure>> = futures::stream::iter(0..batches.len())
+        .map(|i| {
+            let (_, _, batch, pk, l0) = batches[i];
+            batch_rows(store, backup, &dirs, batch, pk, l0, fold)
+        })
         .buffered(BATCHES_IN_FLIGHT)
         .collect()
         .await;

@@ -75,9 +75,14 @@ pub async fn verify(
     level: Level,
     wanted: &(dyn Fn(&CollectionBackupInfo) -> bool + Sync),
 ) -> Vec<Finding> {
-    let segments = backup.info.segments().filter(|(c, _)| wanted(c));
-    futures::stream::iter(segments)
-        .map(|(collection, segment)| verify_segment(store, backup, collection, segment, level))
+    let segments: Vec<_> = backup.info.segments().filter(|(c, _)| wanted(c)).collect();
+    // By index: a closure over a borrowed item would keep the restore's future from being
+    // `Send` (rust-lang/rust#102211).
+    futures::stream::iter(0..segments.len())
+        .map(|i| {
+            let (collection, segment) = segments[i];
+            verify_segment(store, backup, collection, segment, level)
+        })
         .buffered(READS_IN_FLIGHT)
         .flat_map(futures::stream::iter)
         .collect()

@@ -1,18 +1,25 @@
-//! One attempt of a restore as the engine keeps it: its journal record and the writes that
-//! make it durable, the phases it went through, the first failure before the decision, and
-//! the sealing of its report. Only the engine (`run`, `group`, `recover`) holds one; the
-//! stages it calls get values.
+//! One attempt of a restore, in two parts. The [`Keeper`] owns its journal record and alone
+//! writes it: the phases, what was created, the commit groups and their decisions, the
+//! progress snapshot, and the fence. The [`Attempt`] is the handle the engine's stages act
+//! through: it sends the keeper typed [`Change`]s, waits for the answer of those that must be
+//! durable before the stage goes on (a decision, the keys before the creates), and asks the
+//! keeper's fence before every action on an end. The keeper serves the handle while the
+//! work runs ([`Keeper::run`]) and seals the report when it is done ([`Keeper::finish`]).
+//!
+//! One keeper, one order: a save never races another save or a fence check, so a check
+//! never mistakes its own host's write for someone else's, and a stale snapshot never
+//! overwrites a newer one.
 
 use std::ops::Deref;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use jiff::Timestamp;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::ends::Ends;
-use super::error::{Error, StageError};
+use super::error::StageError;
 use super::faults;
 use super::fence::{Fence, Lost};
 use super::preflight::error_chain;
@@ -22,246 +29,198 @@ use super::report::{self, Report};
 use super::two_phase::Tracker;
 use crate::job::Job;
 use crate::journal::{
-    self, Claim, EndProgress, Outcome, ProgressSnapshot, RestorePhase, RestoreRecord,
+    self, Claim, CommitGroup, CreatedCollection, Decision, EndProgress, Outcome, ProgressSnapshot,
+    RestoreId, RestorePhase, RestoreRecord,
 };
-
-/// One attempt of a restore, held by the engine and lent to its concurrent commit groups.
-pub(super) struct Attempt<'a> {
-    pub engine: &'a Engine,
-    pub ends: &'a Ends,
-    claim: &'a dyn Claim,
-    /// The job, when the restore is run from it (not when recovered from its record).
-    pub job: Option<&'a Job>,
-    // No await happens while these are held.
-    pub record: Mutex<RestoreRecord>,
-    /// The first pre-decision failure; undecided groups abort on it.
-    failure: Mutex<Option<Error>>,
-    /// Set once this host no longer holds the restore: from then on it acts on no end and
-    /// writes no record.
-    lost: Mutex<Option<Lost>>,
-    /// Cancelled once `failure` is set, after it: the stage, the wait for arrivals, the
-    /// import gate and the creates not sent yet stop on it, and whoever wakes on it finds
-    /// the reason already there.
-    stop: CancellationToken,
-    /// Serialises saves so a stale snapshot never overwrites a newer one, and keeps fence
-    /// checks (its readers, side by side) out of a save: a check that read the record
-    /// between a save's write and the note of what it wrote would see its own host's write
-    /// as someone else's.
-    save_lock: tokio::sync::RwLock<()>,
-    /// From the last ready sighting to the commit going out (decision write included).
-    pub reaction: Mutex<Option<Duration>>,
-    /// When each phase this process saw began, in order: the report's `phases`.
-    pub phase_starts: Mutex<Vec<(RestorePhase, Timestamp)>>,
-    /// The record as last written. A progress write writes it again with only the new
-    /// snapshot: never a change the restore has made in memory but not yet written (a
-    /// decision whose own write then fails is taken back, and must not have been made
-    /// durable by someone else's write).
-    written: Mutex<Option<RestoreRecord>>,
-}
+use crate::milvus::MilvusJobId;
 
 /// How often, at most, a running restore writes a changed progress snapshot between
 /// phase changes: fresh enough for a status page, rare enough for the journal.
 const PROGRESS_EVERY: Duration = Duration::from_secs(3);
 
+/// A change to an attempt's record, as a stage tells it to the keeper.
+#[derive(Debug)]
+pub(super) enum Change {
+    /// The phase moves forward (never back).
+    Phase(RestorePhase),
+    /// The collections the DDL will create, recorded before it starts.
+    ToCreate(Vec<(String, String)>),
+    /// A collection the DDL created, with the id the target gave it.
+    Created(CreatedCollection),
+    /// The commit groups and where the files are staged, before anything is created,
+    /// staged or submitted.
+    Planned {
+        groups: Vec<CommitGroup>,
+        staging: Option<(String, Vec<String>)>,
+    },
+    /// Every create of group `0` may go out from now on.
+    CreatesSent(usize),
+    /// A create's answer: the job id of batch `batch` of group `group`.
+    JobId {
+        group: usize,
+        batch: usize,
+        id: Option<MilvusJobId>,
+    },
+    /// A group's decision. A commit decision whose own write fails is taken back, so that
+    /// no later write makes it durable.
+    Decided {
+        group: usize,
+        decision: Decision,
+    },
+    Progress(ProgressSnapshot),
+    /// The time from "every end ready" to "commit sent" of one group; the slowest is kept.
+    Reaction(Duration),
+    /// What a recovery left: staged files still to delete, and whether the host that
+    /// held the restore was lost before its decision.
+    Recovered {
+        stage_left: bool,
+        host_lost: bool,
+    },
+}
+
+enum Request {
+    /// Applied, and written with the next write.
+    Note(Change),
+    /// Applied and written; the answer says whether it is durable.
+    Write(Option<Change>, oneshot::Sender<Result<(), StageError>>),
+}
+
+type FenceReply = oneshot::Sender<Result<(), Lost>>;
+
+/// The keeper's side of the handle's channels.
+pub(super) struct Inbox {
+    requests: mpsc::UnboundedReceiver<Request>,
+    fences: mpsc::UnboundedReceiver<FenceReply>,
+}
+
+/// The handle of one attempt that the engine's stages act through. It holds no state of
+/// the attempt's but the stop token: the record is the keeper's.
+pub(super) struct Attempt<'a> {
+    pub engine: &'a Engine,
+    pub ends: &'a Ends,
+    /// The job, when the restore is run from it (not when recovered from its record).
+    pub job: Option<&'a Job>,
+    pub id: RestoreId,
+    requests: mpsc::UnboundedSender<Request>,
+    fences: mpsc::UnboundedSender<FenceReply>,
+    /// Cancelled once the attempt fails before its decision, or its host lost the claim:
+    /// the stage, the wait for arrivals, the import gate and the creates not sent yet stop
+    /// on it, and undecided groups abort.
+    stop: CancellationToken,
+}
+
 impl<'a> Attempt<'a> {
+    /// The handle and the keeper of an attempt of `record`, and the keeper's inbox.
     pub fn new(
         engine: &'a Engine,
         ends: &'a Ends,
         claim: &'a dyn Claim,
         record: RestoreRecord,
         job: Option<&'a Job>,
-    ) -> Attempt<'a> {
-        Attempt {
+    ) -> (Attempt<'a>, Keeper<'a>, Inbox) {
+        let (requests, requests_in) = mpsc::unbounded_channel();
+        let (fences, fences_in) = mpsc::unbounded_channel();
+        let stop = CancellationToken::new();
+        let attempt = Attempt {
             engine,
             ends,
-            claim,
             job,
-            record: Mutex::new(record),
-            failure: Mutex::new(None),
-            lost: Mutex::new(None),
-            stop: CancellationToken::new(),
-            save_lock: tokio::sync::RwLock::new(()),
-            reaction: Mutex::new(None),
-            phase_starts: Mutex::new(Vec::new()),
-            written: Mutex::new(None),
-        }
+            id: record.id.clone(),
+            requests,
+            fences,
+            stop: stop.clone(),
+        };
+        let keeper = Keeper {
+            engine,
+            claim,
+            record,
+            written: None,
+            lost: None,
+            stop,
+            phase_starts: Vec::new(),
+            reaction: None,
+        };
+        let inbox = Inbox {
+            requests: requests_in,
+            fences: fences_in,
+        };
+        (attempt, keeper, inbox)
     }
 
-    /// Writes the current record durably.
+    /// Tells the keeper `change`, to be written with the next write.
+    pub fn note(&self, change: Change) {
+        // The keeper outlives every stage that holds the handle.
+        let _ = self.requests.send(Request::Note(change));
+    }
+
+    /// Applies `change` and writes the record durably.
+    pub async fn write(&self, change: Change) -> Result<(), StageError> {
+        self.send_write(Some(change)).await
+    }
+
+    /// Writes the record durably with every change noted so far.
     pub async fn persist(&self) -> Result<(), StageError> {
-        let order = self.save_lock.write().await;
-        self.save(order).await
+        self.send_write(None).await
     }
 
-    /// Writes the record as it is now while `order` keeps every other write out.
-    async fn save(&self, order: tokio::sync::RwLockWriteGuard<'_, ()>) -> Result<(), StageError> {
-        let snapshot = {
-            let mut r = self.record.lock().expect("record lock: no panics under it");
-            r.updated_at = Timestamp::now();
-            r.clone()
-        };
-        self.write(order, snapshot).await
+    async fn send_write(&self, change: Option<Change>) -> Result<(), StageError> {
+        let (reply, answer) = oneshot::channel();
+        let _ = self.requests.send(Request::Write(change, reply));
+        answer.await.unwrap_or_else(|_| Err(self.keeper_gone()))
     }
 
-    async fn write(
-        &self,
-        _order: tokio::sync::RwLockWriteGuard<'_, ()>,
-        record: RestoreRecord,
-    ) -> Result<(), StageError> {
-        if let Some(lost) = self.lost() {
-            return Err(StageError::Journal(lost.to_string()));
-        }
-        let saved = self.engine.journal.save(self.claim, &record).await;
-        if let Err(e) = saved {
-            if matches!(e, journal::Error::ClaimLost(_)) {
-                self.lose(&e);
-            }
-            return Err(StageError::Journal(error_chain(&e)));
-        }
-        *self.written.lock().expect("written lock") = Some(record);
-        Ok(())
+    /// What a request meets once the keeper stopped serving: nothing is written any more.
+    fn keeper_gone(&self) -> StageError {
+        StageError::Journal(journal::Error::ClaimLost(self.id.clone()))
     }
 
-    /// Whether, and why, this host no longer holds the restore.
-    pub fn lost(&self) -> Option<Lost> {
-        self.lost.lock().expect("lost lock").clone()
+    /// Moves the record to `phase` without writing it: for a phase change that the write
+    /// right after it makes durable.
+    pub fn enter_phase(&self, phase: RestorePhase) {
+        self.note(Change::Phase(phase));
     }
 
-    /// Records that the claim is gone (`why`) and stops the attempt: everything waiting on
-    /// [`Attempt::stopped`] wakes, and finds every action fenced.
-    fn lose(&self, why: &journal::Error) -> Lost {
-        let lost = {
-            let mut slot = self.lost.lock().expect("lost lock");
-            let id = self.record.lock().expect("record lock").id.clone();
-            slot.get_or_insert_with(|| Lost {
-                id,
-                reason: error_chain(why),
-            })
-            .clone()
-        };
-        tracing::error!(%lost, "stopping: this host no longer holds the restore");
-        self.fail(Error::Lost(lost.clone()));
-        lost
-    }
-
-    /// Runs `work`, and meanwhile writes the progress snapshot every [`PROGRESS_EVERY`]
-    /// when it changed since the last write, so that every host sharing the journal sees a
-    /// long hold move. It goes into the record as last written, nothing else with it. A
-    /// write already under way carries the snapshot, so none is queued behind it; a failed
-    /// one is only logged: the restore's own next write meets the same journal and decides
-    /// what it means.
-    pub async fn with_progress_writes<T>(&self, work: impl Future<Output = T>) -> T {
-        tokio::pin!(work);
-        loop {
-            tokio::select! {
-                out = &mut work => return out,
-                () = tokio::time::sleep(PROGRESS_EVERY) => {}
-            }
-            let Ok(order) = self.save_lock.try_write() else {
-                continue;
-            };
-            let progress = self.record.lock().expect("record lock").progress.clone();
-            let Some(mut record) = self
-                .written
-                .lock()
-                .expect("written lock")
-                .clone()
-                .filter(|written| written.progress != progress)
-            else {
-                continue;
-            };
-            record.progress = progress;
-            record.updated_at = Timestamp::now();
-            let save = self.write(order, record);
-            tokio::pin!(save);
-            // The restore goes on while the snapshot is written; if it ends first, the
-            // write still finishes before anything after the restore writes.
-            let (saved, out) = tokio::select! {
-                saved = &mut save => (saved, None),
-                out = &mut work => (save.await, Some(out)),
-            };
-            if let Err(e) = saved {
-                tracing::warn!(error = %e, "could not write the progress snapshot");
-            }
-            if let Some(out) = out {
-                return out;
-            }
-        }
-    }
-
+    /// Moves the record to `phase` and writes it, if that is a change.
     pub async fn set_phase(&self, phase: RestorePhase) -> Result<(), StageError> {
-        if !self.enter_phase(phase) {
-            return Ok(());
-        }
-        self.persist().await
+        self.write(Change::Phase(phase)).await
     }
 
-    /// Moves the record to `phase` (never back) without writing it: for a phase change that
-    /// the write right after it makes durable. Whether the phase changed.
-    pub fn enter_phase(&self, phase: RestorePhase) -> bool {
-        let id = {
-            let mut r = self.record.lock().expect("record lock: no panics under it");
-            if r.phase >= phase {
-                return false;
-            }
-            r.phase = phase;
-            r.id.to_string()
-        };
-        self.phase_starts
-            .lock()
-            .expect("phase lock")
-            .push((phase, Timestamp::now()));
-        self.engine.progress.phase(&id, phase);
-        true
-    }
-
-    /// Keeps the slowest time from "every end ready" to "commit sent" across groups.
-    pub fn note_reaction(&self, reaction: Duration) {
-        let mut r = self.reaction.lock().expect("reaction lock");
-        *r = Some(r.map_or(reaction, |old| old.max(reaction)));
-    }
-
-    /// `source`, failed in the phase the restore is in.
-    pub fn failure_now(&self, source: StageError) -> Error {
-        let phase = self.record.lock().expect("record lock").phase;
-        Error::failed(phase, source)
-    }
-
-    /// Records the restore's first failure before its decision, then stops everything
-    /// waiting on [`Attempt::stopped`]; a later one is left out.
-    pub fn fail(&self, error: Error) {
-        {
-            let mut first = self.failure.lock().expect("failure lock");
-            if first.is_some() {
-                return;
-            }
-            *first = Some(error);
-        }
+    /// Stops everything waiting on [`Attempt::stopped`]: the attempt failed before its
+    /// decision. Its caller returns the failure as its `Err`.
+    pub fn stop(&self) {
         self.stop.cancel();
     }
 
-    pub fn failed(&self) -> bool {
+    /// Whether the attempt failed before its decision, or its host lost the claim.
+    pub fn is_stopped(&self) -> bool {
         self.stop.is_cancelled()
     }
 
-    /// The restore's first failure before its decision, if any.
-    pub fn first_failure(&self) -> Option<Error> {
-        self.failure.lock().expect("failure lock").clone()
-    }
-
-    /// Cancelled once the restore failed before its decision: for the stages that stop
-    /// on it.
+    /// Cancelled once the attempt stopped: for the stages that stop on it.
     pub fn stop_token(&self) -> &CancellationToken {
         &self.stop
     }
 
-    /// Returns once the restore failed before its decision; never if it does not.
+    /// Returns once the attempt stopped; never if it does not.
     pub async fn stopped(&self) {
         self.stop.cancelled().await;
     }
 
-    /// Shows the groups' trackers: the record's progress snapshot (written with the next
-    /// progress write) and the live progress display.
+    /// Runs `work`, stopping the attempt if it fails: for the parts that run side by side,
+    /// so that the others stop on the first failure.
+    pub async fn stopping_on_error<T, E>(
+        &self,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let out = work.await;
+        if out.is_err() {
+            self.stop();
+        }
+        out
+    }
+
+    /// Shows the groups' trackers: the progress display now, and the record's progress
+    /// snapshot with the next progress write.
     pub fn show(&self, trackers: &[impl Deref<Target = Tracker>]) {
         let mut counts = trackers.first().map(|t| t.counts()).unwrap_or_default();
         for t in trackers.iter().skip(1) {
@@ -271,64 +230,281 @@ impl<'a> Attempt<'a> {
                 }
             }
         }
-        let snapshot = progress_snapshot(trackers);
-        let id = {
-            let mut r = self.record.lock().expect("record lock");
-            r.progress = Some(snapshot);
-            r.id.to_string()
+        self.engine.progress.jobs(self.id.as_str(), &counts);
+        self.note(Change::Progress(progress_snapshot(trackers)));
+    }
+}
+
+impl Fence for Attempt<'_> {
+    fn check(&self) -> BoxFuture<'_, Result<(), Lost>> {
+        Box::pin(async move {
+            let (reply, answer) = oneshot::channel();
+            let _ = self.fences.send(reply);
+            answer.await.unwrap_or_else(|_| {
+                Err(Lost {
+                    id: self.id.clone(),
+                    reason: "the attempt is over".into(),
+                })
+            })
+        })
+    }
+}
+
+/// The owner of an attempt's record: it alone changes and writes it, in the order its
+/// handle's requests come.
+pub(super) struct Keeper<'a> {
+    engine: &'a Engine,
+    claim: &'a dyn Claim,
+    record: RestoreRecord,
+    /// The record as last written. A progress write writes it again with only the new
+    /// snapshot: never a change the restore has made but not yet written (a decision whose
+    /// own write then fails is taken back, and must not have been made durable by another
+    /// write).
+    written: Option<RestoreRecord>,
+    /// Set once this host no longer holds the restore: from then on it acts on no end and
+    /// writes no record.
+    lost: Option<Lost>,
+    stop: CancellationToken,
+    /// When each phase this process saw began, in order: the report's `phases`.
+    phase_starts: Vec<(RestorePhase, Timestamp)>,
+    /// The slowest time from "every end ready" to "commit sent" across groups.
+    reaction: Option<Duration>,
+}
+
+impl Keeper<'_> {
+    /// The record as the keeper has it, every change told so far applied.
+    pub fn record(&self) -> &RestoreRecord {
+        &self.record
+    }
+
+    /// Serves the handle's requests while `work` runs, and the progress writes, then
+    /// every request `work` left. Every use of the handle happens inside a `run`.
+    pub async fn run<T>(&mut self, inbox: &mut Inbox, work: impl Future<Output = T>) -> T {
+        let (done, finished) = oneshot::channel();
+        // On the heap: the engine's futures are large, and a thread's stack is not.
+        let work = Box::pin(async {
+            let out = work.await;
+            let _ = done.send(());
+            out
+        });
+        let (out, ()) = tokio::join!(work, self.serve(inbox, finished));
+        out
+    }
+
+    async fn serve(&mut self, inbox: &mut Inbox, mut finished: oneshot::Receiver<()>) {
+        let start = tokio::time::Instant::now() + PROGRESS_EVERY;
+        let mut progress = tokio::time::interval_at(start, PROGRESS_EVERY);
+        progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                Some(request) = inbox.requests.recv() => self.handle(request).await,
+                Some(reply) = inbox.fences.recv() => {
+                    // Every check asked while this one waited is answered by it: it is
+                    // made after each of them was asked.
+                    let mut replies = vec![reply];
+                    while let Ok(more) = inbox.fences.try_recv() {
+                        replies.push(more);
+                    }
+                    let answer = self.fence().await;
+                    for reply in replies {
+                        let _ = reply.send(answer.clone());
+                    }
+                }
+                _ = &mut finished => break,
+                _ = progress.tick() => self.write_progress().await,
+            }
+        }
+        // What the work sent before it finished, none of it awaited.
+        while let Ok(request) = inbox.requests.try_recv() {
+            self.handle(request).await;
+        }
+    }
+
+    async fn handle(&mut self, request: Request) {
+        match request {
+            Request::Note(change) => self.apply(change),
+            Request::Write(change, reply) => {
+                let taken_back = match change {
+                    Some(Change::Decided { group, decision }) => {
+                        let before = self.record.groups[group].decision.replace(decision);
+                        Some((group, before))
+                    }
+                    Some(Change::Phase(phase)) if self.record.phase >= phase => {
+                        let _ = reply.send(Ok(()));
+                        return;
+                    }
+                    Some(change) => {
+                        self.apply(change);
+                        None
+                    }
+                    None => None,
+                };
+                let saved = self.save().await;
+                if saved.is_err()
+                    && let Some((group, before)) = taken_back
+                {
+                    self.record.groups[group].decision = before;
+                }
+                let _ = reply.send(saved);
+            }
+        }
+    }
+
+    fn apply(&mut self, change: Change) {
+        let r = &mut self.record;
+        match change {
+            Change::Phase(phase) => {
+                if r.phase >= phase {
+                    return;
+                }
+                r.phase = phase;
+                self.phase_starts.push((phase, Timestamp::now()));
+                self.engine.progress.phase(r.id.as_str(), phase);
+            }
+            Change::ToCreate(to_create) => r.to_create = to_create,
+            Change::Created(c) => r.created_collections.push(c),
+            Change::Planned { groups, staging } => {
+                r.groups = groups;
+                if let Some((prefix, ends)) = staging {
+                    r.staging_prefix = Some(prefix);
+                    r.staged_ends = ends;
+                }
+            }
+            Change::CreatesSent(group) => {
+                for b in &mut r.groups[group].batches {
+                    b.create_sent = true;
+                }
+            }
+            Change::JobId { group, batch, id } => r.groups[group].batches[batch].job_id = id,
+            Change::Decided { group, decision } => r.groups[group].decision = Some(decision),
+            Change::Progress(snapshot) => r.progress = Some(snapshot),
+            Change::Reaction(reaction) => {
+                self.reaction = Some(self.reaction.map_or(reaction, |old| old.max(reaction)));
+            }
+            Change::Recovered {
+                stage_left,
+                host_lost,
+            } => {
+                r.stage_left = stage_left;
+                r.host_lost = host_lost;
+            }
+        }
+    }
+
+    /// Writes the record as it is now.
+    pub async fn save(&mut self) -> Result<(), StageError> {
+        self.record.updated_at = Timestamp::now();
+        let record = self.record.clone();
+        self.write(record).await
+    }
+
+    async fn write(&mut self, record: RestoreRecord) -> Result<(), StageError> {
+        if self.lost.is_some() {
+            return Err(StageError::Journal(journal::Error::ClaimLost(
+                record.id.clone(),
+            )));
+        }
+        if let Err(e) = self.engine.journal.save(self.claim, &record).await {
+            if matches!(e, journal::Error::ClaimLost(_)) {
+                self.lose(&e);
+            }
+            return Err(StageError::Journal(e));
+        }
+        self.written = Some(record);
+        Ok(())
+    }
+
+    /// Writes the progress snapshot into the record as last written, if it changed since;
+    /// a failed write is only logged: the restore's own next write meets the same journal
+    /// and decides what it means.
+    async fn write_progress(&mut self) {
+        let Some(mut record) = self
+            .written
+            .clone()
+            .filter(|written| written.progress != self.record.progress)
+        else {
+            return;
         };
-        self.engine.progress.jobs(&id, &counts);
+        record.progress = self.record.progress.clone();
+        record.updated_at = Timestamp::now();
+        if let Err(e) = self.write(record).await {
+            tracing::warn!(error = %error_chain(&e), "could not write the progress snapshot");
+        }
+    }
+
+    /// Whether this host still holds the restore, asked of the journal.
+    async fn fence(&mut self) -> Result<(), Lost> {
+        // As if every action fell in the window between a check and its call.
+        if faults::planted(faults::Bug::Unfenced) {
+            return Ok(());
+        }
+        if let Some(lost) = &self.lost {
+            return Err(lost.clone());
+        }
+        match self.engine.journal.fence(self.claim).await {
+            Ok(()) => Ok(()),
+            // Not knowing is not holding: an etcd that cannot answer cannot vouch for the
+            // lease either.
+            Err(e) => Err(self.lose(&e)),
+        }
+    }
+
+    /// Records that the claim is gone (`why`) and stops the attempt: everything waiting
+    /// on the stop token wakes, and finds every action fenced.
+    fn lose(&mut self, why: &journal::Error) -> Lost {
+        let lost = self
+            .lost
+            .get_or_insert_with(|| Lost {
+                id: self.record.id.clone(),
+                reason: error_chain(why),
+            })
+            .clone();
+        tracing::error!(%lost, "stopping: this host no longer holds the restore");
+        self.stop.cancel();
+        lost
     }
 
     /// Seals a report: outcome, finish time, journal record, JSON and text files. An
     /// attempt whose host lost the claim ends [`Outcome::Lost`] whatever it found, and
     /// writes only its local report: the record is the new holder's.
     pub async fn finish(
-        &self,
+        mut self,
         mut report: Report,
         outcome: Outcome,
         refusals: Vec<Refusal>,
     ) -> Report {
         let engine = self.engine;
-        let lost = self.lost();
-        let outcome = if lost.is_some() {
-            Outcome::Lost
-        } else {
-            outcome
+        let outcome = match &self.lost {
+            Some(lost) => {
+                report.summary = lost.to_string();
+                Outcome::Lost
+            }
+            None => outcome,
         };
-        if let Some(lost) = &lost {
-            report.summary = lost.to_string();
-        }
         report.outcome = outcome;
         report.set_refusals(&refusals);
         report.tally_imported();
         report.reaction_ms = self
             .reaction
-            .lock()
-            .expect("reaction lock")
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         report.finished_at = Timestamp::now();
-        report.phases = report::phase_times(
-            &self.phase_starts.lock().expect("phase lock"),
-            report.started_at,
-            report.finished_at,
-        );
+        report.phases =
+            report::phase_times(&self.phase_starts, report.started_at, report.finished_at);
         if report.summary.is_empty() {
             report.summary = format!("{outcome:?}");
         }
         faults::crash_point("before-report");
-        {
-            let mut r = self.record.lock().expect("record lock: no panics under it");
-            r.outcome = Some(outcome);
-            r.phase = RestorePhase::Finished;
-            r.report = serde_json::to_value(&report).ok();
-        }
-        if lost.is_some() {
+        self.record.outcome = Some(outcome);
+        self.record.phase = RestorePhase::Finished;
+        self.record.report = serde_json::to_value(&report).ok();
+        if self.lost.is_some() {
             // No write: the record is no longer this host's.
-        } else if let Err(e) = self.persist().await {
+        } else if let Err(e) = self.save().await {
             // The ends are as the report says; only the journal lags. Say so where the
             // operator reads, since `status` shows the restore unfinished until `recover`
             // (or the next run of the job) records it.
+            let e = error_chain(&e);
             tracing::error!(error = %e, "could not write the final journal record");
             report.summary = format!(
                 "{}. The journal could not record this outcome ({e}): `lockstep recover {}` \
@@ -341,27 +517,6 @@ impl<'a> Attempt<'a> {
             .phase(&report.restore_id, RestorePhase::Finished);
         write_report_files(engine, &report);
         report
-    }
-}
-
-impl Fence for Attempt<'_> {
-    fn check(&self) -> BoxFuture<'_, Result<(), Lost>> {
-        Box::pin(async move {
-            // As if every action fell in the window between a check and its call.
-            if faults::planted(faults::Bug::Unfenced) {
-                return Ok(());
-            }
-            if let Some(lost) = self.lost() {
-                return Err(lost);
-            }
-            let _no_save = self.save_lock.read().await;
-            match self.engine.journal.fence(self.claim).await {
-                Ok(()) => Ok(()),
-                // Not knowing is not holding: an etcd that cannot answer cannot vouch for
-                // the lease either.
-                Err(e) => Err(self.lose(&e)),
-            }
-        })
     }
 }
 

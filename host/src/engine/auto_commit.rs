@@ -15,14 +15,15 @@ use milvus_proto::common::ImportState;
 use tokio::time::Instant;
 
 use super::ends::EndClient;
-use super::fence::Fence;
+use super::fence::{Fence, Lost};
+use super::preflight::error_chain;
 use super::report::{EndJobState, JobReport};
 use super::retry::{DEFAULT_CALL_DEADLINE, fenced, retry};
 use super::route::Route;
 use super::schedule::MAX_INTERVAL;
 use crate::backup::ExpectedRows;
 use crate::journal::{BatchRecord, CommitGroup};
-use crate::milvus::{CreateImport, JobState};
+use crate::milvus::{self, CreateImport, JobState};
 
 /// Imports in flight at once (milvus-backup bounds them with `importJobs`).
 const IMPORTS_IN_FLIGHT: usize = 8;
@@ -97,6 +98,35 @@ impl BatchImport {
     }
 }
 
+/// Why one import of an auto-commit route failed: the batch's failure in the report.
+#[derive(Debug, thiserror::Error)]
+enum ImportFailure {
+    #[error(transparent)]
+    Lost(#[from] Lost),
+    #[error("import create failed")]
+    Create(#[source] milvus::Error),
+    #[error("import of {files:?}")]
+    CreateV1 {
+        files: Vec<String>,
+        #[source]
+        source: milvus::Error,
+    },
+    #[error("import job {job}")]
+    Describe {
+        job: String,
+        #[source]
+        source: milvus::Error,
+    },
+    #[error("import job {job} failed: {reason}")]
+    Failed { job: String, reason: String },
+    #[error("import task {task} of {files:?} failed: {reason}")]
+    TaskFailed {
+        task: i64,
+        files: Vec<String>,
+        reason: String,
+    },
+}
+
 /// Runs every batch of `groups` on `target` by `route` (an auto-commit one) and says what
 /// each batch came to. Never stops early: an auto-committed import cannot be taken back, so
 /// the rest go on and the report names every batch. Each create waits for `fence`; once it
@@ -124,17 +154,18 @@ pub async fn run(
         for (batch, result) in v1_imports(target, fence, &batches).await {
             match result {
                 Ok(rows) => out[batch].imported += rows,
-                Err(reason) => {
-                    out[batch].failure.get_or_insert(reason);
+                Err(failure) => {
+                    out[batch].failure.get_or_insert(error_chain(&failure));
                 }
             }
         }
         return out;
     }
-    let results: Vec<(usize, Option<String>, Result<i64, String>)> =
-        futures::stream::iter(batches.iter().enumerate())
-            .map(|(batch, b)| async move {
-                let (job_id, result) = rest_import(target, fence, b).await;
+    let batches = &batches;
+    let results: Vec<(usize, Option<String>, Result<i64, ImportFailure>)> =
+        futures::stream::iter(0..batches.len())
+            .map(|batch| async move {
+                let (job_id, result) = rest_import(target, fence, batches[batch]).await;
                 (batch, job_id, result)
             })
             .buffer_unordered(IMPORTS_IN_FLIGHT)
@@ -144,7 +175,7 @@ pub async fn run(
         out[batch].job_id = job_id;
         match result {
             Ok(rows) => out[batch].imported = rows,
-            Err(reason) => out[batch].failure = Some(reason),
+            Err(failure) => out[batch].failure = Some(error_chain(&failure)),
         }
     }
     out
@@ -156,7 +187,7 @@ async fn v1_imports(
     target: &EndClient,
     fence: &dyn Fence,
     batches: &[&BatchRecord],
-) -> Vec<(usize, Result<i64, String>)> {
+) -> Vec<(usize, Result<i64, ImportFailure>)> {
     let units: Vec<V1Import<'_>> = batches
         .iter()
         .enumerate()
@@ -182,8 +213,12 @@ async fn v1_imports(
             })
         })
         .collect();
-    futures::stream::iter(units)
+    // Made before they are streamed: a closure over an item that borrows would keep the
+    // restore's future from being `Send` (rust-lang/rust#102211).
+    let imports: Vec<_> = (units.into_iter())
         .map(|unit| async move { (unit.batch, import(target, fence, unit).await) })
+        .collect();
+    futures::stream::iter(imports)
         .buffer_unordered(IMPORTS_IN_FLIGHT)
         .collect()
         .await
@@ -196,7 +231,7 @@ async fn rest_import(
     target: &EndClient,
     fence: &dyn Fence,
     b: &BatchRecord,
-) -> (Option<String>, Result<i64, String>) {
+) -> (Option<String>, Result<i64, ImportFailure>) {
     let body = CreateImport {
         db_name: b.db.clone(),
         collection_name: b.collection.clone(),
@@ -207,26 +242,27 @@ async fn rest_import(
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
     let job = match fenced(deadline, fence, || target.rest.create_import(&body, None)).await {
         Ok(Ok(job)) => job,
-        Ok(Err(e)) => return (None, Err(format!("import create failed: {e}"))),
-        Err(lost) => return (None, Err(lost.to_string())),
+        Ok(Err(e)) => return (None, Err(ImportFailure::Create(e))),
+        Err(lost) => return (None, Err(lost.into())),
     };
     let id = Some(job.to_string());
     loop {
         let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
         let seen = match retry(deadline, || target.rest.describe(&b.db, &job)).await {
             Ok(seen) => seen,
-            Err(e) => return (id, Err(format!("import job {job}: {e}"))),
+            Err(source) => {
+                let job = job.to_string();
+                return (id, Err(ImportFailure::Describe { job, source }));
+            }
         };
         match seen.state {
             JobState::Completed => return (id, Ok(seen.imported_rows)),
             JobState::Failed => {
-                return (
-                    id,
-                    Err(format!(
-                        "import job {job} failed: {}",
-                        seen.reason.unwrap_or_default()
-                    )),
-                );
+                let failed = ImportFailure::Failed {
+                    job: job.to_string(),
+                    reason: seen.reason.unwrap_or_default(),
+                };
+                return (id, Err(failed));
             }
             _ => tokio::time::sleep_until(Instant::now() + MAX_INTERVAL / 6).await,
         }
@@ -239,9 +275,13 @@ async fn rest_import(
 /// reached the server (v1 `Import` has no key, so a create whose answer was lost may have
 /// started a task), and the task's state is asked again until it is final. Milvus keeps its
 /// import tasks across a restart: those queued complete, the one it was running fails.
-async fn import(target: &EndClient, fence: &dyn Fence, unit: V1Import<'_>) -> Result<i64, String> {
+async fn import(
+    target: &EndClient,
+    fence: &dyn Fence,
+    unit: V1Import<'_>,
+) -> Result<i64, ImportFailure> {
     let files = unit.files;
-    fence.check().await.map_err(|lost| lost.to_string())?;
+    fence.check().await?;
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
     let mut backoff = super::retry::FIRST_BACKOFF;
     let task = loop {
@@ -260,23 +300,32 @@ async fn import(target: &EndClient, fence: &dyn Fence, unit: V1Import<'_>) -> Re
                 tracing::debug!(error = %e, ?backoff, "the import never reached the server; sending it again");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(super::retry::MAX_BACKOFF);
-                fence.check().await.map_err(|lost| lost.to_string())?;
+                fence.check().await?;
             }
-            other => break other.map_err(|e| format!("import of {files:?}: {e}"))?,
+            other => {
+                break other.map_err(|source| ImportFailure::CreateV1 {
+                    files: files.clone(),
+                    source,
+                })?;
+            }
         }
     };
     loop {
         let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
         let state = retry(deadline, || target.grpc.import_state(task))
             .await
-            .map_err(|e| format!("import task {task}: {e}"))?;
+            .map_err(|source| ImportFailure::Describe {
+                job: format!("task {task}"),
+                source,
+            })?;
         match state.state {
             ImportState::ImportCompleted => return Ok(state.row_count),
             ImportState::ImportFailed | ImportState::ImportFailedAndCleaned => {
-                return Err(format!(
-                    "import task {task} of {files:?} failed: {}",
-                    state.reason.unwrap_or_default()
-                ));
+                return Err(ImportFailure::TaskFailed {
+                    task,
+                    files,
+                    reason: state.reason.unwrap_or_default(),
+                });
             }
             _ => tokio::time::sleep_until(Instant::now() + MAX_INTERVAL / 6).await,
         }

@@ -221,7 +221,7 @@ impl CheckSetup {
         for (end, spec) in job.destinations() {
             let opened = storage::open(spec).map_err(|e| StageError::Storage {
                 end: end.clone(),
-                reason: e.to_string(),
+                source: Box::new(e),
             })?;
             stores.insert(end, opened.store);
         }

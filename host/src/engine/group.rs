@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
-use super::attempt::Attempt;
+use super::attempt::{Attempt, Change};
 use super::checks::{self, CheckSetup};
 use super::ends::Ends;
 use super::error::{Error, StageError};
@@ -158,11 +158,26 @@ pub(super) struct Groups<'a> {
     pub gate: &'a ImportGate,
 }
 
+/// How one commit group ended.
+pub(super) enum GroupEnd {
+    /// It stopped before its decision, and aborted its jobs: why (its own failure, or that
+    /// it followed another's).
+    Aborted(Error),
+    /// Decided for commit: the jobs not confirmed visible somewhere, and why the group did
+    /// not complete, if it did not (the restore is then incomplete).
+    Committed {
+        divergences: Vec<Divergence>,
+        unfinished: Option<String>,
+    },
+    /// Ready, but its commit decision could not be made durable: nothing was committed,
+    /// and its jobs are held for `lockstep recover`.
+    Undecided(String),
+}
+
 /// How the groups ended.
 pub(super) struct Ran {
-    /// By group: its divergences, or why it stopped after its decision without completing
-    /// (the restore is then incomplete). A group that aborted has none.
-    pub results: Vec<Result<Vec<Divergence>, String>>,
+    /// By group.
+    pub ends: Vec<GroupEnd>,
     /// Each group's tracker as it ended, for the report.
     pub trackers: Vec<Tracker>,
     /// Whether the staged files were deleted while the ends finished committing; `None`
@@ -176,12 +191,14 @@ pub(super) struct Ran {
 /// committing, instead of after: no state after Committing reads an import's files (Milvus
 /// reads them in PreImporting and Importing) and a Committing job cannot fail.
 pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec<Tracker>) -> Ran {
-    let restore_id = attempt.record.lock().expect("record lock").id.clone();
     let (published, seen): (Vec<_>, Vec<_>) =
         trackers.iter().map(|t| watch::channel(t.clone())).unzip();
     let budget = Semaphore::new((groups.job.target.max_import_jobs as usize).max(1));
     let (budget, groups, published) = (&budget, &groups, &published);
-    let runs = futures::stream::iter(trackers.into_iter().enumerate())
+    // Every group at once (the budget paces them), made before they are driven: a stream
+    // whose closure borrows would keep the restore's future from being `Send`
+    // (rust-lang/rust#102211).
+    let runs: futures::stream::FuturesUnordered<_> = (trackers.into_iter().enumerate())
         .map(|(index, tracker)| async move {
             let need = groups.restore.groups[index].batches.len().max(1) as u32;
             let _slots = budget
@@ -189,18 +206,21 @@ pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec
                 .await
                 .expect("the budget semaphore is never closed");
             let group = Group {
+                attempt,
+                groups,
                 index,
                 first_batch: groups.restore.groups[..index]
                     .iter()
                     .map(|g| g.batches.len())
                     .sum(),
+                jobs: (0..tracker.jobs.len()).collect(),
                 tracker,
                 published: &published[index],
             };
-            (index, run_group(attempt, groups, group).await)
+            (index, run_group(group).await)
         })
-        .buffer_unordered(groups.restore.groups.len().max(1))
-        .collect::<Vec<_>>();
+        .collect();
+    let runs = runs.collect::<Vec<_>>();
     let work = async {
         let mut runs = std::pin::pin!(runs);
         tokio::select! {
@@ -208,7 +228,7 @@ pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec
             () = past_commit(seen.clone()) => {
                 let job = groups.job;
                 let (results, cleaned) =
-                    tokio::join!(runs, staging::clean_up(job, attempt, &restore_id));
+                    tokio::join!(runs, staging::clean_up(job, attempt, &attempt.id));
                 (results, Some(cleaned))
             }
         }
@@ -221,7 +241,7 @@ pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec
     let trackers: Vec<Tracker> = seen.iter().map(|t| t.borrow().clone()).collect();
     attempt.show(&trackers.iter().collect::<Vec<_>>());
     Ran {
-        results: results.into_iter().map(|(_, r)| r).collect(),
+        ends: results.into_iter().map(|(_, end)| end).collect(),
         trackers,
         cleaned_early,
     }
@@ -267,236 +287,255 @@ async fn any_changed(groups: &mut [watch::Receiver<Tracker>]) {
     if groups.is_empty() {
         return std::future::pending().await;
     }
-    let changes = groups.iter_mut().map(|t| Box::pin(t.changed()));
+    let changes: Vec<_> = groups.iter_mut().map(|t| Box::pin(t.changed())).collect();
     let (changed, ..) = futures::future::select_all(changes).await;
     if changed.is_err() {
         std::future::pending::<()>().await;
     }
 }
 
-/// One commit group: its place among the restore's, the tracker it owns and the channel it
-/// publishes that tracker on.
-struct Group<'a> {
+/// One commit group as it runs: its place among the restore's, the tracker it owns and
+/// the channel it publishes that tracker on.
+struct Group<'a, 'r> {
+    attempt: &'a Attempt<'r>,
+    groups: &'a Groups<'r>,
     index: usize,
     /// The group's first batch, numbered across the restore's groups.
     first_batch: usize,
     tracker: Tracker,
     published: &'a watch::Sender<Tracker>,
+    /// Every job of the group, by index into the tracker.
+    jobs: Vec<usize>,
 }
 
-/// One commit group, submit to complete. `Ok` carries its divergences; `Err` says why the
-/// group stopped after its decision without completing (the restore is then incomplete).
-/// A failure before the decision is recorded as the restore's, and the group aborts.
-async fn run_group(
-    attempt: &Attempt<'_>,
-    groups: &Groups<'_>,
-    group: Group<'_>,
-) -> Result<Vec<Divergence>, String> {
-    let Groups {
-        job,
-        preflight,
-        checks,
-        gate,
-        ..
-    } = *groups;
-    let ends = attempt.ends;
-    let Group {
-        index,
-        first_batch,
-        mut tracker,
-        published,
-    } = group;
-    let jobs: Vec<usize> = (0..tracker.jobs.len()).collect();
-    let call_timeout = job
-        .two_phase
-        .commit_timeout
-        .unwrap_or(DEFAULT_CALL_DEADLINE);
-    let call_deadline = Instant::now() + call_timeout;
-    let honours_key = preflight
-        .versions
-        .first()
-        .is_some_and(ServerVersion::honours_idempotency_key);
-    let failed = |source: StageError| attempt.failure_now(source);
-    let publish = |t: &Tracker| {
-        published.send_replace(t.clone());
-    };
+/// One commit group, submit to complete. A failure before its decision stops the attempt
+/// (every undecided group aborts on it) and this group aborts.
+async fn run_group(mut group: Group<'_, '_>) -> GroupEnd {
+    match group.ready().await {
+        Ok(()) => group.commit().await,
+        Err(stop) => group.abort(stop).await,
+    }
+}
 
-    let pre: Result<(), Error> = async {
-        if attempt.failed() {
-            return Err(failed(StageError::OtherGroup));
+impl Group<'_, '_> {
+    fn publish(&self) {
+        self.published.send_replace(self.tracker.clone());
+    }
+
+    /// How long each call to an end may keep retrying.
+    fn call_timeout(&self) -> Duration {
+        (self.groups.job.two_phase.commit_timeout).unwrap_or(DEFAULT_CALL_DEADLINE)
+    }
+
+    /// Submit, hold, rows and the before-commit checks: `Ok` once the group may be
+    /// decided for commit.
+    async fn ready(&mut self) -> Result<(), Error> {
+        let Groups {
+            job, checks, gate, ..
+        } = *self.groups;
+        let attempt = self.attempt;
+        if attempt.is_stopped() {
+            return Err(StageError::OtherGroup.into());
         }
-        {
-            let submitted = submit(attempt, groups, index, first_batch, &mut tracker, published, honours_key);
-            tokio::pin!(submitted);
-            tokio::select! {
-                submitted = &mut submitted => submitted?,
-                // The creates not sent yet stop; those in flight finish: no job id is lost.
-                error = sentry(ends, published, job.two_phase.mirror_grace) => {
-                    tracing::warn!(group = index, %error, "a created job failed while the stage went on");
-                    attempt.fail(failed(held_failure(job, error)));
-                    submitted.await?;
-                }
-            }
-        }
-        if attempt.failed() {
-            return Err(failed(StageError::JobFailedDuringCreates));
+        self.submit_watched().await?;
+        if attempt.is_stopped() {
+            return Err(StageError::OtherGroup.into());
         }
         // The commit timeout counts from the creates: they may have waited on staging.
         let deadline = job.two_phase.commit_timeout.map(|t| Instant::now() + t);
-        attempt
-            .set_phase(RestorePhase::Holding)
-            .await
-            .map_err(failed)?;
-        let hold = async |tracker: &mut Tracker, first: FirstLook| -> Result<(), Error> {
-            let grace = job.two_phase.mirror_grace;
-            let held = two_phase::hold(ends, tracker, &jobs, grace, deadline, first, &publish);
-            // A stage that fails while the jobs import ends the hold: nothing will commit.
-            tokio::select! {
-                held = attempt.engine.interrupt.race(held) => {
-                    held?.map_err(|error| failed(held_failure(job, error)))?
-                }
-                () = gate.failed() => return Err(failed(StageError::GateFailed)),
-            }
-            if attempt.failed() {
-                return Err(failed(StageError::OtherGroup));
-            }
-            Ok(())
-        };
+        attempt.set_phase(RestorePhase::Holding).await?;
         if !faults::planted(faults::Bug::CommitEarly) {
-            hold(&mut tracker, FirstLook::Spread).await?;
+            self.hold(deadline, FirstLook::Spread).await?;
         }
         // Nothing is decided on a job some end holds with other rows than the backup's; and
         // no check (an approval can take hours) is asked about one. The rows of a job held
         // Uncommitted do not change, so the checks' time does not make them stale.
         if !faults::planted(faults::Bug::SkipRows) {
-            rows::read(ends, &mut tracker, &jobs, Instant::now() + call_timeout)
+            let deadline = Instant::now() + self.call_timeout();
+            rows::read(attempt.ends, &mut self.tracker, &self.jobs, deadline)
                 .await
-                .map_err(|e| failed(StageError::Rows(e.to_string())))?;
-            publish(&tracker);
-            let wrong = rows::mismatches(&tracker, &jobs);
+                .map_err(|e| StageError::RowsUnread(Box::new(e)))?;
+            self.publish();
+            let wrong = rows::mismatches(&self.tracker, &self.jobs);
             if !wrong.is_empty() {
-                return Err(failed(StageError::Rows(rows::failure(&wrong))));
+                return Err(StageError::Rows(rows::failure(&wrong)).into());
             }
         }
         if checks.has(Phase::BeforeCommit) {
-            let group = Some((first_batch, &tracker));
-            let ctx = CheckContext::for_phase(groups.restore, Phase::BeforeCommit, group);
-            checks
-                .run(job, ctx)
-                .await
-                .map_err(failed)?;
+            let group = Some((self.first_batch, &self.tracker));
+            let ctx = CheckContext::for_phase(self.groups.restore, Phase::BeforeCommit, group);
+            checks.run(job, ctx).await?;
             // Re-read every end right before deciding: a mirror may have failed while the
             // checks ran (an approval can take hours), and Milvus cannot check a fencing
             // token, only states. Without checks the hold's own sightings are that fresh.
-            hold(&mut tracker, FirstLook::Now).await?;
+            self.hold(deadline, FirstLook::Now).await?;
         }
         // Nothing is decided on files that were not all staged and verified.
         if !gate.staged().await {
-            return Err(failed(StageError::GateFailed));
+            return Err(StageError::GateFailed.into());
         }
         Ok(())
     }
-    .await;
 
-    if let Err(error) = pre {
-        if let Some(lost) = attempt.lost() {
-            // Nothing to abort, record or take back: the restore is the new holder's.
-            return Err(lost.to_string());
-        }
-        attempt.fail(error);
-        let settle = job.two_phase.mirror_grace.min(Duration::from_secs(60));
-        let aborted = if faults::planted(faults::Bug::SkipAbort) {
-            Ok(())
-        } else {
-            two_phase::abort(ends, attempt, &mut tracker, &jobs, settle, call_deadline).await
-        };
-        publish(&tracker);
-        // The restore's first failure, which may be another group's or a stage's.
-        let first = attempt.first_failure();
-        let reason = first
-            .as_ref()
-            .map_or_else(|| "failed".into(), Error::reason);
-        attempt.record.lock().expect("record lock").groups[index].decision =
-            Some(Decision::Abort {
-                at: Timestamp::now(),
-                reason: reason.clone(),
-            });
-        let _ = attempt.persist().await;
-        match first {
-            Some(Error::Failed { phase, .. }) => {
-                tracing::warn!(group = index, ?phase, %reason, "aborted before the decision");
+    /// Submits the group's jobs while its sentry watches those created so far.
+    async fn submit_watched(&mut self) -> Result<(), Error> {
+        let (attempt, job, index) = (self.attempt, self.groups.job, self.index);
+        let honours_key = (self.groups.preflight.versions.first())
+            .is_some_and(ServerVersion::honours_idempotency_key);
+        let submitted = submit(
+            attempt,
+            self.groups,
+            index,
+            self.first_batch,
+            &mut self.tracker,
+            self.published,
+            honours_key,
+        );
+        tokio::pin!(submitted);
+        tokio::select! {
+            submitted = &mut submitted => submitted,
+            // The creates not sent yet stop; those in flight finish: no job id is lost.
+            error = sentry(attempt.ends, self.published, job.two_phase.mirror_grace) => {
+                tracing::warn!(group = index, %error, "a created job failed while the stage went on");
+                attempt.stop();
+                // The creates not sent fail for the stop; the failure is the sentry's, unless
+                // the claim went meanwhile.
+                match submitted.await {
+                    Err(Error::Lost(lost)) => Err(Error::Lost(lost)),
+                    _ => Err(held_failure(job, error).into()),
+                }
             }
-            _ => tracing::warn!(group = index, %reason, "aborted before the decision"),
         }
-        return aborted
-            .map(|()| Vec::new())
-            .map_err(|e| format!("abort did not settle: {e}"));
     }
 
-    let ready_at = Instant::now();
-    // The decision: durable before any commit is sent. From here on, only forward.
-    if !faults::planted(faults::Bug::NoDecision) {
-        attempt.record.lock().expect("record lock").groups[index].decision =
-            Some(Decision::Commit {
-                at: Timestamp::now(),
-            });
-        let durable = match attempt.set_phase(RestorePhase::Deciding).await {
-            Ok(()) => attempt.persist().await,
-            Err(e) => Err(e),
+    /// Holds every job until every end has it Uncommitted, or a reason to stop.
+    async fn hold(&mut self, deadline: Option<Instant>, first: FirstLook) -> Result<(), Error> {
+        let (attempt, job) = (self.attempt, self.groups.job);
+        let grace = job.two_phase.mirror_grace;
+        let published = self.published;
+        let publish = |t: &Tracker| {
+            published.send_replace(t.clone());
         };
-        if let Err(e) = durable {
-            // Not durable, so not decided: nothing was committed. The jobs stay held, as
-            // after a crash, for `recover` to decide from what reached the journal (a write
-            // that failed may still have landed).
-            attempt.record.lock().expect("record lock").groups[index].decision = None;
-            return Err(format!(
-                "the commit decision could not be made durable ({e}); nothing was committed \
-                 and the jobs are still held: run `lockstep recover` once the journal can be \
-                 written"
-            ));
+        let held = two_phase::hold(
+            attempt.ends,
+            &mut self.tracker,
+            &self.jobs,
+            grace,
+            deadline,
+            first,
+            &publish,
+        );
+        // A stage that fails while the jobs import ends the hold: nothing will commit.
+        tokio::select! {
+            held = attempt.engine.interrupt.race(held) => {
+                held?.map_err(|error| held_failure(job, error))?
+            }
+            () = self.groups.gate.failed() => return Err(StageError::GateFailed.into()),
         }
+        if attempt.is_stopped() {
+            return Err(StageError::OtherGroup.into());
+        }
+        Ok(())
     }
-    faults::crash_point("after-decision");
-    attempt.note_reaction(ready_at.elapsed());
-    let committed = two_phase::commit(
-        ends,
-        attempt,
-        &tracker,
-        &jobs,
-        Instant::now() + DEFAULT_CALL_DEADLINE,
-    )
-    .await;
-    // A host that lost the claim after the decision leaves the commits to the new holder,
-    // which finds the decision and rolls it forward.
-    let mut divergences = committed.map_err(|lost| lost.to_string())?;
-    faults::crash_point("after-commit");
-    let completion = Instant::now()
-        + job
-            .two_phase
-            .completion_timeout
-            .unwrap_or(DEFAULT_COMPLETION_TIMEOUT);
-    let (more, finished) = two_phase::complete(
-        ends,
-        attempt,
-        &mut tracker,
-        &jobs,
-        Some(completion),
-        &publish,
-    )
-    .await;
-    divergences.extend(more);
-    if !faults::planted(faults::Bug::SkipRows) {
-        let rows_deadline = Instant::now() + call_timeout;
-        divergences.extend(rows::after_commit(ends, &mut tracker, &jobs, rows_deadline).await);
+
+    /// Aborts the group's jobs on `stop`, unless the host lost the claim: then the restore
+    /// is the new holder's, and there is nothing to abort.
+    async fn abort(mut self, stop: Error) -> GroupEnd {
+        self.attempt.stop();
+        if !matches!(stop, Error::Lost(_)) {
+            let settle = (self.groups.job.two_phase.mirror_grace).min(Duration::from_secs(60));
+            let deadline = Instant::now() + self.call_timeout();
+            let aborted = if faults::planted(faults::Bug::SkipAbort) {
+                Ok(())
+            } else {
+                let ends = self.attempt.ends;
+                let tracker = &mut self.tracker;
+                two_phase::abort(ends, self.attempt, tracker, &self.jobs, settle, deadline).await
+            };
+            self.publish();
+            if let Err(e) = aborted {
+                tracing::warn!(group = self.index, error = %e, "the abort did not settle on every end");
+            }
+        }
+        tracing::warn!(group = self.index, reason = %stop.reason(), "aborted before the decision");
+        GroupEnd::Aborted(stop)
     }
-    publish(&tracker);
-    if finished {
-        Ok(divergences)
-    } else {
-        Err(format!(
-            "not every end reported Completed within the completion timeout: {}",
-            tracker.not_completed(&jobs)
-        ))
+
+    /// The decision, durable before any commit is sent, then the commits, the wait for
+    /// every end to complete and the rows each shows. From the decision on, only forward.
+    async fn commit(mut self) -> GroupEnd {
+        let attempt = self.attempt;
+        let ends = attempt.ends;
+        let ready_at = Instant::now();
+        if !faults::planted(faults::Bug::NoDecision) {
+            attempt.enter_phase(RestorePhase::Deciding);
+            let decision = Decision::Commit {
+                at: Timestamp::now(),
+            };
+            let decided = attempt.write(Change::Decided {
+                group: self.index,
+                decision,
+            });
+            if let Err(e) = decided.await {
+                // Not durable, so not decided: nothing was committed. The jobs stay held,
+                // as after a crash, for `recover` to decide from what reached the journal
+                // (a write that failed may still have landed).
+                return GroupEnd::Undecided(format!(
+                    "the commit decision could not be made durable ({}); nothing was \
+                     committed and the jobs are still held: run `lockstep recover` once the \
+                     journal can be written",
+                    error_chain(&e)
+                ));
+            }
+        }
+        faults::crash_point("after-decision");
+        attempt.note(Change::Reaction(ready_at.elapsed()));
+        let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
+        let committed = two_phase::commit(ends, attempt, &self.tracker, &self.jobs, deadline);
+        // A host that lost the claim after the decision leaves the commits to the new
+        // holder, which finds the decision and rolls it forward.
+        let mut divergences = match committed.await {
+            Ok(divergences) => divergences,
+            Err(lost) => {
+                return GroupEnd::Committed {
+                    divergences: Vec::new(),
+                    unfinished: Some(lost.to_string()),
+                };
+            }
+        };
+        faults::crash_point("after-commit");
+        let completion = Instant::now()
+            + (self.groups.job.two_phase.completion_timeout).unwrap_or(DEFAULT_COMPLETION_TIMEOUT);
+        let published = self.published;
+        let publish = |t: &Tracker| {
+            published.send_replace(t.clone());
+        };
+        let (more, finished) = two_phase::complete(
+            ends,
+            attempt,
+            &mut self.tracker,
+            &self.jobs,
+            Some(completion),
+            &publish,
+        )
+        .await;
+        divergences.extend(more);
+        if !faults::planted(faults::Bug::SkipRows) {
+            let deadline = Instant::now() + self.call_timeout();
+            let after = rows::after_commit(ends, &mut self.tracker, &self.jobs, deadline);
+            divergences.extend(after.await);
+        }
+        self.publish();
+        let unfinished = (!finished).then(|| {
+            format!(
+                "not every end reported Completed within the completion timeout: {}",
+                self.tracker.not_completed(&self.jobs)
+            )
+        });
+        GroupEnd::Committed {
+            divergences,
+            unfinished,
+        }
     }
 }
 
@@ -513,20 +552,12 @@ async fn submit(
     honours_key: bool,
 ) -> Result<(), Error> {
     let gate = groups.gate;
-    let failed = |source: StageError| attempt.failure_now(source);
     if !gate.batch_ready(first_batch).await {
-        return Err(failed(StageError::GateFailed));
+        return Err(StageError::GateFailed.into());
     }
     // Written with the keys below.
     attempt.enter_phase(RestorePhase::Importing);
-    let batches: Vec<BatchRecord> = {
-        let mut r = attempt.record.lock().expect("record lock");
-        for b in &mut r.groups[index].batches {
-            b.create_sent = true;
-        }
-        r.groups[index].batches.clone()
-    };
-    attempt.persist().await.map_err(failed)?;
+    attempt.write(Change::CreatesSent(index)).await?;
     faults::crash_point("after-intent");
     let target = attempt.ends.target();
     let call_timeout = groups
@@ -534,8 +565,12 @@ async fn submit(
         .two_phase
         .commit_timeout
         .unwrap_or(DEFAULT_CALL_DEADLINE);
-    let mut creates = futures::stream::iter(batches.iter().enumerate())
-        .map(|(i, b)| async move {
+    let batches = &groups.restore.groups[index].batches;
+    // By index: a closure over a borrowed item would keep the restore's future from being
+    // `Send` (rust-lang/rust#102211).
+    let mut creates = futures::stream::iter(0..batches.len())
+        .map(|i| async move {
+            let b = &batches[i];
             if !gate.batch_ready(first_batch + i).await {
                 return (i, None);
             }
@@ -567,25 +602,28 @@ async fn submit(
             Some(Ok(Ok(id))) => {
                 tracker.jobs[i].job_id = Some(id.clone());
                 published.send_modify(|t| t.jobs[i].job_id = Some(id.clone()));
-                attempt.record.lock().expect("record lock").groups[index].batches[i].job_id =
-                    Some(id);
+                let id = Some(id);
+                attempt.note(Change::JobId {
+                    group: index,
+                    batch: i,
+                    id,
+                });
             }
-            // Recorded at once, so that the stage and the other groups stop now rather
-            // than when the last batch was staged.
+            // The attempt stops at once, so that the stage and the other groups stop now
+            // rather than when the last batch was staged.
             Some(Ok(Err(e))) if first_error.is_none() => {
-                let error = create_failed(attempt, &e);
-                attempt.fail(error.clone());
-                first_error = Some(error);
+                attempt.stop();
+                first_error = Some(create_failed(e));
             }
             Some(Ok(Err(_))) => {}
             None => unstaged = true,
         }
     }
     drop(creates);
-    attempt.persist().await.map_err(failed)?;
+    attempt.persist().await?;
     faults::crash_point("after-submit");
     match first_error {
-        None if unstaged => Err(failed(StageError::GateFailed)),
+        None if unstaged => Err(StageError::GateFailed.into()),
         None => Ok(()),
         Some(error) => Err(error),
     }
@@ -647,13 +685,13 @@ fn held_failure(job: &Job, error: HoldError) -> StageError {
 }
 
 /// What a refused create means for the restore.
-fn create_failed(attempt: &Attempt<'_>, e: &milvus::Error) -> Error {
+fn create_failed(e: milvus::Error) -> Error {
     if e.is_replicated_import_disabled() {
         Error::Refused(vec![Refusal::ReplicatedImportDisabled {
-            reason: error_chain(e),
+            reason: error_chain(&e),
         }])
     } else {
-        attempt.failure_now(StageError::Create(error_chain(e)))
+        StageError::Create(e).into()
     }
 }
 
@@ -710,13 +748,10 @@ mod tests {
             .name
             .to_string();
         let no_files = failed_on(&unstaged, "no binlog to import under the path");
-        let hinted = held_failure(&job, no_files.clone());
-        assert_eq!(
-            hinted,
-            StageError::Unstaged {
-                error: Box::new(no_files),
-                secondary: unstaged.clone(),
-            }
+        let hinted = held_failure(&job, no_files);
+        assert!(
+            matches!(&hinted, StageError::Unstaged { secondary, .. } if *secondary == unstaged),
+            "{hinted:?}"
         );
         assert_eq!(
             hinted.to_string(),
@@ -728,16 +763,10 @@ mod tests {
             )
         );
         // A secondary that was staged into, or another failure, is the hold's own.
-        let staged = failed_on("prod-b", "no binlog to import");
-        assert_eq!(
-            held_failure(&job, staged.clone()),
-            StageError::Hold(Box::new(staged))
-        );
-        let other = failed_on(&unstaged, "disk quota exceeded");
-        assert_eq!(
-            held_failure(&job, other.clone()),
-            StageError::Hold(Box::new(other))
-        );
+        let staged = held_failure(&job, failed_on("prod-b", "no binlog to import"));
+        assert!(matches!(staged, StageError::Hold(_)), "{staged:?}");
+        let other = held_failure(&job, failed_on(&unstaged, "disk quota exceeded"));
+        assert!(matches!(other, StageError::Hold(_)), "{other:?}");
     }
 
     #[test]

@@ -10,9 +10,10 @@ use std::time::Duration;
 use jiff::Timestamp;
 use tokio::time::Instant;
 
-use super::attempt::Attempt;
+use super::attempt::{Attempt, Change};
 use super::ends::Ends;
 use super::fence::Fence;
+use super::preflight::error_chain;
 use super::process::Engine;
 use super::report::{CollectionReport, EndReport, Report, ReportOf};
 use super::retry::{DEFAULT_CALL_DEADLINE, fenced, retry};
@@ -69,8 +70,24 @@ pub async fn recover(
         };
     }
     tracing::info!(restore = %record.id, phase = ?record.phase, decided = record.has_commit_decision(), "recovering");
-    let mut report = report_of(&record, &ends, started);
-    let attempt = Attempt::new(engine, &ends, claim.as_ref(), record.clone(), job);
+    let report = report_of(&record, &ends, started);
+    let (attempt, mut keeper, mut inbox) =
+        Attempt::new(engine, &ends, claim.as_ref(), record.clone(), job);
+    let work = resolve(&attempt, &record, stores, report);
+    let (report, outcome) = keeper.run(&mut inbox, work).await;
+    keeper.finish(report, outcome, vec![]).await
+}
+
+/// Rolls each group of `record` forward or back, as its decision says, then drops what the
+/// rollback rule names and deletes the staged files once every job settled: the report so
+/// far and the outcome.
+async fn resolve(
+    attempt: &Attempt<'_>,
+    record: &RestoreRecord,
+    stores: &[(String, &StorageSpec)],
+    mut report: Report,
+) -> (Report, Outcome) {
+    let ends = attempt.ends;
     let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
     let settle = Duration::from_millis(record.mirror_grace_ms).min(Duration::from_secs(60));
@@ -101,18 +118,18 @@ pub async fn recover(
         let jobs: Vec<usize> = (0..tracker.jobs.len()).collect();
         match &group.decision {
             Some(Decision::Commit { .. }) => {
-                let mut d =
-                    match two_phase::commit(&ends, &attempt, &tracker, &jobs, deadline).await {
-                        Ok(d) => d,
-                        Err(lost) => {
-                            unsettled.push(lost.to_string());
-                            trackers.push(tracker);
-                            break;
-                        }
-                    };
+                let mut d = match two_phase::commit(ends, attempt, &tracker, &jobs, deadline).await
+                {
+                    Ok(d) => d,
+                    Err(lost) => {
+                        unsettled.push(lost.to_string());
+                        trackers.push(tracker);
+                        break;
+                    }
+                };
                 let (more, finished) = two_phase::complete(
-                    &ends,
-                    &attempt,
+                    ends,
+                    attempt,
                     &mut tracker,
                     &jobs,
                     Some(deadline),
@@ -120,7 +137,7 @@ pub async fn recover(
                 )
                 .await;
                 d.extend(more);
-                d.extend(super::rows::after_commit(&ends, &mut tracker, &jobs, deadline).await);
+                d.extend(super::rows::after_commit(ends, &mut tracker, &jobs, deadline).await);
                 divergences.extend(d);
                 forward_incomplete |= !finished;
             }
@@ -129,22 +146,29 @@ pub async fn recover(
                 // being recorded is looked up first, so its job is aborted too.
                 for (i, b) in group.batches.iter().enumerate() {
                     if b.job_id.is_none() && b.create_sent {
-                        tracker.jobs[i].job_id = find_lost_job(&ends, &attempt, b, deadline).await;
-                        attempt.record.lock().expect("record lock").groups[index].batches[i]
-                            .job_id = tracker.jobs[i].job_id.clone();
+                        let id = find_lost_job(ends, attempt, b, deadline).await;
+                        tracker.jobs[i].job_id = id.clone();
+                        attempt.note(Change::JobId {
+                            group: index,
+                            batch: i,
+                            id,
+                        });
                     }
                 }
                 if let Err(e) =
-                    two_phase::abort(&ends, &attempt, &mut tracker, &jobs, settle, deadline).await
+                    two_phase::abort(ends, attempt, &mut tracker, &jobs, settle, deadline).await
                 {
-                    unsettled.push(e);
+                    unsettled.push(error_chain(&e));
                 }
                 aborted_any = true;
-                attempt.record.lock().expect("record lock").groups[index].decision =
-                    Some(Decision::Abort {
-                        at: Timestamp::now(),
-                        reason: "recovered: no decision on record".into(),
-                    });
+                let decision = Decision::Abort {
+                    at: Timestamp::now(),
+                    reason: "recovered: no decision on record".into(),
+                };
+                attempt.note(Change::Decided {
+                    group: index,
+                    decision,
+                });
             }
         }
         trackers.push(tracker);
@@ -152,15 +176,13 @@ pub async fn recover(
     let _ = attempt.persist().await;
 
     let decided = record.has_commit_decision();
-    if !decided {
-        match ddl::drop_created(&ends, &attempt, &record.collections_to_drop(), deadline).await {
-            Ok(problems) => {
-                for problem in problems {
-                    tracing::warn!(%problem, "recovery rollback");
-                }
+    match ddl::drop_created(ends, attempt, &record.collections_to_drop(), deadline).await {
+        Ok(problems) => {
+            for problem in problems {
+                tracing::warn!(%problem, "recovery rollback");
             }
-            Err(lost) => unsettled.push(lost.to_string()),
         }
+        Err(lost) => unsettled.push(lost.to_string()),
     }
     // Staged files go once no end can still read them: every job settled. A store that
     // cannot be reached or named now leaves them for the sweep and `lockstep recover`.
@@ -182,11 +204,10 @@ pub async fn recover(
     {
         tracing::warn!(%prefix, "staged files were left in place; they are deleted once the stores can be reached");
     }
-    {
-        let mut r = attempt.record.lock().expect("record lock");
-        r.stage_left = record.staging_prefix.is_some() && !cleaned;
-        r.host_lost = !decided && settled;
-    }
+    attempt.note(Change::Recovered {
+        stage_left: record.staging_prefix.is_some() && !cleaned,
+        host_lost: !decided && settled,
+    });
 
     report.jobs = trackers.iter().flat_map(Tracker::job_reports).collect();
     report.divergences = divergences;
@@ -234,7 +255,16 @@ pub async fn recover(
     if let Some(s) = report.staging.as_mut() {
         s.cleaned_up = cleaned && temp == TempFiles::Delete;
     }
-    attempt.finish(report, outcome, vec![]).await
+    (report, outcome)
+}
+
+/// Why the staged files a finished restore left are not deleted yet.
+#[derive(Debug, thiserror::Error)]
+pub enum CleanupError {
+    #[error(transparent)]
+    Journal(#[from] crate::journal::Error),
+    #[error("the staged files of {0} could not all be deleted yet")]
+    NotDeleted(crate::journal::RestoreId),
 }
 
 /// Deletes the staged files a finished restore left (`stage_left`) from `stores`, under
@@ -244,16 +274,15 @@ pub async fn clean_left_stage(
     engine: &Engine,
     id: &crate::journal::RestoreId,
     stores: &[(String, &StorageSpec)],
-) -> Result<bool, String> {
+) -> Result<bool, CleanupError> {
     let claim = match engine.journal.claim(id).await {
         Ok(c) => c,
         Err(crate::journal::Error::Busy { .. }) => return Ok(false),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.into()),
     };
-    let mut record = match engine.journal.load(id).await {
-        Ok(Some(r)) if r.stage_left && !r.is_unfinished() => r,
-        Ok(_) => return Ok(false),
-        Err(e) => return Err(e.to_string()),
+    let mut record = match engine.journal.load(id).await? {
+        Some(r) if r.stage_left && !r.is_unfinished() => r,
+        _ => return Ok(false),
     };
     let temp = if record.keep_temp_files && record.has_commit_decision() {
         TempFiles::Keep
@@ -261,23 +290,13 @@ pub async fn clean_left_stage(
         TempFiles::Delete
     };
     // Right before the delete, as before every action: still this host's.
-    engine
-        .journal
-        .fence(claim.as_ref())
-        .await
-        .map_err(|e| e.to_string())?;
+    engine.journal.fence(claim.as_ref()).await?;
     if !crate::storage::delete_stage(stores, &StagingPrefix::for_restore(id), temp).await {
-        return Err(format!(
-            "the staged files of {id} could not all be deleted yet"
-        ));
+        return Err(CleanupError::NotDeleted(id.clone()));
     }
     record.stage_left = false;
     record.updated_at = Timestamp::now();
-    engine
-        .journal
-        .save(claim.as_ref(), &record)
-        .await
-        .map_err(|e| e.to_string())?;
+    engine.journal.save(claim.as_ref(), &record).await?;
     tracing::info!(restore = %id, "deleted the staged files a recovery had left");
     Ok(true)
 }

@@ -76,6 +76,12 @@ impl fmt::Display for Unreadable {
     }
 }
 
+impl std::error::Error for Unreadable {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
 /// Reads, with one describe each, the imported rows of every job of `jobs` on every end
 /// where the tracker last saw it Uncommitted or past it and its rows are not known yet,
 /// into `tracker.jobs[j].imported`. Each describe is retried until `deadline`.

@@ -3,12 +3,14 @@
 //! (or before them, for checks before import and for auto-commit routes), the commit groups
 //! (`group`), then cleanup and the outcome.
 
+use std::time::Duration;
+
 use jiff::Timestamp;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::attempt::Attempt;
+use super::attempt::{Attempt, Change, Inbox, Keeper};
 use super::auto_commit;
 use super::checks::{self, CheckSetup};
 use super::ddl;
@@ -16,9 +18,9 @@ use super::ends::Ends;
 use super::error::{Error, StageError};
 use super::faults;
 use super::gate::ImportGate;
-use super::group::{self, Groups};
+use super::group::{self, GroupEnd, Groups};
 use super::outcome;
-use super::preflight::{Preflight, preflight};
+use super::preflight::{Preflight, error_chain, preflight};
 use super::process::{Engine, Interrupted};
 use super::refusal::Refusal;
 use super::report::{CollectionReport, Divergence, EndReport, Report, ReportOf, StagingReport};
@@ -27,11 +29,12 @@ use super::rollback;
 use super::staging::{self, Destinations};
 use super::two_phase::Tracker;
 use crate::job::Job;
-use crate::journal::{Claim, Decision, Outcome, RestorePhase, RestoreRecord};
+use crate::journal::{Claim, CommitGroup, Decision, Outcome, RestorePhase, RestoreRecord};
 use crate::plugins::{CheckContext, Phase};
 use crate::storage::StagingPrefix;
 
-/// Runs a new attempt of `job` under `claim`.
+/// Runs a new attempt of `job` under `claim`. It owns the attempt: its keeper writes the
+/// record, the work runs under it, and what the work returns decides the outcome.
 pub(super) async fn run_attempt(
     engine: &Engine,
     job: &Job,
@@ -44,17 +47,17 @@ pub(super) async fn run_attempt(
         rerun_because: record.rerun_because.clone(),
         ..Report::new(ReportOf::record(&record), EndReport::of_ends(ends), started)
     };
-    let attempt = Attempt::new(engine, ends, claim, record, Some(job));
-    if let Err(e) = attempt.persist().await {
-        report.summary = e.to_string();
-        return attempt.finish(report, Outcome::HostFailed, vec![]).await;
+    let (attempt, mut keeper, mut inbox) = Attempt::new(engine, ends, claim, record, Some(job));
+    if let Err(e) = keeper.save().await {
+        report.summary = error_chain(&e);
+        return keeper.finish(report, Outcome::HostFailed, vec![]).await;
     }
     let preflight = match preflight(job, ends).await {
         Ok(preflight) => preflight,
         Err(refusals) => {
             let summary = format!("refused by preflight: {}", Refusal::joined(&refusals));
             report.summary = summary;
-            return attempt.finish(report, Outcome::Refused, refusals).await;
+            return keeper.finish(report, Outcome::Refused, refusals).await;
         }
     };
     for (end, v) in report.ends.iter_mut().zip(&preflight.versions) {
@@ -74,7 +77,7 @@ pub(super) async fn run_attempt(
         Ok(c) => c,
         Err(refusals) => {
             report.summary = format!("refused: {}", Refusal::joined(&refusals));
-            return attempt.finish(report, Outcome::Refused, refusals).await;
+            return keeper.finish(report, Outcome::Refused, refusals).await;
         }
     };
     report.collections = preflight
@@ -83,35 +86,46 @@ pub(super) async fn run_attempt(
         .iter()
         .map(CollectionReport::planned)
         .collect();
-    let outcome = attempt
-        .with_progress_writes(execute(&attempt, job, &preflight, &checks, &mut report))
-        .await;
-    let (outcome, refusals) = match outcome {
-        Ok(outcome) => (outcome, vec![]),
-        Err(Error::Refused(r)) => {
-            report.summary = format!("refused: {}", Refusal::joined(&r));
-            (Outcome::Refused, r)
+    let work = execute(&attempt, job, &preflight, &checks, &mut report);
+    let executed = keeper.run(&mut inbox, work).await;
+    let (outcome, refusals) = match executed {
+        Ok(Outcome::RolledBack) => {
+            undo(&attempt, &mut keeper, &mut inbox).await;
+            if let Some(s) = report.staging.as_mut() {
+                s.cleaned_up = true;
+            }
+            (Outcome::RolledBack, vec![])
         }
-        Err(failed) => {
-            // With collection atomicity, groups decided before the failure stay committed.
-            let facts = outcome::Facts {
-                failure: Some(failed.reason()),
-                visible: report.committed_collections(),
-                divergences: &report.divergences,
-                ..outcome::Facts::default()
-            };
-            let id = attempt.record.lock().expect("record lock").id.clone();
-            let (outcome, summary) = outcome::decide(&facts, &id);
-            report.summary = summary;
-            (outcome, vec![])
+        Ok(outcome) => (outcome, vec![]),
+        Err(stop) => {
+            undo(&attempt, &mut keeper, &mut inbox).await;
+            match stop {
+                Error::Refused(r) => {
+                    report.summary = format!("refused: {}", Refusal::joined(&r));
+                    (Outcome::Refused, r)
+                }
+                failed => {
+                    // With collection atomicity, groups decided before the failure stay
+                    // committed.
+                    let facts = outcome::Facts {
+                        failure: Some(failed.reason()),
+                        visible: report.committed_collections(),
+                        divergences: &report.divergences,
+                        ..outcome::Facts::default()
+                    };
+                    let (outcome, summary) = outcome::decide(&facts, &attempt.id);
+                    report.summary = summary;
+                    (outcome, vec![])
+                }
+            }
         }
     };
-    attempt.finish(report, outcome, refusals).await
+    keeper.finish(report, outcome, refusals).await
 }
 
 /// Everything after preflight. `Ok` is the outcome of a restore that got past its DDL
-/// without a pre-decision failure, or rolled back cleanly; `Err` a stop whose rollback the
-/// caller reports.
+/// without a failure before its decision (a rollback of it is the caller's); `Err` a stop
+/// whose rollback the caller does and reports.
 async fn execute(
     attempt: &Attempt<'_>,
     job: &Job,
@@ -119,88 +133,22 @@ async fn execute(
     checks: &CheckSetup,
     report: &mut Report,
 ) -> Result<Outcome, Error> {
-    let engine = attempt.engine;
     let ends = attempt.ends;
-    let grace = job.two_phase.mirror_grace;
-    let call_deadline = || {
-        Instant::now()
-            + job
-                .two_phase
-                .commit_timeout
-                .unwrap_or(DEFAULT_CALL_DEADLINE)
-    };
-    let restore_id = attempt.record.lock().expect("record lock").id.clone();
+    let restore_id = &attempt.id;
 
     // DDL on the target. What it will create is recorded before it starts (with the write
     // that enters the DDL phase), and what it created at every write after.
-    attempt.record.lock().expect("record lock").to_create = ddl::to_create(
+    attempt.note(Change::ToCreate(ddl::to_create(
         &preflight.plan,
         &preflight.exists,
         job.restore.collection_creation,
-    );
+    )));
     let (made_tx, made) = watch::channel(0);
-    let run_ddl = async |made: &watch::Sender<usize>| -> Result<(), Error> {
-        let created = |c| {
-            let mut r = attempt.record.lock().expect("record lock");
-            r.created_collections.push(c);
-        };
-        let applied = ddl::apply(
-            ends,
-            attempt,
-            &preflight.plan,
-            &preflight.exists,
-            job.restore.collection_creation,
-            call_deadline(),
-            &created,
-            made,
-        )
-        .await;
-        attempt
-            .persist()
-            .await
-            .map_err(|e| attempt.failure_now(e))?;
-        faults::crash_point("after-ddl");
-        applied.map_err(|e| match e {
-            ddl::Error::FieldIds {
-                collection,
-                mismatched,
-            } => Error::Refused(vec![Refusal::FieldIds {
-                collection,
-                mismatched,
-            }]),
-            ddl::Error::Milvus(e) => attempt.failure_now(StageError::Ddl(e.to_string())),
-            ddl::Error::Lost(lost) => Error::Lost(lost),
-        })
-    };
-    // Every collection must be on every secondary before its jobs are created: a mirror
-    // whose collection has not arrived is silently never created.
-    let mirrored = async |arrived: &(dyn Fn(usize) + Sync)| -> Result<(), Error> {
-        match engine
-            .interrupt
-            .race(ddl::await_mirrors(
-                ends,
-                &preflight.plan,
-                grace,
-                made.clone(),
-                arrived,
-            ))
-            .await
-        {
-            Err(i) => Err(i.into()),
-            Ok(result) => result.map_err(|e| attempt.failure_now(StageError::Arrival(e))),
-        }
-    };
+    let grace = job.two_phase.mirror_grace;
     if job.restore.meta_only {
-        attempt
-            .set_phase(RestorePhase::Ddl)
-            .await
-            .map_err(|e| attempt.failure_now(e))?;
-        if let Err(stop) = run_ddl(&made_tx).await {
-            return rollback(attempt, stop).await;
-        }
-        if let Err(stop) = mirrored(&|_| {}).await {
-            return rollback(attempt, stop).await;
-        }
+        attempt.set_phase(RestorePhase::Ddl).await?;
+        ddl(attempt, job, preflight, &made_tx).await?;
+        arrivals(attempt, preflight, grace, made, &|_| {}).await?;
         report.summary =
             "meta only: collections created on the target and present on every secondary".into();
         for c in &mut report.collections {
@@ -211,16 +159,12 @@ async fn execute(
 
     // Where the ends import from, and the commit groups: recorded before anything is
     // created, staged or submitted.
-    let to = match Destinations::open(job, preflight, &restore_id) {
-        Ok(to) => to,
-        Err(e) => return rollback(attempt, attempt.failure_now(e)).await,
-    };
+    let to = Destinations::open(job, preflight, restore_id)?;
     let import_prefix = to.paths.prefix().to_string();
-    let groups = group::plan(&restore_id, job, preflight, &import_prefix);
+    let groups = group::plan(restore_id, job, preflight, &import_prefix);
     let trackers = group::trackers(ends, preflight, &groups);
     // Every planned job, none created yet: what a restore stopped before its creates reports.
     report.jobs = trackers.iter().flat_map(Tracker::job_reports).collect();
-    attempt.record.lock().expect("record lock").groups = groups.clone();
     checks.set_staged(checks::staged_objects(
         &import_prefix,
         &preflight.plan.files_to_stage,
@@ -230,12 +174,13 @@ async fn execute(
     // One write for the groups, the prefix (so a crash mid-copy can still clean up) and the
     // phase: each is a journal commit with an fsync, and all of them come before any DDL,
     // copy or create.
-    to.record_in(&mut attempt.record.lock().expect("record lock"));
     attempt.enter_phase(RestorePhase::Ddl);
     attempt
-        .persist()
-        .await
-        .map_err(|e| attempt.failure_now(e))?;
+        .write(Change::Planned {
+            groups: groups.clone(),
+            staging: to.recorded(),
+        })
+        .await?;
     let gate = ImportGate::new(
         &import_prefix,
         &preflight.plan.files_to_stage,
@@ -267,76 +212,120 @@ async fn execute(
     // staged, and the decision waits for the whole stage.
     let auto_commits = preflight.route.route.auto_commits();
     let landed = if checks.has(Phase::BeforeImport) || auto_commits {
-        if let Err(stop) = run_ddl(&made_tx).await {
-            return rollback(attempt, stop).await;
-        }
-        if let Err(stop) = mirrored(&arrived).await {
-            return rollback(attempt, stop).await;
-        }
-        match stage(attempt, preflight, &to, &gate).await {
-            Ok(staged) => report.staging = Some(staged),
-            Err(stop) => return rollback(attempt, stop).await,
-        }
+        ddl(attempt, job, preflight, &made_tx).await?;
+        arrivals(attempt, preflight, grace, made.clone(), &arrived).await?;
+        report.staging = Some(stage(attempt, preflight, &to, &gate).await?);
         faults::crash_point("after-stage");
         let before_import = CheckContext::for_phase(&restore, Phase::BeforeImport, None);
         let checked = checks.run(job, before_import).await;
         report.checks = checks.reports();
-        if let Err(e) = checked {
-            return rollback(attempt, attempt.failure_now(e)).await;
-        }
+        checked?;
         if auto_commits {
-            attempt
-                .set_phase(RestorePhase::Importing)
-                .await
-                .map_err(|e| attempt.failure_now(e))?;
+            attempt.set_phase(RestorePhase::Importing).await?;
             let imports =
                 auto_commit::run(ends.target(), attempt, &groups, preflight.route.route).await;
             auto_committed(&imports, ends, report)
         } else {
-            held(attempt, group::run(attempt, run_on, trackers).await, report)
+            held(
+                &groups,
+                group::run(attempt, run_on, trackers).await,
+                report,
+                [],
+            )
         }
     } else {
-        // A failure recorded here closes the gate: the groups abort with its reason.
-        let creating = async {
-            if let Err(stop) = run_ddl(&made_tx).await {
-                attempt.fail(stop);
-            }
+        // The first of them to fail stops the others, and the groups abort.
+        let creating = attempt.stopping_on_error(async {
+            let made_tx = made_tx;
+            let created = ddl(attempt, job, preflight, &made_tx).await;
             // Ends the wait for a collection the DDL never made, after its reason.
             drop(made_tx);
-        };
-        let arrivals = async {
+            created
+        });
+        let arrivals = attempt.stopping_on_error(async {
             tokio::select! {
-                mirrored = mirrored(&arrived) => {
-                    if let Err(stop) = mirrored {
-                        attempt.fail(stop);
-                    }
-                }
+                mirrored = arrivals(attempt, preflight, grace, made.clone(), &arrived) => mirrored,
                 // Nothing more is imported (the gate is closed): waiting for a late
                 // collection is moot.
-                () = attempt.stopped() => {}
+                () = attempt.stopped() => Ok(()),
             }
-        };
+        });
         let staging = async {
-            match stage(attempt, preflight, &to, &gate).await {
-                Ok(staged) => {
-                    faults::crash_point("after-stage");
-                    Some(staged)
-                }
-                // The stage recorded its failure: the groups abort on it.
-                Err(_) => None,
+            let staged = stage(attempt, preflight, &to, &gate).await;
+            if staged.is_ok() {
+                faults::crash_point("after-stage");
             }
+            staged
         };
-        let ((), (), staged, results) = tokio::join!(
+        let (created, arrived, staged, ran) = tokio::join!(
             creating,
             arrivals,
             staging,
             group::run(attempt, run_on, trackers)
         );
-        report.staging = staged;
-        held(attempt, results, report)
+        let staged = staged.map(|staged| report.staging = Some(staged));
+        let stops = [created.err(), arrived.err(), staged.err()];
+        held(&groups, ran, report, stops.into_iter().flatten())
     };
     report.checks = checks.reports();
     conclude(attempt, job, landed, report).await
+}
+
+/// The DDL on the target, counting the collections it made on `made`; what it created is
+/// written before this returns, whatever it returns.
+async fn ddl(
+    attempt: &Attempt<'_>,
+    job: &Job,
+    preflight: &Preflight,
+    made: &watch::Sender<usize>,
+) -> Result<(), Error> {
+    let created = |c| attempt.note(Change::Created(c));
+    let deadline = Instant::now()
+        + job
+            .two_phase
+            .commit_timeout
+            .unwrap_or(DEFAULT_CALL_DEADLINE);
+    let applied = ddl::apply(
+        attempt.ends,
+        attempt,
+        &preflight.plan,
+        &preflight.exists,
+        job.restore.collection_creation,
+        deadline,
+        &created,
+        made,
+    )
+    .await;
+    attempt.persist().await?;
+    faults::crash_point("after-ddl");
+    applied.map_err(|e| match e {
+        ddl::Error::FieldIds {
+            collection,
+            mismatched,
+        } => Error::Refused(vec![Refusal::FieldIds {
+            collection,
+            mismatched,
+        }]),
+        ddl::Error::Milvus(e) => StageError::Ddl(e).into(),
+        ddl::Error::Lost(lost) => Error::Lost(lost),
+    })
+}
+
+/// Waits until every collection the DDL made (`made` counts them) is on every secondary,
+/// telling `arrived` of each: a mirror whose collection has not arrived is silently never
+/// created, so no job is created before.
+async fn arrivals(
+    attempt: &Attempt<'_>,
+    preflight: &Preflight,
+    grace: Duration,
+    made: watch::Receiver<usize>,
+    arrived: &(dyn Fn(usize) + Sync),
+) -> Result<(), Error> {
+    let arrivals = ddl::await_mirrors(attempt.ends, &preflight.plan, grace, made, arrived);
+    match attempt.engine.interrupt.race(arrivals).await {
+        Err(i) => Err(i.into()),
+        Ok(result) => result.map_err(|e| StageError::Arrival(e).into()),
+    }
 }
 
 /// What the imports came to, however they ran: [`conclude`] decides the outcome from it.
@@ -353,26 +342,49 @@ struct Landed {
     jobs: usize,
     /// Whether the staged files went while the ends finished committing; `None` if not.
     cleaned_early: Option<bool>,
+    /// Why the restore stopped before (some of) its decisions, if it did.
+    stop: Option<Error>,
+    /// The groups that aborted on that stop.
+    aborted: Vec<usize>,
 }
 
 /// What the commit groups came to: a collection is committed when a group that imports
-/// into it has a commit decision.
-fn held(attempt: &Attempt<'_>, ran: group::Ran, report: &mut Report) -> Landed {
+/// into it decided for commit. `stops` are those of the parts that ran beside the groups:
+/// the restore's stop is the first of them and the groups' that does not follow from
+/// another.
+fn held(
+    groups: &[CommitGroup],
+    ran: group::Ran,
+    report: &mut Report,
+    stops: impl IntoIterator<Item = Error>,
+) -> Landed {
     report.jobs = ran.trackers.iter().flat_map(Tracker::job_reports).collect();
-    let record = attempt.record.lock().expect("record lock");
     let mut divergences = Vec::new();
     let mut unconverged = Vec::new();
-    for (group, result) in record.groups.iter().zip(ran.results) {
-        match result {
-            Ok(d) => divergences.extend(d),
-            Err(reason) => unconverged.push(format!("group {}: {reason}", group.id)),
+    let mut aborted = Vec::new();
+    let mut group_stops = Vec::new();
+    let mut committed_groups = Vec::new();
+    for (index, (group, end)) in groups.iter().zip(ran.ends).enumerate() {
+        match end {
+            GroupEnd::Committed {
+                divergences: d,
+                unfinished,
+            } => {
+                divergences.extend(d);
+                unconverged.extend(unfinished.map(|why| format!("group {}: {why}", group.id)));
+                committed_groups.push(group);
+            }
+            GroupEnd::Undecided(why) => unconverged.push(format!("group {}: {why}", group.id)),
+            GroupEnd::Aborted(stop) => {
+                aborted.push(index);
+                group_stops.push(stop);
+            }
         }
     }
     let committed = (report.collections.iter())
         .map(|c| {
-            record.groups.iter().any(|g| {
-                matches!(g.decision, Some(Decision::Commit { .. }))
-                    && (g.batches.iter()).any(|b| format!("{}.{}", b.db, b.collection) == c.target)
+            (committed_groups.iter()).any(|g| {
+                (g.batches.iter()).any(|b| format!("{}.{}", b.db, b.collection) == c.target)
             })
         })
         .collect();
@@ -382,8 +394,10 @@ fn held(attempt: &Attempt<'_>, ran: group::Ran, report: &mut Report) -> Landed {
         failure: None,
         divergences,
         unconverged,
-        jobs: record.groups.iter().map(|g| g.batches.len()).sum(),
+        jobs: groups.iter().map(|g| g.batches.len()).sum(),
         cleaned_early: ran.cleaned_early,
+        stop: Error::first(stops.into_iter().chain(group_stops)),
+        aborted,
     }
 }
 
@@ -428,13 +442,17 @@ fn auto_committed(
         unconverged: Vec::new(),
         jobs: imports.len(),
         cleaned_early: None,
+        stop: None,
+        aborted: Vec::new(),
     }
 }
 
-/// The one tail of every restore that got to its imports. A failure before a decision rolls
-/// back what no decision committed; otherwise the outcome follows from what landed. Nothing
-/// visible at all is rolled back (an auto-commit restore whose imports all failed);
-/// anything else stays, and the staged files go once nothing reads them.
+/// The one tail of every restore that got to its imports. A stop before a decision records
+/// the aborted groups' decisions with its reason and returns it, for the caller to roll
+/// back what no decision committed; otherwise the outcome follows from what landed.
+/// Nothing visible at all is rolled back by the caller (an auto-commit restore whose
+/// imports all failed); anything else stays, and the staged files go once nothing reads
+/// them.
 async fn conclude(
     attempt: &Attempt<'_>,
     job: &Job,
@@ -445,12 +463,20 @@ async fn conclude(
         c.committed = *committed;
     }
     report.divergences = landed.divergences;
-    if let Some(stop) = attempt.first_failure() {
-        // Undecided groups aborted themselves; drop what they created. With some groups
-        // committed, their collections stay and the report says which.
-        return rollback(attempt, stop).await;
+    if let Some(stop) = landed.stop {
+        let reason = stop.reason();
+        for &group in &landed.aborted {
+            let decision = Decision::Abort {
+                at: Timestamp::now(),
+                reason: reason.clone(),
+            };
+            attempt.note(Change::Decided { group, decision });
+        }
+        if let Err(e) = attempt.persist().await {
+            tracing::warn!(error = %error_chain(&e), "could not record the abort decisions");
+        }
+        return Err(stop);
     }
-    let restore_id = attempt.record.lock().expect("record lock").id.clone();
     let facts = outcome::Facts {
         failure: landed.failure,
         visible: report.committed_collections(),
@@ -461,28 +487,24 @@ async fn conclude(
         jobs: landed.jobs,
         ends: attempt.ends.len(),
     };
-    let (outcome, summary) = outcome::decide(&facts, &restore_id);
+    let (outcome, summary) = outcome::decide(&facts, &attempt.id);
     let settled = facts.unconverged.is_empty();
     report.summary = summary;
     if outcome == Outcome::RolledBack {
-        undo(attempt).await;
-        if let Some(s) = report.staging.as_mut() {
-            s.cleaned_up = true;
-        }
         return Ok(outcome);
     }
     // A restore left incomplete already says why; a journal that cannot take this write
     // either does not change that outcome.
     if let Err(e) = attempt.set_phase(RestorePhase::Completing).await {
         if settled {
-            return Err(attempt.failure_now(e));
+            return Err(e.into());
         }
-        tracing::warn!(error = %e, "could not record the completing phase");
+        tracing::warn!(error = %error_chain(&e), "could not record the completing phase");
     }
     if let Some(s) = report.staging.as_mut() {
         match landed.cleaned_early {
             Some(cleaned) => s.cleaned_up = cleaned,
-            None if settled => s.cleaned_up = staging::clean_up(job, attempt, &restore_id).await,
+            None if settled => s.cleaned_up = staging::clean_up(job, attempt, &attempt.id).await,
             None => {}
         }
     }
@@ -491,11 +513,10 @@ async fn conclude(
 
 /// Stages the plan's files into every end's store that is not the backup's, in the gate's
 /// order, opening the gate batch by batch; ends the gate either way. The caller has
-/// recorded the prefix ([`Destinations::record_in`]). The phase and a failure are recorded
-/// here, not by the stage.
+/// recorded the prefix ([`Destinations::recorded`]).
 ///
 /// Stops at an interrupt, like every stage before the decision, and when the restore fails
-/// elsewhere. A failure is the restore's: it is recorded for the groups to abort on.
+/// elsewhere. A failure of its own stops the attempt, so that the groups abort.
 async fn stage(
     attempt: &Attempt<'_>,
     preflight: &Preflight,
@@ -505,7 +526,7 @@ async fn stage(
     // Rides on the next journal write: nothing recovers differently for it.
     attempt.enter_phase(RestorePhase::Staging);
     let stop = CancellationToken::new();
-    let id = attempt.record.lock().expect("record lock").id.to_string();
+    let id = attempt.id.to_string();
     let progress = attempt.engine.progress.clone();
     let show = move |p| progress.staging(&id, p);
     let staging = staging::stage_files(preflight, to, gate, &show, &stop);
@@ -515,17 +536,15 @@ async fn stage(
     // stage is told to stop and waited for, not dropped: a copy abandoned mid-request could
     // land after the rollback deleted the prefix.
     let staged = tokio::select! {
-        staged = &mut staging => staged.map_err(|e| attempt.failure_now(e)),
+        staged = &mut staging => staged.map_err(Error::from),
         why = stopped_by(attempt) => {
             stop.cancel();
             let _ = staging.await;
             Err(why)
         }
     };
-    // Recording the failure closes the gate, so the groups that wake on it abort with the
-    // stage's reason, not their own.
-    if let Err(stop) = &staged {
-        attempt.fail(stop.clone());
+    if staged.is_err() {
+        attempt.stop();
     }
     gate.end(staged.is_ok());
     staged
@@ -537,7 +556,7 @@ async fn stopped_by(attempt: &Attempt<'_>) -> Error {
     tokio::select! {
         () = attempt.stopped() => {
             tracing::info!("staging stopped: the restore failed before its decision");
-            attempt.failure_now(StageError::StagingStopped)
+            StageError::StagingStopped.into()
         }
         () = attempt.engine.interrupt.fired() => {
             tracing::info!("staging stopped: interrupted");
@@ -546,32 +565,21 @@ async fn stopped_by(attempt: &Attempt<'_>) -> Error {
     }
 }
 
-/// Takes back what the restore made ([`rollback`]) and stops with `stop`.
-async fn rollback(attempt: &Attempt<'_>, stop: Error) -> Result<Outcome, Error> {
-    undo(attempt).await;
-    Err(stop)
-}
-
-/// Drops the collections a rollback drops and deletes the restore's staged files.
-async fn undo(attempt: &Attempt<'_>) {
-    let (collections, staged) = {
-        let r = attempt.record.lock().expect("record lock");
-        let staged = r
-            .staging_prefix
-            .is_some()
-            .then(|| StagingPrefix::for_restore(&r.id));
-        (rollback::collections_to_drop(&r), staged)
-    };
+/// Takes back what the restore made before its decision (DESIGN.md §2): the collections
+/// the record's one rollback rule names, and the staged files.
+async fn undo(attempt: &Attempt<'_>, keeper: &mut Keeper<'_>, inbox: &mut Inbox) {
+    let record = keeper.record();
+    let collections = record.collections_to_drop();
+    let staged = (record.staging_prefix.is_some()).then(|| StagingPrefix::for_restore(&record.id));
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
-    let undone = rollback::undo(
+    let undo = rollback::undo(
         attempt.ends,
         attempt,
         &collections,
         attempt.job.zip(staged),
         deadline,
-    )
-    .await;
-    if let Err(lost) = undone {
+    );
+    if let Err(lost) = keeper.run(inbox, undo).await {
         tracing::warn!(%lost, "rollback stopped: what is left is the new holder's");
     }
 }

@@ -6,10 +6,10 @@ use tokio_util::sync::CancellationToken;
 use super::error::StageError;
 use super::fence::Fence;
 use super::gate::ImportGate;
-use super::preflight::{Preflight, error_chain};
+use super::preflight::Preflight;
 use super::report::StagingReport;
 use crate::job::Job;
-use crate::journal::{RestoreId, RestoreRecord};
+use crate::journal::RestoreId;
 use crate::storage::{self, ImportPaths, StagingPrefix};
 
 /// The stores the ends import from, opened, and where in them.
@@ -32,7 +32,7 @@ impl Destinations {
         for (end, spec) in job.destinations() {
             let store = storage::open(spec).map_err(|e| StageError::Storage {
                 end: end.clone(),
-                reason: error_chain(&e),
+                source: Box::new(e),
             })?;
             stores.push((end, store));
         }
@@ -49,13 +49,15 @@ impl Destinations {
         Ok(Destinations { paths, stores })
     }
 
-    /// Notes the staging prefix and the ends staged into in the restore's record, before
-    /// anything is copied, so that a crash mid-copy can still clean up.
-    pub fn record_in(&self, record: &mut RestoreRecord) {
-        if let ImportPaths::Staged { prefix } = &self.paths {
-            record.staging_prefix = Some(prefix.path().to_string());
-            record.staged_ends = self.stores.iter().map(|(e, _)| e.clone()).collect();
-        }
+    /// The staging prefix and the ends staged into, for the restore's record before
+    /// anything is copied, so that a crash mid-copy can still clean up; `None` when the
+    /// ends import in place.
+    pub fn recorded(&self) -> Option<(String, Vec<String>)> {
+        let ImportPaths::Staged { prefix } = &self.paths else {
+            return None;
+        };
+        let ends = self.stores.iter().map(|(e, _)| e.clone()).collect();
+        Some((prefix.path().to_string(), ends))
     }
 }
 
@@ -129,7 +131,7 @@ pub(super) async fn stage_files(
         stop,
     )
     .await
-    .map_err(|e| StageError::Staging(error_chain(&e)))?;
+    .map_err(|e| StageError::Staging(Box::new(e)))?;
     for file in &staged {
         *report.transfers.entry(file.transfer).or_default() += 1;
         if file.transfer == storage::Transfer::Streamed {

@@ -327,9 +327,12 @@ pub async fn commit(
     deadline: Instant,
 ) -> Result<Vec<Divergence>, Lost> {
     let target = ends.target();
+    // Closures over owned items: one over a borrowed item would keep the restore's future
+    // from being `Send` (rust-lang/rust#102211).
     let results: Vec<(usize, Fenced<()>)> = futures::stream::iter(
         jobs.iter()
-            .filter_map(|&j| tracker.jobs[j].job_id.clone().map(|id| (j, id))),
+            .copied()
+            .filter_map(|j| tracker.jobs[j].job_id.clone().map(|id| (j, id))),
     )
     .map(|(j, id)| async move {
         let db = &tracker.jobs[j].db;
@@ -478,6 +481,37 @@ pub async fn complete(
     (divergences, finished)
 }
 
+/// Why an abort did not settle on every end.
+#[derive(Debug, thiserror::Error)]
+pub enum AbortError {
+    /// The fence failed: the rest is the new holder's.
+    #[error(transparent)]
+    Lost(#[from] Lost),
+    /// An end refused an abort to this user, or a status read: waiting will not settle it.
+    #[error("{0}; the jobs stay held until a user allowed to abort them does")]
+    Denied(String),
+    /// A job is Committing or Completed though this restore never committed it.
+    #[error("job {job} on {end} is {state} though this restore never committed it")]
+    Committed {
+        job: MilvusJobId,
+        end: String,
+        state: JobState,
+    },
+    /// A job some end still holds past the deadline.
+    #[error("job {job} ({batch}) on {end} did not settle after the abort")]
+    Unsettled {
+        job: MilvusJobId,
+        batch: String,
+        end: String,
+    },
+}
+
+impl From<Denied> for AbortError {
+    fn from(denied: Denied) -> AbortError {
+        AbortError::Denied(denied.0)
+    }
+}
+
 /// Aborts every job of `jobs` on the target, each by the id this attempt's create got and
 /// once `fence` passed, and waits until no end holds one Uncommitted: the target's copy
 /// Failed (or unknown), each mirror Failed, or still unknown `settle` after the abort (its
@@ -490,7 +524,7 @@ pub async fn abort(
     jobs: &[usize],
     settle: Duration,
     deadline: Instant,
-) -> Result<(), String> {
+) -> Result<(), AbortError> {
     let target = ends.target();
     let ids: Vec<(&str, MilvusJobId)> = jobs
         .iter()
@@ -499,8 +533,10 @@ pub async fn abort(
             job.job_id.clone().map(|id| (job.db.as_str(), id))
         })
         .collect();
-    let fenced: Vec<(&MilvusJobId, Fenced<()>)> = futures::stream::iter(ids.iter())
-        .map(|(db, id)| async move {
+    let ids = &ids;
+    let fenced: Vec<(&MilvusJobId, Fenced<()>)> = futures::stream::iter(0..ids.len())
+        .map(|i| async move {
+            let (db, id) = &ids[i];
             (
                 id,
                 fenced(deadline, fence, || target.rest.abort(db, id)).await,
@@ -511,7 +547,7 @@ pub async fn abort(
         .await;
     let mut answers = Vec::with_capacity(fenced.len());
     for (id, answer) in fenced {
-        answers.push((id, answer.map_err(|lost| lost.to_string())?));
+        answers.push((id, answer?));
     }
     // An abort the end refuses to this user will not settle by waiting: say so now.
     let denied: Vec<String> = answers
@@ -522,10 +558,7 @@ pub async fn abort(
         })
         .collect();
     if !denied.is_empty() {
-        return Err(format!(
-            "{}; the jobs stay held until a user allowed to abort them does",
-            denied.join("; ")
-        ));
+        return Err(AbortError::Denied(denied.join("; ")));
     }
     let refused: Vec<String> = answers
         .iter()
@@ -543,8 +576,8 @@ pub async fn abort(
     let (pairs, owner) = tracker.pairs(jobs, ends.len());
     let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
     let aborted_at = Instant::now();
-    let mut stuck: Option<String> = None;
-    let mut judge = |i: usize, sight: Sight, now: Instant| -> Judgement {
+    let mut stuck: Option<AbortError> = None;
+    let mut judge = |i: usize, sight: Sight, now: Instant| -> Judgement<AbortError> {
         let j = owner[i];
         let end = pairs[i].end;
         tracker.note(j, end, &sight);
@@ -557,19 +590,21 @@ pub async fn abort(
             Sight::Seen(p) if p.state == JobState::Completed || p.state == JobState::Committing => {
                 // Only a commit makes a job Committing; before a decision none was sent by
                 // this restore. Report it rather than wait forever.
-                stuck = Some(format!(
-                    "job {} on {} is {} though this restore never committed it",
-                    pairs[i].job, names[end], p.state
-                ));
+                stuck = Some(AbortError::Committed {
+                    job: pairs[i].job.clone(),
+                    end: names[end].clone(),
+                    state: p.state,
+                });
                 Judgement::Done
             }
             _ => Judgement::Wait,
         };
-        if verdict == Judgement::Wait && now >= deadline {
-            return Judgement::Stop(format!(
-                "job {} ({}) on {} did not settle after the abort",
-                pairs[i].job, tracker.jobs[j].batch_id, names[end]
-            ));
+        if matches!(verdict, Judgement::Wait) && now >= deadline {
+            return Judgement::Stop(AbortError::Unsettled {
+                job: pairs[i].job.clone(),
+                batch: tracker.jobs[j].batch_id.clone(),
+                end: names[end].clone(),
+            });
         }
         verdict
     };

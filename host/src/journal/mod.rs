@@ -500,10 +500,12 @@ impl RestoreRecord {
         matches!(self.outcome, None | Some(Outcome::Incomplete))
     }
 
-    /// What a rollback after a crash drops: every collection the restore created or may
-    /// have created. A collection that existed before it is never among them unless the
-    /// restore dropped and recreated it. One it was to create and never recorded has no id:
-    /// the crash came between its create and the write after it.
+    /// What a rollback of this record drops, in a run and in a recovery alike. Before any
+    /// commit decision: every collection the restore created or may have created (one it
+    /// was to create and never recorded has no id: its create's answer, or the write after
+    /// it, was lost). Once some group is decided for commit, only those of the groups that
+    /// are not: the committed ones are visible. A collection that existed before the
+    /// restore is never among them unless the restore dropped and recreated it.
     pub fn collections_to_drop(&self) -> Vec<CreatedCollection> {
         let mut all = self.created_collections.clone();
         for (db, name) in &self.to_create {
@@ -514,6 +516,16 @@ impl RestoreRecord {
                     id: None,
                 });
             }
+        }
+        if self.has_commit_decision() {
+            let undecided = (self.groups.iter())
+                .filter(|g| !matches!(g.decision, Some(Decision::Commit { .. })))
+                .flat_map(|g| g.batches.iter());
+            all.retain(|c| {
+                undecided
+                    .clone()
+                    .any(|b| b.db == c.db && b.collection == c.name)
+            });
         }
         all
     }
@@ -591,6 +603,82 @@ pub trait Journal: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A restore that created c0, c1, … (one more than it has groups), group i importing
+    /// into c{i} and decided as `decisions[i]` says (`Some(true)`: commit).
+    fn record(decisions: &[Option<bool>]) -> RestoreRecord {
+        let mut record =
+            RestoreRecord::new(RestoreId::new("r", "ab", 1), "r", "ab", 1, "b", vec![]);
+        record.created_collections = (0..=decisions.len())
+            .map(|i| CreatedCollection {
+                db: "default".into(),
+                name: format!("c{i}"),
+                id: Some(i as i64),
+            })
+            .collect();
+        record.groups = (decisions.iter().enumerate())
+            .map(|(i, decided)| CommitGroup {
+                id: format!("g{i}"),
+                batches: vec![BatchRecord {
+                    batch_id: format!("b{i}"),
+                    db: "default".into(),
+                    collection: format!("c{i}"),
+                    partition: "_default".into(),
+                    idempotency_key: format!("k{i}"),
+                    files: vec![],
+                    options: Default::default(),
+                    job_id: None,
+                    create_sent: true,
+                    expected_rows: None,
+                }],
+                decision: decided.map(|commit| match commit {
+                    true => Decision::Commit {
+                        at: jiff::Timestamp::now(),
+                    },
+                    false => Decision::Abort {
+                        at: jiff::Timestamp::now(),
+                        reason: "stop".into(),
+                    },
+                }),
+            })
+            .collect();
+        record
+    }
+
+    fn names(collections: Vec<CreatedCollection>) -> Vec<String> {
+        collections.into_iter().map(|c| c.name).collect()
+    }
+
+    #[test]
+    fn before_any_decision_everything_created_is_dropped() {
+        let r = record(&[None, Some(false)]);
+        assert_eq!(names(r.collections_to_drop()), ["c0", "c1", "c2"]);
+    }
+
+    #[test]
+    fn a_committed_groups_collections_stay() {
+        // c0 is committed, c1 aborted; c2 was created but is in no group.
+        let r = record(&[Some(true), Some(false)]);
+        assert_eq!(names(r.collections_to_drop()), ["c1"]);
+    }
+
+    /// A create whose answer was lost left only its name in `to_create`: it is dropped by
+    /// name, before a decision and, once one is made, when its group is undecided.
+    #[test]
+    fn a_collection_the_restore_may_have_created_is_dropped_by_name() {
+        let mut r = record(&[None]);
+        r.to_create = vec![
+            ("default".into(), "c0".into()),
+            ("default".into(), "c9".into()),
+        ];
+        let dropped = r.collections_to_drop();
+        assert_eq!(names(dropped.clone()), ["c0", "c1", "c9"]);
+        assert_eq!(dropped[2].id, None);
+        let mut decided = record(&[Some(true), None]);
+        decided.to_create = vec![("default".into(), "c1".into())];
+        decided.created_collections.truncate(1);
+        assert_eq!(names(decided.collections_to_drop()), ["c1"]);
+    }
 
     #[test]
     fn restore_ids_are_readable_and_key_safe() {

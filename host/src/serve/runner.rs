@@ -331,7 +331,7 @@ impl Runner {
                     }
                     Step::Recover(record) => {
                         let report = match Ends::for_job(&job) {
-                            Ok(ends) => recover_on_own_thread(
+                            Ok(ends) => spawn_recover(
                                 self.engine(interrupt.clone()),
                                 *record,
                                 ends,
@@ -355,7 +355,7 @@ impl Runner {
                             return Ended::NothingRan;
                         }
                         let report =
-                            run_on_own_thread(self.engine(interrupt.clone()), job.clone(), because)
+                            spawn_run(self.engine(interrupt.clone()), job.clone(), because)
                                 .await
                                 .expect("a restore does not panic");
                         if report.restore_id.is_empty() {
@@ -523,7 +523,7 @@ impl Runner {
                         }
                     };
                     let host = runner.host.clone();
-                    let report = recover_on_own_thread(runner.engine(interrupt), record, ends, None, host)
+                    let report = spawn_recover(runner.engine(interrupt), record, ends, None, host)
                         .await
                         .expect("a recovery does not panic");
                     runner.link_latest(&report);
@@ -560,38 +560,21 @@ async fn recheck_later(interrupt: &Interrupt) -> bool {
         .is_ok()
 }
 
-/// Runs an engine future on a blocking-pool thread of the same runtime. The engine's
-/// futures are not `Send` as rustc sees them (closures over borrowed ids inside them hit
-/// rust-lang/rust#102211), so they cannot be spawned; made and driven on their own thread
-/// with `block_on`, they still use the runtime's timers and sockets.
-// Returns the join handle, whose type does not mention the engine's future, so callers'
-// futures stay provably Send.
-fn on_own_thread<F, Fut>(make: F) -> tokio::task::JoinHandle<Report>
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Report>,
-{
-    let runtime = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || runtime.block_on(make()))
+/// Spawns a restore of `job` as a task of its own.
+fn spawn_run(engine: Engine, job: Job, because: Option<String>) -> tokio::task::JoinHandle<Report> {
+    tokio::spawn(async move { engine.run_because(&job, because).await })
 }
 
-fn run_on_own_thread(
-    engine: Engine,
-    job: Job,
-    because: Option<String>,
-) -> tokio::task::JoinHandle<Report> {
-    on_own_thread(move || async move { engine.run_because(&job, because).await })
-}
-
-/// Recovers `record` with the job's stores when the job is known, else the host config's.
-fn recover_on_own_thread(
+/// Spawns a recovery of `record`, with the job's stores when the job is known, else the
+/// host config's.
+fn spawn_recover(
     engine: Engine,
     record: RestoreRecord,
     ends: Ends,
     job: Option<Job>,
     host: HostConfig,
 ) -> tokio::task::JoinHandle<Report> {
-    on_own_thread(move || async move {
+    tokio::spawn(async move {
         let stores = match &job {
             Some(job) => job.destinations(),
             None => engine::recorded_stores(&record, &host).unwrap_or_default(),
