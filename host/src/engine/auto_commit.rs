@@ -23,7 +23,7 @@ use super::route::Route;
 use super::schedule::MAX_INTERVAL;
 use crate::backup::ExpectedRows;
 use crate::journal::{BatchRecord, CommitGroup};
-use crate::milvus::{self, CreateImport, JobState};
+use crate::milvus::{self, JobState};
 
 /// Imports in flight at once (milvus-backup bounds them with `importJobs`).
 const IMPORTS_IN_FLIGHT: usize = 8;
@@ -142,7 +142,7 @@ pub async fn run(
         .iter()
         .map(|b| BatchImport {
             batch_id: b.batch_id.clone(),
-            collection: format!("{}.{}", b.db, b.collection),
+            collection: b.namespace().to_string(),
             partition: b.partition.clone(),
             expected: b.expected_rows,
             job_id: None,
@@ -232,13 +232,7 @@ async fn rest_import(
     fence: &dyn Fence,
     b: &BatchRecord,
 ) -> (Option<String>, Result<i64, ImportFailure>) {
-    let body = CreateImport {
-        db_name: b.db.clone(),
-        collection_name: b.collection.clone(),
-        partition_name: (!b.partition.is_empty()).then(|| b.partition.clone()),
-        files: b.files.clone(),
-        options: b.options.clone(),
-    };
+    let body = b.create_import();
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
     let job = match fenced(deadline, fence, || target.rest.create_import(&body, None)).await {
         Ok(Ok(job)) => job,

@@ -114,7 +114,7 @@ impl CheckContext {
                 .map(|(i, b)| CheckImportJob {
                     id: String::new(),
                     batch: i as u32,
-                    collection: format!("{}.{}", b.db, b.collection),
+                    collection: b.namespace().to_string(),
                     partition: b.partition.clone(),
                     states: absent(),
                 })

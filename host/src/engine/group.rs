@@ -8,7 +8,6 @@
 //! move. The progress display and the journal's progress snapshot read every group's; the
 //! group's sentry reads its own; the early cleanup waits until all of them are past commit.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -35,7 +34,7 @@ use super::two_phase::{self, HoldError, SHOW_EVERY, Tracked, Tracker};
 use crate::backup::ImportBatch;
 use crate::job::{Atomicity, Job};
 use crate::journal::{BatchRecord, CommitGroup, Decision, RestoreId, RestorePhase, Role};
-use crate::milvus::{self, CreateImport, ServerVersion};
+use crate::milvus::{self, ServerVersion};
 use crate::plugins::{CheckContext, Phase};
 
 /// Import creates in flight at once on the target.
@@ -574,13 +573,7 @@ async fn submit(
             if !gate.batch_ready(first_batch + i).await {
                 return (i, None);
             }
-            let body = CreateImport {
-                db_name: b.db.clone(),
-                collection_name: b.collection.clone(),
-                partition_name: (!b.partition.is_empty()).then(|| b.partition.clone()),
-                files: b.files.clone(),
-                options: import_options(b),
-            };
+            let body = b.create_held_import();
             let key = honours_key.then_some(b.idempotency_key.as_str());
             let deadline = Instant::now() + call_timeout;
             match fenced(deadline, attempt, || target.rest.create_import(&body, key)).await {
@@ -695,18 +688,6 @@ fn create_failed(e: milvus::Error) -> Error {
     }
 }
 
-/// The batch's options plus `auto_commit=false`: the job waits Uncommitted for our commit.
-/// Never a `timeout`, whatever a journal record holds: Milvus 3.0.0 and 3.0.1 fail a
-/// Committing job whose timeout runs out (`tryTimeoutJob` skips only Failed and Completed),
-/// which can leave its vchannels partly visible (docs/milvus-facts.md §2.6). Without one, a
-/// held job waits for the commit as long as it takes.
-pub(super) fn import_options(b: &BatchRecord) -> BTreeMap<String, String> {
-    let mut options = b.options.clone();
-    options.remove("timeout");
-    options.insert("auto_commit".into(), "false".into());
-    options
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -767,34 +748,5 @@ mod tests {
         assert!(matches!(staged, StageError::Hold(_)), "{staged:?}");
         let other = held_failure(&job, failed_on(&unstaged, "disk quota exceeded"));
         assert!(matches!(other, StageError::Hold(_)), "{other:?}");
-    }
-
-    #[test]
-    fn a_held_job_is_created_without_auto_commit_and_never_with_a_timeout() {
-        let record = BatchRecord {
-            batch_id: "default.c/p/data-0".into(),
-            db: "default".into(),
-            collection: "c".into(),
-            partition: "p".into(),
-            idempotency_key: String::new(),
-            files: vec![],
-            // A record as an older or edited journal might hold it.
-            options: BTreeMap::from([
-                ("backup".to_owned(), "true".to_owned()),
-                ("timeout".to_owned(), "300s".to_owned()),
-                ("auto_commit".to_owned(), "true".to_owned()),
-            ]),
-            job_id: None,
-            create_sent: false,
-            expected_rows: None,
-        };
-        let options = import_options(&record);
-        assert_eq!(
-            options,
-            BTreeMap::from([
-                ("auto_commit".to_owned(), "false".to_owned()),
-                ("backup".to_owned(), "true".to_owned()),
-            ])
-        );
     }
 }

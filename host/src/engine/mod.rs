@@ -2,23 +2,24 @@
 //!
 //! - `restore`: [`Engine::run`] and [`Engine::plan`]: the journal's earlier attempts, a new
 //!   attempt's claim and record.
-//! - `run`: one attempt, top to bottom: [`preflight`] (every reason to refuse, found before
-//!   anything is written), `checks`, `ddl` (databases, collections, partitions, indexes on
-//!   the target; mirrors awaited), `staging` and the import `gate`, the commit groups
-//!   (`group`, each owning its tracker; `two_phase`: hold, commit, complete, abort;
-//!   `auto_commit` for the routes that cannot hold), `rollback` (one, for every stop
-//!   before a decision), and the outcome (`outcome`, one function from facts). `error`:
-//!   why a restore stops before its decision, and the stages' typed failures.
-//! - `attempt`: what the engine keeps of an attempt: its journal record and writes, phases,
-//!   the first failure and the stop token it cancels, the sealed report; and its `fence`,
-//!   asked right before every action on an end (a host that lost its claim acts no more).
+//! - `run`: `run_attempt` owns one attempt: its keeper, the work, the rollback and the
+//!   outcome. The work: [`preflight`] (every reason to refuse, found before anything is
+//!   written), `checks`, then `ddl` (databases, collections, partitions, indexes on the
+//!   target; mirrors awaited), `staging` and the import `gate`, and the commit groups
+//!   (`group`, each owning its tracker and returning how it ended; `two_phase`: hold,
+//!   commit, complete, abort; `auto_commit` for the routes that cannot hold) side by side,
+//!   then `rollback` (what the record's one rule names) and `outcome` (one function from
+//!   facts). `error`: why a restore stops before its decision, with causes kept.
+//! - `attempt`: the keeper that owns the attempt's journal record and alone writes it, and
+//!   the handle the stages send it typed changes through; its `fence` is asked right
+//!   before every action on an end (a host that lost its claim acts no more).
 //! - `recover`: finishing what a crash or a lost host left, from the journal record.
 //! - `poll` and [`schedule`]: how the ends are looked at; `ends`: the clusters;
 //!   [`report`]: the outcome for people and scripts.
 //!
-//! Stages take the values they read and return results; only `run`, `group` and `recover`
-//! record phases, failures and outcomes. No module here imports one that imports it back
-//! (`tests::the_engine_modules_form_no_cycle`).
+//! Stages take the values they read and return results; only the keeper changes the
+//! record. No module of the crate imports one that imports it back
+//! (`tests/module_graph.rs`).
 
 mod attempt;
 mod auto_commit;

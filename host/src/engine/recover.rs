@@ -12,16 +12,16 @@ use tokio::time::Instant;
 
 use super::attempt::{Attempt, Change};
 use super::ends::Ends;
-use super::fence::Fence;
+use super::fence::{Fence, Lost};
 use super::preflight::error_chain;
 use super::process::Engine;
-use super::report::{CollectionReport, EndReport, Report, ReportOf};
+use super::report::{CollectionReport, Divergence, EndReport, Report, ReportOf};
 use super::retry::{DEFAULT_CALL_DEADLINE, fenced, retry};
 use super::two_phase::{self, Tracked, Tracker};
 use super::{ddl, outcome};
 use crate::job::{Job, StorageSpec};
-use crate::journal::{BatchRecord, Decision, Outcome, RestoreRecord};
-use crate::milvus::{CreateImport, MilvusJobId};
+use crate::journal::{BatchRecord, CommitGroup, Decision, Outcome, RestoreRecord};
+use crate::milvus::MilvusJobId;
 use crate::storage::{StagingPrefix, TempFiles};
 
 /// Resolves `record`. `job` is given when `lockstep run` found the record for the same job
@@ -98,78 +98,24 @@ async fn resolve(
     let mut forward_incomplete = false;
 
     for (index, group) in record.groups.iter().enumerate() {
-        let mut tracker = Tracker {
-            end_names: names.clone(),
-            jobs: group
-                .batches
-                .iter()
-                .map(|b| Tracked {
-                    batch_id: b.batch_id.clone(),
-                    db: b.db.clone(),
-                    collection: format!("{}.{}", b.db, b.collection),
-                    partition: b.partition.clone(),
-                    expected: b.expected_rows,
-                    job_id: b.job_id.clone(),
-                    seen: vec![None; names.len()],
-                    imported: vec![None; names.len()],
-                })
-                .collect(),
-        };
+        let mut tracker = tracker_of(group, &names);
         let jobs: Vec<usize> = (0..tracker.jobs.len()).collect();
-        match &group.decision {
-            Some(Decision::Commit { .. }) => {
-                let mut d = match two_phase::commit(ends, attempt, &tracker, &jobs, deadline).await
-                {
-                    Ok(d) => d,
-                    Err(lost) => {
-                        unsettled.push(lost.to_string());
-                        trackers.push(tracker);
-                        break;
-                    }
-                };
-                let (more, finished) = two_phase::complete(
-                    ends,
-                    attempt,
-                    &mut tracker,
-                    &jobs,
-                    Some(deadline),
-                    &|_| {},
-                )
-                .await;
-                d.extend(more);
-                d.extend(super::rows::after_commit(ends, &mut tracker, &jobs, deadline).await);
-                divergences.extend(d);
-                forward_incomplete |= !finished;
-            }
-            _ => {
-                // Presumed abort. A batch whose create may have gone out without its answer
-                // being recorded is looked up first, so its job is aborted too.
-                for (i, b) in group.batches.iter().enumerate() {
-                    if b.job_id.is_none() && b.create_sent {
-                        let id = find_lost_job(ends, attempt, b, deadline).await;
-                        tracker.jobs[i].job_id = id.clone();
-                        attempt.note(Change::JobId {
-                            group: index,
-                            batch: i,
-                            id,
-                        });
-                    }
+        if let Some(Decision::Commit { .. }) = &group.decision {
+            match roll_forward(attempt, &mut tracker, &jobs, deadline).await {
+                Ok((d, finished)) => {
+                    divergences.extend(d);
+                    forward_incomplete |= !finished;
                 }
-                if let Err(e) =
-                    two_phase::abort(ends, attempt, &mut tracker, &jobs, settle, deadline).await
-                {
-                    unsettled.push(error_chain(&e));
+                Err(lost) => {
+                    unsettled.push(lost.to_string());
+                    trackers.push(tracker);
+                    break;
                 }
-                aborted_any = true;
-                let decision = Decision::Abort {
-                    at: Timestamp::now(),
-                    reason: "recovered: no decision on record".into(),
-                };
-                attempt.note(Change::Decided {
-                    group: index,
-                    decision,
-                });
             }
+        } else {
+            let aborted = presumed_abort(attempt, index, group, &mut tracker, settle, deadline);
+            unsettled.extend(aborted.await);
+            aborted_any = true;
         }
         trackers.push(tracker);
     }
@@ -186,11 +132,7 @@ async fn resolve(
     }
     // Staged files go once no end can still read them: every job settled. A store that
     // cannot be reached or named now leaves them for the sweep and `lockstep recover`.
-    let temp = if record.keep_temp_files && decided {
-        TempFiles::Keep
-    } else {
-        TempFiles::Delete
-    };
+    let temp = TempFiles::after(record.keep_temp_files, decided);
     let settled = unsettled.is_empty() && !forward_incomplete;
     let cleaned = match &record.staging_prefix {
         Some(_) if settled && !stores.is_empty() && attempt.check().await.is_ok() => {
@@ -214,11 +156,7 @@ async fn resolve(
     // What the record's decisions made visible: the collections of the groups it committed.
     let committed: BTreeSet<String> = (record.groups.iter())
         .filter(|g| matches!(g.decision, Some(Decision::Commit { .. })))
-        .flat_map(|g| {
-            g.batches
-                .iter()
-                .map(|b| format!("{}.{}", b.db, b.collection))
-        })
+        .flat_map(|g| g.batches.iter().map(|b| b.namespace().to_string()))
         .collect();
     for c in &mut report.collections {
         c.committed = committed.contains(&c.target);
@@ -258,6 +196,79 @@ async fn resolve(
     (report, outcome)
 }
 
+/// A tracker of `group`'s jobs, by the ids its record holds, none seen yet.
+fn tracker_of(group: &CommitGroup, names: &[String]) -> Tracker {
+    let jobs = (group.batches.iter())
+        .map(|b| Tracked {
+            batch_id: b.batch_id.clone(),
+            db: b.db.clone(),
+            collection: b.namespace().to_string(),
+            partition: b.partition.clone(),
+            expected: b.expected_rows,
+            job_id: b.job_id.clone(),
+            seen: vec![None; names.len()],
+            imported: vec![None; names.len()],
+        })
+        .collect();
+    Tracker {
+        end_names: names.to_vec(),
+        jobs,
+    }
+}
+
+/// Rolls a group decided for commit forward: commits, waits for every end to complete,
+/// and reads the rows each shows. Its divergences and whether every end completed.
+async fn roll_forward(
+    attempt: &Attempt<'_>,
+    tracker: &mut Tracker,
+    jobs: &[usize],
+    deadline: Instant,
+) -> Result<(Vec<Divergence>, bool), Lost> {
+    let ends = attempt.ends;
+    let mut divergences = two_phase::commit(ends, attempt, tracker, jobs, deadline).await?;
+    let completion = two_phase::complete(ends, attempt, tracker, jobs, Some(deadline), &|_| {});
+    let (more, finished) = completion.await;
+    divergences.extend(more);
+    divergences.extend(super::rows::after_commit(ends, tracker, jobs, deadline).await);
+    Ok((divergences, finished))
+}
+
+/// Aborts an undecided group (presumed abort) and records the decision. A batch whose
+/// create may have gone out without its answer being recorded is looked up first, so its
+/// job is aborted too. Why the abort did not settle, if it did not.
+async fn presumed_abort(
+    attempt: &Attempt<'_>,
+    index: usize,
+    group: &CommitGroup,
+    tracker: &mut Tracker,
+    settle: Duration,
+    deadline: Instant,
+) -> Option<String> {
+    let ends = attempt.ends;
+    for (i, b) in group.batches.iter().enumerate() {
+        if b.job_id.is_none() && b.create_sent {
+            let id = find_lost_job(ends, attempt, b, deadline).await;
+            tracker.jobs[i].job_id = id.clone();
+            attempt.note(Change::JobId {
+                group: index,
+                batch: i,
+                id,
+            });
+        }
+    }
+    let jobs: Vec<usize> = (0..tracker.jobs.len()).collect();
+    let aborted = two_phase::abort(ends, attempt, tracker, &jobs, settle, deadline).await;
+    let decision = Decision::Abort {
+        at: Timestamp::now(),
+        reason: "recovered: no decision on record".into(),
+    };
+    attempt.note(Change::Decided {
+        group: index,
+        decision,
+    });
+    aborted.err().map(|e| error_chain(&e))
+}
+
 /// Why the staged files a finished restore left are not deleted yet.
 #[derive(Debug, thiserror::Error)]
 pub enum CleanupError {
@@ -284,11 +295,7 @@ pub async fn clean_left_stage(
         Some(r) if r.stage_left && !r.is_unfinished() => r,
         _ => return Ok(false),
     };
-    let temp = if record.keep_temp_files && record.has_commit_decision() {
-        TempFiles::Keep
-    } else {
-        TempFiles::Delete
-    };
+    let temp = TempFiles::after(record.keep_temp_files, record.has_commit_decision());
     // Right before the delete, as before every action: still this host's.
     engine.journal.fence(claim.as_ref()).await?;
     if !crate::storage::delete_stage(stores, &StagingPrefix::for_restore(id), temp).await {
@@ -350,14 +357,7 @@ async fn find_lost_job(
     }
     // Not listed as active: the same key hands back the job if it was ever created (a
     // failed one included), and creates one otherwise, which is then aborted with the rest.
-    let options = super::group::import_options(b);
-    let body = CreateImport {
-        db_name: b.db.clone(),
-        collection_name: b.collection.clone(),
-        partition_name: (!b.partition.is_empty()).then(|| b.partition.clone()),
-        files: b.files.clone(),
-        options,
-    };
+    let body = b.create_held_import();
     fenced(deadline, fence, || {
         target.rest.create_import(&body, Some(&b.idempotency_key))
     })
@@ -370,7 +370,7 @@ fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report 
     let mut collections: Vec<CollectionReport> = Vec::new();
     for g in &record.groups {
         for b in &g.batches {
-            let target = format!("{}.{}", b.db, b.collection);
+            let target = b.namespace().to_string();
             match collections.iter_mut().find(|c| c.target == target) {
                 Some(c) => c.batches += 1,
                 None => collections.push(CollectionReport {

@@ -29,7 +29,9 @@ use super::rollback;
 use super::staging::{self, Destinations};
 use super::two_phase::Tracker;
 use crate::job::Job;
-use crate::journal::{Claim, CommitGroup, Decision, Outcome, RestorePhase, RestoreRecord};
+use crate::journal::{
+    Claim, CommitGroup, Decision, Outcome, RestoreId, RestorePhase, RestoreRecord,
+};
 use crate::plugins::{CheckContext, Phase};
 use crate::storage::StagingPrefix;
 
@@ -99,28 +101,28 @@ pub(super) async fn run_attempt(
         Ok(outcome) => (outcome, vec![]),
         Err(stop) => {
             undo(&attempt, &mut keeper, &mut inbox).await;
-            match stop {
-                Error::Refused(r) => {
-                    report.summary = format!("refused: {}", Refusal::joined(&r));
-                    (Outcome::Refused, r)
-                }
-                failed => {
-                    // With collection atomicity, groups decided before the failure stay
-                    // committed.
-                    let facts = outcome::Facts {
-                        failure: Some(failed.reason()),
-                        visible: report.committed_collections(),
-                        divergences: &report.divergences,
-                        ..outcome::Facts::default()
-                    };
-                    let (outcome, summary) = outcome::decide(&facts, &attempt.id);
-                    report.summary = summary;
-                    (outcome, vec![])
-                }
-            }
+            stopped(stop, &mut report, &attempt.id)
         }
     };
     keeper.finish(report, outcome, refusals).await
+}
+
+/// The outcome of an attempt that stopped before (some of) its decisions, rolled back.
+fn stopped(stop: Error, report: &mut Report, id: &RestoreId) -> (Outcome, Vec<Refusal>) {
+    if let Error::Refused(refusals) = stop {
+        report.summary = format!("refused: {}", Refusal::joined(&refusals));
+        return (Outcome::Refused, refusals);
+    }
+    // With collection atomicity, groups decided before the failure stay committed.
+    let facts = outcome::Facts {
+        failure: Some(stop.reason()),
+        visible: report.committed_collections(),
+        divergences: &report.divergences,
+        ..outcome::Facts::default()
+    };
+    let (outcome, summary) = outcome::decide(&facts, id);
+    report.summary = summary;
+    (outcome, vec![])
 }
 
 /// Everything after preflight. `Ok` is the outcome of a restore that got past its DDL
@@ -143,19 +145,10 @@ async fn execute(
         &preflight.exists,
         job.restore.collection_creation,
     )));
-    let (made_tx, made) = watch::channel(0);
-    let grace = job.two_phase.mirror_grace;
     if job.restore.meta_only {
-        attempt.set_phase(RestorePhase::Ddl).await?;
-        ddl(attempt, job, preflight, &made_tx).await?;
-        arrivals(attempt, preflight, grace, made, &|_| {}).await?;
-        report.summary =
-            "meta only: collections created on the target and present on every secondary".into();
-        for c in &mut report.collections {
-            c.committed = true;
-        }
-        return Ok(Outcome::Succeeded);
+        return meta_only(attempt, job, preflight, report).await;
     }
+    let (made_tx, made) = watch::channel(0);
 
     // Where the ends import from, and the commit groups: recorded before anything is
     // created, staged or submitted.
@@ -188,7 +181,6 @@ async fn execute(
         preflight.plan.collections.iter().map(|c| c.batches.len()),
         attempt.stop_token().clone(),
     );
-    let arrived = |c: usize| gate.collection_arrived(c);
     let collections = checks::collections(&preflight.plan);
     let restore = checks::Restore {
         id: restore_id.as_str(),
@@ -210,65 +202,124 @@ async fn execute(
     // first. Otherwise the DDL, the stage and the creates run side by side: each batch's
     // job is created as soon as its collection is on every secondary and its own files are
     // staged, and the decision waits for the whole stage.
-    let auto_commits = preflight.route.route.auto_commits();
-    let landed = if checks.has(Phase::BeforeImport) || auto_commits {
-        ddl(attempt, job, preflight, &made_tx).await?;
-        arrivals(attempt, preflight, grace, made.clone(), &arrived).await?;
-        report.staging = Some(stage(attempt, preflight, &to, &gate).await?);
-        faults::crash_point("after-stage");
-        let before_import = CheckContext::for_phase(&restore, Phase::BeforeImport, None);
-        let checked = checks.run(job, before_import).await;
-        report.checks = checks.reports();
-        checked?;
-        if auto_commits {
-            attempt.set_phase(RestorePhase::Importing).await?;
-            let imports =
-                auto_commit::run(ends.target(), attempt, &groups, preflight.route.route).await;
-            auto_committed(&imports, ends, report)
-        } else {
-            held(
-                &groups,
-                group::run(attempt, run_on, trackers).await,
-                report,
-                [],
-            )
-        }
+    let made = (made_tx, made);
+    let landed = if checks.has(Phase::BeforeImport) || preflight.route.route.auto_commits() {
+        one_after_another(attempt, run_on, trackers, &to, made, report).await?
     } else {
-        // The first of them to fail stops the others, and the groups abort.
-        let creating = attempt.stopping_on_error(async {
-            let made_tx = made_tx;
-            let created = ddl(attempt, job, preflight, &made_tx).await;
-            // Ends the wait for a collection the DDL never made, after its reason.
-            drop(made_tx);
-            created
-        });
-        let arrivals = attempt.stopping_on_error(async {
-            tokio::select! {
-                mirrored = arrivals(attempt, preflight, grace, made.clone(), &arrived) => mirrored,
-                // Nothing more is imported (the gate is closed): waiting for a late
-                // collection is moot.
-                () = attempt.stopped() => Ok(()),
-            }
-        });
-        let staging = async {
-            let staged = stage(attempt, preflight, &to, &gate).await;
-            if staged.is_ok() {
-                faults::crash_point("after-stage");
-            }
-            staged
-        };
-        let (created, arrived, staged, ran) = tokio::join!(
-            creating,
-            arrivals,
-            staging,
-            group::run(attempt, run_on, trackers)
-        );
-        let staged = staged.map(|staged| report.staging = Some(staged));
-        let stops = [created.err(), arrived.err(), staged.err()];
-        held(&groups, ran, report, stops.into_iter().flatten())
+        side_by_side(attempt, run_on, trackers, &to, made, report).await
     };
     report.checks = checks.reports();
     conclude(attempt, job, landed, report).await
+}
+
+/// A meta-only restore: the collections created on the target and awaited on every
+/// secondary, nothing imported.
+async fn meta_only(
+    attempt: &Attempt<'_>,
+    job: &Job,
+    preflight: &Preflight,
+    report: &mut Report,
+) -> Result<Outcome, Error> {
+    let (made_tx, made) = watch::channel(0);
+    attempt.set_phase(RestorePhase::Ddl).await?;
+    ddl(attempt, job, preflight, &made_tx).await?;
+    let grace = job.two_phase.mirror_grace;
+    arrivals(attempt, preflight, grace, made, &|_| {}).await?;
+    report.summary =
+        "meta only: collections created on the target and present on every secondary".into();
+    for c in &mut report.collections {
+        c.committed = true;
+    }
+    Ok(Outcome::Succeeded)
+}
+
+/// The DDL, the arrivals and the stage in turn, the checks before import, then the imports:
+/// held by the commit groups, or auto-committed.
+async fn one_after_another(
+    attempt: &Attempt<'_>,
+    run_on: Groups<'_>,
+    trackers: Vec<Tracker>,
+    to: &Destinations,
+    (made_tx, made): (watch::Sender<usize>, watch::Receiver<usize>),
+    report: &mut Report,
+) -> Result<Landed, Error> {
+    let Groups {
+        job,
+        preflight,
+        checks,
+        restore,
+        gate,
+    } = run_on;
+    let grace = job.two_phase.mirror_grace;
+    let arrived = |c: usize| gate.collection_arrived(c);
+    ddl(attempt, job, preflight, &made_tx).await?;
+    arrivals(attempt, preflight, grace, made, &arrived).await?;
+    report.staging = Some(stage(attempt, preflight, to, gate).await?);
+    faults::crash_point("after-stage");
+    let before_import = CheckContext::for_phase(restore, Phase::BeforeImport, None);
+    let checked = checks.run(job, before_import).await;
+    report.checks = checks.reports();
+    checked?;
+    if !preflight.route.route.auto_commits() {
+        let ran = group::run(attempt, run_on, trackers).await;
+        return Ok(held(restore.groups, ran, report, []));
+    }
+    attempt.set_phase(RestorePhase::Importing).await?;
+    let target = attempt.ends.target();
+    let imports = auto_commit::run(target, attempt, restore.groups, preflight.route.route).await;
+    Ok(auto_committed(&imports, attempt.ends, report))
+}
+
+/// The DDL, the arrivals, the stage and the commit groups side by side: each batch's job is
+/// created once its collection is on every secondary and its own files are staged. The
+/// first of them to fail stops the others, and the groups abort.
+async fn side_by_side(
+    attempt: &Attempt<'_>,
+    run_on: Groups<'_>,
+    trackers: Vec<Tracker>,
+    to: &Destinations,
+    (made_tx, made): (watch::Sender<usize>, watch::Receiver<usize>),
+    report: &mut Report,
+) -> Landed {
+    let Groups {
+        job,
+        preflight,
+        restore,
+        gate,
+        ..
+    } = run_on;
+    let grace = job.two_phase.mirror_grace;
+    let arrived = |c: usize| gate.collection_arrived(c);
+    let creating = attempt.stopping_on_error(async {
+        let created = ddl(attempt, job, preflight, &made_tx).await;
+        // Ends the wait for a collection the DDL never made, after its reason.
+        drop(made_tx);
+        created
+    });
+    let arrivals = attempt.stopping_on_error(async {
+        tokio::select! {
+            mirrored = arrivals(attempt, preflight, grace, made, &arrived) => mirrored,
+            // Nothing more is imported (the gate is closed): waiting for a late
+            // collection is moot.
+            () = attempt.stopped() => Ok(()),
+        }
+    });
+    let staging = async {
+        let staged = stage(attempt, preflight, to, gate).await;
+        if staged.is_ok() {
+            faults::crash_point("after-stage");
+        }
+        staged
+    };
+    let (created, arrived, staged, ran) = tokio::join!(
+        creating,
+        arrivals,
+        staging,
+        group::run(attempt, run_on, trackers)
+    );
+    let staged = staged.map(|staged| report.staging = Some(staged));
+    let stops = [created.err(), arrived.err(), staged.err()];
+    held(restore.groups, ran, report, stops.into_iter().flatten())
 }
 
 /// The DDL on the target, counting the collections it made on `made`; what it created is
@@ -383,9 +434,8 @@ fn held(
     }
     let committed = (report.collections.iter())
         .map(|c| {
-            (committed_groups.iter()).any(|g| {
-                (g.batches.iter()).any(|b| format!("{}.{}", b.db, b.collection) == c.target)
-            })
+            (committed_groups.iter())
+                .any(|g| (g.batches.iter()).any(|b| b.namespace().to_string() == c.target))
         })
         .collect();
     Landed {

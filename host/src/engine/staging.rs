@@ -141,18 +141,15 @@ pub(super) async fn stage_files(
     Ok(report)
 }
 
-/// Deletes the restore's staged files from every destination once nothing reads them
-/// (unless `keep_temp_files`), once `fence` passed. Whether they are gone, for the report.
+/// Deletes the staged files of a restore decided for commit from every destination once
+/// nothing reads them (unless `keep_temp_files`), once `fence` passed. Whether they are
+/// gone, for the report.
 pub(super) async fn clean_up(job: &Job, fence: &dyn Fence, restore_id: &RestoreId) -> bool {
     if fence.check().await.is_err() {
         return false;
     }
     let prefix = StagingPrefix::for_restore(restore_id);
-    let temp = if job.restore.keep_temp_files {
-        storage::TempFiles::Keep
-    } else {
-        storage::TempFiles::Delete
-    };
+    let temp = storage::TempFiles::after(job.restore.keep_temp_files, true);
     let cleaned = storage::delete_stage(&job.destinations(), &prefix, temp).await;
     cleaned && temp == storage::TempFiles::Delete
 }

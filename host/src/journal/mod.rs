@@ -458,6 +458,38 @@ pub struct EndProgress {
     pub rows_imported: i64,
 }
 
+impl BatchRecord {
+    /// The collection the batch imports into.
+    pub fn namespace(&self) -> crate::backup::Namespace {
+        crate::backup::Namespace::new(&self.db, &self.collection)
+    }
+
+    /// The create of this batch's import job, with the options its record holds: what an
+    /// auto-commit route sends.
+    pub fn create_import(&self) -> crate::milvus::CreateImport {
+        crate::milvus::CreateImport {
+            db_name: self.db.clone(),
+            collection_name: self.collection.clone(),
+            partition_name: (!self.partition.is_empty()).then(|| self.partition.clone()),
+            files: self.files.clone(),
+            options: self.options.clone(),
+        }
+    }
+
+    /// The create of this batch's job held Uncommitted for the restore's commit:
+    /// `auto_commit=false`, and never a `timeout`, whatever the record holds. Milvus 3.0.0
+    /// and 3.0.1 fail a Committing job whose timeout runs out (`tryTimeoutJob` skips only
+    /// Failed and Completed), which can leave its vchannels partly visible
+    /// (docs/milvus-facts.md §2.6). Without one, a held job waits for the commit as long as
+    /// it takes.
+    pub fn create_held_import(&self) -> crate::milvus::CreateImport {
+        let mut create = self.create_import();
+        create.options.remove("timeout");
+        create.options.insert("auto_commit".into(), "false".into());
+        create
+    }
+}
+
 impl RestoreRecord {
     /// The record of a new attempt: in preflight, nothing done yet, started now.
     pub fn new(
@@ -603,6 +635,38 @@ pub trait Journal: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_held_job_is_created_without_auto_commit_and_never_with_a_timeout() {
+        let record = BatchRecord {
+            batch_id: "default.c/p/data-0".into(),
+            db: "default".into(),
+            collection: "c".into(),
+            partition: "p".into(),
+            idempotency_key: String::new(),
+            files: vec![vec!["bk/1/".into()]],
+            // A record as an older or edited journal might hold it.
+            options: std::collections::BTreeMap::from([
+                ("backup".to_owned(), "true".to_owned()),
+                ("timeout".to_owned(), "300s".to_owned()),
+                ("auto_commit".to_owned(), "true".to_owned()),
+            ]),
+            job_id: None,
+            create_sent: false,
+            expected_rows: None,
+        };
+        let held = record.create_held_import();
+        assert_eq!(
+            held.options,
+            std::collections::BTreeMap::from([
+                ("auto_commit".to_owned(), "false".to_owned()),
+                ("backup".to_owned(), "true".to_owned()),
+            ])
+        );
+        assert_eq!(held.partition_name.as_deref(), Some("p"));
+        assert_eq!(held.files, record.files);
+        assert_eq!(record.create_import().options, record.options);
+    }
 
     /// A restore that created c0, c1, … (one more than it has groups), group i importing
     /// into c{i} and decided as `decisions[i]` says (`Some(true)`: commit).

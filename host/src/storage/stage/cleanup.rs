@@ -21,6 +21,19 @@ pub enum TempFiles {
     Keep,
 }
 
+impl TempFiles {
+    /// The one rule, for a run, a recovery and a later cleanup alike: kept only when the
+    /// job asks (`keep_temp_files`) and the restore was decided for commit; what a rollback
+    /// leaves is never worth keeping.
+    pub fn after(keep_asked: bool, committed: bool) -> TempFiles {
+        if keep_asked && committed {
+            TempFiles::Keep
+        } else {
+            TempFiles::Delete
+        }
+    }
+}
+
 /// Deletes the restore's staging prefix on each destination (once per store). Returns the
 /// number of objects deleted.
 pub async fn cleanup(
