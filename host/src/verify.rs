@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::backup::Namespace;
 use crate::milvus::GrpcClient;
@@ -40,7 +40,7 @@ pub struct Expected {
 }
 
 /// What one end showed of one collection.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shown {
     pub end: String,
     pub collection: String,
@@ -61,7 +61,7 @@ impl Shown {
 }
 
 /// What verification found, end by end and collection by collection.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Verification {
     pub shown: Vec<Shown>,
 }

@@ -8,8 +8,8 @@
 //!   target; mirrors awaited), `staging` and the import `gate`, and the commit groups
 //!   (`group`, each owning its tracker and returning how it ended; `two_phase`: hold,
 //!   commit, complete, abort; `auto_commit` for the routes that cannot hold) side by side,
-//!   then `rollback` (what the record's one rule names) and `outcome` (one function from
-//!   facts). `error`: why a restore stops before its decision, with causes kept.
+//!   then `verification` (what a query on every end sees, once every end completed),
+//!   `rollback` (what the record's one rule names) and `outcome` (one function from facts). `error`: why a restore stops before its decision, with causes kept.
 //! - `attempt`: the keeper that owns the attempt's journal record and alone writes it, and
 //!   the handle the stages send it typed changes through; its `fence` is asked right
 //!   before every action on an end (a host that lost its claim acts no more).
@@ -49,6 +49,7 @@ pub mod schedule;
 mod staging;
 mod streams;
 mod two_phase;
+mod verification;
 
 pub use ends::{EndClient, Ends, RecoverError};
 pub use process::{Engine, Interrupt, Interrupted};

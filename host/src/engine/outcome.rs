@@ -17,6 +17,11 @@ pub struct Facts<'a> {
     /// short or failed part-way), each with what it shows, e.g. `default.c (20 of 30 rows)`.
     pub partly_visible: Vec<String>,
     pub divergences: &'a [Divergence],
+    /// Committed collections a query on some end shows with other rows than the backup's
+    /// data holds, e.g. `s1: default.c shows 3989 of 3990 live rows`.
+    pub shown_wrong: Vec<String>,
+    /// Committed collections some end could not be asked about, with why.
+    pub unverified: Vec<String>,
     /// What did not converge: ends that did not settle an abort, commit groups that did not
     /// complete in time.
     pub unconverged: Vec<String>,
@@ -38,15 +43,26 @@ pub fn decide(facts: &Facts<'_>, id: &RestoreId) -> (Outcome, String) {
         );
     }
     let diverged = || {
-        let mut ends: Vec<&str> = facts.divergences.iter().map(|d| d.end.as_str()).collect();
-        ends.sort_unstable();
-        ends.dedup();
-        format!(
-            "{} job(s) not confirmed visible on {}",
-            facts.divergences.len(),
-            ends.join(", ")
-        )
+        let mut parts = Vec::new();
+        if !facts.divergences.is_empty() {
+            let mut ends: Vec<&str> = facts.divergences.iter().map(|d| d.end.as_str()).collect();
+            ends.sort_unstable();
+            ends.dedup();
+            parts.push(format!(
+                "{} job(s) not confirmed visible on {}",
+                facts.divergences.len(),
+                ends.join(", ")
+            ));
+        }
+        if !facts.shown_wrong.is_empty() {
+            parts.push(format!(
+                "a query shows other rows than the backup holds: {}",
+                facts.shown_wrong.join("; ")
+            ));
+        }
+        parts.join("; ")
     };
+    let any_diverged = !facts.divergences.is_empty() || !facts.shown_wrong.is_empty();
     if let Some(reason) = &facts.failure {
         if facts.visible.is_empty() && facts.partly_visible.is_empty() {
             return (Outcome::RolledBack, reason.clone());
@@ -64,24 +80,28 @@ pub fn decide(facts: &Facts<'_>, id: &RestoreId) -> (Outcome, String) {
                 facts.partly_visible.join(", ")
             ));
         }
-        if facts.divergences.is_empty() {
+        if !any_diverged {
             return (Outcome::PartlyCommitted, summary);
         }
         return (Outcome::Diverged, format!("{summary}; {}", diverged()));
     }
-    if !facts.divergences.is_empty() {
+    if any_diverged {
         return (
             Outcome::Diverged,
             format!("committed on the target; {}", diverged()),
         );
     }
-    (
-        Outcome::Succeeded,
-        format!(
-            "restored {} collection(s) in {} import job(s), visible on {} end(s)",
-            facts.collections, facts.jobs, facts.ends
-        ),
-    )
+    let mut summary = format!(
+        "restored {} collection(s) in {} import job(s), visible on {} end(s)",
+        facts.collections, facts.jobs, facts.ends
+    );
+    if !facts.unverified.is_empty() {
+        summary.push_str(&format!(
+            "; not verified by a query: {}",
+            facts.unverified.join("; ")
+        ));
+    }
+    (Outcome::Succeeded, summary)
 }
 
 #[cfg(test)]
@@ -99,6 +119,42 @@ mod tests {
             collection: "default.c".into(),
             reason: "failed".into(),
         }
+    }
+
+    /// Rows a query shows otherwise than the backup's data holds make a committed restore
+    /// diverged, naming the end; a collection that could not be asked is said, and changes
+    /// nothing.
+    #[test]
+    fn a_query_that_shows_other_rows_diverges_and_one_not_asked_is_said() {
+        let facts = Facts {
+            visible: vec!["default.c".into()],
+            shown_wrong: vec!["s1: default.c shows 3989 of 3990 live rows".into()],
+            collections: 1,
+            jobs: 1,
+            ends: 2,
+            ..Facts::default()
+        };
+        let (outcome, summary) = decide(&facts, &id());
+        assert_eq!(outcome, Outcome::Diverged);
+        assert_eq!(
+            summary,
+            "committed on the target; a query shows other rows than the backup holds: s1: \
+             default.c shows 3989 of 3990 live rows"
+        );
+        let facts = Facts {
+            visible: vec!["default.c".into()],
+            unverified: vec!["default.c on t: no vector index".into()],
+            collections: 1,
+            jobs: 1,
+            ends: 2,
+            ..Facts::default()
+        };
+        let (outcome, summary) = decide(&facts, &id());
+        assert_eq!(outcome, Outcome::Succeeded);
+        assert!(
+            summary.ends_with("; not verified by a query: default.c on t: no vector index"),
+            "{summary}"
+        );
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub struct Report {
     /// Why this attempt ran: the attempt before it was lost with its host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerun_because: Option<String>,
+    /// What `count(*)` showed on every end once the restore committed (`[verify]`); none
+    /// when it was not asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<crate::verify::Verification>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -302,6 +306,7 @@ impl Report {
             phases: vec![],
             reaction_ms: None,
             rerun_because: None,
+            verification: None,
         }
     }
 
@@ -580,6 +585,15 @@ impl fmt::Display for Report {
                     .collect();
                 writeln!(f, "         {}", ways.join(", "))?;
             }
+        }
+        if let Some(v) = &self.verification {
+            let verdict = match (v.passed(), v.mismatches().next()) {
+                (true, _) => "every end shows the live rows",
+                (false, Some(_)) => "SOME END SHOWS OTHER ROWS",
+                (false, None) => "not every collection could be asked",
+            };
+            writeln!(f, "\nverified by count(*): {verdict}")?;
+            write!(f, "{v}")?;
         }
         if !self.checks.is_empty() {
             writeln!(f, "\nchecks")?;

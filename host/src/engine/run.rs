@@ -28,6 +28,7 @@ use super::retry::DEFAULT_CALL_DEADLINE;
 use super::rollback;
 use super::staging::{self, Destinations};
 use super::two_phase::Tracker;
+use super::verification;
 use crate::job::Job;
 use crate::journal::{
     Claim, CommitGroup, Decision, Outcome, RestoreId, RestorePhase, RestoreRecord,
@@ -527,11 +528,23 @@ async fn conclude(
         }
         return Err(stop);
     }
+    // What a query sees, once every end completed: a restore left incomplete is verified
+    // by `lockstep verify` once it is finished.
+    if landed.unconverged.is_empty() {
+        report.verification = verification::run(attempt, job, report).await;
+    }
+    let (shown_wrong, unverified) = report
+        .verification
+        .as_ref()
+        .map(verification::findings)
+        .unwrap_or_default();
     let facts = outcome::Facts {
         failure: landed.failure,
         visible: report.committed_collections(),
         partly_visible: landed.partly_visible,
         divergences: &report.divergences,
+        shown_wrong,
+        unverified,
         unconverged: landed.unconverged,
         collections: report.collections.len(),
         jobs: landed.jobs,

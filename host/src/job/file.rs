@@ -35,6 +35,9 @@ use super::diagnostic::{Error, Input, RawProblem, locate_in_file, read_toml};
 /// [two_phase]
 /// mirror_grace = "5m"
 ///
+/// [verify]
+/// rows = "count"                      # or "off"
+///
 /// [[check]]
 /// plugin = "plugins/storage-probe.wasm"
 /// phase = "before-import"
@@ -62,6 +65,9 @@ pub struct JobFile {
     /// Timing and scope of the two-phase commit.
     #[serde(default)]
     pub two_phase: TwoPhaseSection,
+    /// What a query on every end must show once the restore committed.
+    #[serde(default)]
+    pub verify: VerifySection,
     /// Plugin checks, run before importing or before committing.
     #[serde(default)]
     pub check: Vec<Spanned<CheckSection>>,
@@ -191,6 +197,28 @@ pub struct TwoPhaseSection {
     /// `restore` (default): nothing is committed until every job of the whole restore is
     /// Uncommitted everywhere. `collection`: each collection commits on its own.
     pub atomicity: Option<Spanned<Atomicity>>,
+}
+
+/// `[verify]`: what a query on every end must show after the commit.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifySection {
+    /// `count` (default): `count(*)` of every committed collection and partition on every
+    /// end, held to the live rows the backup's data holds. `off`: no query.
+    pub rows: Option<Spanned<VerifyRows>>,
+    /// The longest wait for one collection to load on every end; default "5m".
+    pub timeout: Option<Spanned<String>>,
+}
+
+/// How the rows a query sees are verified after the commit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerifyRows {
+    /// `count(*)` of each committed collection and partition on every end.
+    #[default]
+    Count,
+    /// No query after the commit.
+    Off,
 }
 
 /// Which jobs are committed together.

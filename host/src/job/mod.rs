@@ -37,7 +37,7 @@ pub use diagnostic::{Error, Input, Location, Problem};
 pub use file::{
     Atomicity, CheckLimitsSection, CheckSection, ClusterFile, ClusterRef, InRange, JobFile,
     MAX_CHECK_CALL_MS, MAX_CHECK_MEMORY_MIB, MAX_CHECK_WAIT_MS, OnError, RestoreSection,
-    StorageFile, StorageRef, TwoPhaseSection,
+    StorageFile, StorageRef, TwoPhaseSection, VerifyRows, VerifySection,
 };
 pub use host::{
     BackupsFile, BackupsSpec, ClusterSpec, DEFAULT_BACKUP_ROOT, DEFAULT_MAX_IMPORT_JOBS,
@@ -56,6 +56,7 @@ pub struct Job {
     /// The `[restore]` options, the strategy among them.
     pub restore: RestoreOptions,
     pub two_phase: TwoPhase,
+    pub verify: Verify,
     pub checks: Vec<Check>,
     id: JobId,
 }
@@ -96,6 +97,7 @@ impl Job {
         secondaries: Vec<Secondary>,
         restore: RestoreOptions,
         two_phase: TwoPhase,
+        verify: Verify,
         checks: Vec<Check>,
     ) -> Self {
         let id = JobId::of(&JobContent {
@@ -105,6 +107,7 @@ impl Job {
             secondaries: &secondaries,
             restore: &restore,
             two_phase: &two_phase,
+            verify: (verify != Verify::default()).then_some(&verify),
             checks: &checks,
         });
         Self {
@@ -114,6 +117,7 @@ impl Job {
             secondaries,
             restore,
             two_phase,
+            verify,
             checks,
             id,
         }
@@ -156,6 +160,9 @@ struct JobContent<'a> {
     secondaries: &'a [Secondary],
     restore: &'a RestoreOptions,
     two_phase: &'a TwoPhase,
+    /// Left out at its default, so that the jobs written before it keep their ids.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verify: Option<&'a Verify>,
     checks: &'a [Check],
 }
 
@@ -268,6 +275,26 @@ pub struct TwoPhase {
     pub commit_timeout: Option<Duration>,
     pub completion_timeout: Option<Duration>,
     pub atomicity: Atomicity,
+}
+
+/// `[verify]`, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verify {
+    pub rows: VerifyRows,
+    /// The longest wait for one collection to load on every end.
+    pub timeout: Duration,
+}
+
+/// How long a collection may take to load on every end when `[verify]` sets no `timeout`.
+pub const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+impl Default for Verify {
+    fn default() -> Self {
+        Verify {
+            rows: VerifyRows::default(),
+            timeout: DEFAULT_VERIFY_TIMEOUT,
+        }
+    }
 }
 
 /// A plugin check, validated: what the plugin host loads
@@ -552,6 +579,21 @@ mod tests {
         .unwrap();
         assert_eq!(a.id(), c.id(), "rotating a token does not make a new job");
 
+        // `[verify]` at its defaults, written out or not, is the same job as before it
+        // existed; anything else is other content.
+        let verified = "[verify]\nrows = \"count\"\ntimeout = \"5m\"\n";
+        let written_out = format!(
+            "{}{verified}",
+            "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n"
+        );
+        assert_eq!(a.id(), job(&written_out).unwrap().id());
+        assert_eq!(a.verify, Verify::default());
+        for changed in [
+            "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n[verify]\nrows = \"off\"\n",
+            "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n[verify]\ntimeout = \"30s\"\n",
+        ] {
+            assert_ne!(a.id(), job(changed).unwrap().id(), "{changed}");
+        }
         for changed in [
             "backup = \"orders_bak\"\ntarget = \"prod-a\"\n",
             "backup = \"other_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n",

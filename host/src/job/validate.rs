@@ -16,11 +16,13 @@ use crate::backup::{
 };
 
 use super::diagnostic::{self, Error, Input, RawProblem};
-use super::file::{CheckSection, ClusterRef, InRange, JobFile, RestoreSection, TwoPhaseSection};
+use super::file::{
+    CheckSection, ClusterRef, InRange, JobFile, RestoreSection, TwoPhaseSection, VerifySection,
+};
 use super::host::{self, HostConfig, StorageSpec};
 use super::{
-    BackupSource, Check, CheckLimits, End, EndName, Env, Job, Secondary, Secret, Target, TwoPhase,
-    process_env,
+    BackupSource, Check, CheckLimits, DEFAULT_VERIFY_TIMEOUT, End, EndName, Env, Job, Secondary,
+    Secret, Target, TwoPhase, Verify, process_env,
 };
 use crate::plugins::{AllowedHosts, Origin};
 
@@ -107,6 +109,7 @@ pub(crate) fn validate(file: JobFile, context: &Context<'_>) -> Result<Job, Vec<
     }
     let restore = restore_options(&file.restore, strategy, &mut problems);
     let two_phase = two_phase(&file.two_phase, &mut problems);
+    let verify = verify(&file.verify, &mut problems);
     let checks: Option<Vec<Check>> = file
         .check
         .iter()
@@ -123,6 +126,7 @@ pub(crate) fn validate(file: JobFile, context: &Context<'_>) -> Result<Job, Vec<
         secondaries,
         restore,
         two_phase,
+        verify,
         checks,
     ) {
         (
@@ -132,6 +136,7 @@ pub(crate) fn validate(file: JobFile, context: &Context<'_>) -> Result<Job, Vec<
             Some(secondaries),
             Some(restore),
             Some(two_phase),
+            Some(verify),
             Some(checks),
         ) if problems.list.is_empty() => Ok(Job::assemble(
             name,
@@ -140,6 +145,7 @@ pub(crate) fn validate(file: JobFile, context: &Context<'_>) -> Result<Job, Vec<
             secondaries,
             restore,
             two_phase,
+            verify,
             checks,
         )),
         _ => Err(problems.list),
@@ -613,6 +619,18 @@ fn two_phase(section: &TwoPhaseSection, problems: &mut Problems<'_>) -> Option<T
             .as_ref()
             .map(|a| *a.get_ref())
             .unwrap_or_default(),
+    })
+}
+
+fn verify(section: &VerifySection, problems: &mut Problems<'_>) -> Option<Verify> {
+    let timeout = duration(section.timeout.as_ref(), "verify.timeout", problems)?;
+    Some(Verify {
+        rows: section
+            .rows
+            .as_ref()
+            .map(|r| *r.get_ref())
+            .unwrap_or_default(),
+        timeout: timeout.unwrap_or(DEFAULT_VERIFY_TIMEOUT),
     })
 }
 

@@ -497,13 +497,17 @@ fn finished(p: &ProcessRun) -> bool {
             .is_none_or(|r| !matches!(r.outcome, Outcome::Incomplete | Outcome::Lost))
 }
 
-/// The `[two_phase]` and `[[check]]` tables of the scenario's job.
+/// The `[two_phase]` and `[[check]]` tables of the scenario's job; with a lost delete, the
+/// indexes a load needs, so that the restore's verification can ask every end.
 fn job_tables(s: &Scenario) -> anyhow::Result<String> {
     let mut text = format!(
         "[two_phase]\natomicity = \"{}\"\nmirror_grace = \"{}ms\"\n",
         s.atomicity.name(),
         s.mirror_grace_ms
     );
+    if (s.schedule.iter()).any(|t| matches!(t.fault, Fault::LostDelete { .. })) {
+        text.push_str("[restore]\nrebuild_index = true\n");
+    }
     if let Some(check) = s.check {
         text.push_str(&format!(
             "\n[[check]]\nplugin = \"{}\"\nphase = \"{}\"\nconfig = {{ behaviour = \"{}\" }}\n\

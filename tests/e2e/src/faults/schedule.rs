@@ -152,9 +152,9 @@ pub enum Fault {
     /// hold and completes all the same, as a Milvus 2.3 does with a prefix it lists empty.
     ShortImport { end: String, nth: u32, rows: i64 },
     /// The next import on `end` whose own deletes remove a row keeps one, and reports the
-    /// rows it should have: row accounting cannot see it, a query can. Not drawn: a restore
-    /// does not verify what its ends show yet, so every seed with it would be a violation;
-    /// the checker's test pins it.
+    /// rows it should have: row accounting cannot see it, a query can. Drawn where the
+    /// restore's own run verifies what it committed (its job rebuilds the indexes a load
+    /// needs) and no host fault hands the commit to a recovery, which does not verify.
     LostDelete { end: String },
     /// Staged files vanish from secondary `end`'s storage.
     DeleteStaged { end: String },
@@ -184,6 +184,15 @@ pub struct Pause {
 
 impl Fault {
     /// A fault of the fleet: a stale host, or the journal going away.
+    /// Whether the restore may be finished by another process than the run that started
+    /// it: a recovery, a second host, the next run.
+    pub fn hands_over(&self) -> bool {
+        matches!(
+            self,
+            Fault::KillHost | Fault::RaceHost | Fault::PauseHost(_) | Fault::EtcdRestart { .. }
+        )
+    }
+
     pub fn is_fleet(&self) -> bool {
         matches!(self, Fault::PauseHost(_) | Fault::EtcdRestart { .. })
     }
@@ -387,6 +396,17 @@ impl Scenario {
                 Fault::PauseHost(d.pause())
             };
             schedule.push(Timed { at_ms, fault });
+        }
+        // Drawn last, so that every earlier draw of a seed stays what it was.
+        let recovered = crash_at.is_some()
+            || pause_at.is_some()
+            || schedule.iter().any(|t| t.fault.hands_over());
+        if !recovered && d.chance(5) {
+            let end = ends[d.between(0, ends.len() as u64 - 1) as usize].clone();
+            schedule.push(Timed {
+                at_ms: 0,
+                fault: Fault::LostDelete { end },
+            });
         }
         schedule.sort_by_key(|t| t.at_ms);
         Scenario {

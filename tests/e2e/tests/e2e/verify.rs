@@ -1,9 +1,10 @@
-//! `lockstep verify ID` (issue 27): what a query sees on every end after the commit, against
-//! the live rows of the backup's data.
+//! Verification (issue 27): what a query sees on every end after the commit, against the
+//! live rows of the backup's data: inside `lockstep run` (`[verify]`), and by
+//! `lockstep verify ID` afterwards.
 
 use std::time::Duration;
 
-use e2e::{L0Import, World, WorldSpec, secondary};
+use e2e::{L0Import, RunResult as Run, World, WorldSpec, secondary};
 
 /// A restore whose deletes are folded (so every import applies deletes of its own), with the
 /// indexes a load needs.
@@ -16,25 +17,53 @@ fn folded() -> WorldSpec {
 
 const WITH_INDEXES: &str = "[restore]\nrebuild_index = true\n";
 
-async fn restored(world: &World, name: &str, extra: &str) -> anyhow::Result<String> {
+/// Runs the job `name` with `extra` and says its restore id, holding the run to `code`.
+async fn restored(world: &World, name: &str, extra: &str, code: i32) -> anyhow::Result<Run> {
     let job = world.job(name, extra)?;
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
-    assert_eq!(run.code, 0, "{}", run.explain());
-    Ok(run.report["restore_id"]
-        .as_str()
-        .expect("a restore id")
-        .to_owned())
+    assert_eq!(run.code, code, "{}", run.explain());
+    Ok(run)
+}
+
+fn restore_id(run: &Run) -> &str {
+    run.report["restore_id"].as_str().expect("a restore id")
+}
+
+/// The `shown` entries of a verification in JSON, and those showing other rows than live.
+fn shown(verification: &serde_json::Value) -> (Vec<&serde_json::Value>, Vec<&serde_json::Value>) {
+    let all: Vec<&serde_json::Value> = (verification["shown"].as_array())
+        .expect("shown")
+        .iter()
+        .collect();
+    let wrong = (all.iter().copied())
+        .filter(|s| s["unverifiable"].is_null() && s["shows"] != s["live"])
+        .collect();
+    (all, wrong)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_end_shows_the_live_rows_and_what_verify_loaded_is_released() -> anyhow::Result<()> {
     let world = World::start(folded()).await?;
-    let id = restored(&world, "verified", WITH_INDEXES).await?;
-    let verify = world.run(&["verify", &id], &[]).await?;
+    let run = restored(&world, "verified", WITH_INDEXES, 0).await?;
+    // The restore verified itself: every end, every collection, the live rows.
+    let (in_run, wrong) = shown(&run.report["verification"]);
+    let collections = world.backup.info.collection_backups.len();
+    assert_eq!(
+        in_run.len(),
+        collections * world.ends().len(),
+        "{}",
+        run.stdout
+    );
+    assert!(wrong.is_empty(), "{}", run.stdout);
+    assert!(
+        in_run.iter().all(|s| s["unverifiable"].is_null()),
+        "{}",
+        run.stdout
+    );
+    let verify = world.run(&["verify", restore_id(&run)], &[]).await?;
     assert_eq!(verify.code, 0, "{}", verify.explain());
     assert_eq!(verify.report["passed"], true, "{}", verify.stdout);
     let shown = verify.report["shown"].as_array().expect("shown");
-    let collections = world.backup.info.collection_backups.len();
     assert_eq!(
         shown.len(),
         collections * world.ends().len(),
@@ -67,30 +96,45 @@ async fn every_end_shows_the_live_rows_and_what_verify_loaded_is_released() -> a
 }
 
 /// One mirror keeps a row its deletes remove and reports the rows it should have: row
-/// accounting cannot see it and the restore succeeds; a query can, and verify names the end
-/// and the collection.
+/// accounting cannot see it; a query can. The restore's own verification makes it diverged,
+/// naming the end and the collection; with `[verify] rows = "off"` it succeeds, and
+/// `lockstep verify` finds the same afterwards.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_mirror_that_kept_a_deleted_row_is_a_mismatch_only_a_query_finds() -> anyhow::Result<()> {
     let world = World::start(folded()).await?;
     let drifted = secondary(1);
     world.lose_next_delete(&drifted).await?;
-    let id = restored(&world, "drifted", WITH_INDEXES).await?;
-    let verify = world.run(&["verify", &id], &[]).await?;
+    let run = restored(&world, "drifted", WITH_INDEXES, 3).await?;
+    assert_eq!(run.outcome(), "diverged");
+    let (_, wrong) = shown(&run.report["verification"]);
+    assert_eq!(wrong.len(), 1, "{}", run.stdout);
+    assert_eq!(wrong[0]["end"], drifted.as_str());
+    assert_eq!(
+        wrong[0]["shows"].as_i64(),
+        wrong[0]["live"].as_i64().map(|n| n + 1)
+    );
+    let summary = run.summary();
+    assert!(
+        summary.contains("a query shows other rows than the backup holds")
+            && summary.contains(&format!(
+                "{drifted}: {}",
+                wrong[0]["collection"].as_str().unwrap_or("?")
+            )),
+        "{summary}"
+    );
+
+    let world = World::start(folded()).await?;
+    world.lose_next_delete(&drifted).await?;
+    let unverified = format!("{WITH_INDEXES}[verify]\nrows = \"off\"\n");
+    let run = restored(&world, "drifted-unverified", &unverified, 0).await?;
+    assert!(run.report["verification"].is_null(), "{}", run.stdout);
+    let verify = world.run(&["verify", restore_id(&run)], &[]).await?;
     assert_eq!(verify.code, 3, "{}", verify.explain());
-    let mismatches: Vec<&serde_json::Value> = verify.report["shown"]
-        .as_array()
-        .expect("shown")
-        .iter()
-        .filter(|s| s["shows"] != s["live"])
-        .collect();
+    let (_, mismatches) = shown(&verify.report);
     assert_eq!(mismatches.len(), 1, "{}", verify.stdout);
     assert_eq!(mismatches[0]["end"], drifted.as_str());
-    assert_eq!(
-        mismatches[0]["shows"].as_i64(),
-        mismatches[0]["live"].as_i64().map(|n| n + 1)
-    );
     let text = world
-        .run_with(e2e::Output::Text, &["verify", &id], &[])
+        .run_with(e2e::Output::Text, &["verify", restore_id(&run)], &[])
         .await?;
     assert!(
         text.stdout.contains("MISMATCH") && text.stdout.contains(&drifted),
@@ -100,13 +144,25 @@ async fn a_mirror_that_kept_a_deleted_row_is_a_mismatch_only_a_query_finds() -> 
     Ok(())
 }
 
-/// Without vector indexes Milvus will not load a collection: verify says it cannot run, and
-/// does not pass.
+/// Without vector indexes Milvus will not load a collection: the restore says it was not
+/// verified (and succeeds on its jobs' evidence), and `verify` says it cannot run, and does
+/// not pass.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_collection_that_cannot_be_loaded_is_not_verified() -> anyhow::Result<()> {
     let world = World::start(folded()).await?;
-    let id = restored(&world, "no-index", "").await?;
-    let verify = world.run(&["verify", &id], &[]).await?;
+    let run = restored(&world, "no-index", "", 0).await?;
+    assert!(
+        run.summary().contains("not verified by a query") && run.summary().contains("index"),
+        "{}",
+        run.summary()
+    );
+    let (in_run, _) = shown(&run.report["verification"]);
+    assert!(
+        in_run.iter().all(|s| s["unverifiable"].is_string()),
+        "{}",
+        run.stdout
+    );
+    let verify = world.run(&["verify", restore_id(&run)], &[]).await?;
     assert_eq!(verify.code, 4, "{}", verify.explain());
     assert_eq!(verify.report["passed"], false);
     let shown = verify.report["shown"].as_array().expect("shown");

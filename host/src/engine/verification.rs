@@ -1,0 +1,71 @@
+//! The stage after the commit: what a query on every end sees of the committed collections,
+//! held to the live rows the backup's data holds (`[verify]`, DESIGN.md §1). The asking is
+//! [`crate::verify`]'s, shared with `lockstep verify`; this stage chooses what is asked and
+//! says what the answers mean for the outcome.
+
+use super::attempt::Attempt;
+use super::fence::Fence;
+use super::report::Report;
+use crate::backup::Namespace;
+use crate::job::{Job, VerifyRows};
+use crate::journal::Role;
+use crate::verify::{self, End, Expected, Verification};
+
+/// Counts every committed collection whose live rows are known on every end, once the fence
+/// passed (loading is an action on the target); `None` when `[verify]` is off, nothing was
+/// committed, or the host lost the restore.
+pub(super) async fn run(attempt: &Attempt<'_>, job: &Job, report: &Report) -> Option<Verification> {
+    if job.verify.rows == VerifyRows::Off {
+        return None;
+    }
+    let expected: Vec<Expected> = (report.collections.iter())
+        .filter(|c| c.committed)
+        .filter_map(|c| {
+            Some(Expected {
+                collection: Namespace::parse(&c.target).ok()?,
+                live: c.live,
+                partitions: (c.live_by_partition.iter())
+                    .filter(|(p, _)| !p.is_empty())
+                    .map(|(p, n)| (p.clone(), *n))
+                    .collect(),
+            })
+        })
+        .collect();
+    if expected.is_empty() || attempt.check().await.is_err() {
+        return None;
+    }
+    let ends: Vec<End<'_>> = (attempt.ends.all().iter())
+        .map(|e| End {
+            name: &e.name,
+            target: e.role == Role::Target,
+            grpc: &e.grpc,
+        })
+        .collect();
+    tracing::info!(
+        collections = expected.len(),
+        "verifying what a query on every end sees"
+    );
+    Some(verify::count(&ends, &expected, job.verify.timeout).await)
+}
+
+/// The collections `verification` found some end showing with other rows, and those it
+/// could not ask about, in the words of the summary.
+pub(super) fn findings(verification: &Verification) -> (Vec<String>, Vec<String>) {
+    let wrong = (verification.mismatches())
+        .map(|s| {
+            let live = s.live.map_or("?".into(), |n| n.to_string());
+            let shows = s.shows.map_or("?".into(), |n| n.to_string());
+            format!(
+                "{}: {} shows {shows} of {live} live rows",
+                s.end, s.collection
+            )
+        })
+        .collect();
+    let unverified = (verification.unverifiable())
+        .map(|s| {
+            let why = s.unverifiable.as_deref().unwrap_or_default();
+            format!("{} on {}: {why}", s.collection, s.end)
+        })
+        .collect();
+    (wrong, unverified)
+}
