@@ -86,16 +86,19 @@ pub enum Bug {
     /// `drop-by-name`: a rollback drops its collections by name, without comparing the id
     /// it recorded at creation.
     DropByName,
+    /// `skip-verify`: decide the outcome without asking what a query on every end sees.
+    SkipVerify,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 6] = [
+    pub const ALL: [Bug; 7] = [
         Bug::CommitEarly,
         Bug::SkipAbort,
         Bug::NoDecision,
         Bug::SkipRows,
         Bug::Unfenced,
         Bug::DropByName,
+        Bug::SkipVerify,
     ];
 
     pub fn name(self) -> &'static str {
@@ -106,6 +109,7 @@ impl Bug {
             Bug::SkipRows => "skip-rows",
             Bug::Unfenced => "unfenced",
             Bug::DropByName => "drop-by-name",
+            Bug::SkipVerify => "skip-verify",
         }
     }
 }
