@@ -155,7 +155,7 @@ fn restore_view() -> Value {
             "job_name": {"type": "string"},
             "outcome": {"type": "string", "nullable": true, "enum": ["succeeded", "refused", "rolled_back", "diverged", "partly_committed", "incomplete", "host_failed", "lost", null]},
             "phase": {"type": "string", "nullable": true},
-            "report": {"type": "object", "nullable": true, "description": "The final report: outcome, route, ends, refusals and their kinds, collections, every import job with its expected rows and the rows and state on every end, divergences, checks, staging, phases"},
+            "report": {"type": "object", "nullable": true, "description": "The final report: outcome, route, ends, refusals and their kinds, collections, every import job with its expected rows and the rows and state on every end, divergences, what a query on every end showed (verification), checks, staging, phases"},
             "snapshot": {
                 "type": "object", "nullable": true,
                 "description": "Job states and rows per end at the restore's last journal write (each phase change, and every few seconds while it holds or completes), from whichever host runs it",
