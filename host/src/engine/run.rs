@@ -114,11 +114,15 @@ fn stopped(stop: Error, report: &mut Report, id: &RestoreId) -> (Outcome, Vec<Re
         report.summary = format!("refused: {}", Refusal::joined(&refusals));
         return (Outcome::Refused, refusals);
     }
-    // With collection atomicity, groups decided before the failure stay committed.
+    // With collection atomicity, groups decided before the failure stay committed, and
+    // what a query showed of them counts.
+    let (shown_wrong, unverified) = verification::findings(report.verification.as_ref());
     let facts = outcome::Facts {
         failure: Some(stop.reason()),
         visible: report.committed_collections(),
         divergences: &report.divergences,
+        shown_wrong,
+        unverified,
         ..outcome::Facts::default()
     };
     let (outcome, summary) = outcome::decide(&facts, id);
@@ -514,6 +518,12 @@ async fn conclude(
         c.committed = *committed;
     }
     report.divergences = landed.divergences;
+    // What a query sees of what was committed, once every end completed it (with collection
+    // atomicity, also before a stop that left other collections undecided): a restore left
+    // incomplete is verified by `lockstep verify` once it is finished.
+    if landed.unconverged.is_empty() {
+        report.verification = verification::run(attempt, job, report).await;
+    }
     if let Some(stop) = landed.stop {
         let reason = stop.reason();
         for &group in &landed.aborted {
@@ -528,16 +538,7 @@ async fn conclude(
         }
         return Err(stop);
     }
-    // What a query sees, once every end completed: a restore left incomplete is verified
-    // by `lockstep verify` once it is finished.
-    if landed.unconverged.is_empty() {
-        report.verification = verification::run(attempt, job, report).await;
-    }
-    let (shown_wrong, unverified) = report
-        .verification
-        .as_ref()
-        .map(verification::findings)
-        .unwrap_or_default();
+    let (shown_wrong, unverified) = verification::findings(report.verification.as_ref());
     let facts = outcome::Facts {
         failure: landed.failure,
         visible: report.committed_collections(),

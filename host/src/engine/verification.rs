@@ -50,8 +50,11 @@ pub(super) async fn run(attempt: &Attempt<'_>, job: &Job, report: &Report) -> Op
 }
 
 /// The collections `verification` found some end showing with other rows, and those it
-/// could not ask about, in the words of the summary.
-pub(super) fn findings(verification: &Verification) -> (Vec<String>, Vec<String>) {
+/// could not ask about, in the words of the summary; none when nothing was asked.
+pub(super) fn findings(verification: Option<&Verification>) -> (Vec<String>, Vec<String>) {
+    let Some(verification) = verification else {
+        return Default::default();
+    };
     let wrong = (verification.mismatches())
         .map(|s| {
             let live = s.live.map_or("?".into(), |n| n.to_string());
