@@ -41,6 +41,22 @@ fn a_redirected_log_has_no_escape_codes() {
         !log.contains(ESCAPE),
         "escape codes in a piped log: {log:?}"
     );
+    // The demo restores with indexes, so its restore verifies what every end shows.
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = report
+        .get("reports")
+        .and_then(|r| r.get(0))
+        .unwrap_or(&report);
+    let shown = report["verification"]["shown"]
+        .as_array()
+        .expect("a verification");
+    assert_eq!(shown.len(), 3 * 3, "{report}");
+    assert!(
+        shown
+            .iter()
+            .all(|s| s["unverifiable"].is_null() && s["shows"] == s["live"]),
+        "{report}"
+    );
 }
 
 #[test]
