@@ -419,34 +419,11 @@ async fn verify(
         .filter(|_| !record.is_unfinished())
         .with_context(|| format!("restore {id} has not finished: `lockstep recover {id}` first"))
         .and_then(|r| serde_json::from_value(r).context("the restore's report does not read"))?;
-    let expected: Vec<lockstep::verify::Expected> = report
-        .collections
-        .iter()
-        .filter(|c| c.committed)
-        .map(|c| {
-            let collection = lockstep::backup::Namespace::parse(&c.target)
-                .with_context(|| format!("collection {} in the report", c.target))?;
-            Ok(lockstep::verify::Expected {
-                collection,
-                live: c.live,
-                partitions: (c.live_by_partition.iter())
-                    .filter(|(p, _)| !p.is_empty())
-                    .map(|(p, n)| (p.clone(), *n))
-                    .collect(),
-            })
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let expected = report
+        .to_verify()
+        .with_context(|| format!("a collection in the report of {id}"))?;
     let ends = engine::Ends::from_recorded(&record.ends, host)?;
-    let targets: Vec<lockstep::verify::End<'_>> = ends
-        .all()
-        .iter()
-        .map(|e| lockstep::verify::End {
-            name: &e.name,
-            target: e.role == lockstep::journal::Role::Target,
-            grpc: &e.grpc,
-        })
-        .collect();
-    let verification = lockstep::verify::count(&targets, &expected, timeout).await;
+    let verification = lockstep::verify::count(&ends.to_verify(), &expected, timeout).await;
     output::verification(format, &record.id.to_string(), &verification);
     Ok(if verification.mismatches().next().is_some() {
         Outcome::Diverged.exit_code()

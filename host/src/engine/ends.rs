@@ -130,6 +130,17 @@ impl Ends {
         &self.all
     }
 
+    /// Every end as verification asks it, the target the one that takes load and release.
+    pub fn to_verify(&self) -> Vec<crate::verify::End<'_>> {
+        (self.all.iter())
+            .map(|e| crate::verify::End {
+                name: &e.name,
+                target: e.role == crate::journal::Role::Target,
+                grpc: &e.grpc,
+            })
+            .collect()
+    }
+
     pub fn len(&self) -> usize {
         self.all.len()
     }

@@ -354,6 +354,24 @@ const CAUSES_SHOWN: usize = 12;
 
 impl Report {
     /// The collections marked committed, by target name.
+    /// What a query on every end must show of the committed collections: their live rows,
+    /// in all and per partition. For the restore's own verification and `lockstep verify`.
+    pub fn to_verify(&self) -> Result<Vec<crate::verify::Expected>, crate::backup::NamespaceError> {
+        (self.collections.iter())
+            .filter(|c| c.committed)
+            .map(|c| {
+                Ok(crate::verify::Expected {
+                    collection: crate::backup::Namespace::parse(&c.target)?,
+                    live: c.live,
+                    partitions: (c.live_by_partition.iter())
+                        .filter(|(p, _)| !p.is_empty())
+                        .map(|(p, n)| (p.clone(), *n))
+                        .collect(),
+                })
+            })
+            .collect()
+    }
+
     pub fn committed_collections(&self) -> Vec<String> {
         self.collections
             .iter()

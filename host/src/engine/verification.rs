@@ -7,10 +7,8 @@ use super::attempt::Attempt;
 use super::faults;
 use super::fence::Fence;
 use super::report::Report;
-use crate::backup::Namespace;
 use crate::job::{Job, VerifyRows};
-use crate::journal::Role;
-use crate::verify::{self, End, Expected, Verification};
+use crate::verify::{self, Verification};
 
 /// Counts every committed collection whose live rows are known on every end, once the fence
 /// passed (loading is an action on the target); `None` when `[verify]` is off, nothing was
@@ -19,29 +17,13 @@ pub(super) async fn run(attempt: &Attempt<'_>, job: &Job, report: &Report) -> Op
     if job.verify.rows == VerifyRows::Off || faults::planted(faults::Bug::SkipVerify) {
         return None;
     }
-    let expected: Vec<Expected> = (report.collections.iter())
-        .filter(|c| c.committed)
-        .filter_map(|c| {
-            Some(Expected {
-                collection: Namespace::parse(&c.target).ok()?,
-                live: c.live,
-                partitions: (c.live_by_partition.iter())
-                    .filter(|(p, _)| !p.is_empty())
-                    .map(|(p, n)| (p.clone(), *n))
-                    .collect(),
-            })
-        })
-        .collect();
+    // The report's targets are namespaces written out: one that does not read back is a
+    // report this restore did not make, and nothing is asked.
+    let expected = report.to_verify().unwrap_or_default();
     if expected.is_empty() || attempt.check().await.is_err() {
         return None;
     }
-    let ends: Vec<End<'_>> = (attempt.ends.all().iter())
-        .map(|e| End {
-            name: &e.name,
-            target: e.role == Role::Target,
-            grpc: &e.grpc,
-        })
-        .collect();
+    let ends = attempt.ends.to_verify();
     tracing::info!(
         collections = expected.len(),
         "verifying what a query on every end sees"
