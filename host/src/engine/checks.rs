@@ -4,7 +4,7 @@
 //! [`CheckHost`] whose credentials never reach the plugin.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use object_store::ObjectStore;
 
@@ -25,11 +25,9 @@ use crate::plugins::{
 };
 use crate::storage;
 
-/// The job's loaded checks, what they reported, and the staged files they may page through.
+/// The job's loaded checks.
 pub struct CheckSetup {
     checks: Vec<LoadedCheck>,
-    reports: Mutex<Vec<CheckEntry>>,
-    staged: Mutex<Vec<StagedObject>>,
 }
 
 /// What a restore is, for the contexts its checks are handed.
@@ -41,6 +39,9 @@ pub struct Restore<'a> {
     pub collections: &'a [CheckCollection],
     /// Every commit group, in order: batches are numbered across them.
     pub groups: &'a [CommitGroup],
+    /// The staged files every check may page through (before-import and before-commit
+    /// alike).
+    pub staged: &'a [StagedObject],
 }
 
 /// The plan's collections as checks see them.
@@ -148,11 +149,7 @@ impl CheckSetup {
     /// Loads every check of the job into the process's one plugin runtime; a plugin that
     /// cannot load refuses the restore.
     pub async fn load(engine: &Engine, job: &Job) -> Result<CheckSetup, Vec<Refusal>> {
-        let mut setup = CheckSetup {
-            checks: Vec::new(),
-            reports: Mutex::new(Vec::new()),
-            staged: Mutex::new(Vec::new()),
-        };
+        let mut setup = CheckSetup { checks: Vec::new() };
         if job.checks.is_empty() {
             return Ok(setup);
         }
@@ -179,55 +176,52 @@ impl CheckSetup {
         }
     }
 
-    pub fn reports(&self) -> Vec<CheckEntry> {
-        self.reports.lock().expect("reports lock").clone()
-    }
-
     /// Whether the job has checks in this phase.
     pub fn has(&self, p: Phase) -> bool {
         self.checks.iter().any(|c| c.phase() == p)
     }
 
-    /// The staged files every later check may page through (before-import and
-    /// before-commit alike); set once the import paths are known.
-    pub fn set_staged(&self, staged: Vec<StagedObject>) {
-        *self.staged.lock().expect("staged lock") = staged;
-    }
-
-    /// Runs the checks of `ctx.phase` with `ctx`.
-    pub async fn run(&self, job: &Job, ctx: CheckContext) -> Result<(), StageError> {
+    /// Runs the checks of `ctx.phase` with `ctx`, `staged` theirs to page through: what each
+    /// reported, for the report, and whether they let the restore go on.
+    pub async fn run(
+        &self,
+        job: &Job,
+        staged: &[StagedObject],
+        ctx: CheckContext,
+    ) -> (Vec<CheckEntry>, Result<(), StageError>) {
         if !self.has(ctx.phase) {
-            return Ok(());
+            return (Vec::new(), Ok(()));
         }
-        let host = self.host(job)?;
+        let host = match host(job, staged) {
+            Ok(host) => host,
+            Err(e) => return (Vec::new(), Err(e)),
+        };
         let result = plugins::run_checks(ctx.phase, &ctx, &self.checks, host).await;
         let reports = match &result {
-            Ok(r) => r.clone(),
-            Err(f) => f.reports.clone(),
+            Ok(r) => r,
+            Err(f) => &f.reports,
         };
-        self.reports
-            .lock()
-            .expect("reports lock")
-            .extend(reports.iter().map(entry));
-        result.map(|_| ()).map_err(|f| StageError::Check {
+        let entries = reports.iter().map(entry).collect();
+        let ran = result.map(|_| ()).map_err(|f| StageError::Check {
             check: f.check,
             phase: f.phase,
             reason: f.reason,
-        })
+        });
+        (entries, ran)
     }
+}
 
-    fn host(&self, job: &Job) -> Result<Arc<dyn CheckHost>, StageError> {
-        let mut stores: BTreeMap<String, Arc<dyn ObjectStore>> = BTreeMap::new();
-        for (end, spec) in job.destinations() {
-            let opened = storage::open(spec).map_err(|e| StageError::Storage {
-                end: end.clone(),
-                source: Box::new(e),
-            })?;
-            stores.insert(end, opened.store);
-        }
-        let staged = self.staged.lock().expect("staged lock").clone();
-        Ok(Arc::new(StoreCheckHost::new(stores, staged)))
+/// What a check reaches through the host: every destination's store, and `staged`.
+fn host(job: &Job, staged: &[StagedObject]) -> Result<Arc<dyn CheckHost>, StageError> {
+    let mut stores: BTreeMap<String, Arc<dyn ObjectStore>> = BTreeMap::new();
+    for (end, spec) in job.destinations() {
+        let opened = storage::open(spec).map_err(|e| StageError::Storage {
+            end: end.clone(),
+            source: Box::new(e),
+        })?;
+        stores.insert(end, opened.store);
     }
+    Ok(Arc::new(StoreCheckHost::new(stores, staged.to_vec())))
 }
 
 fn entry(r: &CheckReport) -> CheckEntry {
@@ -405,6 +399,7 @@ mod tests {
                 ends: &ends,
                 collections: &collections,
                 groups: &groups,
+                staged: &[],
             };
             let ctx = CheckContext::for_phase(&restore, Phase::BeforeImport, None);
             assert_eq!(ctx.collections.len(), 2);
@@ -434,6 +429,7 @@ mod tests {
             ends: &ends,
             collections: &collections,
             groups: &one,
+            staged: &[],
         };
         let ctx = CheckContext::for_phase(&restore, Phase::BeforeCommit, Some((0, &held(&one[0]))));
         assert_eq!(

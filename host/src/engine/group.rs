@@ -25,7 +25,7 @@ use super::faults;
 use super::gate::ImportGate;
 use super::preflight::{Preflight, error_chain};
 use super::refusal::Refusal;
-use super::report::Divergence;
+use super::report::{CheckEntry, Divergence};
 use super::retry::{DEFAULT_CALL_DEADLINE, fenced};
 use super::rows;
 use super::schedule::FirstLook;
@@ -177,6 +177,8 @@ pub(super) enum GroupEnd {
 pub(super) struct Ran {
     /// By group.
     pub ends: Vec<GroupEnd>,
+    /// What every group's before-commit checks reported, in group order.
+    pub checks: Vec<CheckEntry>,
     /// Each group's tracker as it ended, for the report.
     pub trackers: Vec<Tracker>,
     /// Whether the staged files were deleted while the ends finished committing; `None`
@@ -213,6 +215,7 @@ pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec
                     .map(|g| g.batches.len())
                     .sum(),
                 jobs: (0..tracker.jobs.len()).collect(),
+                checks: Vec::new(),
                 tracker,
                 published: &published[index],
             };
@@ -240,7 +243,10 @@ pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec
     let trackers: Vec<Tracker> = seen.iter().map(|t| t.borrow().clone()).collect();
     attempt.show(&trackers.iter().collect::<Vec<_>>());
     Ran {
-        ends: results.into_iter().map(|(_, end)| end).collect(),
+        checks: (results.iter_mut())
+            .flat_map(|(_, (_, checks))| std::mem::take(checks))
+            .collect(),
+        ends: results.into_iter().map(|(_, (end, _))| end).collect(),
         trackers,
         cleaned_early,
     }
@@ -305,15 +311,21 @@ struct Group<'a, 'r> {
     published: &'a watch::Sender<Tracker>,
     /// Every job of the group, by index into the tracker.
     jobs: Vec<usize>,
+    /// What its before-commit checks reported.
+    checks: Vec<CheckEntry>,
 }
 
-/// One commit group, submit to complete. A failure before its decision stops the attempt
-/// (every undecided group aborts on it) and this group aborts.
-async fn run_group(mut group: Group<'_, '_>) -> GroupEnd {
-    match group.ready().await {
+/// One commit group, submit to complete, and what its checks reported. A failure before
+/// its decision stops the attempt (every undecided group aborts on it) and this group
+/// aborts.
+async fn run_group(mut group: Group<'_, '_>) -> (GroupEnd, Vec<CheckEntry>) {
+    let ready = group.ready().await;
+    let checks = std::mem::take(&mut group.checks);
+    let end = match ready {
         Ok(()) => group.commit().await,
         Err(stop) => group.abort(stop).await,
-    }
+    };
+    (end, checks)
 }
 
 impl Group<'_, '_> {
@@ -363,7 +375,9 @@ impl Group<'_, '_> {
         if checks.has(Phase::BeforeCommit) {
             let group = Some((self.first_batch, &self.tracker));
             let ctx = CheckContext::for_phase(self.groups.restore, Phase::BeforeCommit, group);
-            checks.run(job, ctx).await?;
+            let (entries, checked) = checks.run(job, self.groups.restore.staged, ctx).await;
+            self.checks = entries;
+            checked?;
             // Re-read every end right before deciding: a mirror may have failed while the
             // checks ran (an approval can take hours), and Milvus cannot check a fencing
             // token, only states. Without checks the hold's own sightings are that fresh.

@@ -163,12 +163,12 @@ async fn execute(
     let trackers = group::trackers(ends, preflight, &groups);
     // Every planned job, none created yet: what a restore stopped before its creates reports.
     report.jobs = trackers.iter().flat_map(Tracker::job_reports).collect();
-    checks.set_staged(checks::staged_objects(
+    let staged = checks::staged_objects(
         &import_prefix,
         &preflight.plan.files_to_stage,
         &groups,
         &job.target.end.paths,
-    ));
+    );
     // One write for the groups, the prefix (so a crash mid-copy can still clean up) and the
     // phase: each is a journal commit with an fsync, and all of them come before any DDL,
     // copy or create.
@@ -193,6 +193,7 @@ async fn execute(
         ends,
         collections: &collections,
         groups: &groups,
+        staged: &staged,
     };
     let run_on = Groups {
         job,
@@ -213,7 +214,6 @@ async fn execute(
     } else {
         side_by_side(attempt, run_on, trackers, &to, made, report).await
     };
-    report.checks = checks.reports();
     conclude(attempt, job, landed, report).await
 }
 
@@ -262,8 +262,8 @@ async fn one_after_another(
     report.staging = Some(stage(attempt, preflight, to, gate).await?);
     faults::crash_point("after-stage");
     let before_import = CheckContext::for_phase(restore, Phase::BeforeImport, None);
-    let checked = checks.run(job, before_import).await;
-    report.checks = checks.reports();
+    let (entries, checked) = checks.run(job, restore.staged, before_import).await;
+    report.checks = entries;
     checked?;
     if !preflight.route.route.auto_commits() {
         let ran = group::run(attempt, run_on, trackers).await;
@@ -415,6 +415,7 @@ fn held(
     stops: impl IntoIterator<Item = Error>,
 ) -> Landed {
     report.jobs = ran.trackers.iter().flat_map(Tracker::job_reports).collect();
+    report.checks.extend(ran.checks);
     let mut divergences = Vec::new();
     let mut unconverged = Vec::new();
     let mut aborted = Vec::new();
