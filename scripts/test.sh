@@ -12,7 +12,8 @@ cargo build --workspace --bins
 # fuzz/tests/mutate.rs fuzzes each parser this many seconds from its named seeds.
 LOCKSTEP_FUZZ_SECS=10 cargo nextest run --workspace --no-fail-fast
 # Seeded fault schedules over whole restores, DESIGN.md §2 checked after each (issue 6).
-cargo run -q -p e2e --bin faults -- --seeds 1..51
+# Each seed has a world of its own; two at once keep CI under 40 minutes.
+cargo run -q -p e2e --bin faults -- --seeds 1..51 --parallel 2
 # Fleet schedules: stale hosts paused past their lease and woken, takeovers killed, etcd
 # restarted (issue 26). Their runs mostly wait out leases, so three run at once.
 cargo run -q -p e2e --bin faults -- --fleet --seeds 1..31 --parallel 3
