@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::time::Instant;
 
-use super::ends::Ends;
+use super::ends::{EndClient, Ends};
 use super::fence::{Fence, Lost};
 pub use super::poll::Seen;
 use super::poll::{Denied, Judgement, Pair, Sight, watch};
@@ -525,54 +525,7 @@ pub async fn abort(
     settle: Duration,
     deadline: Instant,
 ) -> Result<(), AbortError> {
-    let target = ends.target();
-    let ids: Vec<(&str, MilvusJobId)> = jobs
-        .iter()
-        .filter_map(|&j| {
-            let job = &tracker.jobs[j];
-            job.job_id.clone().map(|id| (job.db.as_str(), id))
-        })
-        .collect();
-    let ids = &ids;
-    let fenced: Vec<(&MilvusJobId, Fenced<()>)> = futures::stream::iter(0..ids.len())
-        .map(|i| async move {
-            let (db, id) = &ids[i];
-            (
-                id,
-                fenced(deadline, fence, || target.rest.abort(db, id)).await,
-            )
-        })
-        .buffer_unordered(CONTROL_IN_FLIGHT)
-        .collect()
-        .await;
-    let mut answers = Vec::with_capacity(fenced.len());
-    for (id, answer) in fenced {
-        answers.push((id, answer?));
-    }
-    // An abort the end refuses to this user will not settle by waiting: say so now.
-    let denied: Vec<String> = answers
-        .iter()
-        .filter_map(|(id, r)| match r {
-            Err(e) if e.is_denied() => Some(format!("abort of job {id} was refused: {e}")),
-            _ => None,
-        })
-        .collect();
-    if !denied.is_empty() {
-        return Err(AbortError::Denied(denied.join("; ")));
-    }
-    let refused: Vec<String> = answers
-        .iter()
-        .filter_map(|(id, r)| match r {
-            // Already Failed or never created: nothing to release.
-            Err(e) if !e.is_job_not_found() => {
-                Some(format!("abort of job {id} on {}: {e}", target.name))
-            }
-            _ => None,
-        })
-        .collect();
-    if !refused.is_empty() {
-        tracing::warn!(?refused, "some aborts were refused; checking their states");
-    }
+    send_aborts(ends.target(), fence, tracker, jobs, deadline).await?;
     let (pairs, owner) = tracker.pairs(jobs, ends.len());
     let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
     let aborted_at = Instant::now();
@@ -613,4 +566,63 @@ pub async fn abort(
         Some(reason) => Err(reason),
         None => Ok(()),
     }
+}
+
+/// Sends the abort of every job of `jobs` that has an id to `target`, each once `fence`
+/// passed. An abort refused to this user will not settle by waiting, so it is an error now;
+/// one refused otherwise (the job already Failed, or never created) is left to the states.
+async fn send_aborts(
+    target: &EndClient,
+    fence: &dyn Fence,
+    tracker: &Tracker,
+    jobs: &[usize],
+    deadline: Instant,
+) -> Result<(), AbortError> {
+    let ids: Vec<(&str, MilvusJobId)> = jobs
+        .iter()
+        .filter_map(|&j| {
+            let job = &tracker.jobs[j];
+            job.job_id.clone().map(|id| (job.db.as_str(), id))
+        })
+        .collect();
+    let ids = &ids;
+    let fenced: Vec<(&MilvusJobId, Fenced<()>)> = futures::stream::iter(0..ids.len())
+        .map(|i| async move {
+            let (db, id) = &ids[i];
+            (
+                id,
+                fenced(deadline, fence, || target.rest.abort(db, id)).await,
+            )
+        })
+        .buffer_unordered(CONTROL_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut answers = Vec::with_capacity(fenced.len());
+    for (id, answer) in fenced {
+        answers.push((id, answer?));
+    }
+    let denied: Vec<String> = answers
+        .iter()
+        .filter_map(|(id, r)| match r {
+            Err(e) if e.is_denied() => Some(format!("abort of job {id} was refused: {e}")),
+            _ => None,
+        })
+        .collect();
+    if !denied.is_empty() {
+        return Err(AbortError::Denied(denied.join("; ")));
+    }
+    let refused: Vec<String> = answers
+        .iter()
+        .filter_map(|(id, r)| match r {
+            // Already Failed or never created: nothing to release.
+            Err(e) if !e.is_job_not_found() => {
+                Some(format!("abort of job {id} on {}: {e}", target.name))
+            }
+            _ => None,
+        })
+        .collect();
+    if !refused.is_empty() {
+        tracing::warn!(?refused, "some aborts were refused; checking their states");
+    }
+    Ok(())
 }
