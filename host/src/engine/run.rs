@@ -3,6 +3,7 @@
 //! (or before them, for checks before import and for auto-commit routes), the commit groups
 //! (`group`), then cleanup and the outcome.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -438,11 +439,13 @@ fn held(
             }
         }
     }
+    // Each committed collection named once: held to every report collection, a batch at a
+    // time, it was a name made per batch per collection (millions at 1,000 × 4).
+    let visible: BTreeSet<String> = (committed_groups.iter())
+        .flat_map(|g| g.batches.iter().map(|b| b.namespace().to_string()))
+        .collect();
     let committed = (report.collections.iter())
-        .map(|c| {
-            (committed_groups.iter())
-                .any(|g| (g.batches.iter()).any(|b| b.namespace().to_string() == c.target))
-        })
+        .map(|c| visible.contains(&c.target))
         .collect();
     Landed {
         committed,
