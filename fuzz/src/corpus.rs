@@ -11,6 +11,7 @@ pub type Target = fn(&[u8]);
 pub const TARGETS: &[(&str, Target)] = &[
     ("job_file", crate::job_file),
     ("host_config", crate::host_config),
+    ("backup_yaml", crate::backup_yaml),
     ("rest_body", crate::rest_body),
     ("backup_meta", crate::backup_meta),
     ("topology", crate::topology),

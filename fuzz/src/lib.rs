@@ -1,5 +1,5 @@
 //! The fuzz targets' bodies, one per parser an outsider can feed: a job file, the host
-//! config, a REST restore body, a backup's meta files and milvus-sim's topology file. Each
+//! config, milvus-backup's `backup.yaml`, a REST restore body, a backup's meta files and milvus-sim's topology file. Each
 //! runs the parser through validation (not only the TOML or JSON decoder) and then holds the
 //! answer to what an operator is promised: no panic, and an input that is refused is refused
 //! at a line and column inside it. `cargo fuzz` drives them (fuzz/README.md). As plain tests,
@@ -58,6 +58,18 @@ pub fn host_config(data: &[u8]) {
     }
 }
 
+/// milvus-backup's `backup.yaml`, through reading (v1 or v2) and validation, with no
+/// `--set` and an empty environment.
+pub fn backup_yaml(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let path = Path::new("/etc/milvus-backup/backup.yaml");
+    if let Err(e) = lockstep::job::backup_yaml::parse_str(text, path, &[], &|_| None) {
+        assert_located(&e, text);
+    }
+}
+
 /// A REST restore body (any bytes: the server takes them as they come).
 pub fn rest_body(data: &[u8]) {
     if let Err(e) = Job::from_rest(data, host()) {
@@ -97,7 +109,9 @@ fn assert_located(e: &Error, text: &str) {
                     "a problem names a field the body does not have: {problem}"
                 );
             }
-            Location::Flag(_) => panic!("a file or body problem located at a flag: {problem}"),
+            Location::Flag(_) | Location::Env(_) => {
+                panic!("a file or body problem located outside it: {problem}")
+            }
         }
     }
 }

@@ -9,7 +9,7 @@ use milvus_sim::fixtures::rng::SplitMix64;
 /// break one. Read from `dict/*.dict` (libFuzzer's format, which `cargo fuzz` takes too).
 pub fn dictionary() -> Vec<Vec<u8>> {
     let mut tokens = Vec::new();
-    for name in ["toml.dict", "json.dict"] {
+    for name in ["toml.dict", "json.dict", "yaml.dict"] {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("dict")
             .join(name);

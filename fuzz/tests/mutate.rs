@@ -57,6 +57,11 @@ fn host_config() {
 }
 
 #[test]
+fn backup_yaml() {
+    fuzz("backup_yaml");
+}
+
+#[test]
 fn rest_body() {
     fuzz("rest_body");
 }

@@ -33,6 +33,11 @@ fn host_config_seeds() {
 }
 
 #[test]
+fn backup_yaml_seeds() {
+    replay("backup_yaml");
+}
+
+#[test]
 fn rest_body_seeds() {
     replay("rest_body");
 }

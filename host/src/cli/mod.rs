@@ -24,10 +24,15 @@ pub use output::OutputFormat;
 #[derive(Debug, Parser)]
 #[command(name = "lockstep", version, about, propagate_version = true)]
 pub struct Cli {
-    /// Host config: clusters, storages, where backups live, the state directory.
-    /// Default: ./lockstep.toml when it exists.
+    /// Host config: a lockstep.toml, or milvus-backup's backup.yaml (by its extension).
+    /// Default: ./lockstep.toml when it exists, else milvus-backup's backup.yaml where
+    /// milvus-backup looks for it (here, $MILVUSCONF, ./configs).
     #[arg(long, global = true, env = "LOCKSTEP_CONFIG")]
     config: Option<PathBuf>,
+    /// Override a key of milvus-backup's config (or name a credential variable):
+    /// --set milvus.grpc.address=10.0.0.1; repeatable. Over the environment and the file.
+    #[arg(long = "set", global = true, value_name = "KEY=VALUE")]
+    set: Vec<String>,
     /// Journal and reports directory (overrides the host config's state_dir).
     #[arg(long, global = true, env = "LOCKSTEP_STATE_DIR")]
     state_dir: Option<PathBuf>,
@@ -140,6 +145,7 @@ impl Cli {
             config: self.config.as_deref(),
             state_dir: self.state_dir.as_deref(),
             journal: self.journal.as_deref(),
+            sets: &self.set,
         }
     }
 }
@@ -173,7 +179,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         Command::Serve(ref args) => return operate::run_serve(cli.flags(), args).await,
         _ => {}
     }
-    let host = setup::load_host_config(cli.config.as_deref(), cli.state_dir.as_deref())?;
+    let host = setup::load_host_config(cli.flags(), cli.state_dir.as_deref())?;
     // A check reads the backup and nothing else: no journal, no state directory made.
     if let Command::Check { name, level } = &cli.command {
         return check_backup(&host, name, *level, cli.output).await;

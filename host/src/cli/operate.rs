@@ -67,7 +67,7 @@ async fn daemon(
         anyhow::ensure!(dir.is_dir(), "{} is not a directory", dir.display());
     }
     let state = state_dir(flags.state_dir, watched);
-    let host = setup::load_host_config(flags.config, state.as_deref())?;
+    let host = setup::load_host_config(flags, state.as_deref())?;
     let journal: Arc<dyn Journal> = setup::open_journal(flags.journal, &host.state_dir).await?;
     let progress: Arc<dyn Progress> = Arc::new(Logged::default());
     let engine = setup::engine_with(Arc::clone(&journal), &host.state_dir, progress);

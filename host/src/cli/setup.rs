@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use lockstep::engine::{self, Engine, Interrupt};
-use lockstep::job::HostConfig;
+use lockstep::job::{HostConfig, backup_yaml};
 use lockstep::journal::Outcome;
 use lockstep::journal::embedded::FileJournal;
 
@@ -17,18 +17,35 @@ pub struct Flags<'a> {
     pub config: Option<&'a Path>,
     pub state_dir: Option<&'a Path>,
     pub journal: Option<&'a str>,
+    /// milvus-backup's `--set KEY=VALUE` items.
+    pub sets: &'a [String],
 }
 
-/// The host config from `--config`, ./lockstep.toml, or none (inline URIs only).
-pub fn load_host_config(
-    path: Option<&Path>,
-    state_dir: Option<&Path>,
-) -> anyhow::Result<HostConfig> {
+/// The host config from `--config`; else `./lockstep.toml`; else milvus-backup's config
+/// where milvus-backup looks for it (`backup.yaml`, `$MILVUSCONF/backup.yaml`,
+/// `configs/backup.yaml`); else none (inline URIs only). `state_dir` overrides its state
+/// directory.
+pub fn load_host_config(flags: Flags<'_>, state_dir: Option<&Path>) -> anyhow::Result<HostConfig> {
+    let env = |name: &str| std::env::var(name).ok();
+    let sets = backup_yaml::parse_sets(flags.sets)?;
     let default = Path::new("lockstep.toml");
+    let path = match flags.config {
+        Some(p) => Some(p.to_path_buf()),
+        None if default.exists() => Some(default.to_path_buf()),
+        None => backup_yaml::default_path(&env).inspect(|found| {
+            tracing::info!(config = %found.display(), "no lockstep.toml here: reading milvus-backup's config");
+        }),
+    };
     let mut host = match path {
-        Some(p) => HostConfig::load(p).map_err(anyhow::Error::new)?,
-        None if default.exists() => HostConfig::load(default).map_err(anyhow::Error::new)?,
-        None => HostConfig::empty(PathBuf::from(lockstep::job::DEFAULT_STATE_DIR)),
+        Some(p) => HostConfig::load_with(&p, &sets, &env)?,
+        None => {
+            anyhow::ensure!(
+                sets.is_empty(),
+                "--set overrides keys of milvus-backup's config, and none was found (--config, \
+                 backup.yaml, $MILVUSCONF/backup.yaml or configs/backup.yaml)"
+            );
+            HostConfig::empty(PathBuf::from(lockstep::job::DEFAULT_STATE_DIR))
+        }
     };
     if let Some(dir) = state_dir {
         host.state_dir = dir.to_path_buf();

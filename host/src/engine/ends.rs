@@ -93,15 +93,17 @@ impl Ends {
     ) -> Result<Ends, RecoverError> {
         let mut all = Vec::new();
         for e in recorded {
-            let token = match host
-                .clusters
-                .get(&e.name)
-                .and_then(|c| c.token_env.as_ref())
-            {
-                Some(var) => Some(std::env::var(var).map_err(|_| RecoverError::MissingToken {
-                    end: e.name.clone(),
-                    variable: var.clone(),
-                })?),
+            let token = match host.clusters.get(&e.name).and_then(|c| c.token.as_ref()) {
+                Some(source) => Some(
+                    source
+                        .read(&crate::job::process_env)
+                        .map_err(|missing| RecoverError::MissingToken {
+                            end: e.name.clone(),
+                            variable: missing.0,
+                        })?
+                        .expose()
+                        .to_owned(),
+                ),
                 None => None,
             };
             all.push(EndClient::connect(&e.name, e.role, &e.uri, token)?);

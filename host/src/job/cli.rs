@@ -26,7 +26,8 @@ pub struct RestoreArgs {
     /// Clusters replicating the target, comma-separated or repeated.
     #[arg(long, value_delimiter = ',')]
     pub secondaries: Vec<String>,
-    /// `merged` (default) or `per_seg`.
+    /// `merged` or `per_seg`; unset, the route follows the target's Milvus version
+    /// (merged from 2.5, where Milvus imports several segments in one job).
     #[arg(long)]
     pub strategy: Option<String>,
     /// Collections to restore, by their names after --suffix or --rename:
@@ -60,7 +61,7 @@ pub struct RestoreArgs {
     /// Restore RBAC meta.
     #[arg(long)]
     pub rbac: bool,
-    /// milvus-backup's merged restore; lockstep's default (same as --strategy merged).
+    /// milvus-backup's merged restore (the same as --strategy merged).
     #[arg(long = "use_v2_restore")]
     pub use_v2_restore: bool,
     /// Removed from milvus-backup's restore; refused with its advice.

@@ -27,6 +27,8 @@ pub enum Location {
     },
     /// A command-line flag, e.g. `--rename`.
     Flag(String),
+    /// An environment variable that set a value.
+    Env(String),
     /// A field of a REST request body, e.g. `collection_renames`.
     JsonField(String),
     /// A position in a REST request body that is not valid JSON.
@@ -38,6 +40,7 @@ impl fmt::Display for Location {
         match self {
             Self::File { path, line, column } => write!(f, "{}:{line}:{column}", path.display()),
             Self::Flag(flag) => f.write_str(flag),
+            Self::Env(var) => write!(f, "environment variable {var}"),
             Self::JsonField(field) => write!(f, "request field `{field}`"),
             Self::Body { line, column } => write!(f, "request body line {line}, column {column}"),
         }

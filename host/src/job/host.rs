@@ -34,6 +34,7 @@ use url::Url;
 
 use super::diagnostic::{Error, Input, RawProblem, locate_in_file, read_toml};
 use super::file::{ClusterFile, StorageFile, StorageRef};
+use super::secret::Secret;
 
 /// Milvus's `dataCoord.import.maxImportJobNum` default.
 pub const DEFAULT_MAX_IMPORT_JOBS: u32 = 1024;
@@ -61,6 +62,10 @@ pub struct HostConfigFile {
     /// How many attempts a watched or requested job gets when attempts are lost with
     /// their host (default 3).
     pub max_attempts: Option<Spanned<i64>>,
+    /// A milvus-backup config (`backup.yaml`) this file adds to, relative to this file: its
+    /// cluster `milvus` and storages `milvus` and `backup` are this file's, so one cluster
+    /// is described once.
+    pub base: Option<Spanned<String>>,
 }
 
 /// `[backups]` as written.
@@ -88,8 +93,58 @@ pub struct StorageSpec {
     pub access_key_id_env: Option<String>,
     pub secret_access_key_env: Option<String>,
     pub session_token_env: Option<String>,
+    /// Keys written in a milvus-backup config (or given with `--set`) rather than named by
+    /// variable; in what is written down only the keys they came from appear.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub given: Option<GivenKeys>,
     pub allow_http: bool,
 }
+
+/// Static S3 keys whose values came with the config, not from the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GivenKeys {
+    /// Where they came from, e.g. `backup.yaml milvus.storage.auth`.
+    pub from: String,
+    pub access_key_id: Secret,
+    pub secret_access_key: Secret,
+    pub session_token: Option<Secret>,
+}
+
+impl Serialize for GivenKeys {
+    /// A journal record, a report and a job's identity name the keys' origin, never them.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry("from", &self.from)?;
+        map.end()
+    }
+}
+
+/// Where a cluster's token comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// An environment variable, read when the token is needed (`token_env`).
+    Env(String),
+    /// A milvus-backup config's `milvus.user` and `milvus.password`, as `user:password`.
+    Given(Secret),
+}
+
+impl TokenSource {
+    /// The token, reading the environment through `env` for [`TokenSource::Env`].
+    pub fn read(&self, env: super::secret::Env<'_>) -> Result<Secret, MissingToken> {
+        match self {
+            TokenSource::Env(var) => env(var)
+                .map(Secret)
+                .ok_or_else(|| MissingToken(var.clone())),
+            TokenSource::Given(secret) => Ok(secret.clone()),
+        }
+    }
+}
+
+/// A token's environment variable is not set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("environment variable {0} is not set")]
+pub struct MissingToken(pub String);
 
 impl StorageSpec {
     /// A local directory as a store, with nothing else set; a relative `dir` is taken
@@ -104,6 +159,7 @@ impl StorageSpec {
             access_key_id_env: None,
             secret_access_key_env: None,
             session_token_env: None,
+            given: None,
             allow_http: false,
         })
     }
@@ -124,7 +180,7 @@ impl StorageSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterSpec {
     pub uri: Url,
-    pub token_env: Option<String>,
+    pub token: Option<TokenSource>,
     /// The cluster's Milvus object storage; needed to stage into a target.
     pub storage: Option<StorageSpec>,
     pub max_import_jobs: u32,
@@ -190,6 +246,25 @@ pub struct HostConfig {
     pub state_dir: PathBuf,
     /// Attempts of one job content, counting those lost with their host (1..=100).
     pub max_attempts: u32,
+    /// What a job that does not say takes from the host.
+    pub restore: RestoreDefaults,
+}
+
+/// Restore options a host config may set for its jobs (milvus-backup's `restore.*`); a job
+/// that sets one wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoreDefaults {
+    pub max_segments_per_job: usize,
+    pub keep_temp_files: bool,
+}
+
+impl Default for RestoreDefaults {
+    fn default() -> Self {
+        Self {
+            max_segments_per_job: crate::backup::DEFAULT_MAX_SEGMENTS_PER_JOB,
+            keep_temp_files: false,
+        }
+    }
 }
 
 /// `max_attempts` when the host config sets none: a host lost twice in a row is a fleet
@@ -197,22 +272,46 @@ pub struct HostConfig {
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 
 impl HostConfig {
-    /// Reads and validates the host config at `path`.
-    pub fn load(path: &Path) -> Result<Self, Error> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-            input: Input::HostConfig(path.to_owned()),
-            source,
-        })?;
-        Self::parse_str(&text, path)
-    }
-
-    /// Validates host config text; `path` locates messages and relative paths.
-    pub fn parse_str(text: &str, path: &Path) -> Result<Self, Error> {
+    /// Validates `lockstep.toml` text; `path` locates messages and relative paths. `base`
+    /// reads the milvus-backup config the file names as its `base`, or answers `None` for a
+    /// path that names none; `overridden`: `--set` was given, which only a base can take.
+    pub(super) fn from_toml(
+        text: &str,
+        path: &Path,
+        base: &dyn Fn(&Path) -> Option<Result<HostConfig, Error>>,
+        overridden: bool,
+    ) -> Result<Self, Error> {
         let read = read_toml::<HostConfigFile>(text);
         let mut problems = read.problems;
+        let base_dir = path.parent().unwrap_or(Path::new("."));
+        let base = match read.value.as_ref().and_then(|f| f.base.as_ref()) {
+            Some(named) => match base(&base_dir.join(named.get_ref())) {
+                Some(read) => Some(read?),
+                None => {
+                    problems.push(RawProblem::new(
+                        "base",
+                        Some(named.span()),
+                        format!(
+                            "`{}`: a base is a milvus-backup config, a .yaml file",
+                            named.get_ref()
+                        ),
+                    ));
+                    None
+                }
+            },
+            None if overridden => {
+                problems.push(RawProblem::new(
+                    "base",
+                    None,
+                    "--set overrides a milvus-backup config's keys, and this file names no `base` backup.yaml",
+                ));
+                None
+            }
+            None => None,
+        };
         let config = read
             .value
-            .and_then(|file| validate(file, path, &mut problems));
+            .and_then(|file| validate(file, path, base, &mut problems));
         match config {
             Some(config) if problems.is_empty() => Ok(config),
             _ => Err(Error::Invalid {
@@ -231,6 +330,7 @@ impl HostConfig {
             default_target: None,
             state_dir,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            restore: RestoreDefaults::default(),
         }
     }
 }
@@ -238,10 +338,35 @@ impl HostConfig {
 fn validate(
     file: HostConfigFile,
     path: &Path,
+    base: Option<HostConfig>,
     problems: &mut Vec<RawProblem>,
 ) -> Option<HostConfig> {
-    let mut storages = BTreeMap::new();
+    let base_name = file.base.as_ref().map(|b| b.get_ref().clone());
+    let (mut storages, mut clusters, base_backups, base_target, restore) = match base {
+        Some(base) => (
+            base.storages,
+            base.clusters,
+            base.backups,
+            base.default_target,
+            base.restore,
+        ),
+        None => Default::default(),
+    };
+    let defined_by_base = |what: &str, name: &str, span, problems: &mut Vec<RawProblem>| {
+        problems.push(RawProblem::new(
+            format!("{what}.{name}"),
+            Some(span),
+            format!(
+                "`{name}` is defined by the base {}; name this one differently",
+                base_name.as_deref().unwrap_or_default()
+            ),
+        ));
+    };
     for (name, storage) in &file.storages {
+        if storages.contains_key(name) {
+            defined_by_base("storages", name, storage.span(), problems);
+            continue;
+        }
         check_name(name, &format!("storages.{name}"), storage.span(), problems);
         if let Some(spec) = storage_spec(
             storage.get_ref(),
@@ -252,8 +377,11 @@ fn validate(
             storages.insert(name.clone(), spec);
         }
     }
-    let mut clusters = BTreeMap::new();
     for (name, cluster) in &file.clusters {
+        if clusters.contains_key(name) {
+            defined_by_base("clusters", name, cluster.span(), problems);
+            continue;
+        }
         let field = format!("clusters.{name}");
         check_name(name, &field, cluster.span(), problems);
         if let Some(spec) = cluster_spec(
@@ -280,7 +408,7 @@ fn validate(
         }?;
         let root = backups.get_ref().root.as_ref().map_or(DEFAULT_BACKUP_ROOT, |r| r.get_ref().as_str());
         Some(BackupsSpec { storage, root: root.trim_matches('/').to_owned() })
-    });
+    }).or(base_backups);
     if let Some(target) = &file.default_target
         && !clusters.contains_key(target.get_ref())
         && !file.clusters.contains_key(target.get_ref())
@@ -318,9 +446,10 @@ fn validate(
         clusters,
         storages,
         backups,
-        default_target: file.default_target.map(Spanned::into_inner),
+        default_target: file.default_target.map(Spanned::into_inner).or(base_target),
         state_dir: base.join(state_dir),
         max_attempts,
+        restore,
     })
 }
 
@@ -402,7 +531,10 @@ pub(crate) fn cluster_spec(
             }
         },
     };
-    let token_env = file.token_env.as_ref().map(|t| t.get_ref().clone());
+    let token = file
+        .token_env
+        .as_ref()
+        .map(|t| TokenSource::Env(t.get_ref().clone()));
     if let Some(token_env) = &file.token_env {
         check_env_name(token_env, &format!("{field}.token_env"), problems);
     }
@@ -410,7 +542,7 @@ pub(crate) fn cluster_spec(
     let paths = path_form(file, field, storage.as_ref(), problems);
     Some(ClusterSpec {
         uri: uri?,
-        token_env,
+        token,
         storage,
         max_import_jobs: max_import_jobs?,
         paths: paths?,
@@ -627,6 +759,7 @@ fn storage_spec(
             .as_ref()
             .map(|e| e.get_ref().clone()),
         session_token_env: file.session_token_env.as_ref().map(|e| e.get_ref().clone()),
+        given: None,
         allow_http,
     })
 }
@@ -695,7 +828,7 @@ mod tests {
         assert_eq!(config.state_dir, data_dir().join("jobs/state"));
         let a = &config.clusters["prod-a"];
         assert_eq!(a.uri.as_str(), "http://127.0.0.1:19530/");
-        assert_eq!(a.token_env.as_deref(), Some("PROD_A_TOKEN"));
+        assert_eq!(a.token, Some(TokenSource::Env("PROD_A_TOKEN".into())));
         assert_eq!(a.max_import_jobs, 2048);
         assert_eq!(a.storage.as_ref(), config.storages.get("minio-a"));
         let b = &config.clusters["prod-b"];

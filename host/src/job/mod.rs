@@ -10,11 +10,14 @@
 //! contacted and nothing is written here; whether the clusters agree with the job is the
 //! engine's preflight.
 
+pub mod backup_yaml;
 mod cli;
+mod config_file;
 mod diagnostic;
 mod file;
 mod host;
 mod rest;
+mod secret;
 #[cfg(test)]
 pub(crate) mod testing;
 mod validate;
@@ -41,9 +44,12 @@ pub use file::{
 };
 pub use host::{
     BackupsFile, BackupsSpec, ClusterSpec, DEFAULT_BACKUP_ROOT, DEFAULT_MAX_IMPORT_JOBS,
-    DEFAULT_STATE_DIR, HostConfig, HostConfigFile, PathForm, StorageSpec,
+    DEFAULT_STATE_DIR, GivenKeys, HostConfig, HostConfigFile, MissingToken, PathForm,
+    RestoreDefaults, StorageSpec, TokenSource,
 };
 pub use rest::{ResponseMode, RestRestore};
+pub(crate) use secret::process_env;
+pub use secret::{Env, Secret};
 
 /// A validated restore job.
 #[derive(Debug, Clone, PartialEq)]
@@ -202,22 +208,6 @@ impl fmt::Display for EndName {
     }
 }
 
-/// A credential read from the environment; never printed.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(..)")
-    }
-}
-
 /// One Milvus cluster the restore talks to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct End {
@@ -356,14 +346,6 @@ impl Default for CheckLimits {
     fn default() -> Self {
         CheckLimits::from_section(&CheckLimitsSection::default())
     }
-}
-
-/// How validation reads environment variables; tests pass their own.
-pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
-
-/// Reads a variable of this process's environment (validation's and `storage::open`'s).
-pub(crate) fn process_env(name: &str) -> Option<String> {
-    std::env::var(name).ok()
 }
 
 #[cfg(test)]

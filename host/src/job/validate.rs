@@ -22,7 +22,7 @@ use super::file::{
 use super::host::{self, HostConfig, StorageSpec};
 use super::{
     BackupSource, Check, CheckLimits, DEFAULT_VERIFY_TIMEOUT, End, EndName, Env, Job, Secondary,
-    Secret, Target, TwoPhase, Verify, process_env,
+    Target, TwoPhase, Verify, process_env,
 };
 use crate::plugins::{AllowedHosts, Origin};
 
@@ -107,7 +107,12 @@ pub(crate) fn validate(file: JobFile, context: &Context<'_>) -> Result<Job, Vec<
             "per_seg cannot be used with secondaries: it imports with auto-commit, which a replicating cluster refuses and which cannot be held until every mirror is ready; use \"merged\"",
         );
     }
-    let restore = restore_options(&file.restore, strategy, &mut problems);
+    let restore = restore_options(
+        &file.restore,
+        strategy,
+        &context.host.restore,
+        &mut problems,
+    );
     let two_phase = two_phase(&file.two_phase, &mut problems);
     let verify = verify(&file.verify, &mut problems);
     let checks: Option<Vec<Check>> = file
@@ -248,7 +253,7 @@ fn resolve_cluster(
                 name: EndName(text.clone()),
                 spec: host::ClusterSpec {
                     uri,
-                    token_env: None,
+                    token: None,
                     storage: None,
                     max_import_jobs: host::DEFAULT_MAX_IMPORT_JOBS,
                     paths: host::PathForm::Minio,
@@ -299,22 +304,20 @@ fn end(
     context: &Context<'_>,
     problems: &mut Problems<'_>,
 ) -> Option<End> {
-    let token = match &resolved.spec.token_env {
+    let token = match resolved.spec.token.as_ref().map(|t| t.read(context.env)) {
         None => None,
-        Some(var) => match (context.env)(var) {
-            Some(token) => Some(Secret(token)),
-            None => {
-                problems.push(
-                    field,
-                    Some(span),
-                    format!(
-                        "environment variable {var} (token_env of cluster {}) is not set",
-                        resolved.name
-                    ),
-                );
-                return None;
-            }
-        },
+        Some(Ok(token)) => Some(token),
+        Some(Err(missing)) => {
+            problems.push(
+                field,
+                Some(span),
+                format!(
+                    "environment variable {} (token_env of cluster {}) is not set",
+                    missing.0, resolved.name
+                ),
+            );
+            return None;
+        }
     };
     Some(End {
         name: resolved.name.clone(),
@@ -458,6 +461,7 @@ fn secondaries(
 fn restore_options(
     section: &RestoreSection,
     strategy: Option<Strategy>,
+    defaults: &host::RestoreDefaults,
     problems: &mut Problems<'_>,
 ) -> Option<RestoreOptions> {
     let before = problems.list.len();
@@ -508,7 +512,7 @@ fn restore_options(
         (None, None) => CollectionCreation::Create,
     };
     let max_segments_per_job = match &section.max_segments_per_job {
-        None => DEFAULT_MAX_SEGMENTS_PER_JOB,
+        None => defaults.max_segments_per_job,
         Some(n) => match usize::try_from(*n.get_ref()) {
             Ok(n) if (1..=DEFAULT_MAX_SEGMENTS_PER_JOB).contains(&n) => n,
             _ => {
@@ -550,7 +554,7 @@ fn restore_options(
         use_auto_index: section.use_auto_index.unwrap_or(false),
         drop_exist_index: section.drop_exist_index.unwrap_or(false),
         rbac: section.rbac.unwrap_or(false),
-        keep_temp_files: section.keep_temp_files.unwrap_or(false),
+        keep_temp_files: section.keep_temp_files.unwrap_or(defaults.keep_temp_files),
         max_segments_per_job,
         max_shard_num,
         truncate_binlog_by_ts: section.truncate_binlog_by_ts.unwrap_or(false),

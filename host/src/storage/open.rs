@@ -161,6 +161,14 @@ fn open_s3(
         }
         None => format!("https://s3.{region}.amazonaws.com"),
     };
+    if let Some(given) = &spec.given {
+        builder = builder
+            .with_access_key_id(given.access_key_id.expose())
+            .with_secret_access_key(given.secret_access_key.expose());
+        if let Some(token) = &given.session_token {
+            builder = builder.with_token(token.expose());
+        }
+    }
     if let Some(key) = credential("access_key_id", &spec.access_key_id_env, env)? {
         builder = builder.with_access_key_id(key);
     }
@@ -242,6 +250,7 @@ mod tests {
             access_key_id_env: Some(KEY_VAR.into()),
             secret_access_key_env: Some(SECRET_VAR.into()),
             session_token_env: None,
+            given: None,
             allow_http: true,
         }
     }

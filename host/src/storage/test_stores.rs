@@ -63,6 +63,7 @@ impl S3Server {
             access_key_id_env: Some(KEY_VAR.into()),
             secret_access_key_env: Some(SECRET_VAR.into()),
             session_token_env: None,
+            given: None,
             allow_http: true,
         };
         let env = |name: &str| {

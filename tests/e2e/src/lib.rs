@@ -386,6 +386,53 @@ impl World {
         Ok(())
     }
 
+    /// The world as milvus-backup's v2 `backup.yaml` describes it: the target's address and
+    /// bucket, and the backups' bucket, with moto's static keys written in. Only an S3 world
+    /// has one: milvus-backup's local provider is a directory the target reads by absolute
+    /// path, which a world of bucket-style ends does not have.
+    pub fn milvus_backup_yaml(&self) -> anyhow::Result<String> {
+        let bucket = |store| match self.location(store) {
+            StoreLocation::Bucket { endpoint, bucket } => Ok((endpoint, bucket)),
+            StoreLocation::Dir(_) => anyhow::bail!("a backup.yaml describes an S3 world only"),
+        };
+        let (endpoint, target_bucket) = bucket(Store::End(TARGET))?;
+        let (_, backup_bucket) = bucket(Store::Backups)?;
+        let endpoint = url::Url::parse(&endpoint)?;
+        let target = url::Url::parse(&self.sim.uri(TARGET))?;
+        let lines = [
+            "configVersion: v2".to_owned(),
+            "milvus:".to_owned(),
+            "  grpc:".to_owned(),
+            format!(
+                "    address: {}",
+                target.host_str().context("the target's host")?
+            ),
+            format!("    port: {}", target.port().context("the target's port")?),
+            "  storage:".to_owned(),
+            "    provider: minio".to_owned(),
+            format!(
+                "    address: {}",
+                endpoint.host_str().context("the S3 host")?
+            ),
+            format!(
+                "    port: {}",
+                endpoint.port_or_known_default().context("the S3 port")?
+            ),
+            "    useSSL: false".to_owned(),
+            format!("    bucketName: {target_bucket}"),
+            "    rootPath: \"\"".to_owned(),
+            "    auth:".to_owned(),
+            "      type: static".to_owned(),
+            format!("      accessKeyID: {S3_CREDENTIAL}"),
+            format!("      secretAccessKey: {S3_CREDENTIAL}"),
+            "backup:".to_owned(),
+            "  storage:".to_owned(),
+            format!("    bucketName: {backup_bucket}"),
+            "    rootPath: backup".to_owned(),
+        ];
+        Ok(lines.join("\n") + "\n")
+    }
+
     /// A job file restoring the world's backup into the target with every secondary, plus
     /// `extra` TOML (tables such as `[restore]` or `[two_phase]`).
     pub fn job(&self, name: &str, extra: &str) -> anyhow::Result<PathBuf> {

@@ -3,6 +3,7 @@
 mod access;
 mod atomicity;
 mod crash;
+mod drop_in;
 mod fault_runner;
 mod full_disk;
 mod invariants;

@@ -1,0 +1,112 @@
+//! milvus-backup's users switch with nothing to rewrite: the seed's command line, run in a
+//! directory holding nothing but milvus-backup's `backup.yaml`, with the secondaries named
+//! by URI alone. The world is an S3 one (moto), since the file names buckets.
+
+use e2e::{
+    Output, RunResult, StorageLayout, StorageService, TARGET, World, WorldSpec, lockstep_command,
+    run_to_end, secondary,
+};
+
+/// An S3 world whose ends and backup `backup.yaml` can describe, every end reading `layout`.
+async fn world(test: &str, layout: StorageLayout) -> anyhow::Result<Option<World>> {
+    let Some(endpoint) = e2e::s3_endpoint(test) else {
+        return Ok(None);
+    };
+    let world = World::start(WorldSpec {
+        service: StorageService::S3 { endpoint },
+        storage: layout,
+        secondary_storage_known: false,
+        ..WorldSpec::default()
+    })
+    .await?;
+    Ok(Some(world))
+}
+
+/// `lockstep restore -n NAME --secondaries URI,URI` in a directory with only `backup.yaml`.
+async fn seeds_line(world: &World, env: &[(&str, &str)]) -> anyhow::Result<RunResult> {
+    let dir = world.path("milvus-backup");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("backup.yaml"), world.milvus_backup_yaml()?)?;
+    let uris: Vec<String> = (0..world.spec.secondaries)
+        .map(|i| world.sim.uri(&secondary(i)))
+        .collect();
+    let mut cmd = lockstep_command(&dir, Output::Json);
+    cmd.args(["restore", "-n", &world.spec.backup.name, "--secondaries"])
+        .arg(uris.join(","));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run_to_end(cmd).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_seeds_line_restores_on_every_end_from_a_backup_yaml() -> anyhow::Result<()> {
+    let test = "drop_in::the_seeds_line_restores_on_every_end_from_a_backup_yaml";
+    let Some(world) = world(test, StorageLayout::Shared).await? else {
+        return Ok(());
+    };
+    let run = seeds_line(&world, &[]).await?;
+    assert_eq!(run.code, 0, "{}", run.explain());
+    assert_eq!(run.outcome(), "succeeded");
+    let ends: Vec<&str> = run.report["ends"]
+        .as_array()
+        .map(|ends| ends.iter().filter_map(|e| e["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ends[0], "milvus", "the backup.yaml's cluster is the target");
+    assert_eq!(ends.len(), 1 + world.spec.secondaries, "{ends:?}");
+    // Staged once, into the target's bucket, which every mirror reads as its own: each of
+    // the backup's bytes went through the host once. (The stage holds more: a 3.0 end does
+    // not import L0 segments by default, so their deletes are folded into delta logs
+    // lockstep writes there.)
+    let backup_bytes: u64 = world.backup.logs.iter().map(|l| l.size).sum();
+    assert_eq!(
+        run.report["staging"]["bytes_streamed"].as_u64(),
+        Some(backup_bytes),
+        "{}",
+        run.explain()
+    );
+    let expected = world.rows_after_deletes();
+    for end in world.ends() {
+        let visible: i64 = world.visible(&end).await?.values().sum();
+        assert_eq!(visible, expected, "{end}");
+    }
+    world.assert_nothing_held().await?;
+    assert!(
+        run.stderr.contains("it must see the target's store"),
+        "the run says each URI-only mirror reads the target's staged paths: {}",
+        run.stderr
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mirror_whose_storage_lacks_the_files_fails_before_the_commit_by_name()
+-> anyhow::Result<()> {
+    let test = "drop_in::a_mirror_whose_storage_lacks_the_files_fails_before_the_commit_by_name";
+    let Some(world) = world(test, StorageLayout::Separate).await? else {
+        return Ok(());
+    };
+    let run = seeds_line(&world, &[]).await?;
+    assert_ne!(run.code, 0, "{}", run.explain());
+    assert_eq!(run.outcome(), "rolled_back", "{}", run.explain());
+    let mirror = world.sim.uri(&secondary(0));
+    let summary = run.report["summary"].as_str().unwrap_or_default();
+    assert!(
+        summary.contains(mirror.trim_end_matches('/')) || summary.contains(&secondary(1)),
+        "the summary names the mirror: {summary}"
+    );
+    assert!(
+        summary.contains("lockstep-staging/"),
+        "and the path it missed: {summary}"
+    );
+    assert_eq!(
+        world.requests(TARGET, "import/commit").await?,
+        0,
+        "nothing was committed"
+    );
+    for end in world.ends() {
+        let visible: i64 = world.visible(&end).await?.values().sum();
+        assert_eq!(visible, 0, "{end} shows nothing");
+    }
+    Ok(())
+}
