@@ -203,14 +203,58 @@ class Lockstep:
         """`lockstep verify ID` with the state of the run called `name`."""
         return self._invoke(self.workdir / name, ["verify", restore_id])
 
-    def _invoke(self, work: pathlib.Path, args: list[str]) -> Result:
+    def milvus_backup_yaml(self, form: str) -> str:
+        """This server as milvus-backup's own config describes it (local provider), in its
+        v2 form with the credentials written in, or in its v1 (0.5) form without them."""
+        storage = self.milvus.storage_dir
+        if form == "v2":
+            return (
+                "configVersion: v2\n"
+                "milvus:\n"
+                '  user: "root"\n'
+                '  password: "Milvus"\n'
+                "  grpc:\n"
+                "    address: 127.0.0.1\n"
+                f"    port: {self.milvus.proxy_port}\n"
+                "  storage:\n"
+                "    provider: local\n"
+                f'    rootPath: "{storage}"\n'
+                "backup:\n"
+                "  storage:\n"
+                "    provider: local\n"
+                f'    rootPath: "{storage}/backup"\n'
+            )
+        return (
+            "milvus:\n"
+            "  address: 127.0.0.1\n"
+            f"  port: {self.milvus.proxy_port}\n"
+            "  tlsMode: 0\n"
+            "minio:\n"
+            '  storageType: "local"\n'
+            f'  rootPath: "{storage}"\n'
+            f'  backupRootPath: "{storage}/backup"\n'
+        )
+
+    def restore_as_milvus_backup(self, name: str, form: str, args: list[str], env: dict) -> Result:
+        """`lockstep restore ARGS` in a directory holding only milvus-backup's backup.yaml:
+        no --config, no lockstep.toml, the state beside the file."""
+        work = self.workdir / name
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "backup.yaml").write_text(self.milvus_backup_yaml(form))
+        return self._invoke(work, ["restore", *args], host_config=False, env=env)
+
+    def _invoke(self, work: pathlib.Path, args: list[str], host_config: bool = True, env: dict | None = None) -> Result:
         if not LOCKSTEP_BIN.exists():
             pytest.fail(f"{LOCKSTEP_BIN} is missing: build it with `cargo build -p lockstep` (or set LOCKSTEP_BIN)")
-        state = work / "state"
-        host = work / "lockstep.toml"
-        host.write_text(self.host_config(state))
-        cmd = [str(LOCKSTEP_BIN), "--config", str(host), "--state-dir", str(state), "--output", "json", *args]
-        env = {**os.environ, "LOCKSTEP_LOG": os.environ.get("LOCKSTEP_LOG", "lockstep=info")}
+        if host_config:
+            state = work / "state"
+            host = work / "lockstep.toml"
+            host.write_text(self.host_config(state))
+            cmd = [str(LOCKSTEP_BIN), "--config", str(host), "--state-dir", str(state), "--output", "json", *args]
+        else:
+            state = work / ".lockstep"
+            cmd = [str(LOCKSTEP_BIN), "--output", "json", *args]
+        env = {**os.environ, "LOCKSTEP_LOG": os.environ.get("LOCKSTEP_LOG", "lockstep=info"), **(env or {})}
         started = time.monotonic()
         try:
             done = subprocess.run(

@@ -206,6 +206,23 @@ def test_rename_restores_under_the_new_name(target, backups, lockstep):
     assert schema_of(target, new) == schema_of(target, "src_strs")
 
 
+@pytest.mark.parametrize("form", ["v2", "v1"])
+def test_the_seeds_line_restores_every_row_and_key_on_milvus_backups_own_config(target, full_backup, lockstep, form):
+    """Issue 29: `lockstep restore -n NAME -s SUFFIX` in a directory with nothing but
+    milvus-backup's backup.yaml (local provider): its v2 form with the credentials in the
+    file, and its v1 (0.5) form with them only in milvus-backup's variables. (2.3.5 runs
+    without authorization and takes the token without checking it.)"""
+    suffix = f"_mb{form}"
+    env = {} if form == "v2" else {"MILVUS_USER": "root", "MILVUS_PASSWORD": "Milvus"}
+    result = lockstep.restore_as_milvus_backup(f"mb-{form}", form, ["-n", FULL, "-s", suffix], env)
+    assert result.code == 0, str(result)
+    assert result.report["ends"][0]["name"] == "milvus", result.report["ends"]
+    if form == "v1":
+        assert "a v1 milvus-backup config" in result.stderr, result.stderr[-2000:]
+    for source in full_backup["collections"]:
+        assert_restored(target, source, source + suffix, full_backup)
+
+
 def test_deletes_moved_into_l0_segments_are_folded_and_every_row_and_key_restores(target, backups, lockstep):
     """Issue 27: a backup of this server's binlogs whose deletes sit in L0 (delete-only)
     segment entries, as Milvus 2.4 and later write them. 2.3.5 has no L0 import, so only

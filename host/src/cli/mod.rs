@@ -1,5 +1,6 @@
 //! Commands, output and exit codes of the `lockstep` binary.
 
+mod backups;
 #[cfg(feature = "demo")]
 mod demo;
 mod operate;
@@ -84,6 +85,16 @@ enum Command {
         /// agrees with the meta.
         #[arg(long, value_enum, default_value_t = lockstep::backup::verify::Level::Data)]
         level: lockstep::backup::verify::Level,
+    },
+    /// The backups under the host config's backups root (milvus-backup's `list`): name,
+    /// format, collections, rows, size, Milvus version. Reads only.
+    List,
+    /// One backup (milvus-backup's `get`): what `list` shows, and each collection's
+    /// partitions, segments, rows and indexes. Reads only.
+    Get {
+        /// The backup's name.
+        #[arg(short = 'n', long = "name")]
+        name: String,
     },
     /// Show restores from the journal: all of them, or one in full.
     Status { id: Option<String> },
@@ -180,9 +191,14 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         _ => {}
     }
     let host = setup::load_host_config(cli.flags(), cli.state_dir.as_deref())?;
-    // A check reads the backup and nothing else: no journal, no state directory made.
-    if let Command::Check { name, level } = &cli.command {
-        return check_backup(&host, name, *level, cli.output).await;
+    // The backup commands read the backups and nothing else: no journal, no state directory.
+    match &cli.command {
+        Command::Check { name, level } => {
+            return backups::check(&host, name, *level, cli.output).await;
+        }
+        Command::List => return backups::list(&host, cli.output).await,
+        Command::Get { name } => return backups::get(&host, name, cli.output).await,
+        _ => {}
     }
     let journal = setup::open_journal(cli.journal.as_deref(), &host.state_dir).await?;
     let engine = setup::engine_with(journal, &host.state_dir, output::progress_for(cli.output));
@@ -227,42 +243,13 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         }
         #[cfg(feature = "demo")]
         Command::Demo(_) => unreachable!("handled above"),
-        Command::Plugin(_) | Command::Watch(_) | Command::Serve(_) | Command::Check { .. } => {
-            unreachable!("handled above")
-        }
+        Command::Plugin(_)
+        | Command::Watch(_)
+        | Command::Serve(_)
+        | Command::Check { .. }
+        | Command::List
+        | Command::Get { .. } => unreachable!("handled above"),
     }
-}
-
-/// `lockstep check NAME`: the backup under the host config's `[backups]`, verified.
-async fn check_backup(
-    host: &HostConfig,
-    name: &str,
-    level: lockstep::backup::verify::Level,
-    format: OutputFormat,
-) -> anyhow::Result<i32> {
-    use lockstep::backup;
-    let backups = host.backups.as_ref().context(
-        "the host config has no [backups] section saying where backups live (see `lockstep \
-         check --help`)",
-    )?;
-    let source = lockstep::job::BackupSource {
-        name: name.to_owned(),
-        storage: backups.storage.clone(),
-        root: backups.root.clone(),
-    };
-    let location = source.location();
-    let store = lockstep::storage::open(&source.storage)
-        .with_context(|| format!("opening the backups' storage {}", source.storage.url))?;
-    let backup = backup::read(store.store.as_ref(), &location)
-        .await
-        .with_context(|| format!("reading backup {name}"))?;
-    let findings = backup::verify::verify(store.store.as_ref(), &backup, level, &|_| true).await;
-    output::check(format, &backup, level, &findings);
-    Ok(if findings.is_empty() {
-        0
-    } else {
-        Outcome::Refused.exit_code()
-    })
 }
 
 fn state_dir_for(flag: &Option<PathBuf>, host: Option<&HostConfig>) -> PathBuf {

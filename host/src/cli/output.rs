@@ -41,6 +41,84 @@ pub fn error(format: OutputFormat, e: &anyhow::Error) {
     }
 }
 
+/// `lockstep list`: one line per backup under the root, or why it does not read.
+pub fn backups(format: OutputFormat, listed: &[super::backups::Listed]) {
+    use super::backups::Listed;
+    match format {
+        OutputFormat::Json => print_json(&json!({ "backups": listed })),
+        OutputFormat::Text if listed.is_empty() => println!("no backups under the root"),
+        OutputFormat::Text => {
+            println!(
+                "{:<32} {:<8} {:>11} {:>12} {:>12}  milvus",
+                "name", "format", "collections", "rows", "bytes"
+            );
+            for entry in listed {
+                match entry {
+                    Listed::Read(b) => println!(
+                        "{:<32} {:<8} {:>11} {:>12} {:>12}  {}",
+                        b.name, b.format, b.collections, b.rows, b.size, b.milvus_version
+                    ),
+                    Listed::Unreadable { name, error } => {
+                        println!("{name:<32} unreadable: {error}")
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `lockstep get`: a backup and its collections.
+pub fn backup(
+    format: OutputFormat,
+    summary: &super::backups::Summary,
+    backup: &lockstep::backup::Backup,
+) {
+    let collections: Vec<_> = backup
+        .info
+        .collection_backups
+        .iter()
+        .map(|c| {
+            let segments = c.partition_backups.iter().flat_map(|p| &p.segment_backups);
+            json!({
+                "name": format!("{}.{}", if c.db_name.is_empty() { "default" } else { &c.db_name }, c.collection_name),
+                "partitions": c.partition_backups.len(),
+                "segments": segments.clone().count(),
+                "l0_segments": c.l0_segments.len(),
+                "rows": segments.map(|s| s.num_of_rows).sum::<i64>(),
+                "size": c.size,
+                "indexes": c.index_infos.len(),
+            })
+        })
+        .collect();
+    match format {
+        OutputFormat::Json => print_json(&json!({ "backup": summary, "collections": collections })),
+        OutputFormat::Text => {
+            println!(
+                "backup {} ({} format, Milvus {}): {} collections, {} segments, {} rows, {} bytes",
+                summary.name,
+                summary.format,
+                summary.milvus_version,
+                summary.collections,
+                summary.segments,
+                summary.rows,
+                summary.size
+            );
+            for c in &collections {
+                println!(
+                    "  {}: {} partitions, {} segments ({} L0), {} rows, {} bytes, {} indexes",
+                    c["name"].as_str().unwrap_or_default(),
+                    c["partitions"],
+                    c["segments"],
+                    c["l0_segments"],
+                    c["rows"],
+                    c["size"],
+                    c["indexes"]
+                );
+            }
+        }
+    }
+}
+
 /// `lockstep check`: one line per finding, or that the backup is sound.
 pub fn check(
     format: OutputFormat,

@@ -2,6 +2,7 @@
 //! directory and the REST API against milvus-sim, and fleets of `lockstep` processes.
 
 mod api;
+mod backups;
 mod etcd_journal;
 mod exit_codes;
 mod fleet;
