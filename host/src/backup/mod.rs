@@ -8,6 +8,7 @@
 //! stages' work, fed by the [`RestorePlan`] made here.
 
 mod batch;
+pub mod catalog;
 pub mod filter;
 #[cfg(test)]
 mod fixture;
@@ -38,7 +39,7 @@ pub use plan::{
 };
 pub use read::{Backup, BackupFormat, BinlogFile, BinlogIndex, MetaSource, read};
 pub use rename::{RenameError, RenameRule, RenameRules, Renaming};
-pub use store::{BINLOG_DIR, BackupLocation};
+pub use store::{BINLOG_DIR, BackupLocation, is_backup_name};
 
 /// Why a backup could not be read or planned.
 #[derive(Debug, thiserror::Error)]

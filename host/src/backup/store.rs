@@ -25,6 +25,16 @@ pub struct BackupLocation {
     pub dir: Path,
 }
 
+/// Whether `name` can name a backup: it becomes one directory under the backup root, so one
+/// segment of letters, digits, `_`, `-` and `.`, and nothing that walks (`.`, `..`).
+pub fn is_backup_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        && !name.bytes().all(|b| b == b'.')
+}
+
 impl BackupLocation {
     /// The backup `name` under `root` (milvus-backup's `backup.storage.rootPath`, default
     /// `backup`; may be empty) in the store at `store_url`.

@@ -11,6 +11,7 @@ use clap::ValueEnum;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde_json::json;
 
+use lockstep::backup::catalog;
 use lockstep::engine::progress::{JobCounts, format_counts};
 use lockstep::engine::{self, EndFiles, PlanOutput, Report};
 use lockstep::job::Job;
@@ -42,10 +43,20 @@ pub fn error(format: OutputFormat, e: &anyhow::Error) {
 }
 
 /// `lockstep list`: one line per backup under the root, or why it does not read.
-pub fn backups(format: OutputFormat, listed: &[super::backups::Listed]) {
-    use super::backups::Listed;
+pub fn backups(format: OutputFormat, listed: &[catalog::Listed]) {
     match format {
-        OutputFormat::Json => print_json(&json!({ "backups": listed })),
+        OutputFormat::Json => {
+            let entries: Vec<_> = listed
+                .iter()
+                .map(|entry| match entry {
+                    catalog::Listed::Read(b) => json!(catalog::Summary::of(b)),
+                    catalog::Listed::Unreadable { name, error } => {
+                        json!({ "name": name, "error": lockstep::engine::preflight::error_chain(error) })
+                    }
+                })
+                .collect();
+            print_json(&json!({ "backups": entries }));
+        }
         OutputFormat::Text if listed.is_empty() => println!("no backups under the root"),
         OutputFormat::Text => {
             println!(
@@ -54,13 +65,17 @@ pub fn backups(format: OutputFormat, listed: &[super::backups::Listed]) {
             );
             for entry in listed {
                 match entry {
-                    Listed::Read(b) => println!(
-                        "{:<32} {:<8} {:>11} {:>12} {:>12}  {}",
-                        b.name, b.format, b.collections, b.rows, b.size, b.milvus_version
-                    ),
-                    Listed::Unreadable { name, error } => {
-                        println!("{name:<32} unreadable: {error}")
+                    catalog::Listed::Read(b) => {
+                        let b = catalog::Summary::of(b);
+                        println!(
+                            "{:<32} {:<8} {:>11} {:>12} {:>12}  {}",
+                            b.name, b.format, b.collections, b.rows, b.size, b.milvus_version
+                        );
                     }
+                    catalog::Listed::Unreadable { name, error } => println!(
+                        "{name:<32} unreadable: {}",
+                        lockstep::engine::preflight::error_chain(error)
+                    ),
                 }
             }
         }
@@ -68,11 +83,8 @@ pub fn backups(format: OutputFormat, listed: &[super::backups::Listed]) {
 }
 
 /// `lockstep get`: a backup and its collections.
-pub fn backup(
-    format: OutputFormat,
-    summary: &super::backups::Summary,
-    backup: &lockstep::backup::Backup,
-) {
+pub fn backup(format: OutputFormat, backup: &lockstep::backup::Backup) {
+    let summary = &catalog::Summary::of(backup);
     let collections: Vec<_> = backup
         .info
         .collection_backups

@@ -476,6 +476,17 @@ pub(crate) fn is_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
+/// An S3 bucket name: 3 to 63 lowercase letters, digits, `.` and `-`, starting and ending
+/// with a letter or digit.
+pub(crate) fn is_bucket_name(name: &str) -> bool {
+    (3..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-'))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
 /// `what`s the host config names, for "expected one of" messages.
 pub(crate) fn names<'a>(names: impl Iterator<Item = &'a String>, what: &str) -> String {
     let list: Vec<_> = names.map(|n| format!("`{n}`")).collect();

@@ -226,16 +226,6 @@ fn job_file(request: &RestoreRequest, problems: &mut Vec<Problem>) -> (JobFile, 
             "skipParams",
             "not supported by lockstep: collections are restored with the backup's properties and params",
         ),
-        (
-            request.bucket_name.as_ref().is_some_and(|b| !b.is_empty()),
-            "bucket_name",
-            "not supported by lockstep: where backups live is the host config's [backups]",
-        ),
-        (
-            request.path.as_ref().is_some_and(|p| !p.is_empty()),
-            "path",
-            "not supported by lockstep: where backups live is the host config's [backups]",
-        ),
     ] {
         if set {
             problems.push(problem(field, why));
@@ -334,6 +324,64 @@ fn job_file(request: &RestoreRequest, problems: &mut Vec<Problem>) -> (JobFile, 
     (file, backup_filter_field)
 }
 
+/// The host config with the request's `bucket_name` and `path` in place of its backups'
+/// bucket and root, as milvus-backup reads the backup from them for this request alone.
+fn backups_for(
+    request: &RestoreRequest,
+    host: &HostConfig,
+    problems: &mut Vec<Problem>,
+) -> HostConfig {
+    let mut host = host.clone();
+    let bucket = request.bucket_name.as_deref().filter(|b| !b.is_empty());
+    let path = request.path.as_deref().filter(|p| !p.is_empty());
+    if bucket.is_none() && path.is_none() {
+        return host;
+    }
+    let Some(backups) = host.backups.as_mut() else {
+        let field = if bucket.is_some() {
+            "bucket_name"
+        } else {
+            "path"
+        };
+        problems.push(problem(
+            field,
+            "the host config has no [backups] section saying where backups live",
+        ));
+        return host;
+    };
+    if let Some(bucket) = bucket {
+        let named = crate::job::host::is_bucket_name(bucket)
+            .then(|| url::Url::parse(&format!("s3://{bucket}")).ok())
+            .flatten();
+        match named {
+            Some(_) if backups.storage.url.scheme() != "s3" => problems.push(problem(
+                "bucket_name",
+                "the backups' store is a local directory, which has no buckets",
+            )),
+            Some(url) => backups.storage.url = url,
+            None => problems.push(problem(
+                "bucket_name",
+                format!("`{bucket}` is not a bucket name: expected lowercase letters, digits, `.` and `-`"),
+            )),
+        }
+    }
+    if let Some(path) = path {
+        let root = path.trim_matches('/');
+        if root
+            .split('/')
+            .any(|part| part.is_empty() || part == "." || part == "..")
+        {
+            problems.push(problem(
+                "path",
+                "expected the backups' root directory in the store: relative, without `.` or `..`",
+            ));
+        } else {
+            backups.root = root.to_owned();
+        }
+    }
+    host
+}
+
 pub(super) fn restore_from_body(
     body: &[u8],
     host: &HostConfig,
@@ -347,6 +395,7 @@ pub(super) fn restore_from_body(
         });
     };
     let (file, backup_filter_field) = job_file(&request, &mut problems);
+    let host = &backups_for(&request, host, &mut problems);
     let context = validate::Context {
         host,
         env,
@@ -569,10 +618,40 @@ mod tests {
     }
 
     #[test]
+    fn bucket_name_and_path_move_the_backup_for_this_request() {
+        let rest = from_body(
+            r#"{"backup_name": "b", "target": "prod-a", "bucket_name": "archive-2026", "path": "/nightly/"}"#,
+        )
+        .unwrap();
+        let plain = from_body(r#"{"backup_name": "b", "target": "prod-a"}"#).unwrap();
+        let (moved, host) = (&rest.job.backup, &plain.job.backup);
+        assert_eq!(moved.root, "nightly");
+        assert_eq!(moved.storage.url.as_str(), "s3://archive-2026");
+        assert_eq!(
+            moved.storage.endpoint, host.storage.endpoint,
+            "the same server"
+        );
+        assert_ne!(
+            rest.job.id(),
+            plain.job.id(),
+            "another backup is another job"
+        );
+        let err =
+            from_body(r#"{"backup_name": "b", "target": "prod-a", "bucket_name": "Not_A_Bucket"}"#)
+                .unwrap_err();
+        assert_eq!(
+            shown(&err),
+            [
+                "request field `bucket_name`: `Not_A_Bucket` is not a bucket name: expected lowercase letters, digits, `.` and `-`"
+            ]
+        );
+    }
+
+    #[test]
     fn every_bad_key_is_reported_at_its_field() {
         let err = from_body(
             r#"{"backup_name": 7, "metaOnly": "yes", "colection_names": ["c"], "target": "prod-a",
-                "restorePlan": {"mapping": []}, "path": "other/root", "secondaries": ["prod-q"],
+                "restorePlan": {"mapping": []}, "path": "../root", "secondaries": ["prod-q"],
                 "dropExistCollection": true, "skipCreateCollection": true}"#,
         )
         .unwrap_err();
@@ -583,7 +662,7 @@ mod tests {
             "request field `metaOnly`: invalid type: string \"yes\", expected a boolean".to_string(),
             "request field `colection_names`: unknown field `colection_names`, expected one of `requestId`, `backup_name`, `collection_names`, `collection_suffix`, `collection_renames`, `async`, `bucket_name`, `path`, `db_collections`, `metaOnly`, `restoreIndex`, `useAutoIndex`, `dropExistCollection`, `dropExistIndex`, `skipCreateCollection`, `id`, `skipImportDiskQuotaCheck`, `rbac`, `maxShardNum`, `skipParams`, `useV2Restore`, `truncateBinlogByTs`, `db_collections_after_rename`, `restorePlan`, `ezkMapping`, `target`, `secondaries`, `strategy`".to_string(),
             "request field `restorePlan`: not supported by lockstep; use collection_renames or collection_suffix with db_collections_after_rename".to_string(),
-            "request field `path`: not supported by lockstep: where backups live is the host config's [backups]".to_string(),
+            "request field `path`: expected the backups' root directory in the store: relative, without `.` or `..`".to_string(),
             "request field `backup_name`: missing field `backup`: expected the name of the backup to restore, e.g. backup = \"my_backup\"".to_string(),
             "request field `secondaries`: unknown cluster `prod-q`; expected a cluster of the host config (`prod-a`, `prod-b`, `prod-c`) or an http(s):// URI".to_string(),
             "request field `dropExistCollection`: drop_exist_collection and skip_create_collection cannot both be true: choose dropping the existing collection or importing into it".to_string(),

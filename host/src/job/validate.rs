@@ -199,8 +199,7 @@ fn backup_source(
         return None;
     };
     let name = backup.get_ref();
-    // The name becomes a directory under the backup root: one segment, nothing that walks.
-    if !host::is_name(name) || name.bytes().all(|b| b == b'.') {
+    if !crate::backup::is_backup_name(name) {
         problems.push(
             "backup",
             Some(backup.span()),

@@ -57,6 +57,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/api/v1/restore"),
     ("get", "/api/v1/get_restore"),
     ("get", "/api/v1/list_restores"),
+    ("get", "/api/v1/list"),
+    ("get", "/api/v1/get_backup"),
+    ("get", "/api/v1/hello"),
     ("get", "/api/v1/openapi.json"),
     ("get", "/healthz"),
     ("get", "/metrics"),
@@ -72,16 +75,32 @@ pub struct ApiState {
     pub watch: Option<Arc<WatchStats>>,
 }
 
-/// The envelope every `/api/v1` answer has.
+/// The envelope every `/api/v1` answer has, encoded as milvus-backup's server encodes its
+/// protobuf answers with Go's `encoding/json`: `requestId`, `code` and `msg` are left out
+/// when empty or 0 (so a success carries no `code`), and `data` is always there, `null`
+/// when there is none.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Envelope<T> {
-    #[serde(rename = "requestId")]
+    #[serde(
+        rename = "requestId",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub request_id: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub code: i32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub msg: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<T>,
 }
+
+fn is_zero(code: &i32) -> bool {
+    *code == 0
+}
+
+/// Go's zero `time.Time` in Unix seconds: what milvus-backup shows as the end time of a
+/// restore that has not ended (its omitempty does not leave out a non-zero number).
+pub const UNSET_TIME: i64 = -62_135_596_800;
 
 /// A restore as milvus-backup's `get_restore` shows one, plus lockstep's own fields.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -92,10 +111,11 @@ pub struct RestoreView {
     pub state_code: i32,
     #[serde(rename = "errorMessage")]
     pub error_message: String,
-    /// Unix seconds; 0 when not started/ended.
+    /// Unix seconds; [`UNSET_TIME`] (Go's zero time, as milvus-backup shows it) when not
+    /// started or not ended.
     pub start_time: i64,
     pub end_time: i64,
-    /// 0..=100.
+    /// 1..=100 (never 0, as milvus-backup shows it); 100 once succeeded.
     pub progress: i32,
     pub collection_restore_tasks: Vec<CollectionView>,
     pub job_name: String,
@@ -128,6 +148,9 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route("/api/v1/restore", post(restore))
         .route("/api/v1/get_restore", get(get_restore))
         .route("/api/v1/list_restores", get(list_restores))
+        .route("/api/v1/list", get(super::backups::list))
+        .route("/api/v1/get_backup", get(super::backups::get_backup))
+        .route("/api/v1/hello", get(super::backups::hello))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&state), auth));
@@ -153,7 +176,7 @@ async fn auth(State(state): State<Arc<ApiState>>, request: Request, next: Next) 
         return next.run(request).await;
     }
     let body = Envelope::<()> {
-        request_id: request_id(None),
+        request_id: header_request_id(request.headers()),
         code: Code::NoPermission as i32,
         msg: "missing or wrong bearer token (Authorization: Bearer <token>)".into(),
         data: None,
@@ -172,6 +195,17 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The `request_id` header, which milvus-backup's server reads on every route but
+/// restore; empty (and so left out of the answer) when there is none.
+pub(super) fn header_request_id(headers: &HeaderMap) -> String {
+    headers
+        .get("request_id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A restore's request id: the body's `requestId`, else a new one, as milvus-backup makes.
 fn request_id(given: Option<String>) -> String {
     given.filter(|r| !r.is_empty()).unwrap_or_else(|| {
         use ring::rand::SecureRandom as _;
@@ -183,7 +217,7 @@ fn request_id(given: Option<String>) -> String {
     })
 }
 
-fn envelope<T: Serialize>(
+pub(super) fn envelope<T: Serialize>(
     request_id: String,
     code: Code,
     msg: impl Into<String>,
@@ -206,10 +240,6 @@ async fn restore(State(state): State<Arc<ApiState>>, headers: HeaderMap, body: B
     let rest = match parsed {
         Ok(rest) => rest,
         Err(e) => {
-            let header_id = headers
-                .get("request_id")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string);
             if e.problems()
                 .iter()
                 .any(|p| matches!(p.location, Location::Body { .. }))
@@ -222,7 +252,7 @@ async fn restore(State(state): State<Arc<ApiState>>, headers: HeaderMap, body: B
                     .into_response();
             }
             return envelope::<()>(
-                request_id(header_id),
+                header_request_id(&headers),
                 Code::ParameterError,
                 e.to_string(),
                 None,
@@ -278,12 +308,7 @@ async fn get_restore(
     headers: HeaderMap,
     Query(query): Query<IdQuery>,
 ) -> Response {
-    let rid = request_id(
-        headers
-            .get("request_id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string),
-    );
+    let rid = header_request_id(&headers);
     let Some(id) = query.id.filter(|i| !i.is_empty()) else {
         return envelope::<()>(rid, Code::ParameterError, "id is required", None);
     };
@@ -330,12 +355,7 @@ async fn find(
 }
 
 async fn list_restores(State(state): State<Arc<ApiState>>, headers: HeaderMap) -> Response {
-    let rid = request_id(
-        headers
-            .get("request_id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string),
-    );
+    let rid = header_request_id(&headers);
     match state.runner.journal().list().await {
         Ok(mut records) => {
             records.reverse();
@@ -380,9 +400,9 @@ fn queued_view(identity: &str, job_name: &str) -> RestoreView {
         id: identity.trim_end_matches('.').to_string(),
         state_code: StateCode::Initial as i32,
         error_message: String::new(),
-        start_time: 0,
-        end_time: 0,
-        progress: 0,
+        start_time: UNSET_TIME,
+        end_time: UNSET_TIME,
+        progress: 1,
         collection_restore_tasks: vec![],
         job_name: job_name.to_string(),
         outcome: None,
@@ -461,7 +481,7 @@ fn view_of(state: &ApiState, record: &RestoreRecord) -> RestoreView {
     let end_time = if record.outcome.is_some() {
         record.updated_at.as_second()
     } else {
-        0
+        UNSET_TIME
     };
     let error_message = match (&report, code) {
         (Some(r), StateCode::Fail) => r.summary.clone(),

@@ -12,6 +12,7 @@
 //! - [`reports`]: the report files and the `latest` links.
 
 pub mod api;
+mod backups;
 mod metrics;
 pub mod openapi;
 pub mod progress;

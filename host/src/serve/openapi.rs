@@ -9,14 +9,15 @@ use serde_json::{Value, json};
 /// loopback `serve` started without `--token-env` asks for nothing, and the document says so
 /// rather than promising a 401 that never comes.
 pub fn document(token_required: bool) -> Value {
-    let envelope = |data: Value| {
+    let envelope = |mut data: Value| {
+        data["nullable"] = json!(true);
         json!({
             "type": "object",
-            "required": ["requestId", "code", "msg"],
+            "required": ["data"],
             "properties": {
-                "requestId": {"type": "string"},
-                "code": {"type": "integer", "enum": [0, 2, 3, 400], "description": "milvus-backup's ResponseCode: 0 Success, 2 No_Permission, 3 Fail, 400 Parameter_Error. A request that breaks the request schema (a missing or mistyped field, an unknown field) or that names something invalid or unknown is answered with HTTP 200 and code 400, as milvus-backup answers; only a body that is not JSON, or not a JSON object, gets HTTP 400"},
-                "msg": {"type": "string"},
+                "requestId": {"type": "string", "description": "left out when empty"},
+                "code": {"type": "integer", "enum": [2, 3, 400], "description": "milvus-backup's ResponseCode, left out on success (0), as its server encodes it: 2 No_Permission, 3 Fail, 400 Parameter_Error. A request that breaks the request schema (a missing or mistyped field, an unknown field) or that names something invalid or unknown is answered with HTTP 200 and code 400, as milvus-backup answers; only a body that is not JSON, or not a JSON object, gets HTTP 400"},
+                "msg": {"type": "string", "description": "left out when empty"},
                 "data": data,
             }
         })
@@ -53,6 +54,8 @@ pub fn document(token_required: bool) -> Value {
                 "RestoreRequest": restore_request(),
                 "RestoreView": restore_view(),
                 "CollectionView": collection_view(),
+                "BackupSummary": backup_summary(),
+                "BackupInfoBrief": backup_info_brief(),
             }
         },
         "security": security,
@@ -79,6 +82,34 @@ pub fn document(token_required: bool) -> Value {
                 "summary": "Every restore in the journal, newest first",
                 "responses": answers(json!({
                     "200": ok(envelope(json!({"type": "array", "items": {"$ref": "#/components/schemas/RestoreView"}})), "The restores"),
+                })),
+            }},
+            "/api/v1/list": {"get": {
+                "summary": "The backups under the host config's backups root, as milvus-backup lists them (a directory that does not read as a backup is left out)",
+                "parameters": [
+                    {"name": "collection_name", "in": "query", "required": false, "schema": {"type": "string"}, "description": "deprecated in milvus-backup: refused with code 400 when given"},
+                    {"name": "request_id", "in": "header", "required": false, "schema": {"type": "string"}},
+                ],
+                "responses": answers(json!({
+                    "200": ok(envelope(json!({"type": "array", "items": {"$ref": "#/components/schemas/BackupSummary"}})), "The backups (no code), or code 400 / 3"),
+                })),
+            }},
+            "/api/v1/get_backup": {"get": {
+                "summary": "One backup by name or by milvus-backup's backup id, as milvus-backup's BackupInfoBrief",
+                "parameters": [
+                    {"name": "backup_name", "in": "query", "required": false, "schema": {"type": "string"}},
+                    {"name": "backup_id", "in": "query", "required": false, "schema": {"type": "string"}},
+                    {"name": "path", "in": "query", "required": false, "schema": {"type": "string"}, "description": "the backups' root for this request"},
+                    {"name": "request_id", "in": "header", "required": false, "schema": {"type": "string"}},
+                ],
+                "responses": answers(json!({
+                    "200": ok(envelope(json!({"$ref": "#/components/schemas/BackupInfoBrief"})), "The backup (no code), neither name nor id or an invalid one (code 400), or not found (code 3)"),
+                })),
+            }},
+            "/api/v1/hello": {"get": {
+                "summary": "milvus-backup's greeting, plain text",
+                "responses": answers(json!({
+                    "200": {"description": "Hello, This is backup service", "content": {"text/plain": {"schema": {"type": "string"}}}},
                 })),
             }},
             "/api/v1/openapi.json": {"get": {
@@ -120,8 +151,8 @@ fn restore_request() -> Value {
             "collection_suffix": s,
             "collection_renames": {"type": "object", "additionalProperties": s},
             "async": b,
-            "bucket_name": {"type": "string", "description": "refused when not empty: backups live where the host config says"},
-            "path": {"type": "string", "description": "refused when not empty"},
+            "bucket_name": {"type": "string", "description": "the backups' bucket for this request (an S3 store)"},
+            "path": {"type": "string", "description": "the backups' root directory for this request"},
             "db_collections": {"description": "{\"db\": [\"collection\", ...]} as an object or a string holding one"},
             "metaOnly": b, "restoreIndex": b, "useAutoIndex": b, "dropExistCollection": b,
             "dropExistIndex": b, "skipCreateCollection": b,
@@ -136,6 +167,52 @@ fn restore_request() -> Value {
             "target": {"type": "string", "description": "a cluster of the host config or an http(s):// URI"},
             "secondaries": {"type": "array", "items": s, "description": "cluster names or URIs"},
             "strategy": {"type": "string", "enum": ["merged", "per_seg"]},
+        }
+    })
+}
+
+fn backup_summary() -> Value {
+    json!({
+        "type": "object",
+        "required": ["size"],
+        "properties": {
+            "id": {"type": "string"},
+            "name": {"type": "string"},
+            "size": {"type": "integer"},
+            "milvus_version": {"type": "string"},
+        }
+    })
+}
+
+fn backup_info_brief() -> Value {
+    json!({
+        "type": "object",
+        "required": ["state_code", "progress", "size", "meta_size"],
+        "properties": {
+            "id": {"type": "string"},
+            "state_code": {"type": "integer", "description": "2 BACKUP_SUCCESS: a backup whose meta reads"},
+            "progress": {"type": "integer"},
+            "name": {"type": "string"},
+            "backup_timestamp": {"type": "integer"},
+            "collection_backups": {"type": "array", "items": {
+                "type": "object",
+                "required": ["collection_id", "shards_num", "size", "has_index"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "collection_id": {"type": "integer"},
+                    "db_name": {"type": "string"},
+                    "collection_name": {"type": "string"},
+                    "shards_num": {"type": "integer"},
+                    "backup_timestamp": {"type": "integer"},
+                    "size": {"type": "integer"},
+                    "has_index": {"type": "boolean"},
+                    "load_state": {"type": "string"},
+                }
+            }},
+            "size": {"type": "integer"},
+            "milvus_version": {"type": "string"},
+            "meta_size": {"type": "integer"},
+            "format": {"type": "string"},
         }
     })
 }

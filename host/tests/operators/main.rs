@@ -8,5 +8,6 @@ mod exit_codes;
 mod fleet;
 mod hostile;
 mod logs;
+mod milvus_backup_api;
 mod support;
 mod watch;
