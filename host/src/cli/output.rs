@@ -250,7 +250,7 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
                     EndFiles::Staged => "files staged into its storage",
                     EndFiles::InPlace => "imports the backup in place",
                     EndFiles::TargetStore => {
-                        "no storage known: it must see the target's store (add `storage` to its cluster in the host config to stage into it)"
+                        "no storage known: its mirrors read the paths staged into the target's storage from its own (a shared bucket, or synced content); add `storage` to its cluster in the host config to stage into it"
                     }
                 };
                 println!(

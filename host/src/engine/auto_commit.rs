@@ -47,7 +47,8 @@ pub struct BatchImport {
     pub collection: String,
     pub partition: String,
     pub expected: Option<ExpectedRows>,
-    /// The REST job's id (`None` for v1 imports, whose task ids say nothing to a user).
+    /// The REST job's id, or the v1 import tasks' ids (one per file group), comma-separated:
+    /// what to look for in the target's log.
     pub job_id: Option<String>,
     /// Rows the target says the batch's completed imports hold.
     pub imported: i64,
@@ -151,13 +152,25 @@ pub async fn run(
         })
         .collect();
     if route == Route::PerSeg {
-        for (batch, result) in v1_imports(target, fence, &batches).await {
+        let mut tasks: Vec<Vec<i64>> = vec![Vec::new(); batches.len()];
+        for (batch, task, result) in v1_imports(target, fence, &batches).await {
+            tasks[batch].extend(task);
             match result {
                 Ok(rows) => out[batch].imported += rows,
                 Err(failure) => {
                     out[batch].failure.get_or_insert(error_chain(&failure));
                 }
             }
+        }
+        for (import, mut tasks) in out.iter_mut().zip(tasks) {
+            tasks.sort_unstable();
+            import.job_id = (!tasks.is_empty()).then(|| {
+                tasks
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            });
         }
         return out;
     }
@@ -182,12 +195,12 @@ pub async fn run(
 }
 
 /// One v1 import per file group of every batch: `[insert_prefix, delta_prefix or ""]`, or
-/// `[delta]` for L0. What each came to, by batch index.
+/// `[delta]` for L0. What each came to, with its task once created, by batch index.
 async fn v1_imports(
     target: &EndClient,
     fence: &dyn Fence,
     batches: &[&BatchRecord],
-) -> Vec<(usize, Result<i64, ImportFailure>)> {
+) -> Vec<(usize, Option<i64>, Result<i64, ImportFailure>)> {
     let units: Vec<V1Import<'_>> = batches
         .iter()
         .enumerate()
@@ -216,7 +229,11 @@ async fn v1_imports(
     // Made before they are streamed: a closure over an item that borrows would keep the
     // restore's future from being `Send` (rust-lang/rust#102211).
     let imports: Vec<_> = (units.into_iter())
-        .map(|unit| async move { (unit.batch, import(target, fence, unit).await) })
+        .map(|unit| async move {
+            let batch = unit.batch;
+            let (task, result) = import(target, fence, unit).await;
+            (batch, task, result)
+        })
         .collect();
     futures::stream::iter(imports)
         .buffer_unordered(IMPORTS_IN_FLIGHT)
@@ -263,8 +280,8 @@ async fn rest_import(
     }
 }
 
-/// One v1 import, to its end: the rows the target says it imported, or why it failed.
-/// One v1 import to its end. A server that goes away meanwhile (a restart, a crash) is
+/// One v1 import to its end: its task once created, and the rows the target says it
+/// imported or why it failed. A server that goes away meanwhile (a restart, a crash) is
 /// waited for, up to [`DEFAULT_CALL_DEADLINE`] per call: the create is sent again only when it never
 /// reached the server (v1 `Import` has no key, so a create whose answer was lost may have
 /// started a task), and the task's state is asked again until it is final. Milvus keeps its
@@ -273,12 +290,25 @@ async fn import(
     target: &EndClient,
     fence: &dyn Fence,
     unit: V1Import<'_>,
+) -> (Option<i64>, Result<i64, ImportFailure>) {
+    let created = create_v1(target, fence, &unit).await;
+    match created {
+        Ok(task) => (Some(task), finish_v1(target, task, unit.files).await),
+        Err(failure) => (None, Err(failure)),
+    }
+}
+
+/// Sends a v1 import; its task.
+async fn create_v1(
+    target: &EndClient,
+    fence: &dyn Fence,
+    unit: &V1Import<'_>,
 ) -> Result<i64, ImportFailure> {
-    let files = unit.files;
+    let files = &unit.files;
     fence.check().await?;
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
     let mut backoff = super::retry::FIRST_BACKOFF;
-    let task = loop {
+    loop {
         let created = target
             .grpc
             .import_v1(
@@ -297,13 +327,21 @@ async fn import(
                 fence.check().await?;
             }
             other => {
-                break other.map_err(|source| ImportFailure::CreateV1 {
+                return other.map_err(|source| ImportFailure::CreateV1 {
                     files: files.clone(),
                     source,
-                })?;
+                });
             }
         }
-    };
+    }
+}
+
+/// Asks after a v1 import task until it is final: the rows it imported, or why it failed.
+async fn finish_v1(
+    target: &EndClient,
+    task: i64,
+    files: Vec<String>,
+) -> Result<i64, ImportFailure> {
     loop {
         let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
         let state = retry(deadline, || target.grpc.import_state(task))

@@ -55,6 +55,6 @@ pub use ends::{EndClient, Ends, RecoverError};
 pub use process::{Engine, Interrupt, Interrupted};
 pub use progress::{Logged, Progress, Silent};
 pub use recover::{clean_left_stage, recorded_stores, recover};
-pub use refusal::Refusal;
+pub use refusal::{EndRunning, Refusal};
 pub use report::Report;
 pub use restore::{EndFiles, EndPlan, PlanOutput};

@@ -7,7 +7,7 @@
 use futures::future::join_all;
 
 use super::ends::Ends;
-use super::refusal::Refusal;
+use super::refusal::{EndRunning, Refusal};
 use super::route::{self, Choice, ImportApi, Route};
 use crate::backup::{self, Backup, CollectionCreation, L0Route, RestorePlan};
 use crate::job::{Atomicity, Job};
@@ -471,15 +471,22 @@ fn check_l0_import(
         return;
     }
     let specs = std::iter::once(&job.target.end).chain(job.secondaries.iter().map(|s| &s.end));
-    for ((end, spec), version) in ends.all().iter().zip(specs).zip(versions) {
-        if spec.imports_l0(version) {
-            continue;
-        }
-        refusals.push(Refusal::L0Import {
+    let refusing: Vec<EndRunning> = ends
+        .all()
+        .iter()
+        .zip(specs)
+        .zip(versions)
+        .filter(|((_, spec), version)| !spec.imports_l0(version))
+        .map(|((end, _), version)| EndRunning {
             role: end.role,
             end: end.name.clone(),
             version: version.clone(),
-            collections: unfoldable.clone(),
+        })
+        .collect();
+    if !refusing.is_empty() {
+        refusals.push(Refusal::L0Import {
+            ends: refusing,
+            collections: unfoldable,
         });
     }
 }

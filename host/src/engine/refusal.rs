@@ -229,18 +229,19 @@ pub enum Refusal {
         limit: usize,
         advice: String,
     },
+    /// Said once for every end it holds on, naming them.
     #[error(
-        "{role} {end} runs Milvus {version}, which imports no L0 (delete-only) segments \
-         (2.3 has none; from 3.0 only with dataCoord.import.enableL0Import on), and the L0 \
-         deletes of {} cannot be folded into the data imports, because their data did not \
-         read (the warnings name each object); restore a readable backup, or turn the \
-         setting on and say so with `l0_import = true` in [clusters.{end}] of the host config",
-        .collections.join(", ")
+        "{} import no L0 (delete-only) segments (Milvus 2.3 has none; from 3.0 only with \
+         dataCoord.import.enableL0Import on), and the L0 deletes of {} cannot be folded into \
+         the data imports, because their data did not read (the warnings name each object); \
+         restore a readable backup, or turn the setting on and say so with \
+         `l0_import = true` in {} of the host config",
+        EndRunning::list(ends),
+        .collections.join(", "),
+        .ends.iter().map(|e| format!("[clusters.{}]", e.end)).collect::<Vec<_>>().join(", ")
     )]
     L0Import {
-        role: Role,
-        end: String,
-        version: ServerVersion,
+        ends: Vec<EndRunning>,
         collections: Vec<String>,
     },
     #[error("the plugin runtime cannot start: {reason}")]
@@ -256,6 +257,23 @@ pub enum Refusal {
          secondary (it is off by default)"
     )]
     ReplicatedImportDisabled { reason: String },
+}
+
+/// An end and the Milvus it runs, for a refusal that holds on several ends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndRunning {
+    pub role: Role,
+    pub end: String,
+    pub version: ServerVersion,
+}
+
+impl EndRunning {
+    fn list(ends: &[EndRunning]) -> String {
+        ends.iter()
+            .map(|e| format!("{} {} (Milvus {})", e.role, e.end, e.version))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 impl Refusal {
@@ -340,9 +358,18 @@ mod tests {
                 targets: vec![],
             },
             Refusal::L0Import {
-                role: Role::Target,
-                end: "a".into(),
-                version: version("3.0.1"),
+                ends: vec![
+                    EndRunning {
+                        role: Role::Target,
+                        end: "a".into(),
+                        version: version("3.0.1"),
+                    },
+                    EndRunning {
+                        role: Role::Secondary,
+                        end: "b".into(),
+                        version: version("3.0.1"),
+                    },
+                ],
                 collections: vec!["default.c".into(), "db1.d".into()],
             },
             Refusal::NoDatabase {
@@ -400,9 +427,16 @@ mod tests {
             )
         );
         assert!(
+            all[4].to_string().starts_with(
+                "target a (Milvus 3.0.1), secondary b (Milvus 3.0.1) import no L0 (delete-only) segments"
+            ),
+            "said once, naming every end: {}",
+            all[4]
+        );
+        assert!(
             all[4]
                 .to_string()
-                .contains("say so with `l0_import = true` in [clusters.a]")
+                .contains("say so with `l0_import = true` in [clusters.a], [clusters.b] of")
         );
         assert!(all[5].to_string().contains("(no database db1)"));
         assert!(all[6].to_string().starts_with(

@@ -517,7 +517,20 @@ impl fmt::Display for Report {
             self.backup,
             self.exit_code()
         )?;
-        writeln!(f, "  {}", self.summary)?;
+        // A refusal's summary is its reasons, listed below: said once.
+        if self.refusals.is_empty() {
+            writeln!(f, "  {}", self.summary)?;
+        } else {
+            let n = self.refusals.len();
+            writeln!(
+                f,
+                "  refused for {n} reason{}:",
+                if n == 1 { "" } else { "s" }
+            )?;
+            for reason in &self.refusals {
+                writeln!(f, "  refused: {reason}")?;
+            }
+        }
         if let Some(why) = &self.rerun_because {
             writeln!(f, "  run again: {why}")?;
         }
@@ -526,9 +539,6 @@ impl fmt::Display for Report {
             .duration_since(self.started_at)
             .as_secs_f64();
         writeln!(f, "  started {} · took {secs:.1}s", self.started_at)?;
-        for reason in &self.refusals {
-            writeln!(f, "  refused: {reason}")?;
-        }
         if !self.ends.is_empty() {
             writeln!(f, "\nends")?;
             let states = self.states_per_end();
@@ -705,6 +715,29 @@ impl fmt::Display for Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_is_said_once_not_again_as_the_summary() {
+        let of = ReportOf {
+            restore_id: String::new(),
+            job_name: "orders".into(),
+            job_id: "0123456789ab".into(),
+            backup: "nightly".into(),
+        };
+        let reason = "target a (Milvus 3.0.1), secondary b (Milvus 3.0.1) import no L0";
+        let mut report = Report::refused(
+            of,
+            format!("refused by preflight: {reason}"),
+            vec![reason.to_owned()],
+        );
+        report.outcome = Outcome::Refused;
+        let text = report.to_string();
+        assert_eq!(text.matches(reason).count(), 1, "{text}");
+        assert!(
+            text.contains("  refused for 1 reason:\n  refused: target a"),
+            "{text}"
+        );
+    }
 
     fn failed_report(jobs: usize) -> Report {
         let of = ReportOf {

@@ -73,8 +73,10 @@ pub(super) async fn run_attempt(
         tracing::warn!(
             secondary = %s.end.name,
             "no storage of this secondary is known, so nothing is staged there: it must see \
-             the target's store, or its mirrors find no files; add `storage` to its cluster \
-             in the host config (and `require_staging = true` to refuse such a restore)"
+             the target's store, its mirrors reading the paths staged into the target's \
+             storage from its own (a shared bucket, or synced content), or they find no \
+             files and the restore rolls back; add `storage` to its cluster in the host \
+             config (and `require_staging = true` to refuse such a restore)"
         );
     }
     let checks = match CheckSetup::load(engine, job).await {

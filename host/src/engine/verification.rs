@@ -47,11 +47,60 @@ pub(super) fn findings(verification: Option<&Verification>) -> (Vec<String>, Vec
             )
         })
         .collect();
-    let unverified = (verification.unverifiable())
-        .map(|s| {
-            let why = s.unverifiable.as_deref().unwrap_or_default();
-            format!("{} on {}: {why}", s.collection, s.end)
-        })
+    // One reason that holds on several ends (a missing index stops the load everywhere) is
+    // said once, naming them.
+    let mut grouped: Vec<((&str, &str), Vec<&str>)> = Vec::new();
+    for s in verification.unverifiable() {
+        let key = (
+            s.collection.as_str(),
+            s.unverifiable.as_deref().unwrap_or_default(),
+        );
+        match grouped.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, ends)) => ends.push(&s.end),
+            None => grouped.push((key, vec![&s.end])),
+        }
+    }
+    let unverified = grouped
+        .into_iter()
+        .map(|((collection, why), ends)| format!("{collection} on {}: {why}", ends.join(", ")))
         .collect();
     (wrong, unverified)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::Shown;
+
+    fn shown(end: &str, collection: &str, unverifiable: Option<&str>, shows: i64) -> Shown {
+        Shown {
+            end: end.into(),
+            collection: collection.into(),
+            live: Some(10),
+            shows: unverifiable.is_none().then_some(shows),
+            partitions_differ: vec![],
+            unverifiable: unverifiable.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn one_reason_on_several_ends_is_said_once_naming_them() {
+        let verification = Verification {
+            shown: vec![
+                shown("a", "default.c", Some("no vector index"), 0),
+                shown("b", "default.c", Some("no vector index"), 0),
+                shown("b", "default.d", Some("unreachable"), 0),
+                shown("a", "default.d", None, 9),
+            ],
+        };
+        let (wrong, unverified) = findings(Some(&verification));
+        assert_eq!(wrong, ["a: default.d shows 9 of 10 live rows"]);
+        assert_eq!(
+            unverified,
+            [
+                "default.c on a, b: no vector index",
+                "default.d on b: unreachable"
+            ]
+        );
+    }
 }

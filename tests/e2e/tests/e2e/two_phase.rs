@@ -168,7 +168,7 @@ async fn plan_says_how_each_end_gets_its_files() -> anyhow::Result<()> {
         .await?;
     assert!(
         text.stdout.contains(&format!(
-            "end {}: Milvus {}; no storage known: it must see the target's store (add `storage` to its cluster in the host config to stage into it)",
+            "end {}: Milvus {}; no storage known: its mirrors read the paths staged into the target's storage from its own (a shared bucket, or synced content); add `storage` to its cluster in the host config to stage into it",
             secondary(0),
             world.spec.secondary_version
         )),

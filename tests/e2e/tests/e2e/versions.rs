@@ -25,6 +25,16 @@ async fn milvus_2_3_is_restored_by_v1_import_per_segment_when_no_strategy_is_nam
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 0, "{}", run.explain());
     assert_eq!(run.report["route"], "per_seg");
+    // Each job of the report names its v1 import tasks, to find them in the target's log.
+    let jobs = run.report["jobs"].as_array().cloned().unwrap_or_default();
+    assert!(!jobs.is_empty(), "{}", run.explain());
+    for job in &jobs {
+        let tasks = job["job_id"].as_str().unwrap_or_default();
+        assert!(
+            !tasks.is_empty() && tasks.split(',').all(|t| t.parse::<i64>().is_ok()),
+            "{job}"
+        );
+    }
     let visible: i64 = world.visible(TARGET).await?.values().sum();
     assert_eq!(visible, world.rows_after_deletes());
     // No REST import route exists on 2.3: nothing was asked of one.
