@@ -499,6 +499,21 @@ impl fmt::Display for Report {
     /// The text report: the verdict first, then ends, collections, divergences, checks and
     /// the jobs that did not end Completed (all of them when there are few).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_verdict(f)?;
+        self.write_ends(f)?;
+        self.write_collections(f)?;
+        self.write_staging(f)?;
+        self.write_verification(f)?;
+        self.write_checks(f)?;
+        self.write_divergences(f)?;
+        self.write_jobs(f)
+    }
+}
+
+/// The text report's sections, in the order [`Report`]'s `Display` writes them.
+impl Report {
+    /// The verdict, the job, the summary (or the refusals) and the time taken.
+    fn write_verdict(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let verdict = match self.outcome {
             Outcome::Succeeded => "SUCCEEDED",
             Outcome::Refused => "REFUSED",
@@ -539,6 +554,11 @@ impl fmt::Display for Report {
             .duration_since(self.started_at)
             .as_secs_f64();
         writeln!(f, "  started {} · took {secs:.1}s", self.started_at)?;
+        Ok(())
+    }
+
+    /// Each end with its role, address, version and job states.
+    fn write_ends(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if !self.ends.is_empty() {
             writeln!(f, "\nends")?;
             let states = self.states_per_end();
@@ -559,6 +579,11 @@ impl fmt::Display for Report {
                 )?;
             }
         }
+        Ok(())
+    }
+
+    /// Each collection with its rows and where it was committed.
+    fn write_collections(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if !self.collections.is_empty() {
             writeln!(f, "\ncollections")?;
             for c in &self.collections {
@@ -594,6 +619,11 @@ impl fmt::Display for Report {
                 )?;
             }
         }
+        Ok(())
+    }
+
+    /// What was staged, where and how.
+    fn write_staging(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(s) = &self.staging {
             writeln!(
                 f,
@@ -614,6 +644,11 @@ impl fmt::Display for Report {
                 writeln!(f, "         {}", ways.join(", "))?;
             }
         }
+        Ok(())
+    }
+
+    /// What a query on every end showed.
+    fn write_verification(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(v) = &self.verification {
             let verdict = match (v.passed(), v.mismatches().next()) {
                 (true, _) => "every end shows the live rows",
@@ -623,6 +658,11 @@ impl fmt::Display for Report {
             writeln!(f, "\nverified by count(*): {verdict}")?;
             write!(f, "{v}")?;
         }
+        Ok(())
+    }
+
+    /// Each check with its verdict.
+    fn write_checks(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if !self.checks.is_empty() {
             writeln!(f, "\nchecks")?;
             for c in &self.checks {
@@ -638,6 +678,11 @@ impl fmt::Display for Report {
                 )?;
             }
         }
+        Ok(())
+    }
+
+    /// The ends that did not show what the target committed, one line per cause.
+    fn write_divergences(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if !self.divergences.is_empty() {
             writeln!(
                 f,
@@ -653,6 +698,11 @@ impl fmt::Display for Report {
             }));
             groups.write(f, "diverged")?;
         }
+        Ok(())
+    }
+
+    /// The jobs (all when few) and why those that did not complete did not.
+    fn write_jobs(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let every_job_done = self.jobs.iter().all(|j| {
             j.states
                 .iter()
