@@ -116,14 +116,17 @@ struct Look {
 enum Call {
     /// A pair alone in what one list would answer for (see [`scope`]).
     Describe(usize),
-    /// Every pair still watched in one database on one end: a list of their collection
-    /// when they all belong to one, else of every job the end has.
-    List {
-        end: usize,
-        db: String,
-        collection: Option<String>,
-        pairs: Vec<usize>,
-    },
+    /// Every pair still watched in one database on one end.
+    List(ListCall),
+}
+
+/// A list of one end's import jobs in one database: of their collection when they all
+/// belong to one, else of every job the end has.
+struct ListCall {
+    end: usize,
+    db: String,
+    collection: Option<String>,
+    pairs: Vec<usize>,
 }
 
 /// `db.collection` as its two names. Milvus names cannot hold a dot, so the first one ends
@@ -247,12 +250,12 @@ fn plan(pairs: &[Pair], due: &[usize], schedule: &Schedule, crowded: &HashSet<us
             let one = group.iter().all(|&j| pairs[j].collection == *collection);
             calls.insert(
                 position,
-                Call::List {
+                Call::List(ListCall {
                     end: key.0,
                     db: names(collection).0.to_owned(),
                     collection: one.then(|| names(collection).1.to_owned()),
                     pairs: group.clone(),
-                },
+                }),
             );
         }
     }
@@ -281,77 +284,86 @@ async fn look(
                 crowded: None,
             }
         }
-        Call::List {
-            end: index,
-            db,
-            collection,
-            pairs: group,
-        } => {
-            let end = &ends.all()[index];
-            let (rows, answered) = match end
-                .rest
-                .list(&db, collection.as_deref().unwrap_or(""))
-                .await
-            {
-                Ok(rows) => (rows, true),
-                Err(e) if e.is_retriable() => {
-                    let e = Arc::new(e);
-                    let sightings = group
-                        .into_iter()
-                        .map(|i| (i, Sight::Unreachable(Arc::clone(&e))))
-                        .collect();
-                    return Look {
-                        sightings,
-                        made: 1,
-                        crowded: None,
-                    };
-                }
-                // An answer, not an outage: the collection is gone (dropped by a rollback,
-                // or by hand) or the list is refused. Its jobs still have their states, by
-                // id; asking the list again would get the same answer forever.
-                Err(_) => (Vec::new(), false),
-            };
-            let mut rows: HashMap<MilvusJobId, ImportListEntry> =
-                rows.into_iter().map(|r| (r.job_id.clone(), r)).collect();
-            let found: Vec<Option<ImportListEntry>> =
-                group.iter().map(|&i| rows.remove(&pairs[i].job)).collect();
-            let others = rows.keys().filter(|id| !ours.contains(id)).count();
-            let crowded = (collection.is_none() && others > FOREIGN_ROWS).then_some(index);
-            // Collections the list leaves nothing of out: it showed one of their jobs, or a
-            // describe found one missing (the end has none of them yet, as a mirror before
-            // the stream brings them).
-            let mut explained: HashSet<&str> = group
-                .iter()
-                .zip(&found)
-                .filter(|(_, row)| row.is_some())
-                .map(|(&i, _)| pairs[i].collection.as_str())
+        Call::List(call) => list(ends, pairs, absent, ours, call).await,
+    }
+}
+
+/// One list of `end`'s import jobs (of `collection`, or of every collection), read for the
+/// jobs of `group`; a job the list leaves out is described, unless its collection is known
+/// to have none there yet.
+async fn list(
+    ends: &Ends,
+    pairs: &[Pair],
+    absent: &HashSet<usize>,
+    ours: &HashSet<&MilvusJobId>,
+    call: ListCall,
+) -> Look {
+    let ListCall {
+        end: index,
+        db,
+        collection,
+        pairs: group,
+    } = call;
+    let (db, collection) = (db.as_str(), collection.as_deref());
+    let end = &ends.all()[index];
+    let (rows, answered) = match end.rest.list(db, collection.unwrap_or("")).await {
+        Ok(rows) => (rows, true),
+        Err(e) if e.is_retriable() => {
+            let e = Arc::new(e);
+            let sightings = group
+                .into_iter()
+                .map(|i| (i, Sight::Unreachable(Arc::clone(&e))))
                 .collect();
-            let mut sightings = Vec::with_capacity(group.len());
-            let mut made = 1;
-            for (i, row) in group.into_iter().zip(found) {
-                let collection = pairs[i].collection.as_str();
-                let sight = match row {
-                    Some(row) => Sight::Seen(row.into()),
-                    None if answered && (absent.contains(&i) || explained.contains(collection)) => {
-                        Sight::Missing
-                    }
-                    None => {
-                        made += 1;
-                        let sight = describe(end, &pairs[i].db, &pairs[i].job).await;
-                        if matches!(sight, Sight::Missing) {
-                            explained.insert(collection);
-                        }
-                        sight
-                    }
-                };
-                sightings.push((i, sight));
-            }
-            Look {
+            return Look {
                 sightings,
-                made,
-                crowded,
-            }
+                made: 1,
+                crowded: None,
+            };
         }
+        // An answer, not an outage: the collection is gone (dropped by a rollback, or by
+        // hand) or the list is refused. Its jobs still have their states, by id; asking the
+        // list again would get the same answer forever.
+        Err(_) => (Vec::new(), false),
+    };
+    let mut rows: HashMap<MilvusJobId, ImportListEntry> =
+        rows.into_iter().map(|r| (r.job_id.clone(), r)).collect();
+    let found: Vec<Option<ImportListEntry>> =
+        group.iter().map(|&i| rows.remove(&pairs[i].job)).collect();
+    let others = rows.keys().filter(|id| !ours.contains(id)).count();
+    let crowded = (collection.is_none() && others > FOREIGN_ROWS).then_some(index);
+    // Collections the list leaves nothing of out: it showed one of their jobs, or a
+    // describe found one missing (the end has none of them yet, as a mirror before the
+    // stream brings them).
+    let mut explained: HashSet<&str> = group
+        .iter()
+        .zip(&found)
+        .filter(|(_, row)| row.is_some())
+        .map(|(&i, _)| pairs[i].collection.as_str())
+        .collect();
+    let mut sightings = Vec::with_capacity(group.len());
+    let mut made = 1;
+    for (i, row) in group.into_iter().zip(found) {
+        let collection = pairs[i].collection.as_str();
+        let sight = match row {
+            Some(row) => Sight::Seen(row.into()),
+            None if answered && (absent.contains(&i) || explained.contains(collection)) => {
+                Sight::Missing
+            }
+            None => {
+                made += 1;
+                let sight = describe(end, &pairs[i].db, &pairs[i].job).await;
+                if matches!(sight, Sight::Missing) {
+                    explained.insert(collection);
+                }
+                sight
+            }
+        };
+        sightings.push((i, sight));
+    }
+    Look {
+        sightings,
+        made,
+        crowded,
     }
 }
 
@@ -381,12 +393,12 @@ mod tests {
             .iter()
             .map(|c| match c {
                 Call::Describe(i) => format!("describe {i}"),
-                Call::List {
+                Call::List(ListCall {
                     end,
                     db,
                     collection,
                     pairs,
-                } => format!(
+                }) => format!(
                     "list {db}.{}@{end} {pairs:?}",
                     collection.as_deref().unwrap_or("*")
                 ),

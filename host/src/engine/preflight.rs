@@ -30,35 +30,8 @@ pub struct Preflight {
 /// Runs every check; `Err` holds every reason to refuse.
 pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>> {
     let mut refusals = Vec::new();
-
-    // Reachability and versions: nothing else can be asked of an end that does not answer.
-    let versions = join_all(ends.all().iter().map(|e| e.grpc.version())).await;
-    let mut known = Vec::new();
-    for (end, v) in ends.all().iter().zip(versions) {
-        match v {
-            Ok(v) => known.push(v),
-            Err(e) => refusals.push(Refusal::Unreachable {
-                end: end.name.clone(),
-                uri: end.uri.clone(),
-                reason: e.to_string(),
-            }),
-        }
-    }
-    if !refusals.is_empty() {
-        return Err(refusals);
-    }
-    if !job.secondaries.is_empty() {
-        for (end, v) in ends.all().iter().zip(&known) {
-            if !v.supports_two_phase_import() {
-                refusals.push(Refusal::VersionTooOld {
-                    role: end.role,
-                    end: end.name.clone(),
-                    found: v.clone(),
-                });
-            }
-        }
-    }
-
+    // Nothing else can be asked of an end that does not answer.
+    let known = versions(job, ends, &mut refusals).await?;
     let route = match choose_route(job, ends, &known[0]).await {
         Ok(route) => route,
         Err(refusal) => {
@@ -70,48 +43,7 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
     check_path_forms(job, &mut refusals);
     unsupported_options(job, &mut refusals);
 
-    // The backup and its plan.
-    let backup_store = match storage::open(&job.backup.storage) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            refusals.push(Refusal::BackupStorage {
-                url: job.backup.storage.url.to_string(),
-                reason: e.to_string(),
-            });
-            None
-        }
-    };
-    let mut read = None;
-    if let Some(store) = &backup_store {
-        match backup::read(store.store.as_ref(), &job.backup.location()).await {
-            Ok(b) => read = Some(b),
-            Err(e) => refusals.push(Refusal::Backup {
-                backup: job.backup.name.clone(),
-                reason: error_chain(&e),
-            }),
-        }
-    }
-    let mut planned = None;
-    if let Some(b) = &read {
-        match backup::plan(b, &job.restore, route.route.strategy()) {
-            Ok(p) if p.collections.is_empty() => refusals.push(Refusal::NothingToRestore {
-                backup: job.backup.name.clone(),
-            }),
-            Ok(p) => planned = Some(p),
-            Err(backup::Error::StorageV3Segment {
-                collection,
-                segment,
-            }) => refusals.push(Refusal::StorageV3 {
-                collection,
-                segment,
-            }),
-            Err(e) => refusals.push(Refusal::Backup {
-                backup: job.backup.name.clone(),
-                reason: error_chain(&e),
-            }),
-        }
-    }
-
+    let (backup_store, read, mut planned) = backup_and_plan(job, route.route, &mut refusals).await;
     if let (Some(store), Some(b), Some(plan)) = (&backup_store, &read, &mut planned) {
         check_backup_objects(job, store, b, plan, &mut refusals).await;
         if refusals.is_empty() && !job.restore.meta_only {
@@ -120,49 +52,12 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
             check_l0_import(job, ends, &known, unfoldable, &mut refusals);
         }
     }
-
     let mut exists = Vec::new();
     if let Some(plan) = &planned {
         if route.route == Route::TwoPhase {
             check_budget(job, ends, plan, &mut refusals).await;
         }
-        let target = ends.target();
-        let answers = join_all(plan.collections.iter().map(|c| {
-            target
-                .grpc
-                .has_collection(&c.target.db, &c.target.collection)
-        }))
-        .await;
-        for (c, answer) in plan.collections.iter().zip(answers) {
-            match answer {
-                Ok(found) => {
-                    if let Err(conflict) = backup::check_collection_exists(
-                        &c.target,
-                        found,
-                        job.restore.collection_creation,
-                    ) {
-                        refusals.push(conflict.into());
-                    }
-                    exists.push(found);
-                }
-                // A database that does not exist yet means the collection does not either.
-                Err(e) if e.is_database_missing() => {
-                    if job.restore.collection_creation == CollectionCreation::UseExisting {
-                        refusals.push(Refusal::NoDatabase {
-                            collection: c.target.clone(),
-                        });
-                    }
-                    exists.push(false);
-                }
-                Err(e) => {
-                    refusals.push(Refusal::ExistenceUnknown {
-                        collection: c.target.clone(),
-                        reason: e.to_string(),
-                    });
-                    exists.push(false);
-                }
-            }
-        }
+        exists = existing_collections(job, ends, plan, &mut refusals).await;
     }
 
     match (refusals.is_empty(), backup_store, read, planned) {
@@ -176,6 +71,147 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
         }),
         _ => Err(refusals),
     }
+}
+
+/// Every end's Milvus version, the target's first; an end that does not answer refuses the
+/// restore at once. With secondaries, every end must hold imports Uncommitted.
+async fn versions(
+    job: &Job,
+    ends: &Ends,
+    refusals: &mut Vec<Refusal>,
+) -> Result<Vec<ServerVersion>, Vec<Refusal>> {
+    let versions = join_all(ends.all().iter().map(|e| e.grpc.version())).await;
+    let mut known = Vec::new();
+    for (end, v) in ends.all().iter().zip(versions) {
+        match v {
+            Ok(v) => known.push(v),
+            Err(e) => refusals.push(Refusal::Unreachable {
+                end: end.name.clone(),
+                uri: end.uri.clone(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+    if !refusals.is_empty() {
+        return Err(std::mem::take(refusals));
+    }
+    if !job.secondaries.is_empty() {
+        for (end, v) in ends.all().iter().zip(&known) {
+            if !v.supports_two_phase_import() {
+                refusals.push(Refusal::VersionTooOld {
+                    role: end.role,
+                    end: end.name.clone(),
+                    found: v.clone(),
+                });
+            }
+        }
+    }
+    Ok(known)
+}
+
+/// The backup's store, the backup read from it and its plan for `route`, each as far as it
+/// got.
+async fn backup_and_plan(
+    job: &Job,
+    route: Route,
+    refusals: &mut Vec<Refusal>,
+) -> (Option<OpenedStore>, Option<Backup>, Option<RestorePlan>) {
+    let backup_store = match storage::open(&job.backup.storage) {
+        Ok(s) => s,
+        Err(e) => {
+            refusals.push(Refusal::BackupStorage {
+                url: job.backup.storage.url.to_string(),
+                reason: e.to_string(),
+            });
+            return (None, None, None);
+        }
+    };
+    let read = match backup::read(backup_store.store.as_ref(), &job.backup.location()).await {
+        Ok(b) => b,
+        Err(e) => {
+            refusals.push(Refusal::Backup {
+                backup: job.backup.name.clone(),
+                reason: error_chain(&e),
+            });
+            return (Some(backup_store), None, None);
+        }
+    };
+    let planned = match backup::plan(&read, &job.restore, route.strategy()) {
+        Ok(p) if p.collections.is_empty() => {
+            refusals.push(Refusal::NothingToRestore {
+                backup: job.backup.name.clone(),
+            });
+            None
+        }
+        Ok(p) => Some(p),
+        Err(backup::Error::StorageV3Segment {
+            collection,
+            segment,
+        }) => {
+            refusals.push(Refusal::StorageV3 {
+                collection,
+                segment,
+            });
+            None
+        }
+        Err(e) => {
+            refusals.push(Refusal::Backup {
+                backup: job.backup.name.clone(),
+                reason: error_chain(&e),
+            });
+            None
+        }
+    };
+    (Some(backup_store), Some(read), planned)
+}
+
+/// Per collection of the plan, whether the target already has it, refusing what the job's
+/// collection creation does not allow.
+async fn existing_collections(
+    job: &Job,
+    ends: &Ends,
+    plan: &RestorePlan,
+    refusals: &mut Vec<Refusal>,
+) -> Vec<bool> {
+    let target = ends.target();
+    let answers = join_all(plan.collections.iter().map(|c| {
+        target
+            .grpc
+            .has_collection(&c.target.db, &c.target.collection)
+    }))
+    .await;
+    let mut exists = Vec::new();
+    for (c, answer) in plan.collections.iter().zip(answers) {
+        match answer {
+            Ok(found) => {
+                if let Err(conflict) = backup::check_collection_exists(
+                    &c.target,
+                    found,
+                    job.restore.collection_creation,
+                ) {
+                    refusals.push(conflict.into());
+                }
+                exists.push(found);
+            }
+            // A database that does not exist yet means the collection does not either.
+            Err(e) if e.is_database_missing() => {
+                if job.restore.collection_creation == CollectionCreation::UseExisting {
+                    refusals.push(Refusal::NoDatabase {
+                        collection: c.target.clone(),
+                    });
+                }
+                exists.push(false);
+            }
+            Err(e) => {
+                refusals.push(Refusal::ExistenceUnknown {
+                    collection: c.target.clone(),
+                    reason: e.to_string(),
+                });
+                exists.push(false);
+            }
+        }
+    }
+    exists
 }
 
 /// The planned collections' objects against the backup's meta, as far as `verify_backup`
@@ -321,42 +357,69 @@ async fn check_topology(
         return;
     }
     let targets = topology.targets_of(&me.cluster_id);
-    let uri_of = |c: &milvus_proto::common::MilvusCluster| {
-        c.connection_param
-            .as_ref()
-            .map(|p| p.uri.clone())
-            .unwrap_or_default()
-    };
     if job.secondaries.is_empty() {
-        if target_version.supports_two_phase_import() {
-            refusals.push(Refusal::SecondariesUnnamed {
-                target: target.name.clone(),
-                replicates_to: (targets.iter())
-                    .map(|c| format!("{} ({})", c.cluster_id, uri_of(c)))
-                    .collect(),
-            });
-        } else {
-            refusals.push(Refusal::ReplicatingTooOld {
-                target: target.name.clone(),
-                version: target_version.clone(),
-            });
-        }
+        refusals.push(unnamed_secondaries(&target.name, target_version, &targets));
         return;
     }
+    secondaries_match(ends, &me.cluster_id, &targets, refusals);
+    // The topology names every secondary; that does not say their replication moves.
+    if refusals.is_empty() {
+        refusals.extend(super::streams::stalled(me, ends.secondaries()).await);
+    }
+}
+
+fn uri_of(c: &milvus_proto::common::MilvusCluster) -> String {
+    c.connection_param
+        .as_ref()
+        .map(|p| p.uri.clone())
+        .unwrap_or_default()
+}
+
+/// A replicating target restored without secondaries: name them, or (before 3.0, which
+/// cannot hold imports) it cannot be restored while it replicates.
+fn unnamed_secondaries(
+    target: &str,
+    target_version: &ServerVersion,
+    targets: &[&milvus_proto::common::MilvusCluster],
+) -> Refusal {
+    if target_version.supports_two_phase_import() {
+        Refusal::SecondariesUnnamed {
+            target: target.to_owned(),
+            replicates_to: (targets.iter())
+                .map(|c| format!("{} ({})", c.cluster_id, uri_of(c)))
+                .collect(),
+        }
+    } else {
+        Refusal::ReplicatingTooOld {
+            target: target.to_owned(),
+            version: target_version.clone(),
+        }
+    }
+}
+
+/// The job's secondaries are exactly the target's replication targets: none is missing and
+/// none is extra.
+fn secondaries_match(
+    ends: &Ends,
+    cluster: &str,
+    targets: &[&milvus_proto::common::MilvusCluster],
+    refusals: &mut Vec<Refusal>,
+) {
+    let target = ends.target();
     for s in ends.secondaries() {
         if !targets.iter().any(|c| same_endpoint(&uri_of(c), &s.uri)) {
             refusals.push(Refusal::NotATarget {
                 secondary: s.name.clone(),
                 uri: s.uri.clone(),
                 target: target.name.clone(),
-                cluster: me.cluster_id.clone(),
+                cluster: cluster.to_owned(),
                 targets: (targets.iter())
                     .map(|c| format!("{} at {}", c.cluster_id, uri_of(c)))
                     .collect(),
             });
         }
     }
-    for c in &targets {
+    for c in targets {
         if !ends
             .secondaries()
             .iter()
@@ -368,10 +431,6 @@ async fn check_topology(
                 uri: uri_of(c),
             });
         }
-    }
-    // The topology names every secondary; that does not say their replication moves.
-    if refusals.is_empty() {
-        refusals.extend(super::streams::stalled(me, ends.secondaries()).await);
     }
 }
 

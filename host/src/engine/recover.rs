@@ -78,6 +78,17 @@ pub async fn recover(
     keeper.finish(report, outcome, vec![]).await
 }
 
+/// What rolling the groups forward or back came to.
+#[derive(Default)]
+struct Settled {
+    divergences: Vec<Divergence>,
+    trackers: Vec<Tracker>,
+    aborted_any: bool,
+    /// Why some end is not known to be settled.
+    unsettled: Vec<String>,
+    forward_incomplete: bool,
+}
+
 /// Rolls each group of `record` forward or back, as its decision says, then drops what the
 /// rollback rule names and deletes the staged files once every job settled: the report so
 /// far and the outcome.
@@ -87,72 +98,18 @@ async fn resolve(
     stores: &[(String, &StorageSpec)],
     mut report: Report,
 ) -> (Report, Outcome) {
-    let ends = attempt.ends;
-    let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
-    let settle = Duration::from_millis(record.mirror_grace_ms).min(Duration::from_secs(60));
-    let mut divergences = Vec::new();
-    let mut trackers = Vec::new();
-    let mut aborted_any = false;
-    let mut unsettled = Vec::new();
-    let mut forward_incomplete = false;
-
-    for (index, group) in record.groups.iter().enumerate() {
-        let mut tracker = tracker_of(group, &names);
-        let jobs: Vec<usize> = (0..tracker.jobs.len()).collect();
-        if let Some(Decision::Commit { .. }) = &group.decision {
-            match roll_forward(attempt, &mut tracker, &jobs, deadline).await {
-                Ok((d, finished)) => {
-                    divergences.extend(d);
-                    forward_incomplete |= !finished;
-                }
-                Err(lost) => {
-                    unsettled.push(lost.to_string());
-                    trackers.push(tracker);
-                    break;
-                }
-            }
-        } else {
-            let aborted = presumed_abort(attempt, index, group, &mut tracker, settle, deadline);
-            unsettled.extend(aborted.await);
-            aborted_any = true;
-        }
-        trackers.push(tracker);
-    }
+    let mut settled = settle(attempt, record, deadline).await;
     let _ = attempt.persist().await;
-
     let decided = record.has_commit_decision();
-    match ddl::drop_created(ends, attempt, &record.collections_to_drop(), deadline).await {
-        Ok(problems) => {
-            for problem in problems {
-                tracing::warn!(%problem, "recovery rollback");
-            }
-        }
-        Err(lost) => unsettled.push(lost.to_string()),
-    }
-    // Staged files go once no end can still read them: every job settled. A store that
-    // cannot be reached or named now leaves them for the sweep and `lockstep recover`.
-    let temp = TempFiles::after(record.keep_temp_files, decided);
-    let settled = unsettled.is_empty() && !forward_incomplete;
-    let cleaned = match &record.staging_prefix {
-        Some(_) if settled && !stores.is_empty() && attempt.check().await.is_ok() => {
-            let prefix = StagingPrefix::for_restore(&record.id);
-            crate::storage::delete_stage(stores, &prefix, temp).await
-        }
-        _ => false,
-    };
-    if let Some(prefix) = &record.staging_prefix
-        && !cleaned
-    {
-        tracing::warn!(%prefix, "staged files were left in place; they are deleted once the stores can be reached");
-    }
-    attempt.note(Change::Recovered {
-        stage_left: record.staging_prefix.is_some() && !cleaned,
-        host_lost: !decided && settled,
-    });
+    let (cleaned, temp) = undo(attempt, record, stores, deadline, &mut settled).await;
 
-    report.jobs = trackers.iter().flat_map(Tracker::job_reports).collect();
-    report.divergences = divergences;
+    report.jobs = settled
+        .trackers
+        .iter()
+        .flat_map(Tracker::job_reports)
+        .collect();
+    report.divergences = settled.divergences;
     // What the record's decisions made visible: the collections of the groups it committed.
     let committed: BTreeSet<String> = (record.groups.iter())
         .filter(|g| matches!(g.decision, Some(Decision::Commit { .. })))
@@ -161,10 +118,11 @@ async fn resolve(
     for c in &mut report.collections {
         c.committed = committed.contains(&c.target);
     }
-    if forward_incomplete {
+    let mut unsettled = settled.unsettled;
+    if settled.forward_incomplete {
         unsettled.push("not every end reported Completed after the roll-forward".into());
     }
-    let failure = match (decided, aborted_any) {
+    let failure = match (decided, settled.aborted_any) {
         (false, _) => Some(format!(
             "recovered by presumed abort (the crash came before the commit decision, in phase \
              {:?}); nothing is visible on any end",
@@ -180,12 +138,12 @@ async fn resolve(
         unconverged: unsettled,
         collections: report.collections.len(),
         jobs: record.groups.iter().map(|g| g.batches.len()).sum(),
-        ends: ends.len(),
+        ends: attempt.ends.len(),
         ..outcome::Facts::default()
     };
     let (outcome, summary) = outcome::decide(&facts, &record.id);
     report.summary = match outcome {
-        Outcome::Succeeded | Outcome::Diverged if decided && !aborted_any => {
+        Outcome::Succeeded | Outcome::Diverged if decided && !settled.aborted_any => {
             format!("recovered by rolling the commit decision forward: {summary}")
         }
         _ => summary,
@@ -194,6 +152,84 @@ async fn resolve(
         s.cleaned_up = cleaned && temp == TempFiles::Delete;
     }
     (report, outcome)
+}
+
+/// Each group rolled forward (decided to commit) or aborted (undecided), in order; a lost
+/// claim stops the walk.
+async fn settle(attempt: &Attempt<'_>, record: &RestoreRecord, deadline: Instant) -> Settled {
+    let names: Vec<String> = attempt.ends.all().iter().map(|e| e.name.clone()).collect();
+    let grace = Duration::from_millis(record.mirror_grace_ms).min(Duration::from_secs(60));
+    let mut settled = Settled::default();
+    for (index, group) in record.groups.iter().enumerate() {
+        let mut tracker = tracker_of(group, &names);
+        let jobs: Vec<usize> = (0..tracker.jobs.len()).collect();
+        if let Some(Decision::Commit { .. }) = &group.decision {
+            match roll_forward(attempt, &mut tracker, &jobs, deadline).await {
+                Ok((d, finished)) => {
+                    settled.divergences.extend(d);
+                    settled.forward_incomplete |= !finished;
+                }
+                Err(lost) => {
+                    settled.unsettled.push(lost.to_string());
+                    settled.trackers.push(tracker);
+                    break;
+                }
+            }
+        } else {
+            let aborted = presumed_abort(attempt, index, group, &mut tracker, grace, deadline);
+            settled.unsettled.extend(aborted.await);
+            settled.aborted_any = true;
+        }
+        settled.trackers.push(tracker);
+    }
+    settled
+}
+
+/// Drops what the record's rollback rule names, and deletes the staged files once no end
+/// can still read them (every job settled); a store that cannot be reached or named now
+/// leaves them for the sweep and `lockstep recover`. Whether they went, and the rule used.
+async fn undo(
+    attempt: &Attempt<'_>,
+    record: &RestoreRecord,
+    stores: &[(String, &StorageSpec)],
+    deadline: Instant,
+    settled: &mut Settled,
+) -> (bool, TempFiles) {
+    let decided = record.has_commit_decision();
+    match ddl::drop_created(
+        attempt.ends,
+        attempt,
+        &record.collections_to_drop(),
+        deadline,
+    )
+    .await
+    {
+        Ok(problems) => {
+            for problem in problems {
+                tracing::warn!(%problem, "recovery rollback");
+            }
+        }
+        Err(lost) => settled.unsettled.push(lost.to_string()),
+    }
+    let temp = TempFiles::after(record.keep_temp_files, decided);
+    let quiet = settled.unsettled.is_empty() && !settled.forward_incomplete;
+    let cleaned = match &record.staging_prefix {
+        Some(_) if quiet && !stores.is_empty() && attempt.check().await.is_ok() => {
+            let prefix = StagingPrefix::for_restore(&record.id);
+            crate::storage::delete_stage(stores, &prefix, temp).await
+        }
+        _ => false,
+    };
+    if let Some(prefix) = &record.staging_prefix
+        && !cleaned
+    {
+        tracing::warn!(%prefix, "staged files were left in place; they are deleted once the stores can be reached");
+    }
+    attempt.note(Change::Recovered {
+        stage_left: record.staging_prefix.is_some() && !cleaned,
+        host_lost: !decided && quiet,
+    });
+    (cleaned, temp)
 }
 
 /// A tracker of `group`'s jobs, by the ids its record holds, none seen yet.

@@ -414,9 +414,7 @@ pub async fn complete(
                 });
                 return Judgement::Done;
             }
-            // Past the decision every end held the job: one that no longer knows it finished
-            // it more than `dataCoord.import.taskRetention` ago, or lost it. It was created,
-            // so it is named, not waited for and not taken for never created.
+            // Past the decision every end held the job (see `forgotten`).
             Sight::Missing => {
                 let since = *missing_since.entry(i).or_insert(now);
                 if now.saturating_duration_since(since) >= FORGOTTEN_AFTER {
@@ -424,12 +422,7 @@ pub async fn complete(
                         end: names[end].clone(),
                         job_id: pairs[i].job.0.clone(),
                         collection: tracker.jobs[j].collection.clone(),
-                        reason: format!(
-                            "{} no longer knows the job: it finished more than \
-                             dataCoord.import.taskRetention ago, or the end lost it; whether \
-                             it completed, and with how many rows, cannot be read",
-                            names[end]
-                        ),
+                        reason: forgotten(&names[end]),
                     });
                     return Judgement::Done;
                 }
@@ -458,27 +451,42 @@ pub async fn complete(
         }
         Judgement::Wait
     };
-    let target = &ends.target().rest;
-    let recommits = async {
-        while let Some((db, id)) = to_recommit.recv().await {
-            if let Err(lost) = fence.check().await {
-                return lost;
-            }
-            if let Err(e) = target.commit(&db, &id).await {
-                tracing::warn!(job = %id, error = %e, "re-sent commit failed; will retry");
-            }
-        }
-        std::future::pending().await
-    };
     let finished = tokio::select! {
         watched = watch(ends, &pairs, jobs.len(), FirstLook::Spread, &mut judge) => watched.is_ok(),
-        lost = recommits => {
+        lost = resend_commits(fence, &ends.target().rest, &mut to_recommit) => {
             tracing::warn!(%lost, "stopped waiting for the ends to complete");
             false
         }
     };
     on_change(tracker);
     (divergences, finished)
+}
+
+/// Why a job that was held on every end is gone from `end`: past the decision it was
+/// created, so it is named, not waited for and not taken for never created.
+fn forgotten(end: &str) -> String {
+    format!(
+        "{end} no longer knows the job: it finished more than dataCoord.import.taskRetention \
+         ago, or the end lost it; whether it completed, and with how many rows, cannot be read"
+    )
+}
+
+/// Sends again each commit the wait asks for, once the fence passed; ends with the first
+/// fence that fails (the new holder finishes the wait), else never.
+async fn resend_commits(
+    fence: &dyn Fence,
+    target: &crate::milvus::RestClient,
+    to_recommit: &mut tokio::sync::mpsc::UnboundedReceiver<(String, MilvusJobId)>,
+) -> Lost {
+    while let Some((db, id)) = to_recommit.recv().await {
+        if let Err(lost) = fence.check().await {
+            return lost;
+        }
+        if let Err(e) = target.commit(&db, &id).await {
+            tracing::warn!(job = %id, error = %e, "re-sent commit failed; will retry");
+        }
+    }
+    std::future::pending().await
 }
 
 /// Why an abort did not settle on every end.
