@@ -14,12 +14,16 @@ use futures::StreamExt;
 use milvus_proto::common::ImportState;
 use tokio::time::Instant;
 
-use super::ends::EndClient;
+use std::sync::Arc;
+
+use super::ends::{EndClient, Ends};
 use super::fence::{Fence, Lost};
+use super::poll::{Denied, Judgement, Pair, Sight, watch};
 use super::preflight::error_chain;
 use super::report::{EndJobState, JobReport};
 use super::retry::{DEFAULT_CALL_DEADLINE, fenced, retry};
 use super::route::Route;
+use super::schedule::FirstLook;
 use super::schedule::MAX_INTERVAL;
 use crate::backup::ExpectedRows;
 use crate::journal::{BatchRecord, CommitGroup};
@@ -116,8 +120,11 @@ enum ImportFailure {
     Describe {
         job: String,
         #[source]
-        source: milvus::Error,
+        source: Arc<milvus::Error>,
     },
+    /// The target refused the caller's rights while the job was watched.
+    #[error("{0}")]
+    Denied(String),
     #[error("import job {job} failed: {reason}")]
     Failed { job: String, reason: String },
     #[error("import task {task} of {files:?} failed: {reason}")]
@@ -128,16 +135,23 @@ enum ImportFailure {
     },
 }
 
+impl From<Denied> for ImportFailure {
+    fn from(denied: Denied) -> Self {
+        ImportFailure::Denied(denied.0)
+    }
+}
+
 /// Runs every batch of `groups` on `target` by `route` (an auto-commit one) and says what
 /// each batch came to. Never stops early: an auto-committed import cannot be taken back, so
 /// the rest go on and the report names every batch. Each create waits for `fence`; once it
 /// fails, the creates not sent yet fail with it.
 pub async fn run(
-    target: &EndClient,
+    ends: &Ends,
     fence: &dyn Fence,
     groups: &[CommitGroup],
     route: Route,
 ) -> Vec<BatchImport> {
+    let target = ends.target();
     let batches: Vec<&BatchRecord> = groups.iter().flat_map(|g| g.batches.iter()).collect();
     let mut out: Vec<BatchImport> = batches
         .iter()
@@ -178,7 +192,7 @@ pub async fn run(
     let results: Vec<(usize, Option<String>, Result<i64, ImportFailure>)> =
         futures::stream::iter(0..batches.len())
             .map(|batch| async move {
-                let (job_id, result) = rest_import(target, fence, batches[batch]).await;
+                let (job_id, result) = rest_import(ends, fence, batches[batch]).await;
                 (batch, job_id, result)
             })
             .buffer_unordered(IMPORTS_IN_FLIGHT)
@@ -243,12 +257,14 @@ async fn v1_imports(
 
 /// One REST v2 import of a whole batch, sent as a Milvus before 3.0 takes it (no
 /// `auto_commit`: it commits every job itself), to its end: the job id once created, and
-/// the rows it imported or why it failed.
+/// the rows it imported or why it failed. The job is watched as every held job is
+/// ([`watch`]); once Completed, its rows are read from its describe.
 async fn rest_import(
-    target: &EndClient,
+    ends: &Ends,
     fence: &dyn Fence,
     b: &BatchRecord,
 ) -> (Option<String>, Result<i64, ImportFailure>) {
+    let target = ends.target();
     let body = b.create_import();
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
     let job = match fenced(deadline, fence, || target.rest.create_import(&body, None)).await {
@@ -257,27 +273,63 @@ async fn rest_import(
         Err(lost) => return (None, Err(lost.into())),
     };
     let id = Some(job.to_string());
-    loop {
-        let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
-        let seen = match retry(deadline, || target.rest.describe(&b.db, &job)).await {
-            Ok(seen) => seen,
-            Err(source) => {
-                let job = job.to_string();
-                return (id, Err(ImportFailure::Describe { job, source }));
-            }
-        };
-        match seen.state {
-            JobState::Completed => return (id, Ok(seen.imported_rows)),
-            JobState::Failed => {
-                let failed = ImportFailure::Failed {
+    let pair = Pair {
+        job: job.clone(),
+        db: b.db.clone(),
+        end: 0,
+        collection: b.namespace().to_string(),
+    };
+    // An end that stops answering, or no longer knows the job, is given a call's deadline
+    // from the last time it answered with the job.
+    let mut answered = Instant::now();
+    let mut judge = |_: usize, sight: Sight, now: Instant| -> Judgement<ImportFailure> {
+        match sight {
+            Sight::Seen(seen) if seen.state == JobState::Completed => Judgement::Done,
+            Sight::Seen(seen) if seen.state == JobState::Failed => {
+                Judgement::Stop(ImportFailure::Failed {
                     job: job.to_string(),
                     reason: seen.reason.unwrap_or_default(),
-                };
-                return (id, Err(failed));
+                })
             }
-            _ => tokio::time::sleep_until(Instant::now() + MAX_INTERVAL / 6).await,
+            Sight::Seen(_) => {
+                answered = now;
+                Judgement::Wait
+            }
+            Sight::Unreachable(source) if now >= answered + DEFAULT_CALL_DEADLINE => {
+                Judgement::Stop(ImportFailure::Describe {
+                    job: job.to_string(),
+                    source,
+                })
+            }
+            Sight::Missing if now >= answered + DEFAULT_CALL_DEADLINE => {
+                Judgement::Stop(ImportFailure::Failed {
+                    job: job.to_string(),
+                    reason: "the target no longer knows the job".into(),
+                })
+            }
+            Sight::Unreachable(_) | Sight::Missing => Judgement::Wait,
         }
+    };
+    let watched = watch(
+        ends,
+        std::slice::from_ref(&pair),
+        1,
+        FirstLook::Spread,
+        &mut judge,
+    )
+    .await;
+    if let Err(failure) = watched {
+        return (id, Err(failure));
     }
+    let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
+    let rows = retry(deadline, || target.rest.describe(&b.db, &job))
+        .await
+        .map(|seen| seen.imported_rows)
+        .map_err(|source| ImportFailure::Describe {
+            job: job.to_string(),
+            source: Arc::new(source),
+        });
+    (id, rows)
 }
 
 /// One v1 import to its end: its task once created, and the rows the target says it
@@ -348,7 +400,7 @@ async fn finish_v1(
             .await
             .map_err(|source| ImportFailure::Describe {
                 job: format!("task {task}"),
-                source,
+                source: Arc::new(source),
             })?;
         match state.state {
             ImportState::ImportCompleted => return Ok(state.row_count),

@@ -273,8 +273,8 @@ async fn one_after_another(
         return Ok(held(restore.groups, ran, report, []));
     }
     attempt.set_phase(RestorePhase::Importing).await?;
-    let target = attempt.ends.target();
-    let imports = auto_commit::run(target, attempt, restore.groups, preflight.route.route).await;
+    let imports =
+        auto_commit::run(attempt.ends, attempt, restore.groups, preflight.route.route).await;
     Ok(auto_committed(&imports, attempt.ends, report))
 }
 
