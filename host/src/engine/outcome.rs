@@ -4,7 +4,39 @@
 
 use crate::journal::{Outcome, RestoreId};
 
+use super::refusal::Refusal;
 use super::report::Divergence;
+
+/// Where a refused restore was stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusedAt {
+    /// By preflight, which only reads.
+    Preflight,
+    /// Before or after preflight, by a rule something else told: a plugin that does not
+    /// load, an end the job's URIs do not reach, a create an end refused.
+    Elsewhere,
+}
+
+/// A refused restore: [`Outcome::Refused`] and its reasons in one line.
+pub fn refused(at: RefusedAt, refusals: &[Refusal]) -> (Outcome, String) {
+    let by = match at {
+        RefusedAt::Preflight => "refused by preflight",
+        RefusedAt::Elsewhere => "refused",
+    };
+    (
+        Outcome::Refused,
+        format!("{by}: {}", Refusal::joined(refusals)),
+    )
+}
+
+/// A meta-only restore that made every collection on the target and saw it on every
+/// secondary.
+pub fn meta_only() -> (Outcome, String) {
+    (
+        Outcome::Succeeded,
+        "meta only: collections created on the target and present on every secondary".into(),
+    )
+}
 
 /// What a restore came to.
 #[derive(Debug, Default)]
@@ -107,6 +139,26 @@ pub fn decide(facts: &Facts<'_>, id: &RestoreId) -> (Outcome, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_says_where_it_was_stopped_and_every_reason() {
+        let refusals = [
+            Refusal::Rbac,
+            Refusal::Busy {
+                id: "r".into(),
+                holder: "h".into(),
+            },
+        ];
+        let (outcome, summary) = refused(RefusedAt::Preflight, &refusals);
+        assert_eq!(outcome, Outcome::Refused);
+        assert_eq!(
+            summary,
+            format!("refused by preflight: {}", Refusal::joined(&refusals))
+        );
+        let (_, summary) = refused(RefusedAt::Elsewhere, &refusals[..1]);
+        assert_eq!(summary, format!("refused: {}", refusals[0]));
+        assert_eq!(meta_only().0, Outcome::Succeeded);
+    }
 
     fn id() -> RestoreId {
         RestoreId::new("orders", "0123456789ab", 1)

@@ -204,7 +204,7 @@ impl Engine {
     /// A refusal before any journal record exists (the ends cannot be reached by the URIs
     /// given, or another process holds the restore).
     async fn refused_early(&self, job: &Job, refusals: Vec<Refusal>) -> Report {
-        let summary = format!("refused: {}", Refusal::joined(&refusals));
+        let (_, summary) = super::outcome::refused(super::outcome::RefusedAt::Elsewhere, &refusals);
         let mut report = Report::refused(report::ReportOf::job(job), summary, vec![]);
         report.set_refusals(&refusals);
         report

@@ -20,7 +20,7 @@ use super::error::{Error, StageError};
 use super::faults;
 use super::gate::ImportGate;
 use super::group::{self, GroupEnd, Groups};
-use super::outcome;
+use super::outcome::{self, RefusedAt};
 use super::preflight::{Preflight, error_chain, preflight};
 use super::process::{Engine, Interrupted};
 use super::refusal::Refusal;
@@ -59,9 +59,9 @@ pub(super) async fn run_attempt(
     let preflight = match preflight(job, ends).await {
         Ok(preflight) => preflight,
         Err(refusals) => {
-            let summary = format!("refused by preflight: {}", Refusal::joined(&refusals));
+            let (outcome, summary) = outcome::refused(RefusedAt::Preflight, &refusals);
             report.summary = summary;
-            return keeper.finish(report, Outcome::Refused, refusals).await;
+            return keeper.finish(report, outcome, refusals).await;
         }
     };
     for (end, v) in report.ends.iter_mut().zip(&preflight.versions) {
@@ -82,8 +82,9 @@ pub(super) async fn run_attempt(
     let checks = match CheckSetup::load(engine, job).await {
         Ok(c) => c,
         Err(refusals) => {
-            report.summary = format!("refused: {}", Refusal::joined(&refusals));
-            return keeper.finish(report, Outcome::Refused, refusals).await;
+            let (outcome, summary) = outcome::refused(RefusedAt::Elsewhere, &refusals);
+            report.summary = summary;
+            return keeper.finish(report, outcome, refusals).await;
         }
     };
     report.collections = preflight
@@ -114,8 +115,9 @@ pub(super) async fn run_attempt(
 /// The outcome of an attempt that stopped before (some of) its decisions, rolled back.
 fn stopped(stop: Error, report: &mut Report, id: &RestoreId) -> (Outcome, Vec<Refusal>) {
     if let Error::Refused(refusals) = stop {
-        report.summary = format!("refused: {}", Refusal::joined(&refusals));
-        return (Outcome::Refused, refusals);
+        let (outcome, summary) = outcome::refused(RefusedAt::Elsewhere, &refusals);
+        report.summary = summary;
+        return (outcome, refusals);
     }
     // With collection atomicity, groups decided before the failure stay committed, and
     // what a query showed of them counts.
@@ -233,12 +235,12 @@ async fn meta_only(
     ddl(attempt, job, preflight, &made_tx).await?;
     let grace = job.two_phase.mirror_grace;
     arrivals(attempt, preflight, grace, made, &|_| {}).await?;
-    report.summary =
-        "meta only: collections created on the target and present on every secondary".into();
+    let (outcome, summary) = outcome::meta_only();
+    report.summary = summary;
     for c in &mut report.collections {
         c.committed = true;
     }
-    Ok(Outcome::Succeeded)
+    Ok(outcome)
 }
 
 /// The DDL, the arrivals and the stage in turn, the checks before import, then the imports:
