@@ -30,7 +30,7 @@ use super::two_phase::Tracker;
 use crate::job::Job;
 use crate::journal::{
     self, Claim, CommitGroup, CreatedCollection, Decision, EndProgress, Outcome, ProgressSnapshot,
-    RestoreId, RestorePhase, RestoreRecord,
+    RecordedVerify, RestoreId, RestorePhase, RestoreRecord,
 };
 use crate::milvus::MilvusJobId;
 
@@ -52,6 +52,7 @@ pub(super) enum Change {
     Planned {
         groups: Vec<CommitGroup>,
         staging: Option<(String, Vec<String>)>,
+        verify: Option<RecordedVerify>,
     },
     /// Every create of group `0` may go out from now on.
     CreatesSent(usize),
@@ -364,8 +365,13 @@ impl Keeper<'_> {
             }
             Change::ToCreate(to_create) => r.to_create = to_create,
             Change::Created(c) => r.created_collections.push(c),
-            Change::Planned { groups, staging } => {
+            Change::Planned {
+                groups,
+                staging,
+                verify,
+            } => {
                 r.groups = groups;
+                r.verify = verify;
                 if let Some((prefix, ends)) = staging {
                     r.staging_prefix = Some(prefix);
                     r.staged_ends = ends;

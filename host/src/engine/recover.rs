@@ -18,7 +18,7 @@ use super::process::Engine;
 use super::report::{CollectionReport, Divergence, EndReport, Report, ReportOf};
 use super::retry::{DEFAULT_CALL_DEADLINE, fenced, retry};
 use super::two_phase::{self, Tracked, Tracker};
-use super::{ddl, outcome};
+use super::{ddl, outcome, verification};
 use crate::job::{Job, StorageSpec};
 use crate::journal::{BatchRecord, CommitGroup, Decision, Outcome, RestoreRecord};
 use crate::milvus::MilvusJobId;
@@ -122,6 +122,13 @@ async fn resolve(
     if settled.forward_incomplete {
         unsettled.push("not every end reported Completed after the roll-forward".into());
     }
+    // What a query on every end sees of what the decisions made visible, as the run would
+    // have asked once every end completed.
+    if let Some(asked) = record.verify.as_ref().filter(|_| unsettled.is_empty()) {
+        let timeout = Duration::from_millis(asked.timeout_ms);
+        report.verification = verification::ask(attempt, timeout, &report).await;
+    }
+    let (shown_wrong, unverified) = verification::findings(report.verification.as_ref());
     let failure = match (decided, settled.aborted_any) {
         (false, _) => Some(format!(
             "recovered by presumed abort (the crash came before the commit decision, in phase \
@@ -135,6 +142,8 @@ async fn resolve(
         failure,
         visible: committed.into_iter().collect(),
         divergences: &report.divergences,
+        shown_wrong,
+        unverified,
         unconverged: unsettled,
         collections: report.collections.len(),
         jobs: record.groups.iter().map(|g| g.batches.len()).sum(),
@@ -409,18 +418,26 @@ fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report 
             let target = b.namespace().to_string();
             match collections.iter_mut().find(|c| c.target == target) {
                 Some(c) => c.batches += 1,
-                None => collections.push(CollectionReport {
-                    source: String::new(),
-                    target,
-                    partitions: 0,
-                    batches: 1,
-                    inserted: 0,
-                    deleted: None,
-                    live: None,
-                    live_by_partition: Default::default(),
-                    imported: Default::default(),
-                    committed: false,
-                }),
+                None => {
+                    // The live rows the plan counted, for verification.
+                    let counted = (record.verify.iter())
+                        .flat_map(|v| &v.collections)
+                        .find(|c| c.target == target);
+                    collections.push(CollectionReport {
+                        source: String::new(),
+                        partitions: 0,
+                        batches: 1,
+                        inserted: 0,
+                        deleted: None,
+                        live: counted.and_then(|c| c.live),
+                        live_by_partition: counted
+                            .map(|c| c.live_by_partition.clone())
+                            .unwrap_or_default(),
+                        imported: Default::default(),
+                        committed: false,
+                        target,
+                    })
+                }
             }
         }
     }

@@ -182,6 +182,7 @@ async fn execute(
         .write(Change::Planned {
             groups: groups.clone(),
             staging: to.recorded(),
+            verify: verification::recorded(job, report),
         })
         .await?;
     let gate = ImportGate::new(

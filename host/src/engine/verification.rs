@@ -8,13 +8,42 @@ use super::faults;
 use super::fence::Fence;
 use super::report::Report;
 use crate::job::{Job, VerifyRows};
+use crate::journal::{RecordedLive, RecordedVerify};
 use crate::verify::{self, Verification};
 
 /// Counts every committed collection whose live rows are known on every end, once the fence
 /// passed (loading is an action on the target); `None` when `[verify]` is off, nothing was
 /// committed, or the host lost the restore.
 pub(super) async fn run(attempt: &Attempt<'_>, job: &Job, report: &Report) -> Option<Verification> {
-    if job.verify.rows == VerifyRows::Off || faults::planted(faults::Bug::SkipVerify) {
+    if job.verify.rows == VerifyRows::Off {
+        return None;
+    }
+    ask(attempt, job.verify.timeout, report).await
+}
+
+/// What the job's `[verify]` asks, for the record: a recovery that rolls the restore
+/// forward asks it too, without the job.
+pub(super) fn recorded(job: &Job, report: &Report) -> Option<RecordedVerify> {
+    (job.verify.rows != VerifyRows::Off).then(|| RecordedVerify {
+        timeout_ms: u64::try_from(job.verify.timeout.as_millis()).unwrap_or(u64::MAX),
+        collections: (report.collections.iter())
+            .map(|c| RecordedLive {
+                target: c.target.clone(),
+                live: c.live,
+                live_by_partition: c.live_by_partition.clone(),
+            })
+            .collect(),
+    })
+}
+
+/// Counts the report's committed collections on every end, waiting up to `timeout` for
+/// each to load.
+pub(super) async fn ask(
+    attempt: &Attempt<'_>,
+    timeout: std::time::Duration,
+    report: &Report,
+) -> Option<Verification> {
+    if faults::planted(faults::Bug::SkipVerify) {
         return None;
     }
     // The report's targets are namespaces written out: one that does not read back is a
@@ -28,7 +57,7 @@ pub(super) async fn run(attempt: &Attempt<'_>, job: &Job, report: &Report) -> Op
         collections = expected.len(),
         "verifying what a query on every end sees"
     );
-    Some(verify::count(&ends, &expected, job.verify.timeout).await)
+    Some(verify::count(&ends, &expected, timeout).await)
 }
 
 /// The collections `verification` found some end showing with other rows, and those it

@@ -399,6 +399,29 @@ pub struct RestoreRecord {
     /// Why this attempt runs: the earlier attempt whose host was lost.
     #[serde(default)]
     pub rerun_because: Option<String>,
+    /// What the job's `[verify]` asks once every end completed, recorded with the plan so
+    /// that a recovery that rolls the restore forward asks it too; none when it is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<RecordedVerify>,
+}
+
+/// `[verify]`'s question as a record keeps it: how long to wait for a load, and the live
+/// rows the backup's data holds for each collection the plan restores.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedVerify {
+    pub timeout_ms: u64,
+    pub collections: Vec<RecordedLive>,
+}
+
+/// One collection's live rows, as the plan counted them from the backup's data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedLive {
+    /// `db.collection` as restored.
+    pub target: String,
+    /// `None` where the data could not be read.
+    pub live: Option<i64>,
+    #[serde(default)]
+    pub live_by_partition: std::collections::BTreeMap<String, i64>,
 }
 
 /// A collection a restore created on the target, and the id the target gave it: what a
@@ -524,6 +547,7 @@ impl RestoreRecord {
             host_lost: false,
             stage_left: false,
             rerun_because: None,
+            verify: None,
         }
     }
 

@@ -428,111 +428,123 @@ impl Reader<'_> {
     /// local store from (`localPath`, else `rootPath`); for `backup.storage`, the backups'
     /// root in the store.
     fn storage(&mut self, s: &Settings, side: &str) -> Option<(StorageSpec, String)> {
-        let key = |name: &str| format!("{side}.{name}");
-        let is_backup = side == "backup.storage";
-        let provider = s.text(&key("provider")).to_lowercase();
-        let root = s.text(&key("rootPath")).trim_matches('/').to_owned();
+        let key = format!("{side}.provider");
+        let provider = s.text(&key).to_lowercase();
         match provider.as_str() {
-            "local" => {
-                if !s.text(&key("milvusAddress")).is_empty() {
-                    self.at(
-                        &s.origin(&key("milvusAddress")),
-                        &key("milvusAddress"),
-                        "applies only to an object store, not the local provider",
-                    );
-                }
-                let written = s.text(&key("rootPath"));
-                let Some(spec) = Some(written)
-                    .filter(|w| !w.is_empty())
-                    .and_then(|w| StorageSpec::local(Path::new(w)).ok())
-                else {
-                    self.at(
-                        &s.origin(&key("rootPath")),
-                        &key("rootPath"),
-                        format!("`{written}`: expected the directory of the local store"),
-                    );
-                    return None;
-                };
-                let dir = spec.url.to_file_path().ok()?;
-                let beside = if is_backup {
-                    String::new()
-                } else {
-                    match s.text(&key("localPath")) {
-                        "" => dir.display().to_string(),
-                        local => local.to_owned(),
-                    }
-                };
-                Some((spec, beside))
-            }
-            "minio" | "s3" | "aws" | "gcp" => {
-                self.object_store_checks(s, side);
-                let port = self.port(s, &key("port"));
-                let bucket = s.text(&key("bucketName"));
-                let text = if is_backup || root.is_empty() {
-                    format!("s3://{bucket}")
-                } else {
-                    format!("s3://{bucket}/{root}")
-                };
-                let url = match Url::parse(&text) {
-                    Ok(url) if url.host_str().is_some_and(|h| !h.is_empty()) => Some(url),
-                    _ => {
-                        self.at(
-                            &s.origin(&key("bucketName")),
-                            &key("bucketName"),
-                            format!("`{bucket}` is not a bucket name"),
-                        );
-                        None
-                    }
-                };
-                let ssl = s.bool(&key("useSSL"));
-                let address = s.text(&key("address"));
-                let scheme = if ssl { "https" } else { "http" };
-                let endpoint = port.and_then(|port| {
-                    match Url::parse(&format!("{scheme}://{address}:{port}")) {
-                        Ok(url) if url.has_host() => Some(url),
-                        _ => {
-                            self.at(
-                                &s.origin(&key("address")),
-                                &key("address"),
-                                format!("`{address}` is not a host name or address"),
-                            );
-                            None
-                        }
-                    }
-                });
-                let given = self.auth(s, side)?;
-                let region = Some(s.text(&key("region")).to_owned()).filter(|r| !r.is_empty());
-                Some((
-                    StorageSpec {
-                        url: url?,
-                        endpoint: Some(endpoint?),
-                        region,
-                        access_key_id_env: None,
-                        secret_access_key_env: None,
-                        session_token_env: None,
-                        given,
-                        allow_http: !ssl,
-                    },
-                    if is_backup { root } else { String::new() },
-                ))
-            }
+            "local" => self.local_store(s, side),
+            "minio" | "s3" | "aws" | "gcp" => self.s3_store(s, side),
             "gcpnative" | "azure" | "aliyun" | "tencent" | "hwc" => {
                 self.at(
-                    &s.origin(&key("provider")),
-                    &key("provider"),
+                    &s.origin(&key),
+                    &key,
                     format!("provider `{provider}`: lockstep reaches S3-compatible stores (minio, s3, aws, gcp) and local directories, and not yet this one"),
                 );
                 None
             }
             other => {
                 self.at(
-                    &s.origin(&key("provider")),
-                    &key("provider"),
+                    &s.origin(&key),
+                    &key,
                     format!("`{other}`: expected one of local, minio, s3, aws, gcp, gcpnative, azure, aliyun, tencent, hwc"),
                 );
                 None
             }
         }
+    }
+
+    /// A `local` store: its `rootPath` as a directory, and for Milvus's side the directory
+    /// Milvus reads import paths under.
+    fn local_store(&mut self, s: &Settings, side: &str) -> Option<(StorageSpec, String)> {
+        let key = |name: &str| format!("{side}.{name}");
+        let is_backup = side == "backup.storage";
+        if !s.text(&key("milvusAddress")).is_empty() {
+            self.at(
+                &s.origin(&key("milvusAddress")),
+                &key("milvusAddress"),
+                "applies only to an object store, not the local provider",
+            );
+        }
+        let written = s.text(&key("rootPath"));
+        let Some(spec) = Some(written)
+            .filter(|w| !w.is_empty())
+            .and_then(|w| StorageSpec::local(Path::new(w)).ok())
+        else {
+            self.at(
+                &s.origin(&key("rootPath")),
+                &key("rootPath"),
+                format!("`{written}`: expected the directory of the local store"),
+            );
+            return None;
+        };
+        let dir = spec.url.to_file_path().ok()?;
+        let beside = if is_backup {
+            String::new()
+        } else {
+            match s.text(&key("localPath")) {
+                "" => dir.display().to_string(),
+                local => local.to_owned(),
+            }
+        };
+        Some((spec, beside))
+    }
+
+    /// An S3-compatible store: the bucket (with Milvus's root for Milvus's side) at
+    /// `address:port`, and for the backups' side the backups' root.
+    fn s3_store(&mut self, s: &Settings, side: &str) -> Option<(StorageSpec, String)> {
+        let key = |name: &str| format!("{side}.{name}");
+        let is_backup = side == "backup.storage";
+        let root = s.text(&key("rootPath")).trim_matches('/').to_owned();
+        self.object_store_checks(s, side);
+        let port = self.port(s, &key("port"));
+        let bucket = s.text(&key("bucketName"));
+        let text = if is_backup || root.is_empty() {
+            format!("s3://{bucket}")
+        } else {
+            format!("s3://{bucket}/{root}")
+        };
+        let url = match Url::parse(&text) {
+            Ok(url) if url.host_str().is_some_and(|h| !h.is_empty()) => Some(url),
+            _ => {
+                self.at(
+                    &s.origin(&key("bucketName")),
+                    &key("bucketName"),
+                    format!("`{bucket}` is not a bucket name"),
+                );
+                None
+            }
+        };
+        let ssl = s.bool(&key("useSSL"));
+        let address = s.text(&key("address"));
+        let scheme = if ssl { "https" } else { "http" };
+        let endpoint =
+            port.and_then(
+                |port| match Url::parse(&format!("{scheme}://{address}:{port}")) {
+                    Ok(url) if url.has_host() => Some(url),
+                    _ => {
+                        self.at(
+                            &s.origin(&key("address")),
+                            &key("address"),
+                            format!("`{address}` is not a host name or address"),
+                        );
+                        None
+                    }
+                },
+            );
+        let given = self.auth(s, side)?;
+        let region = Some(s.text(&key("region")).to_owned()).filter(|r| !r.is_empty());
+        Some((
+            StorageSpec {
+                url: url?,
+                endpoint: Some(endpoint?),
+                region,
+                access_key_id_env: None,
+                secret_access_key_env: None,
+                session_token_env: None,
+                given,
+                allow_http: !ssl,
+            },
+            if is_backup { root } else { String::new() },
+        ))
     }
 
     /// milvus-backup's checks of an object store's keys that only some stores use.

@@ -152,6 +152,46 @@ async fn recover_alone_rolls_a_decided_restore_forward() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A recovery that rolls a restore forward asks what a query on every end sees, as the run
+/// would have once every end completed: the job's `[verify]` went into the record with the
+/// live rows the plan counted from the backup's data.
+#[tokio::test(flavor = "multi_thread")]
+async fn recover_verifies_what_it_rolled_forward() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let job = world.job("verified", "[restore]\nrebuild_index = true\n")?;
+    let crashed = world
+        .run(
+            &["run", job.to_str().unwrap()],
+            &[("LOCKSTEP_CRASH_AT", "after-decision")],
+        )
+        .await?;
+    assert_ne!(crashed.code, 0, "{}", crashed.explain());
+    let recovered = world.run(&["recover"], &[]).await?;
+    assert_eq!(recovered.code, 0, "{}", recovered.explain());
+    let shown = recovered.report["verification"]["shown"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let collections = world.backup.info.collection_backups.len();
+    assert_eq!(
+        shown.len(),
+        collections * world.ends().len(),
+        "every collection asked on every end: {}",
+        recovered.explain()
+    );
+    let expected: i64 = shown
+        .iter()
+        .filter(|s| s["end"] == TARGET)
+        .filter_map(|s| s["live"].as_i64())
+        .sum();
+    assert_eq!(expected, world.rows_after_deletes(), "the plan's live rows");
+    for s in &shown {
+        assert!(s["unverifiable"].is_null(), "{s}");
+        assert_eq!(s["shows"], s["live"], "{s}");
+    }
+    Ok(())
+}
+
 /// A restore killed after its commits went out, recovered once every end has forgotten its
 /// finished jobs (`dataCoord.import.taskRetention`): recover knows from the journal that the
 /// jobs were created and committed, so it neither re-creates nor aborts them; it names each
