@@ -3,6 +3,7 @@
 //! host keeps its journal and reports.
 //!
 //! ```toml
+//! base = "backup.yaml"            # optional: milvus-backup's config, added to here
 //! default_target = "prod-a"       # used by jobs that name no target
 //! state_dir = ".lockstep"         # relative to this file; default ".lockstep"
 //!
