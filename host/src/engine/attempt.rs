@@ -483,8 +483,9 @@ impl Keeper<'_> {
         let engine = self.engine;
         let outcome = match &self.lost {
             Some(lost) => {
-                report.summary = lost.to_string();
-                Outcome::Lost
+                let (outcome, summary) = super::outcome::lost(lost);
+                report.summary = summary;
+                outcome
             }
             None => outcome,
         };

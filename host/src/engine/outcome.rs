@@ -29,6 +29,12 @@ pub fn refused(at: RefusedAt, refusals: &[Refusal]) -> (Outcome, String) {
     )
 }
 
+/// An attempt whose claim went to another host, whatever it found: the record, and the
+/// restore's end, are the new holder's.
+pub fn lost(lost: &super::fence::Lost) -> (Outcome, String) {
+    (Outcome::Lost, lost.to_string())
+}
+
 /// A meta-only restore that made every collection on the target and saw it on every
 /// secondary.
 pub fn meta_only() -> (Outcome, String) {
