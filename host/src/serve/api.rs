@@ -37,6 +37,7 @@ use crate::journal::{
 #[repr(i32)]
 pub enum Code {
     Success = 0,
+    NotSupport = 1,
     NoPermission = 2,
     Fail = 3,
     ParameterError = 400,
@@ -60,6 +61,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/list"),
     ("get", "/api/v1/get_backup"),
     ("get", "/api/v1/hello"),
+    ("post", "/api/v1/restore_secondary"),
+    ("post", "/api/v1/create"),
+    ("delete", "/api/v1/delete"),
     ("get", "/api/v1/openapi.json"),
     ("get", "/healthz"),
     ("get", "/metrics"),
@@ -151,6 +155,18 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route("/api/v1/list", get(super::backups::list))
         .route("/api/v1/get_backup", get(super::backups::get_backup))
         .route("/api/v1/hello", get(super::backups::hello))
+        .route(
+            "/api/v1/restore_secondary",
+            post(|h: HeaderMap| not_served(h, NOT_SECONDARY)),
+        )
+        .route(
+            "/api/v1/create",
+            post(|h: HeaderMap| not_served(h, NOT_BACKUPS)),
+        )
+        .route(
+            "/api/v1/delete",
+            axum::routing::delete(|h: HeaderMap| not_served(h, NOT_BACKUPS)),
+        )
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&state), auth));
@@ -194,6 +210,19 @@ async fn auth(State(state): State<Arc<ApiState>>, request: Request, next: Next) 
 fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
+
+/// milvus-backup's routes lockstep does not serve, answered with its `Not_Support` code and
+/// what to do instead rather than a bare 404.
+async fn not_served(headers: HeaderMap, why: &'static str) -> Response {
+    envelope::<()>(header_request_id(&headers), Code::NotSupport, why, None)
+}
+
+const NOT_SECONDARY: &str = "lockstep does not restore a secondary on its own: it restores into \
+     the primary and holds every secondary's mirror of each job until all of them can commit; \
+     POST /api/v1/restore with `secondaries`";
+
+const NOT_BACKUPS: &str = "lockstep restores backups; it does not create or delete them: use \
+     milvus-backup for that";
 
 /// The `request_id` header, which milvus-backup's server reads on every route but
 /// restore; empty (and so left out of the answer) when there is none.

@@ -16,7 +16,7 @@ pub fn document(token_required: bool) -> Value {
             "required": ["data"],
             "properties": {
                 "requestId": {"type": "string", "description": "left out when empty"},
-                "code": {"type": "integer", "enum": [2, 3, 400], "description": "milvus-backup's ResponseCode, left out on success (0), as its server encodes it: 2 No_Permission, 3 Fail, 400 Parameter_Error. A request that breaks the request schema (a missing or mistyped field, an unknown field) or that names something invalid or unknown is answered with HTTP 200 and code 400, as milvus-backup answers; only a body that is not JSON, or not a JSON object, gets HTTP 400"},
+                "code": {"type": "integer", "enum": [1, 2, 3, 400], "description": "milvus-backup's ResponseCode, left out on success (0), as its server encodes it: 1 Not_Support (its routes lockstep does not serve), 2 No_Permission, 3 Fail, 400 Parameter_Error. A request that breaks the request schema (a missing or mistyped field, an unknown field) or that names something invalid or unknown is answered with HTTP 200 and code 400, as milvus-backup answers; only a body that is not JSON, or not a JSON object, gets HTTP 400"},
                 "msg": {"type": "string", "description": "left out when empty"},
                 "data": data,
             }
@@ -110,6 +110,24 @@ pub fn document(token_required: bool) -> Value {
                 "summary": "milvus-backup's greeting, plain text",
                 "responses": answers(json!({
                     "200": {"description": "Hello, This is backup service", "content": {"text/plain": {"schema": {"type": "string"}}}},
+                })),
+            }},
+            "/api/v1/restore_secondary": {"post": {
+                "summary": "milvus-backup's restore of one secondary: not served (code 1); lockstep restores into the primary and holds every secondary, through /api/v1/restore with `secondaries`",
+                "responses": answers(json!({
+                    "200": ok(envelope(json!({})), "Code 1, Not_Support, saying what to do instead"),
+                })),
+            }},
+            "/api/v1/create": {"post": {
+                "summary": "milvus-backup's backup creation: not served (code 1); lockstep only restores",
+                "responses": answers(json!({
+                    "200": ok(envelope(json!({})), "Code 1, Not_Support"),
+                })),
+            }},
+            "/api/v1/delete": {"delete": {
+                "summary": "milvus-backup's backup deletion: not served (code 1); lockstep only restores",
+                "responses": answers(json!({
+                    "200": ok(envelope(json!({})), "Code 1, Not_Support"),
                 })),
             }},
             "/api/v1/openapi.json": {"get": {

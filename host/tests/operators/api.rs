@@ -93,6 +93,7 @@ pub(crate) async fn call_with(
     let url = format!("{base}{path_and_query}");
     let mut req = match method {
         "post" => client.post(&url),
+        "delete" => client.delete(&url),
         _ => client.get(&url),
     };
     for (name, value) in headers {

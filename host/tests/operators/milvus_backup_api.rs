@@ -261,5 +261,26 @@ async fn milvus_backups_own_requests_get_its_answers_field_by_field() {
             .await
             .is_empty()
     );
+
+    // Its routes lockstep does not serve say so, with its Not_Support code and what to do.
+    for (method, path, says) in [
+        ("post", "/api/v1/restore_secondary", "secondaries"),
+        ("post", "/api/v1/create", "milvus-backup"),
+        ("delete", "/api/v1/delete?backup_name=bak", "milvus-backup"),
+    ] {
+        let body = (method == "post").then_some("{}");
+        let (status, res) =
+            call_with(&client.doc, method, &client.base, path, body, None, &[]).await;
+        assert_eq!((status, &res["code"]), (200, &json!(1)), "{path}: {res}");
+        assert!(
+            res["msg"].as_str().is_some_and(|m| m.contains(says)),
+            "{path}: {res}"
+        );
+        assert_eq!(res["data"], Value::Null);
+    }
+    assert!(
+        world.dir.path().join("backups/backup/bak/meta").exists(),
+        "delete deleted nothing"
+    );
     server.stop().await;
 }
