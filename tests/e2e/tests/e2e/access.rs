@@ -7,7 +7,7 @@ use e2e::{RESTORER, World, WorldSpec};
 use milvus_sim::catalog::DdlOp;
 use milvus_sim::rbac::{Grant, ObjectType};
 
-use crate::invariants::{commits_followed_every_uncommitted, nothing_restored};
+use crate::invariants::{commits_followed_every_uncommitted, nothing_restored_eventually};
 
 const DB: &str = "db_1";
 
@@ -102,7 +102,7 @@ async fn without_any_one_grant_the_restore_stops_naming_the_privilege() -> anyho
             "{lacking}: {}",
             run.explain()
         );
-        nothing_restored(&world).await?;
+        nothing_restored_eventually(&world).await?;
     }
     Ok(())
 }
@@ -122,5 +122,5 @@ async fn a_user_without_import_is_stopped_in_the_database_it_restores_into() -> 
         )),
         "{summary}"
     );
-    nothing_restored(&world).await
+    nothing_restored_eventually(&world).await
 }

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use e2e::{TARGET, World, WorldSpec, secondary};
 use milvus_sim::jobs::JobState;
 
-use crate::invariants::{commits_followed_every_uncommitted, nothing_restored};
+use crate::invariants::{commits_followed_every_uncommitted, nothing_restored_eventually};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn one_collection_failing_leaves_no_other_collection_visible() -> anyhow::Result<()> {
@@ -43,7 +43,7 @@ async fn one_collection_failing_leaves_no_other_collection_visible() -> anyhow::
         held_then_aborted > 0,
         "no other job was held Uncommitted: the test proved nothing"
     );
-    nothing_restored(&world).await
+    nothing_restored_eventually(&world).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -114,7 +114,7 @@ async fn a_collection_failing_while_later_ones_are_created_ends_the_restore() ->
         .collect();
     if run.code == 1 {
         assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
-        return nothing_restored(&world).await;
+        return nothing_restored_eventually(&world).await;
     }
     assert!(!committed.is_empty(), "{}", run.explain());
     e2e::eventually(Duration::from_secs(10), || async {

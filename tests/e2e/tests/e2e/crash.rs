@@ -123,7 +123,7 @@ async fn recover_alone_aborts_a_restore_killed_before_its_decision() -> anyhow::
         recovered.explain()
     );
     assert_eq!(recovered.outcome(), "rolled_back");
-    crate::invariants::nothing_restored(&world).await?;
+    crate::invariants::nothing_restored_eventually(&world).await?;
     assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
     Ok(())
 }

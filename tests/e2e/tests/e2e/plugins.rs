@@ -13,7 +13,7 @@ use e2e::{Output, RunResult, TARGET, World, WorldSpec, lockstep_command, plugin,
 use milvus_sim::control::DeleteObjects;
 use milvus_sim::jobs::{JobState, Stamp};
 
-use crate::invariants::{commits_followed_every_uncommitted, nothing_restored};
+use crate::invariants::{commits_followed_every_uncommitted, nothing_restored_eventually};
 
 /// What lockstep logs each time a check answers `retry-after`: the moment a test knows the
 /// restore is held by that check.
@@ -169,7 +169,7 @@ async fn storage_probe_stops_the_restore_before_any_import_naming_the_secondary(
         0,
         "no import job was created on any end"
     );
-    nothing_restored(&world).await
+    nothing_restored_eventually(&world).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -277,7 +277,7 @@ async fn an_expired_approval_aborts_and_leaves_no_uncommitted_job() -> anyhow::R
             assert!(held, "{end} never held job {} Uncommitted", job.job_id);
         }
     }
-    nothing_restored(&world).await
+    nothing_restored_eventually(&world).await
 }
 
 /// `* HH:MM-HH:MM`: a change window every day, from `from` to `to` minutes after now (UTC,
@@ -369,7 +369,7 @@ async fn change_window_passes_and_fails_by_the_clock_it_is_given() -> anyhow::Re
         run.summary()
     );
     assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
-    nothing_restored(&world).await?;
+    nothing_restored_eventually(&world).await?;
 
     let open = window_around_now(-60, 60);
     let job = world.job(

@@ -73,7 +73,7 @@ async fn a_mirror_failing_before_the_commit_rolls_everything_back() -> anyhow::R
         0,
         "nothing may be committed"
     );
-    nothing_restored(&world).await
+    nothing_restored_eventually(&world).await
 }
 
 /// The host config says an end imports L0 segments and it does not: on the target the
@@ -101,7 +101,7 @@ async fn an_end_that_refuses_l0_imports_rolls_the_restore_back() -> anyhow::Resu
             0,
             "{off}: nothing may be committed"
         );
-        nothing_restored(&world).await?;
+        nothing_restored_eventually(&world).await?;
     }
     Ok(())
 }
@@ -137,7 +137,7 @@ async fn a_secondary_that_cannot_read_the_files_stops_the_restore_before_any_com
         run.summary()
     );
     assert_eq!(world.requests(TARGET, "import/commit").await?, 0);
-    nothing_restored(&world).await
+    nothing_restored_eventually(&world).await
 }
 
 /// `plan` says, for each end, how it gets its files: staged into the target's store, and
