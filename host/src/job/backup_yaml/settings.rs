@@ -335,13 +335,7 @@ impl Settings {
 fn read(kind: Kind, value: &Value, flat: bool) -> Result<Typed, String> {
     match (kind, value) {
         (Kind::List, Value::List(items)) => Ok(Typed::List(items.clone())),
-        (Kind::List, Value::Scalar(text)) if flat => Ok(Typed::List(
-            text.split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-                .collect(),
-        )),
+        (Kind::List, Value::Scalar(text)) if flat => Ok(Typed::List(split_list(text))),
         (Kind::List, Value::Scalar(_)) => Err("must be a YAML list".to_owned()),
         (_, Value::List(_)) => Err("expected a single value, not a list".to_owned()),
         (Kind::Text, Value::Scalar(text)) => Ok(Typed::Text(text.clone())),
@@ -350,13 +344,28 @@ fn read(kind: Kind, value: &Value, flat: bool) -> Result<Typed, String> {
             .parse()
             .map(Typed::Int)
             .map_err(|_| format!("`{text}` is not a whole number")),
-        // Go's strconv.ParseBool, which milvus-backup reads booleans with.
-        (Kind::Bool, Value::Scalar(text)) => match text.as_str() {
-            "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(Typed::Bool(true)),
-            "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(Typed::Bool(false)),
-            _ => Err(format!("`{text}` is not true or false")),
-        },
+        (Kind::Bool, Value::Scalar(text)) => parse_bool(text)
+            .map(Typed::Bool)
+            .ok_or_else(|| format!("`{text}` is not true or false")),
     }
+}
+
+/// Go's strconv.ParseBool, which milvus-backup reads booleans with.
+pub(super) fn parse_bool(text: &str) -> Option<bool> {
+    match text {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// A list written as one comma-separated text (`--set`, a variable, v1's etcd endpoints).
+pub(super) fn split_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::super::diagnostic::RawProblem;
 use super::super::secret::Env;
-use super::settings::{Given, Origin};
+use super::settings::{Given, Origin, parse_bool, split_list};
 use super::tree::{Leaves, Value};
 
 /// v1 keys that keep their meaning under a new name.
@@ -246,21 +246,15 @@ pub(super) fn translate(
     if let Some(endpoints) = v2.get("milvus.etcd.endpoints") {
         // v1 wrote the endpoints as one comma-separated string.
         let value = match &endpoints.value {
-            Value::Scalar(text) => Value::List(
-                text.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
-            ),
+            Value::Scalar(text) => Value::List(split_list(text)),
             list => list.clone(),
         };
         let origin = endpoints.origin.clone();
         v2.put("milvus.etcd.endpoints", value, origin);
     }
     if let Some(cross) = v2.get("minio.crossStorage") {
-        let streaming = matches!(&cross.value, Value::Scalar(t) if t.eq_ignore_ascii_case("true"));
         let origin = cross.origin.clone();
+        let streaming = v2.flag("minio.crossStorage");
         v2.put(
             "transfer.mode",
             scalar(if streaming { "streaming" } else { "auto" }),
@@ -298,7 +292,7 @@ impl Translation<'_> {
 
     fn flag(&self, v1_key: &str) -> bool {
         self.text(v1_key)
-            .is_some_and(|(t, _)| matches!(t.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"))
+            .is_some_and(|(t, _)| parse_bool(&t) == Some(true))
     }
 
     fn put(&mut self, v2_key: &str, value: Value, origin: Origin) {
