@@ -89,12 +89,16 @@ pub fn unique_bucket(test: &str) -> String {
     format!("{test}-{}-{nanos}", std::process::id()).replace('_', "-")
 }
 
-/// The S3 server for `test`, or `None` (after saying so) when S3 tests are not enabled.
+/// The S3 server for `test`, or `None` (after saying so) when S3 tests are not enabled. Under
+/// `CI=true` that is a failure: a CI run that lost its S3 server must not pass by skipping.
 pub async fn s3_server(test: &str) -> Option<S3Server> {
     let Ok(endpoint) = std::env::var(ENDPOINT_VAR) else {
-        eprintln!(
-            "SKIPPED {test}: {ENDPOINT_VAR} is not set; set it (CI does) to run the S3 path against moto"
+        let why = format!("{ENDPOINT_VAR} is not set; set it to run the S3 path against moto");
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "{test}: {why} (CI=true: a test whose service is missing fails)"
         );
+        eprintln!("SKIPPED {test}: {why}");
         return None;
     };
     let endpoint = endpoint.trim_end_matches('/').to_owned();

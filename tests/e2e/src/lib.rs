@@ -23,6 +23,7 @@ use object_store::local::LocalFileSystem;
 use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
+pub mod etcd;
 pub mod faults;
 
 /// What kind of world to build. `Default` is the happy one: a 3.0.2 target replicating to two
@@ -180,6 +181,17 @@ impl Default for WorldSpec {
 }
 
 impl WorldSpec {
+    /// A target replicating to one secondary, with the backup `bak`: the world the
+    /// operators' modes (watch, serve, fleets of hosts) are tested in.
+    pub fn pair() -> WorldSpec {
+        let mut spec = WorldSpec {
+            secondaries: 1,
+            ..WorldSpec::default()
+        };
+        spec.backup.name = "bak".into();
+        spec
+    }
+
     /// The default world with a backup of `n` collections.
     pub fn with_collections(n: u32) -> WorldSpec {
         let mut spec = WorldSpec::default();
@@ -765,13 +777,24 @@ impl World {
             .collections
             .iter()
             .filter(|c| c.visible_rows > 0 || !c.completed_imports.is_empty())
-            .map(|c| {
-                (
-                    format!("{}.{}", c.db_name, c.name),
-                    c.visible_rows - c.visible_deleted_rows,
-                )
-            })
+            .map(shown)
             .collect())
+    }
+
+    /// Every collection on `end` (`db.name`), empty ones too, with its visible rows.
+    pub async fn collections(&self, end: &str) -> anyhow::Result<BTreeMap<String, i64>> {
+        let state = self.state(end).await?;
+        Ok(state.collections.iter().map(shown).collect())
+    }
+
+    /// The collections on `end` (`db.name`) whose name ends with `suffix`.
+    pub async fn collections_with_suffix(
+        &self,
+        end: &str,
+        suffix: &str,
+    ) -> anyhow::Result<Vec<String>> {
+        let all = self.collections(end).await?;
+        Ok(all.into_keys().filter(|c| c.ends_with(suffix)).collect())
     }
 
     /// What `end` imported into `collection` (Completed jobs only), as (path under
@@ -825,6 +848,14 @@ impl World {
     }
 }
 
+/// A collection's `db.name` and the rows a query sees in it: inserted less deleted.
+fn shown(c: &CollectionSnapshot) -> (String, i64) {
+    (
+        format!("{}.{}", c.db_name, c.name),
+        c.visible_rows - c.visible_deleted_rows,
+    )
+}
+
 /// What a collection imported (Completed jobs only), as (path under `binlogs/`, size,
 /// crc32c).
 pub fn imported_logs(c: &CollectionSnapshot) -> BTreeSet<(String, u64, u32)> {
@@ -864,17 +895,27 @@ const S3_CREDENTIAL: &str = "testing";
 const S3_ENDPOINT_VAR: &str = "LOCKSTEP_TEST_S3_ENDPOINT";
 
 /// The S3 server S3 tests run against (`LOCKSTEP_TEST_S3_ENDPOINT`, which CI sets), or
-/// `None` after saying that `test` is skipped.
+/// `None` once [`unavailable`] let `test` skip.
 pub fn s3_endpoint(test: &str) -> Option<String> {
     match std::env::var(S3_ENDPOINT_VAR) {
         Ok(endpoint) => Some(endpoint.trim_end_matches('/').to_owned()),
         Err(_) => {
-            eprintln!(
-                "SKIPPED {test}: {S3_ENDPOINT_VAR} is not set; set it (CI does) to run the S3 path against moto"
+            unavailable(
+                test,
+                &format!("{S3_ENDPOINT_VAR} is not set; set it to run the S3 path against moto"),
             );
             None
         }
     }
+}
+
+/// A service `test` needs is not there. On a developer's machine the test says so and
+/// skips; under `CI=true` it fails, so a CI run that lost a service cannot pass by skipping.
+pub fn unavailable(test: &str, why: &str) {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: {why} (CI=true: a test whose service is missing fails)");
+    }
+    eprintln!("SKIPPED {test}: {why}");
 }
 
 /// The target first, then the secondaries.
@@ -1218,20 +1259,43 @@ pub fn lockstep_bin() -> PathBuf {
     })
 }
 
-/// Polls `cond` every 20 ms for up to `limit`.
-pub async fn eventually<F, Fut>(limit: Duration, mut cond: F) -> anyhow::Result<()>
+/// Polls `check` every 20 ms for up to `limit`, until it is ready: `Ok(true)`, or `Some`
+/// of the value to return.
+pub async fn eventually<R, F, Fut>(limit: Duration, mut check: F) -> anyhow::Result<R::Value>
 where
+    R: Ready,
     F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<bool>>,
+    Fut: Future<Output = R>,
 {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        if cond().await? {
-            return Ok(());
+        if let Some(value) = check().await.ready()? {
+            return Ok(value);
         }
         if tokio::time::Instant::now() > deadline {
             bail!("condition not met within {limit:?}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What an [`eventually`] check answers: whether the condition holds (with the value it
+/// found), or an error that ends the wait.
+pub trait Ready {
+    type Value;
+    fn ready(self) -> anyhow::Result<Option<Self::Value>>;
+}
+
+impl Ready for anyhow::Result<bool> {
+    type Value = ();
+    fn ready(self) -> anyhow::Result<Option<()>> {
+        self.map(|ok| ok.then_some(()))
+    }
+}
+
+impl<T> Ready for Option<T> {
+    type Value = T;
+    fn ready(self) -> anyhow::Result<Option<T>> {
+        Ok(self)
     }
 }

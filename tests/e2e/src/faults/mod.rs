@@ -6,11 +6,10 @@
 //! - [`schedule`]: what a seed draws (world, job, timed faults), as printable data.
 //! - [`runner`]: runs one scenario against milvus-sim and the real `lockstep` binary.
 //! - [`checker`]: the invariants over the ends' final states, the journal and the reports.
-//! - [`etcd`]: a seed's own etcd, which a fault can stop and start again.
+//! - [`crate::etcd`]: a seed's own etcd, which a fault can stop and start again.
 //! - [`trace`]: the event trace a violation prints.
 
 pub mod checker;
-pub mod etcd;
 pub mod runner;
 pub mod schedule;
 pub mod trace;

@@ -17,9 +17,9 @@ use milvus_sim::faults::{JobFailure, JobSelector, LostDelete, ShortImport};
 use tokio::time::Instant;
 
 use super::checker::{self, Ending, Evidence, ProcessRun, Resubmission, Violation};
-use super::etcd::EtcdServer;
 use super::schedule::{CheckBehaviour, Fault, JournalKind, Pause, Resume, Scenario};
 use super::trace::{RunnerLog, Trace};
+use crate::etcd::EtcdServer;
 use crate::{Running, TARGET, World, WorldSpec, plugin, secondary};
 
 /// How many times a host that did not finish is brought back before the run gives up.
@@ -45,7 +45,7 @@ pub struct RunnerConfig {
 impl RunnerConfig {
     /// From the environment: etcd from `PATH`, the cache next to lockstep.
     pub fn from_env(plant: Vec<Bug>) -> RunnerConfig {
-        let etcd = super::etcd::binary();
+        let etcd = crate::etcd::binary();
         let plugin_cache = crate::lockstep_bin()
             .parent()
             .expect("the lockstep binary is in a folder")

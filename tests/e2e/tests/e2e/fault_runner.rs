@@ -46,7 +46,7 @@ fn stale_in_holding(kill_takeover_after_ms: Option<u64>) -> Scenario {
 
 /// Whether this machine has the etcd the fleet scenarios run; under `CI=true` it must.
 fn etcd_here() -> bool {
-    let here = e2e::faults::etcd::binary().is_some();
+    let here = e2e::etcd::binary().is_some();
     assert!(
         here || std::env::var("CI").as_deref() != Ok("true"),
         "CI=true, but there is no etcd binary on PATH"
@@ -247,7 +247,7 @@ async fn a_stale_host_that_drops_by_identity_passes() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drawn_seed_passes() -> anyhow::Result<()> {
-    let etcd = e2e::faults::etcd::binary().is_some();
+    let etcd = e2e::etcd::binary().is_some();
     let scenario = Scenario::draw(1, etcd);
     let run = run_with(&[], &scenario).await?;
     assert!(

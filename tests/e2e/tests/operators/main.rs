@@ -1,5 +1,6 @@
 //! Operators' modes against real parts: the etcd journal on a real etcd, the watched job
-//! directory and the REST API against milvus-sim, and fleets of `lockstep` processes.
+//! directory and the REST API against milvus-sim, and fleets of `lockstep` processes. They
+//! run in the e2e crate's world (`WorldSpec::pair`), with its etcd and its `eventually`.
 
 mod api;
 mod backups;

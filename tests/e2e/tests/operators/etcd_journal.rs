@@ -34,7 +34,9 @@ async fn journal(url: &str) -> EtcdJournal {
 
 #[tokio::test]
 async fn claims_are_exclusive_across_hosts_and_records_outlive_them() {
-    let Some(etcd) = etcd() else { return };
+    let Some(etcd) = etcd("exclusive").await else {
+        return;
+    };
     let url = etcd.journal_url("exclusive");
     let (a, b) = (journal(&url).await, journal(&url).await);
     let id = RestoreId::new("orders", "abcdef0123456789", 1);
@@ -54,10 +56,9 @@ async fn claims_are_exclusive_across_hosts_and_records_outlive_them() {
 
     // Another host reads it back, and may claim it once the holder let go.
     assert_eq!(b.load(&id).await.unwrap(), Some(r.clone()));
-    let claim = super::support::eventually(Duration::from_secs(5), "the dropped claim", || async {
-        b.claim(&id).await.ok()
-    })
-    .await;
+    let claim = eventually(Duration::from_secs(5), || async { b.claim(&id).await.ok() })
+        .await
+        .expect("the dropped claim");
     drop(claim);
 
     let id2 = RestoreId::new("orders", "abcdef0123456789", 2);
@@ -82,7 +83,9 @@ async fn claims_are_exclusive_across_hosts_and_records_outlive_them() {
 
 #[tokio::test]
 async fn a_dropped_claim_can_be_taken_again_at_once_by_the_same_host() {
-    let Some(etcd) = etcd() else { return };
+    let Some(etcd) = etcd("retake").await else {
+        return;
+    };
     let a = journal(&etcd.journal_url("retake")).await;
     let id = RestoreId::new("orders", "abcdef0123456789", 1);
     for _ in 0..3 {
@@ -98,7 +101,9 @@ async fn a_dropped_claim_can_be_taken_again_at_once_by_the_same_host() {
 /// old holder's save fails with ClaimLost even after another host took over and wrote.
 #[tokio::test]
 async fn a_save_after_the_lease_is_gone_fails_with_claim_lost() {
-    let Some(etcd) = etcd() else { return };
+    let Some(etcd) = etcd("lost").await else {
+        return;
+    };
     let url = etcd.journal_url("lost");
     let (a, b) = (journal(&url).await, journal(&url).await);
     let id = RestoreId::new("orders", "abcdef0123456789", 1);
@@ -135,7 +140,9 @@ async fn a_save_after_the_lease_is_gone_fails_with_claim_lost() {
 /// still be renewed: the record's revision moved.
 #[tokio::test]
 async fn the_fence_holds_until_another_host_writes_the_record() {
-    let Some(etcd) = etcd() else { return };
+    let Some(etcd) = etcd("fence").await else {
+        return;
+    };
     let url = etcd.journal_url("fence");
     let (a, b) = (journal(&url).await, journal(&url).await);
     let id = RestoreId::new("orders", "abcdef0123456789", 1);
@@ -150,10 +157,11 @@ async fn the_fence_holds_until_another_host_writes_the_record() {
     drop(claim);
 
     // Taken over (as after a dead host): the record is there, written by someone else.
-    let claim = eventually(Duration::from_secs(10), "the claim free again", || async {
+    let claim = eventually(Duration::from_secs(10), || async {
         b.claim(&id).await.ok()
     })
-    .await;
+    .await
+    .expect("the claim free again");
     b.fence(claim.as_ref())
         .await
         .expect("held from the record it found");
@@ -181,7 +189,9 @@ async fn the_fence_holds_until_another_host_writes_the_record() {
 /// killed, is taken over after the TTL: the fleet tests kill real processes.)
 #[tokio::test]
 async fn a_claim_is_renewed_while_held() {
-    let Some(etcd) = etcd() else { return };
+    let Some(etcd) = etcd("renew").await else {
+        return;
+    };
     let url = etcd.journal_url("renew");
     let (a, b) = (journal(&url).await, journal(&url).await);
     let id = RestoreId::new("orders", "abcdef0123456789", 1);
@@ -194,7 +204,7 @@ async fn a_claim_is_renewed_while_held() {
 
 #[tokio::test]
 async fn connecting_to_nothing_fails_with_the_endpoint_named() {
-    let port = crate::support::free_port();
+    let port = crate::support::free_port().unwrap();
     let location = EtcdLocation::parse(&format!("etcd://127.0.0.1:{port}/x")).unwrap();
     let err = match EtcdJournal::connect(&location).await {
         Ok(_) => panic!("nothing listens on {port}"),

@@ -9,7 +9,7 @@ const ESCAPE: &str = "\x1b[";
 fn demo_command(dir: &std::path::Path) -> String {
     format!(
         "{} --output json demo --dir {}",
-        env!("CARGO_BIN_EXE_lockstep"),
+        e2e::lockstep_bin().display(),
         dir.display()
     )
 }
@@ -28,7 +28,7 @@ fn on_a_terminal(command: &str, no_color: Option<&str>) -> Output {
 #[test]
 fn a_redirected_log_has_no_escape_codes() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+    let out = Command::new(e2e::lockstep_bin())
         .args(["--output", "json", "demo", "--dir"])
         .arg(dir.path().join("demo"))
         .env_remove("NO_COLOR")

@@ -5,9 +5,9 @@
 use std::process::Command;
 
 fn lockstep(world: &crate::support::World, args: &[&str]) -> (i32, serde_json::Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_lockstep"))
+    let out = Command::new(e2e::lockstep_bin())
         .arg("--config")
-        .arg(&world.host_config)
+        .arg(crate::support::host_config(world))
         .args(["--output", "json"])
         .args(args)
         .output()
@@ -19,7 +19,7 @@ fn lockstep(world: &crate::support::World, args: &[&str]) -> (i32, serde_json::V
 
 #[tokio::test]
 async fn list_and_get_show_the_backups_under_the_root() {
-    let world = crate::support::World::start().await;
+    let world = crate::support::world().await;
     let broken = world.dir.path().join("backups/backup/broken/meta");
     std::fs::create_dir_all(&broken).unwrap();
     std::fs::write(broken.join("backup_meta.json"), "{ not json").unwrap();

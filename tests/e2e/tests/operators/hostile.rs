@@ -104,7 +104,7 @@ fn layout(root: &Path) -> (PathBuf, PathBuf) {
 }
 
 fn lockstep(config: &Path, state: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_lockstep"))
+    Command::new(e2e::lockstep_bin())
         .arg("--config")
         .arg(config)
         .arg("--state-dir")

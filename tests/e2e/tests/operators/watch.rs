@@ -13,7 +13,7 @@ use lockstep::journal::embedded::FileJournal;
 use lockstep::serve::watch::WatchStats;
 use lockstep::serve::{LiveProgress, Runner, WatchOptions, reports, watch};
 
-use crate::support::{World, eventually, snapshot};
+use crate::support::{World, creates, eventually, host_config, job, snapshot, world};
 
 /// A watcher on `World`'s `jobs/` directory, in process, with its state in `jobs/.lockstep`.
 pub struct Watching {
@@ -33,7 +33,7 @@ impl Watching {
 
     pub async fn start_in(world: &World, jobs: PathBuf) -> Watching {
         let state = jobs.join(".lockstep");
-        let mut host = HostConfig::load(&world.host_config).expect("host config");
+        let mut host = HostConfig::load(&host_config(world)).expect("host config");
         host.state_dir = state.clone();
         let journal = Arc::new(FileJournal::open(&state).unwrap());
         let (stop, shutdown) = Interrupt::new();
@@ -55,12 +55,11 @@ impl Watching {
             }
         });
         // Ready once the first listing is done: events from then on are seen.
-        eventually(
-            Duration::from_secs(10),
-            "the watcher's first listing",
-            || async { (stats.relists.load(Ordering::Relaxed) > 0).then_some(()) },
-        )
-        .await;
+        eventually(Duration::from_secs(10), || async {
+            (stats.relists.load(Ordering::Relaxed) > 0).then_some(())
+        })
+        .await
+        .expect("the watcher's first listing");
         Watching {
             jobs,
             reports: state.join("reports"),
@@ -77,12 +76,11 @@ impl Watching {
 
     /// The report the `latest` link of `job` points at, once it has `outcome`.
     pub async fn latest(&self, job: &str, outcome: Outcome) -> Report {
-        eventually(
-            Duration::from_secs(60),
-            &format!("{job} {outcome:?}"),
-            || async { reports::read_latest(&self.reports, job).filter(|r| r.outcome == outcome) },
-        )
+        eventually(Duration::from_secs(60), || async {
+            reports::read_latest(&self.reports, job).filter(|r| r.outcome == outcome)
+        })
         .await
+        .unwrap_or_else(|e| panic!("{job} {outcome:?}: {e}"))
     }
 
     /// Report files (`*.json` directly in the reports directory).
@@ -115,18 +113,22 @@ fn unchanged(dir: &Path, before: &[(PathBuf, Vec<u8>)]) {
 
 #[tokio::test]
 async fn a_dropped_file_runs_once_and_the_same_content_never_again() {
-    let world = World::start().await;
+    let world = world().await;
     let w = Watching::start(&world).await;
-    let text = world.job("orders", "_w");
+    let text = job("orders", "_w");
     w.write("orders.toml", &text);
     let report = w.latest("orders", Outcome::Succeeded).await;
     let batches = report.jobs.len();
     assert!(batches >= 4, "2 collections x 2 partitions: {batches}");
-    assert_eq!(world.creates().await, batches, "one create per batch");
-    assert_eq!(world.uncommitted_jobs().await, 0);
-    for end in ["primary", "standby"] {
+    assert_eq!(creates(&world).await, batches, "one create per batch");
+    world.assert_nothing_held().await.unwrap();
+    for end in ["t", "s1"] {
         assert_eq!(
-            world.collections_with_suffix(end, "_w").await.len(),
+            world
+                .collections_with_suffix(end, "_w")
+                .await
+                .unwrap()
+                .len(),
             2,
             "{end}"
         );
@@ -143,7 +145,7 @@ async fn a_dropped_file_runs_once_and_the_same_content_never_again() {
     );
     quiet().await;
     assert_eq!(
-        world.creates().await,
+        creates(&world).await,
         batches,
         "the same content never runs twice"
     );
@@ -155,32 +157,37 @@ async fn a_dropped_file_runs_once_and_the_same_content_never_again() {
 
 #[tokio::test]
 async fn a_rewrite_is_a_new_restore_and_a_rename_into_place_runs_once() {
-    let world = World::start().await;
+    let world = world().await;
     let w = Watching::start(&world).await;
-    w.write("orders.toml", &world.job("orders", "_a"));
+    w.write("orders.toml", &job("orders", "_a"));
     let first = w.latest("orders", Outcome::Succeeded).await;
     let batches = first.jobs.len();
 
     // Changed content: a new restore, reported under a new id, `latest` moved.
-    w.write("orders.toml", &world.job("orders", "_b"));
-    let second = eventually(Duration::from_secs(60), "the rewrite's restore", || async {
+    w.write("orders.toml", &job("orders", "_b"));
+    let second = eventually(Duration::from_secs(60), || async {
         reports::read_latest(&w.reports, "orders")
             .filter(|r| r.restore_id != first.restore_id && r.outcome == Outcome::Succeeded)
     })
-    .await;
+    .await
+    .expect("the rewrite's restore");
     assert_ne!(second.job_id, first.job_id);
     assert_eq!(
-        world.collections_with_suffix("standby", "_b").await.len(),
+        world
+            .collections_with_suffix("s1", "_b")
+            .await
+            .unwrap()
+            .len(),
         2
     );
 
     // Written under a temporary name, renamed into place: one restore.
     let tmp = w.jobs.join("moved.toml.tmp");
-    std::fs::write(&tmp, world.job("moved", "_m")).unwrap();
+    std::fs::write(&tmp, job("moved", "_m")).unwrap();
     std::fs::rename(&tmp, w.jobs.join("moved.toml")).unwrap();
     w.latest("moved", Outcome::Succeeded).await;
     quiet().await;
-    assert_eq!(world.creates().await, 3 * batches);
+    assert_eq!(creates(&world).await, 3 * batches);
     let files = snapshot(&w.jobs);
     w.stop().await;
     unchanged(&world.path("jobs"), &files);
@@ -191,16 +198,16 @@ async fn a_rewrite_is_a_new_restore_and_a_rename_into_place_runs_once() {
 #[tokio::test]
 async fn a_half_written_file_is_not_read_until_its_writer_closes_it() {
     use std::io::Write as _;
-    let world = World::start().await;
+    let world = world().await;
     let w = Watching::start(&world).await;
-    let text = world.job("half", "_h");
+    let text = job("half", "_h");
     let (head, tail) = text.split_at(text.find("secondaries").unwrap());
     let mut file = std::fs::File::create(w.jobs.join("half.toml")).unwrap();
     file.write_all(head.as_bytes()).unwrap();
     file.flush().unwrap();
     quiet().await;
     assert_eq!(
-        world.creates().await,
+        creates(&world).await,
         0,
         "nothing runs while the writer holds the file"
     );
@@ -219,7 +226,7 @@ async fn a_half_written_file_is_not_read_until_its_writer_closes_it() {
 
 #[tokio::test]
 async fn editor_files_are_ignored_and_a_bad_file_gets_a_located_report_and_runs_nothing() {
-    let world = World::start().await;
+    let world = world().await;
     let w = Watching::start(&world).await;
     for name in [".orders.toml.swp", "orders.toml~", ".#orders.toml", "4913"] {
         w.write(name, "garbage [[[");
@@ -240,7 +247,7 @@ async fn editor_files_are_ignored_and_a_bad_file_gets_a_located_report_and_runs_
     let text = std::fs::read_to_string(w.reports.join("latest/bad.txt")).unwrap();
     assert!(text.contains("REFUSED") && text.contains("sufix"), "{text}");
     quiet().await;
-    assert_eq!(world.creates().await, 0);
+    assert_eq!(creates(&world).await, 0);
     assert_eq!(w.report_count(), 1, "only the bad file's report");
     assert_eq!(w.stats.refused.load(Ordering::Relaxed), 1);
     w.stop().await;
@@ -252,34 +259,41 @@ async fn editor_files_are_ignored_and_a_bad_file_gets_a_located_report_and_runs_
 /// that stands still, and one whose lag just grew stands still only that long.)
 #[tokio::test]
 async fn deleting_the_file_of_an_undecided_restore_rolls_it_back() {
-    let world = World::start().await;
-    let primary = world.sim.cluster("primary").control();
+    let world = world().await;
+    let primary = world.sim.cluster("t").control();
     primary
-        .set_stream_lag("standby", Duration::from_secs(4))
+        .set_stream_lag("s1", Duration::from_secs(4))
         .await
         .unwrap();
     let w = Watching::start(&world).await;
-    let path = w.write("slow.toml", &world.job("slow", "_s"));
-    eventually(Duration::from_secs(30), "the target's DDL", || async {
-        (world.collections_with_suffix("primary", "_s").await.len() == 2).then_some(())
+    let path = w.write("slow.toml", &job("slow", "_s"));
+    eventually(Duration::from_secs(30), || async {
+        (world
+            .collections_with_suffix("t", "_s")
+            .await
+            .unwrap()
+            .len()
+            == 2)
+            .then_some(())
     })
-    .await;
+    .await
+    .expect("the target's DDL");
     std::fs::remove_file(&path).unwrap();
-    primary
-        .set_stream_lag("standby", Duration::ZERO)
-        .await
-        .unwrap();
+    primary.set_stream_lag("s1", Duration::ZERO).await.unwrap();
     let report = w.latest("slow", Outcome::RolledBack).await;
     assert!(report.collections.iter().all(|c| !c.committed));
-    eventually(
-        Duration::from_secs(30),
-        "no Uncommitted job left",
-        || async { (world.uncommitted_jobs().await == 0).then_some(()) },
-    )
-    .await;
-    for end in ["primary", "standby"] {
+    eventually(Duration::from_secs(30), || async {
+        world.assert_nothing_held().await.is_ok().then_some(())
+    })
+    .await
+    .expect("no Uncommitted job left");
+    for end in ["t", "s1"] {
         assert_eq!(
-            world.collections_with_suffix(end, "_s").await.len(),
+            world
+                .collections_with_suffix(end, "_s")
+                .await
+                .unwrap()
+                .len(),
             0,
             "{end}"
         );
@@ -292,10 +306,10 @@ async fn deleting_the_file_of_an_undecided_restore_rolls_it_back() {
 /// reads what changed.
 #[tokio::test]
 async fn ten_thousand_files_at_start_do_not_stall_the_watcher() {
-    let world = World::start().await;
+    let world = world().await;
     let jobs = world.path("many");
     std::fs::create_dir_all(&jobs).unwrap();
-    let text = world.job("bulk", "_bulk");
+    let text = job("bulk", "_bulk");
     for i in 0..10_000 {
         std::fs::write(
             jobs.join(format!("bulk-{i:05}.toml")),
@@ -308,13 +322,13 @@ async fn ten_thousand_files_at_start_do_not_stall_the_watcher() {
     assert_eq!(w.stats.reads.load(Ordering::Relaxed), 10_000);
 
     let started = std::time::Instant::now();
-    w.write("late.toml", &world.job("late", "_late"));
+    w.write("late.toml", &job("late", "_late"));
     w.latest("late", Outcome::Succeeded).await;
     let took = started.elapsed();
     assert!(took < Duration::from_secs(30), "a new file waited {took:?}");
     // Only the new file was read again, however many listings that took.
     assert_eq!(w.stats.reads.load(Ordering::Relaxed), 10_001);
-    assert_eq!(world.creates().await, 2 * bulk.jobs.len());
+    assert_eq!(creates(&world).await, 2 * bulk.jobs.len());
     w.stop().await;
 }
 
@@ -326,7 +340,7 @@ fn watch_with_no_directory_watches_jobs() {
     std::fs::create_dir_all(dir.path().join("jobs")).unwrap();
     std::fs::write(dir.path().join("jobs/bad.toml"), "backup = 3\n").unwrap();
     std::fs::write(dir.path().join("lockstep.toml"), "").unwrap();
-    let mut watch = std::process::Command::new(env!("CARGO_BIN_EXE_lockstep"))
+    let mut watch = std::process::Command::new(e2e::lockstep_bin())
         .arg("watch")
         .current_dir(dir.path())
         .stderr(std::process::Stdio::null())

@@ -1,5 +1,6 @@
-//! An etcd server of one seed's own, so that a fault can stop it and start it again without
-//! touching any other seed's journal (or the suite's etcd).
+//! etcd for the tests: the suite's own (`LOCKSTEP_TEST_ETCD`, which CI sets) under a prefix
+//! per test, or a server of a test's or a seed's own, which a fault can stop and start
+//! again without touching any other journal.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -8,6 +9,59 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
+
+/// The variable naming the suite's etcd (`http://127.0.0.1:2379`).
+const SUITE_VAR: &str = "LOCKSTEP_TEST_ETCD";
+
+/// The etcd a test's journals live on. Dropping it stops a server started for the test.
+pub struct TestEtcd {
+    /// `HOST:PORT`.
+    pub endpoint: String,
+    _own: Option<(EtcdServer, tempfile::TempDir)>,
+}
+
+impl TestEtcd {
+    /// `etcd://HOST:PORT/{prefix}` with a prefix no other test uses.
+    pub fn journal_url(&self, test: &str) -> String {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_nanos();
+        format!(
+            "etcd://{}/lockstep-test/{test}-{}-{nanos}",
+            self.endpoint,
+            std::process::id()
+        )
+    }
+}
+
+/// The suite's etcd when `LOCKSTEP_TEST_ETCD` is set, else one started for `test` from the
+/// `etcd` binary on `PATH` (Debian's `etcd-server`). With neither, `test` is skipped, or
+/// fails under `CI=true` (see [`crate::unavailable`]).
+pub async fn for_test(test: &str) -> Option<TestEtcd> {
+    if let Ok(url) = std::env::var(SUITE_VAR) {
+        let endpoint = url.trim_start_matches("http://").trim_end_matches('/');
+        return Some(TestEtcd {
+            endpoint: endpoint.to_owned(),
+            _own: None,
+        });
+    }
+    let Some(binary) = binary() else {
+        crate::unavailable(
+            test,
+            &format!("no etcd: install Debian's etcd-server or set {SUITE_VAR}"),
+        );
+        return None;
+    };
+    let dir = tempfile::tempdir().expect("a temp dir for etcd");
+    let server = EtcdServer::start(&binary, dir.path())
+        .await
+        .unwrap_or_else(|e| panic!("{test}: starting etcd: {e:#}"));
+    Some(TestEtcd {
+        endpoint: server.address(),
+        _own: Some((server, dir)),
+    })
+}
 
 /// The `etcd` binary on `PATH`, if there is one.
 pub fn binary() -> Option<PathBuf> {
@@ -98,9 +152,9 @@ impl EtcdServer {
     }
 }
 
-/// A port nobody listens on now. Another process could take it before etcd binds it; on a
-/// test machine that is rare enough that the seed's error names it.
-fn free_port() -> anyhow::Result<u16> {
+/// A loopback port nobody listens on now. Another process could take it before its user
+/// binds it; on a test machine that is rare enough that the error naming it will do.
+pub fn free_port() -> anyhow::Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
     Ok(listener.local_addr()?.port())
 }

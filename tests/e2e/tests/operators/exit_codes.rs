@@ -6,7 +6,7 @@ use std::process::Command;
 fn lockstep(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     std::fs::write(dir.join("lockstep.toml"), "").unwrap();
     std::fs::write(dir.join("job.toml"), "backup = \"b\"\n").unwrap();
-    Command::new(env!("CARGO_BIN_EXE_lockstep"))
+    Command::new(e2e::lockstep_bin())
         .arg("--config")
         .arg(dir.join("lockstep.toml"))
         .args(args)
@@ -68,11 +68,11 @@ fn a_bad_job_file_is_still_a_refusal() {
 /// exits 2 naming the object, its segment and collection. No state directory is made.
 #[tokio::test]
 async fn check_names_a_bad_object_and_exits_2() {
-    let world = crate::support::World::start().await;
+    let world = crate::support::world().await;
     let check = |level: &str| {
-        Command::new(env!("CARGO_BIN_EXE_lockstep"))
+        Command::new(e2e::lockstep_bin())
             .arg("--config")
-            .arg(&world.host_config)
+            .arg(crate::support::host_config(&world))
             .args(["check", "bak", "--level", level])
             .output()
             .expect("lockstep runs")

@@ -13,7 +13,7 @@ use lockstep::job::HostConfig;
 use serde_json::{Value, json};
 
 use crate::api::{Server, call_with, document};
-use crate::support::{World, eventually};
+use crate::support::{eventually, host_config, world};
 
 /// A milvus-backup client: no token, its `RequestId` header (which its server ignores).
 struct Client {
@@ -48,12 +48,13 @@ impl Client {
     /// milvus-backup's `wait_restore_complete`: poll `get_restore` while the state code is 0
     /// or 1; true at 2.
     async fn wait_restore_complete(&self, id: &str) -> bool {
-        let last = eventually(Duration::from_secs(60), "the restore to end", || async {
+        let last = eventually(Duration::from_secs(60), || async {
             let res = self.get(&format!("/api/v1/get_restore?id={id}"), &[]).await;
             let code = res["data"]["state_code"].as_i64().unwrap_or(1);
             (code != 0 && code != 1).then_some(res)
         })
-        .await;
+        .await
+        .expect("the restore to end");
         last["data"]["state_code"] == 2
     }
 }
@@ -67,9 +68,9 @@ fn keys(value: &Value) -> BTreeSet<&str> {
 
 #[tokio::test]
 async fn milvus_backups_own_requests_get_its_answers_field_by_field() {
-    let world = World::start().await;
-    let mut host = HostConfig::load(&world.host_config).unwrap();
-    host.default_target = Some("primary".into());
+    let world = world().await;
+    let mut host = HostConfig::load(&host_config(&world)).unwrap();
+    host.default_target = Some("t".into());
     let server = Server::start_with(host, world.path("api-state"), None).await;
     let client = Client {
         doc: document(&server.base, None).await,
@@ -159,7 +160,7 @@ async fn milvus_backups_own_requests_get_its_answers_field_by_field() {
             "backup_name": "bak",
             "collection_suffix": "_mb",
             "useV2Restore": true,
-            "secondaries": ["standby"],
+            "secondaries": ["s1"],
         }))
         .await;
     assert_eq!(res.get("code"), None, "{res}");
@@ -191,9 +192,13 @@ async fn milvus_backups_own_requests_get_its_answers_field_by_field() {
         restored,
         BTreeSet::from(["collection_0_mb", "collection_1_mb"])
     );
-    for end in ["primary", "standby"] {
+    for end in ["t", "s1"] {
         assert_eq!(
-            world.collections_with_suffix(end, "_mb").await.len(),
+            world
+                .collections_with_suffix(end, "_mb")
+                .await
+                .unwrap()
+                .len(),
             2,
             "{end}"
         );
@@ -206,7 +211,7 @@ async fn milvus_backups_own_requests_get_its_answers_field_by_field() {
             "backup_name": "bak",
             "collection_suffix": "_names",
             "collection_names": ["collection_0"],
-            "secondaries": ["standby"],
+            "secondaries": ["s1"],
         }))
         .await;
     assert_eq!(res.get("code"), None, "{res}");
@@ -218,16 +223,16 @@ async fn milvus_backups_own_requests_get_its_answers_field_by_field() {
             "backup_name": "bak",
             "collection_suffix": "_db",
             "db_collections": json!({"default": ["collection_1"]}).to_string(),
-            "secondaries": ["standby"],
+            "secondaries": ["s1"],
         }))
         .await;
     assert_eq!(res["data"]["state_code"], 2, "{res}");
     assert_eq!(
-        world.collections_with_suffix("standby", "_names").await,
+        world.collections_with_suffix("s1", "_names").await.unwrap(),
         ["default.collection_0_names"]
     );
     assert_eq!(
-        world.collections_with_suffix("standby", "_db").await,
+        world.collections_with_suffix("s1", "_db").await.unwrap(),
         ["default.collection_1_db"]
     );
 
@@ -237,7 +242,7 @@ async fn milvus_backups_own_requests_get_its_answers_field_by_field() {
             "backup_name": "bak",
             "collection_suffix": "_path",
             "path": "elsewhere",
-            "secondaries": ["standby"],
+            "secondaries": ["s1"],
         }))
         .await;
     assert_eq!(res["code"], 3, "no backup under that root: {res}");
@@ -246,7 +251,9 @@ async fn milvus_backups_own_requests_get_its_answers_field_by_field() {
         "{res}"
     );
     let res = client
-        .restore(json!({"backup_name": "bak", "bucket_name": "other-bucket", "secondaries": ["standby"]}))
+        .restore(
+            json!({"backup_name": "bak", "bucket_name": "other-bucket", "secondaries": ["s1"]}),
+        )
         .await;
     assert_eq!(res["code"], 400);
     assert!(
@@ -257,8 +264,9 @@ async fn milvus_backups_own_requests_get_its_answers_field_by_field() {
     );
     assert!(
         world
-            .collections_with_suffix("primary", "_path")
+            .collections_with_suffix("t", "_path")
             .await
+            .unwrap()
             .is_empty()
     );
 

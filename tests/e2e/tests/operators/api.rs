@@ -13,7 +13,7 @@ use lockstep::serve::api::{ApiState, ROUTES, router};
 use lockstep::serve::{LiveProgress, Runner};
 use serde_json::{Value, json};
 
-use crate::support::{World, eventually};
+use crate::support::{World, creates, eventually, host_config, world};
 
 pub(crate) struct Server {
     pub(crate) base: String,
@@ -23,7 +23,7 @@ pub(crate) struct Server {
 
 impl Server {
     async fn start(world: &World, state: PathBuf, token: Option<&str>) -> Server {
-        Server::start_with(HostConfig::load(&world.host_config).unwrap(), state, token).await
+        Server::start_with(HostConfig::load(&host_config(world)).unwrap(), state, token).await
     }
 
     /// A server over `host` (its state directory replaced by `state`).
@@ -185,13 +185,13 @@ pub(crate) async fn document(base: &str, token: Option<&str>) -> Value {
 
 fn body(suffix: &str, extra: &str) -> String {
     format!(
-        r#"{{"requestId": "req-{suffix}", "backup_name": "bak", "collection_suffix": "{suffix}", "target": "primary", "secondaries": ["standby"]{extra}}}"#
+        r#"{{"requestId": "req-{suffix}", "backup_name": "bak", "collection_suffix": "{suffix}", "target": "t", "secondaries": ["s1"]{extra}}}"#
     )
 }
 
 #[tokio::test]
 async fn every_route_sync_and_async_with_state_read_back_after_a_restart() {
-    let world = World::start().await;
+    let world = world().await;
     let state = world.path("api-state");
     let server = Server::start(&world, state.clone(), None).await;
     let doc = document(&server.base, None).await;
@@ -252,8 +252,9 @@ async fn every_route_sync_and_async_with_state_read_back_after_a_restart() {
     let sync_id = sync["data"]["id"].as_str().unwrap().to_string();
     assert_eq!(
         world
-            .collections_with_suffix("standby", "_sync")
+            .collections_with_suffix("s1", "_sync")
             .await
+            .unwrap()
             .len(),
         2
     );
@@ -273,7 +274,7 @@ async fn every_route_sync_and_async_with_state_read_back_after_a_restart() {
     assert_eq!(queued["data"]["state_code"], 0);
     let identity = queued["data"]["id"].as_str().unwrap().to_string();
     assert!(identity.starts_with("nightly."), "{identity}");
-    let done = eventually(Duration::from_secs(60), "the async restore", || async {
+    let done = eventually(Duration::from_secs(60), || async {
         let (_, v) = call(
             &doc,
             "get",
@@ -285,7 +286,8 @@ async fn every_route_sync_and_async_with_state_read_back_after_a_restart() {
         .await;
         (v["data"]["state_code"] == 2).then_some(v)
     })
-    .await;
+    .await
+    .expect("the async restore");
     assert_eq!(done["data"]["job_name"], "nightly");
     assert_eq!(done["data"]["outcome"], "succeeded");
 
@@ -309,7 +311,7 @@ async fn every_route_sync_and_async_with_state_read_back_after_a_restart() {
     );
 
     // The same request again is the same content: it does not run again.
-    let creates = world.creates().await;
+    let created = creates(&world).await;
     let (_, again) = call(
         &doc,
         "post",
@@ -320,7 +322,7 @@ async fn every_route_sync_and_async_with_state_read_back_after_a_restart() {
     )
     .await;
     assert_eq!(again["data"]["id"], sync_id.as_str());
-    assert_eq!(world.creates().await, creates);
+    assert_eq!(creates(&world).await, created);
 
     // Restarted: the state is the journal's.
     server.stop().await;
@@ -351,7 +353,7 @@ async fn every_route_sync_and_async_with_state_read_back_after_a_restart() {
 
 #[tokio::test]
 async fn bad_bodies_get_milvus_backups_codes_and_nothing_runs() {
-    let world = World::start().await;
+    let world = world().await;
     let server = Server::start(&world, world.path("api-state"), None).await;
     let doc = document(&server.base, None).await;
     let b = &server.base;
@@ -379,7 +381,7 @@ async fn bad_bodies_get_milvus_backups_codes_and_nothing_runs() {
         "post",
         b,
         "/api/v1/restore",
-        Some(r#"{"backup_name": "bak", "target": "primary", "colection_names": ["x"]}"#),
+        Some(r#"{"backup_name": "bak", "target": "t", "colection_names": ["x"]}"#),
         None,
     )
     .await;
@@ -398,7 +400,7 @@ async fn bad_bodies_get_milvus_backups_codes_and_nothing_runs() {
         "post",
         b,
         "/api/v1/restore",
-        Some(r#"{"requestId": "r1", "target": "primary"}"#),
+        Some(r#"{"requestId": "r1", "target": "t"}"#),
         None,
     )
     .await;
@@ -413,7 +415,7 @@ async fn bad_bodies_get_milvus_backups_codes_and_nothing_runs() {
         "post",
         b,
         "/api/v1/restore",
-        Some(r#"{"backup_name": "bak", "target": "primary", "secondaries": ["nowhere"]}"#),
+        Some(r#"{"backup_name": "bak", "target": "t", "secondaries": ["nowhere"]}"#),
         None,
     )
     .await;
@@ -426,13 +428,13 @@ async fn bad_bodies_get_milvus_backups_codes_and_nothing_runs() {
         "{unknown_cluster}"
     );
 
-    assert_eq!(world.creates().await, 0);
+    assert_eq!(creates(&world).await, 0);
     server.stop().await;
 }
 
 #[tokio::test]
 async fn a_token_is_required_when_set_except_for_healthz_and_the_page() {
-    let world = World::start().await;
+    let world = world().await;
     let server = Server::start(&world, world.path("api-state"), Some("s3cret")).await;
     let doc = document(&server.base, Some("s3cret")).await;
     // The document says what this server asks for: the token, on every route but /healthz

@@ -12,7 +12,7 @@ use std::time::Duration;
 use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
 use lockstep::journal::{Journal, Outcome, RestoreRecord};
 
-use crate::support::{Etcd, World, etcd, eventually};
+use crate::support::{TestEtcd, World, creates, etcd, eventually, host_config, job, world};
 
 /// One `lockstep watch` process with its own state directory; killed on drop.
 struct Host {
@@ -49,9 +49,9 @@ impl Host {
     fn start_with(world: &World, journal: &str, dir: &Path, n: usize, faults: Faults<'_>) -> Host {
         let state = world.path(&format!("host-{n}"));
         let log = std::fs::File::create(world.path(&format!("host-{n}.log"))).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockstep"));
+        let mut cmd = Command::new(e2e::lockstep_bin());
         cmd.arg("--config")
-            .arg(&world.host_config)
+            .arg(host_config(world))
             .arg("--journal")
             .arg(journal)
             .arg("--state-dir")
@@ -97,7 +97,7 @@ impl Host {
 }
 
 /// The journal's URL for this test, with a 2 s lease so takeovers are quick.
-fn journal_url(etcd: &Etcd, test: &str) -> String {
+fn journal_url(etcd: &TestEtcd, test: &str) -> String {
     format!("{}?lease_ttl=2", etcd.journal_url(test))
 }
 
@@ -115,8 +115,10 @@ fn jobs_dir(world: &World) -> PathBuf {
 }
 
 async fn each_restore_runs_once(hosts: usize) {
-    let Some(etcd) = etcd() else { return };
-    let world = World::start().await;
+    let Some(etcd) = etcd("each_restore_runs_once").await else {
+        return;
+    };
+    let world = world().await;
     let url = journal_url(&etcd, &format!("once-{hosts}"));
     let dir = jobs_dir(&world);
     let _hosts: Vec<Host> = (0..hosts)
@@ -126,20 +128,17 @@ async fn each_restore_runs_once(hosts: usize) {
     for name in names {
         std::fs::write(
             dir.join(format!("{name}.toml")),
-            world.job(name, &format!("_{name}")),
+            job(name, &format!("_{name}")),
         )
         .unwrap();
     }
-    let done = eventually(
-        Duration::from_secs(120),
-        "every restore finished",
-        || async {
-            let r = records(&url).await;
-            (r.len() == names.len() && r.iter().all(|r| r.outcome == Some(Outcome::Succeeded)))
-                .then_some(r)
-        },
-    )
-    .await;
+    let done = eventually(Duration::from_secs(120), || async {
+        let r = records(&url).await;
+        (r.len() == names.len() && r.iter().all(|r| r.outcome == Some(Outcome::Succeeded)))
+            .then_some(r)
+    })
+    .await
+    .expect("every restore finished");
     // Give the other hosts time to (wrongly) run anything again.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let batches: usize = done
@@ -147,7 +146,7 @@ async fn each_restore_runs_once(hosts: usize) {
         .map(|r| r.groups.iter().map(|g| g.batches.len()).sum::<usize>())
         .sum();
     assert_eq!(
-        world.creates().await,
+        creates(&world).await,
         batches,
         "one create per batch across {hosts} hosts"
     );
@@ -156,12 +155,13 @@ async fn each_restore_runs_once(hosts: usize) {
         names.len(),
         "one attempt per job"
     );
-    assert_eq!(world.uncommitted_jobs().await, 0);
+    world.assert_nothing_held().await.unwrap();
     for name in names {
         assert_eq!(
             world
-                .collections_with_suffix("standby", &format!("_{name}"))
+                .collections_with_suffix("s1", &format!("_{name}"))
                 .await
+                .unwrap()
                 .len(),
             2
         );
@@ -186,48 +186,36 @@ async fn takeover(
     crash_at: &str,
     outcome: Outcome,
 ) -> Option<(World, Vec<RestoreRecord>)> {
-    if !cfg!(feature = "fault-injection") {
-        println!(
-            "SKIPPED: needs the lockstep binary built with --features fault-injection (the workspace build enables it)"
-        );
-        return None;
-    }
-    let etcd = etcd()?;
-    let world = World::start().await;
+    let etcd = etcd(test).await?;
+    let world = world().await;
     let url = journal_url(&etcd, test);
     let dir = jobs_dir(&world);
     let mut doomed = Host::start(&world, &url, &dir, 0, Some(crash_at));
-    std::fs::write(dir.join("orders.toml"), world.job("orders", "_o")).unwrap();
+    std::fs::write(dir.join("orders.toml"), job("orders", "_o")).unwrap();
     // Host 0 holds the claim: its record is in the journal.
-    eventually(Duration::from_secs(30), "host 0's record", || async {
+    eventually(Duration::from_secs(30), || async {
         (!records(&url).await.is_empty()).then_some(())
     })
-    .await;
+    .await
+    .expect("host 0's record");
     let _survivor = Host::start(&world, &url, &dir, 1, None);
-    eventually(
-        Duration::from_secs(60),
-        "host 0 dying at its crash point",
-        || {
-            let exited = doomed.exited();
-            async move { exited.then_some(()) }
-        },
-    )
-    .await;
-    eventually(
-        Duration::from_secs(90),
-        "the takeover's outcome",
-        || async {
-            let all = records(&url).await;
-            all.iter().any(|r| r.outcome == Some(outcome)).then_some(())
-        },
-    )
-    .await;
-    eventually(
-        Duration::from_secs(30),
-        "no Uncommitted job on any end",
-        || async { (world.uncommitted_jobs().await == 0).then_some(()) },
-    )
-    .await;
+    eventually(Duration::from_secs(60), || {
+        let exited = doomed.exited();
+        async move { exited.then_some(()) }
+    })
+    .await
+    .expect("host 0 dying at its crash point");
+    eventually(Duration::from_secs(90), || async {
+        let all = records(&url).await;
+        all.iter().any(|r| r.outcome == Some(outcome)).then_some(())
+    })
+    .await
+    .expect("the takeover's outcome");
+    eventually(Duration::from_secs(30), || async {
+        world.assert_nothing_held().await.is_ok().then_some(())
+    })
+    .await
+    .expect("no Uncommitted job on any end");
     Some((world, records(&url).await))
 }
 
@@ -244,10 +232,7 @@ fn staged_left(world: &World, end: &str) -> Vec<PathBuf> {
         }
     }
     let mut out = Vec::new();
-    walk(
-        &world.path(&format!("storage/{end}/lockstep-staging")),
-        &mut out,
-    );
+    walk(&world.storage_dir(end).join("lockstep-staging"), &mut out);
     out
 }
 
@@ -275,14 +260,13 @@ async fn a_host_killed_while_holding_is_aborted_cleaned_and_run_again() {
         .as_ref()
         .expect("a finished attempt has its report");
     assert_eq!(report["rerun_because"], why);
-    for end in ["primary", "standby"] {
+    for end in ["t", "s1"] {
         assert_eq!(staged_left(&world, end), Vec::<PathBuf>::new(), "{end}");
-        let collections = world.collections_with_suffix(end, "_o").await;
+        let collections = world.collections_with_suffix(end, "_o").await.unwrap();
         assert_eq!(collections.len(), 2, "{end}");
+        let shown = world.collections(end).await.unwrap();
         for c in collections {
-            let (db, name) = c.split_once('.').unwrap();
-            let rows = world.visible_rows(end, db, name).await.unwrap();
-            assert!(rows > 0, "{end} {c}: {rows}");
+            assert!(shown[&c] > 0, "{end} {c}: {}", shown[&c]);
         }
     }
 }
@@ -291,20 +275,18 @@ async fn a_host_killed_while_holding_is_aborted_cleaned_and_run_again() {
 /// are started again, as a service manager would): it stops after `max_attempts`.
 #[tokio::test]
 async fn a_job_that_kills_every_host_stops_after_max_attempts() {
-    if !cfg!(feature = "fault-injection") {
-        println!("SKIPPED: needs the fault-injection build");
+    let Some(etcd) = etcd("every-host").await else {
         return;
-    }
-    let Some(etcd) = etcd() else { return };
-    let world = World::start().await;
-    let config = std::fs::read_to_string(&world.host_config).unwrap();
-    std::fs::write(&world.host_config, format!("max_attempts = 2\n{config}")).unwrap();
+    };
+    let world = world().await;
+    let config = std::fs::read_to_string(host_config(&world)).unwrap();
+    std::fs::write(host_config(&world), format!("max_attempts = 2\n{config}")).unwrap();
     let url = journal_url(&etcd, "every-host");
     let dir = jobs_dir(&world);
     let mut hosts: Vec<Host> = (0..2)
         .map(|n| Host::start(&world, &url, &dir, n, Some("holding")))
         .collect();
-    std::fs::write(dir.join("orders.toml"), world.job("orders", "_o")).unwrap();
+    std::fs::write(dir.join("orders.toml"), job("orders", "_o")).unwrap();
     let lost_both = |all: &[RestoreRecord]| {
         all.len() == 2
             && all
@@ -332,7 +314,7 @@ async fn a_job_that_kills_every_host_stops_after_max_attempts() {
     tokio::time::sleep(Duration::from_secs(12)).await;
     let all = records(&url).await;
     assert!(lost_both(&all), "no third attempt: {all:?}");
-    assert_eq!(world.uncommitted_jobs().await, 0);
+    world.assert_nothing_held().await.unwrap();
     let logs: String = (0..2)
         .map(|n| std::fs::read_to_string(world.path(&format!("host-{n}.log"))).unwrap_or_default())
         .collect();
@@ -353,25 +335,27 @@ async fn a_host_killed_right_after_its_decision_is_taken_over_and_committed() {
     assert_eq!(record.outcome, Some(Outcome::Succeeded), "{record:?}");
     assert!(record.has_commit_decision());
     assert!(!record.host_lost, "{record:?}");
-    let collections = world.collections_with_suffix("standby", "_o").await;
+    let collections = world.collections_with_suffix("s1", "_o").await.unwrap();
     assert_eq!(collections.len(), 2);
-    for c in collections {
-        let (db, name) = c.split_once('.').unwrap();
-        for end in ["primary", "standby"] {
-            let rows = world.visible_rows(end, db, name).await.unwrap();
-            assert!(rows > 0, "{end} {c}: {rows}");
+    for end in world.ends() {
+        let shown = world.collections(&end).await.unwrap();
+        for c in &collections {
+            assert!(
+                shown.get(c).is_some_and(|&rows| rows > 0),
+                "{end} {c}: {shown:?}"
+            );
         }
     }
 }
 
 /// Every collection of `suffix` with its visible rows, per end.
-async fn visible(world: &World, suffix: &str) -> Vec<(String, String, Option<i64>)> {
+async fn visible(world: &World, suffix: &str) -> Vec<(String, String, i64)> {
     let mut out = Vec::new();
-    for end in ["primary", "standby"] {
-        for c in world.collections_with_suffix(end, suffix).await {
-            let (db, name) = c.split_once('.').unwrap();
-            let rows = world.visible_rows(end, db, name).await;
-            out.push((end.to_string(), c.clone(), rows));
+    for end in world.ends() {
+        for (c, rows) in world.collections(&end).await.unwrap() {
+            if c.ends_with(suffix) {
+                out.push((end.clone(), c, rows));
+            }
         }
     }
     out.sort();
@@ -382,12 +366,13 @@ async fn visible(world: &World, suffix: &str) -> Vec<(String, String, Option<i64
 /// stopped itself at its pause point.
 async fn paused_owner(world: &World, url: &str, dir: &Path, faults: Faults<'_>) -> Host {
     let owner = Host::start_with(world, url, dir, 0, faults);
-    std::fs::write(dir.join("orders.toml"), world.job("orders", "_o")).unwrap();
-    eventually(Duration::from_secs(60), "host 0 pausing", || {
+    std::fs::write(dir.join("orders.toml"), job("orders", "_o")).unwrap();
+    eventually(Duration::from_secs(60), || {
         let paused = owner.paused();
         async move { paused.then_some(()) }
     })
-    .await;
+    .await
+    .expect("host 0 pausing");
     owner
 }
 
@@ -395,7 +380,7 @@ async fn paused_owner(world: &World, url: &str, dir: &Path, faults: Faults<'_>) 
 struct Woken {
     world: World,
     /// The collections attempt 2 committed, with their rows on each end, before the wake.
-    before: Vec<(String, String, Option<i64>)>,
+    before: Vec<(String, String, i64)>,
     /// The report the woken host wrote for its own attempt.
     stale_report: serde_json::Value,
     records: Vec<RestoreRecord>,
@@ -406,12 +391,8 @@ struct Woken {
 /// wakes. Returns once host 0 wrote its report for its own attempt and a few seconds more
 /// went by, for anything it does after that to show.
 async fn stale_host_wakes(test: &str, pause_at: &str, plant: Option<&str>) -> Option<Woken> {
-    if !cfg!(feature = "fault-injection") {
-        println!("SKIPPED: needs the fault-injection build");
-        return None;
-    }
-    let etcd = etcd()?;
-    let world = World::start().await;
+    let etcd = etcd(test).await?;
+    let world = world().await;
     let url = journal_url(&etcd, test);
     let dir = jobs_dir(&world);
     let faults = Faults {
@@ -421,13 +402,14 @@ async fn stale_host_wakes(test: &str, pause_at: &str, plant: Option<&str>) -> Op
     };
     let stale = paused_owner(&world, &url, &dir, faults).await;
     let _survivor = Host::start(&world, &url, &dir, 1, None);
-    eventually(Duration::from_secs(90), "the survivor's commit", || async {
+    eventually(Duration::from_secs(90), || async {
         let all = records(&url).await;
         all.iter()
             .any(|r| r.outcome == Some(Outcome::Succeeded))
             .then_some(())
     })
-    .await;
+    .await
+    .expect("the survivor's commit");
     let before = visible(&world, "_o").await;
     assert_eq!(before.len(), 4, "2 collections on 2 ends: {before:?}");
     let ids: Vec<String> = records(&url)
@@ -438,16 +420,13 @@ async fn stale_host_wakes(test: &str, pause_at: &str, plant: Option<&str>) -> Op
     stale.wake();
     let first_id = ids.first().cloned().expect("host 0's attempt has a record");
     let report_path = world.path(&format!("host-0/reports/{first_id}.json"));
-    let stale_report = eventually(
-        Duration::from_secs(60),
-        "the woken host's report",
-        || async {
-            std::fs::read(&report_path)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        },
-    )
-    .await;
+    let stale_report = eventually(Duration::from_secs(60), || async {
+        std::fs::read(&report_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+    })
+    .await
+    .expect("the woken host's report");
     // Time for a (wrong) drop or delete after the report: it would show in this.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let records = records(&url).await;
@@ -478,7 +457,7 @@ async fn a_host_paused_while_holding_wakes_and_touches_nothing() {
     assert_eq!(w.records.len(), 2, "{:?}", w.records);
     assert!(w.records[0].host_lost, "{:?}", w.records[0]);
     assert_eq!(w.records[1].outcome, Some(Outcome::Succeeded));
-    assert_eq!(w.world.uncommitted_jobs().await, 0);
+    w.world.assert_nothing_held().await.unwrap();
 }
 
 /// The window no fence check closes: every check passes, as if each of the woken host's
@@ -536,12 +515,10 @@ async fn a_host_paused_after_its_decision_wakes_to_a_restore_already_committed()
 /// which gives the next attempt by the same rule.
 #[tokio::test]
 async fn a_restore_the_sweep_took_over_runs_again_where_its_job_is() {
-    if !cfg!(feature = "fault-injection") {
-        println!("SKIPPED: needs the fault-injection build");
+    let Some(etcd) = etcd("sweep-rerun").await else {
         return;
-    }
-    let Some(etcd) = etcd() else { return };
-    let world = World::start().await;
+    };
+    let world = world().await;
     let url = journal_url(&etcd, "sweep-rerun");
     let dir = jobs_dir(&world);
     let faults = Faults {
@@ -552,42 +529,40 @@ async fn a_restore_the_sweep_took_over_runs_again_where_its_job_is() {
     let elsewhere = world.path("other-jobs");
     std::fs::create_dir_all(&elsewhere).unwrap();
     let _sweeper = Host::start(&world, &url, &elsewhere, 1, None);
-    let lost = eventually(
-        Duration::from_secs(60),
-        "the sweep's presumed abort",
-        || async {
-            let all = records(&url).await;
-            all.first()
-                .filter(|r| r.outcome == Some(Outcome::RolledBack) && r.host_lost)
-                .cloned()
-        },
-    )
-    .await;
+    let lost = eventually(Duration::from_secs(60), || async {
+        let all = records(&url).await;
+        all.first()
+            .filter(|r| r.outcome == Some(Outcome::RolledBack) && r.host_lost)
+            .cloned()
+    })
+    .await
+    .expect("the sweep's presumed abort");
     assert_eq!(
         records(&url).await.len(),
         1,
         "the sweeper has no job to run"
     );
     owner.wake();
-    let again = eventually(
-        Duration::from_secs(90),
-        "attempt 2, run by the job's own host",
-        || async {
-            records(&url)
-                .await
-                .into_iter()
-                .find(|r| r.attempt == 2 && r.outcome == Some(Outcome::Succeeded))
-        },
-    )
-    .await;
+    let again = eventually(Duration::from_secs(90), || async {
+        records(&url)
+            .await
+            .into_iter()
+            .find(|r| r.attempt == 2 && r.outcome == Some(Outcome::Succeeded))
+    })
+    .await
+    .expect("attempt 2, run by the job's own host");
     let why = again.rerun_because.as_deref().unwrap_or_default();
     assert!(why.contains(&format!("attempt 1 ({})", lost.id)), "{why}");
-    for end in ["primary", "standby"] {
+    for end in ["t", "s1"] {
         assert_eq!(
-            world.collections_with_suffix(end, "_o").await.len(),
+            world
+                .collections_with_suffix(end, "_o")
+                .await
+                .unwrap()
+                .len(),
             2,
             "{end}"
         );
     }
-    assert_eq!(world.uncommitted_jobs().await, 0);
+    world.assert_nothing_held().await.unwrap();
 }
