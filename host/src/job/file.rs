@@ -134,6 +134,8 @@ pub struct StorageFile {
     pub session_token_env: Option<Spanned<String>>,
     /// Allow a plain-http endpoint; default false.
     pub allow_http: Option<bool>,
+    /// Address the bucket by host name rather than by path; default false.
+    pub virtual_hosted: Option<bool>,
 }
 
 /// `[restore]`: milvus-backup's restore options, with its meanings.

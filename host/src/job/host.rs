@@ -11,6 +11,7 @@
 //! url = "s3://milvus-a/files"     # the bucket and Milvus's rootPath
 //! endpoint = "http://10.0.0.1:9000"
 //! allow_http = true
+//! virtual_hosted = false          # true: BUCKET.host, as Aliyun, Tencent and Huawei need
 //! access_key_id_env = "MINIO_A_KEY"
 //! secret_access_key_env = "MINIO_A_SECRET"
 //!
@@ -99,6 +100,11 @@ pub struct StorageSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub given: Option<GivenKeys>,
     pub allow_http: bool,
+    /// Address the bucket by host name (`BUCKET.ENDPOINT-HOST`), as Aliyun OSS, Tencent COS
+    /// and Huawei OBS require; otherwise by path (`ENDPOINT/BUCKET`), as MinIO serves. Left
+    /// out of what is written down when off, so the specs written before it stay as they were.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub virtual_hosted: bool,
 }
 
 /// Static S3 keys whose values came with the config, not from the environment.
@@ -162,6 +168,7 @@ impl StorageSpec {
             session_token_env: None,
             given: None,
             allow_http: false,
+            virtual_hosted: false,
         })
     }
 
@@ -773,6 +780,7 @@ fn storage_spec(
         session_token_env: file.session_token_env.as_ref().map(|e| e.get_ref().clone()),
         given: None,
         allow_http,
+        virtual_hosted: file.virtual_hosted.unwrap_or(false),
     })
 }
 

@@ -148,12 +148,20 @@ fn open_s3(
         .with_bucket_name(bucket)
         .with_region(region)
         .with_allow_http(spec.allow_http)
-        // Path-style requests: local S3 servers (moto, MinIO) do not serve buckets by host name.
-        .with_virtual_hosted_style_request(false);
+        // Path-style requests unless the spec asks otherwise: local S3 servers (moto, MinIO)
+        // do not serve buckets by host name, and Aliyun, Tencent and Huawei serve them only so.
+        .with_virtual_hosted_style_request(spec.virtual_hosted);
     let endpoint = match &spec.endpoint {
         Some(endpoint) => {
-            // A parsed URL ends its empty path with `/`; the client appends `/{bucket}`.
-            builder = builder.with_endpoint(endpoint.as_str().trim_end_matches('/'));
+            // The client appends `/{bucket}` to a path-style endpoint and uses a host-style
+            // one as it is, so that one must name the bucket already. A parsed URL ends its
+            // empty path with `/`.
+            let bucket_endpoint = if spec.virtual_hosted {
+                bucket_host(endpoint, bucket)?
+            } else {
+                endpoint.clone()
+            };
+            builder = builder.with_endpoint(bucket_endpoint.as_str().trim_end_matches('/'));
             normalize_endpoint(endpoint).map_err(|reason| Error::InvalidUrl {
                 url: endpoint.to_string(),
                 reason: reason.to_owned(),
@@ -193,6 +201,31 @@ fn open_s3(
     })
 }
 
+/// `endpoint` with `bucket` as the first label of its host: `https://oss.example.com` becomes
+/// `https://BUCKET.oss.example.com`.
+fn bucket_host(endpoint: &Url, bucket: &str) -> Result<Url, Error> {
+    let invalid = |reason: &str| Error::InvalidUrl {
+        url: endpoint.to_string(),
+        reason: reason.to_owned(),
+    };
+    let host = endpoint
+        .host_str()
+        .ok_or_else(|| invalid("a host-style endpoint names a host"))?;
+    if endpoint
+        .host()
+        .is_some_and(|h| !matches!(h, url::Host::Domain(_)))
+    {
+        return Err(invalid(
+            "a host-style endpoint is a host name: an IP address cannot carry the bucket's name",
+        ));
+    }
+    let mut with_bucket = endpoint.clone();
+    with_bucket
+        .set_host(Some(&format!("{bucket}.{host}")))
+        .map_err(|e| invalid(&e.to_string()))?;
+    Ok(with_bucket)
+}
+
 /// A credential from the environment variable the spec names, if it names one.
 fn credential(
     field: &'static str,
@@ -229,6 +262,18 @@ fn normalize_endpoint(endpoint: &Url) -> Result<String, &'static str> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_host_style_endpoint_carries_the_bucket_in_its_host() {
+        let endpoint = Url::parse("https://oss-cn-hangzhou.aliyuncs.com:443").unwrap();
+        assert_eq!(
+            bucket_host(&endpoint, "milvus-files").unwrap().as_str(),
+            "https://milvus-files.oss-cn-hangzhou.aliyuncs.com/"
+        );
+        let ip = Url::parse("http://10.0.0.9:9000").unwrap();
+        let err = bucket_host(&ip, "milvus-files").unwrap_err();
+        assert!(err.to_string().contains("IP address"), "{err}");
+    }
+
     const KEY_VAR: &str = "TEST_S3_KEY";
     const SECRET_VAR: &str = "TEST_S3_SECRET";
     const SECRET: &str = "hunter2";
@@ -252,6 +297,7 @@ mod tests {
             session_token_env: None,
             given: None,
             allow_http: true,
+            virtual_hosted: false,
         }
     }
 

@@ -65,6 +65,7 @@ impl S3Server {
             session_token_env: None,
             given: None,
             allow_http: true,
+            virtual_hosted: false,
         };
         let env = |name: &str| {
             [KEY_VAR, SECRET_VAR]

@@ -25,6 +25,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
 pub mod etcd;
 pub mod faults;
+pub mod host_style;
 
 /// What kind of world to build. `Default` is the happy one: a 3.0.2 target replicating to two
 /// secondaries with the import gate on, fast stages, a small plain backup.
@@ -403,13 +404,25 @@ impl World {
     /// has one: milvus-backup's local provider is a directory the target reads by absolute
     /// path, which a world of bucket-style ends does not have.
     pub fn milvus_backup_yaml(&self) -> anyhow::Result<String> {
-        let bucket = |store| match self.location(store) {
-            StoreLocation::Bucket { endpoint, bucket } => Ok((endpoint, bucket)),
-            StoreLocation::Dir(_) => anyhow::bail!("a backup.yaml describes an S3 world only"),
-        };
-        let (endpoint, target_bucket) = bucket(Store::End(TARGET))?;
-        let (_, backup_bucket) = bucket(Store::Backups)?;
+        let (endpoint, _) = self.bucket(None)?;
         let endpoint = url::Url::parse(&endpoint)?;
+        self.milvus_backup_yaml_as(
+            "minio",
+            endpoint.host_str().context("the S3 host")?,
+            endpoint.port_or_known_default().context("the S3 port")?,
+        )
+    }
+
+    /// [`World::milvus_backup_yaml`] with the stores' `provider`, `address` and `port`
+    /// written as given.
+    pub fn milvus_backup_yaml_as(
+        &self,
+        provider: &str,
+        address: &str,
+        port: u16,
+    ) -> anyhow::Result<String> {
+        let (_, target_bucket) = self.bucket(Some(TARGET))?;
+        let (_, backup_bucket) = self.bucket(None)?;
         let target = url::Url::parse(&self.sim.uri(TARGET))?;
         let lines = [
             "configVersion: v2".to_owned(),
@@ -421,15 +434,9 @@ impl World {
             ),
             format!("    port: {}", target.port().context("the target's port")?),
             "  storage:".to_owned(),
-            "    provider: minio".to_owned(),
-            format!(
-                "    address: {}",
-                endpoint.host_str().context("the S3 host")?
-            ),
-            format!(
-                "    port: {}",
-                endpoint.port_or_known_default().context("the S3 port")?
-            ),
+            format!("    provider: {provider}"),
+            format!("    address: {address}"),
+            format!("    port: {port}"),
             "    useSSL: false".to_owned(),
             format!("    bucketName: {target_bucket}"),
             "    rootPath: \"\"".to_owned(),
@@ -443,6 +450,15 @@ impl World {
             "    rootPath: backup".to_owned(),
         ];
         Ok(lines.join("\n") + "\n")
+    }
+
+    /// The S3 server and bucket of `end`'s store, or of the backups' store for `None`.
+    pub fn bucket(&self, end: Option<&str>) -> anyhow::Result<(String, String)> {
+        let store = end.map_or(Store::Backups, Store::End);
+        match self.location(store) {
+            StoreLocation::Bucket { endpoint, bucket } => Ok((endpoint, bucket)),
+            StoreLocation::Dir(_) => anyhow::bail!("a folder world has no buckets"),
+        }
     }
 
     /// A job file restoring the world's backup into the target with every secondary, plus

@@ -114,6 +114,18 @@ enum Version {
     V2,
 }
 
+/// How an S3-compatible provider is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum S3Flavour {
+    /// minio, s3, aws: buckets by path, and instance credentials through AWS's chain.
+    Aws,
+    /// gcp: Cloud Storage's S3 interoperability, with HMAC keys.
+    GcsInterop,
+    /// aliyun, tencent, hwc: buckets by host name (milvus-backup's clients look buckets up
+    /// by DNS for these three), with static keys.
+    HostStyle,
+}
+
 struct Reader<'a> {
     text: &'a str,
     path: &'a Path,
@@ -122,7 +134,16 @@ struct Reader<'a> {
 
 impl Reader<'_> {
     fn at(&mut self, origin: &Origin, key: &str, message: impl Into<String>) {
-        let location = match origin {
+        self.problems.push(Problem {
+            location: self.location(origin),
+            field: key.to_owned(),
+            message: message.into(),
+        });
+    }
+
+    /// Where a value came from; an inherited one is shown where its source was set.
+    fn location(&self, origin: &Origin) -> Location {
+        match origin {
             Origin::File(span) => {
                 let (line, column) = line_column(self.text, span.start);
                 Location::File {
@@ -133,17 +154,13 @@ impl Reader<'_> {
             }
             Origin::Set(given) => Location::Flag(format!("--set {given}")),
             Origin::Env(var) => Location::Env(var.clone()),
-            Origin::Default | Origin::Inherited => Location::File {
+            Origin::Inherited(from) => self.location(from),
+            Origin::Default => Location::File {
                 path: self.path.to_owned(),
                 line: 1,
                 column: 1,
             },
-        };
-        self.problems.push(Problem {
-            location,
-            field: key.to_owned(),
-            message: message.into(),
-        });
+        }
     }
 
     fn raw(&mut self, raw: RawProblem) {
@@ -432,12 +449,14 @@ impl Reader<'_> {
         let provider = s.text(&key).to_lowercase();
         match provider.as_str() {
             "local" => self.local_store(s, side),
-            "minio" | "s3" | "aws" | "gcp" => self.s3_store(s, side),
-            "gcpnative" | "azure" | "aliyun" | "tencent" | "hwc" => {
+            "minio" | "s3" | "aws" => self.s3_store(s, side, S3Flavour::Aws),
+            "gcp" => self.s3_store(s, side, S3Flavour::GcsInterop),
+            "aliyun" | "tencent" | "hwc" => self.s3_store(s, side, S3Flavour::HostStyle),
+            "gcpnative" | "azure" => {
                 self.at(
                     &s.origin(&key),
                     &key,
-                    format!("provider `{provider}`: lockstep reaches S3-compatible stores (minio, s3, aws, gcp) and local directories, and not yet this one"),
+                    format!("provider `{provider}`: lockstep reaches S3-compatible stores (minio, s3, aws, gcp, aliyun, tencent, hwc) and local directories, and not yet this one"),
                 );
                 None
             }
@@ -490,7 +509,12 @@ impl Reader<'_> {
 
     /// An S3-compatible store: the bucket (with Milvus's root for Milvus's side) at
     /// `address:port`, and for the backups' side the backups' root.
-    fn s3_store(&mut self, s: &Settings, side: &str) -> Option<(StorageSpec, String)> {
+    fn s3_store(
+        &mut self,
+        s: &Settings,
+        side: &str,
+        flavour: S3Flavour,
+    ) -> Option<(StorageSpec, String)> {
         let key = |name: &str| format!("{side}.{name}");
         let is_backup = side == "backup.storage";
         let root = s.text(&key("rootPath")).trim_matches('/').to_owned();
@@ -530,7 +554,7 @@ impl Reader<'_> {
                     }
                 },
             );
-        let given = self.auth(s, side)?;
+        let given = self.auth(s, side, flavour)?;
         let region = Some(s.text(&key("region")).to_owned()).filter(|r| !r.is_empty());
         Some((
             StorageSpec {
@@ -542,6 +566,7 @@ impl Reader<'_> {
                 session_token_env: None,
                 given,
                 allow_http: !ssl,
+                virtual_hosted: flavour == S3Flavour::HostStyle,
             },
             if is_backup { root } else { String::new() },
         ))
@@ -585,11 +610,16 @@ impl Reader<'_> {
     /// An S3 store's credentials: static keys, or none for `iam` and `default` (the
     /// object store's own instance-credential chain). A credential the type does not use
     /// is refused when anyone set it, as milvus-backup refuses it.
-    fn auth(&mut self, s: &Settings, side: &str) -> Option<Option<GivenKeys>> {
+    fn auth(&mut self, s: &Settings, side: &str, flavour: S3Flavour) -> Option<Option<GivenKeys>> {
         let key = |name: &str| format!("{side}.auth.{name}");
         let kind = s.text(&key("type")).to_lowercase();
         let uses: &[&str] = match kind.as_str() {
             "static" => &["accessKeyID", "secretAccessKey", "sessionToken"],
+            "iam" | "default" if flavour != S3Flavour::Aws => {
+                let provider = s.text(&format!("{side}.provider")).to_lowercase();
+                self.at(&s.origin(&key("type")), &key("type"), format!("auth type `{kind}` with provider `{provider}` takes its credentials from that cloud's own metadata service, which lockstep does not reach; give static keys (accessKeyID, secretAccessKey)"));
+                return None;
+            }
             "iam" => &["endpoint"],
             "default" => &[],
             "sharedkey" | "serviceaccount" => {
@@ -714,6 +744,7 @@ mod tests {
             session_token_env: None,
             given: minioadmin(&path, "milvus.storage"),
             allow_http: true,
+            virtual_hosted: false,
         };
         let backup_store = StorageSpec {
             url: Url::parse("s3://backup-bucket").unwrap(),
@@ -886,6 +917,69 @@ backup:
                 "/etc/milvus-backup/backup.yaml:8:7: milvus.storage.auth.accessKeyID: does not apply when milvus.storage.auth.type is \"iam\"",
                 "environment variable BACKUP_STORAGE_AUTH_SECRET_ACCESS_KEY: does not apply when backup.storage.auth.type is \"default\"",
             ]
+        );
+    }
+
+    #[test]
+    fn host_style_providers_address_buckets_by_host_and_take_static_keys() {
+        let text = "configVersion: v2
+milvus:
+  storage:
+    provider: aliyun
+    address: oss-cn-hangzhou.aliyuncs.com
+    port: 443
+    useSSL: true
+    bucketName: milvus-files
+    rootPath: files
+    auth:
+      type: static
+      accessKeyID: ak
+      secretAccessKey: sk
+backup:
+  storage:
+    provider: tencent
+    address: cos.ap-guangzhou.myqcloud.com
+    port: 443
+    useSSL: true
+    bucketName: backups-1250000000
+";
+        let config = parse(text, &[], &no_env).unwrap();
+        let milvus = config.clusters["milvus"].storage.as_ref().unwrap();
+        assert!(milvus.virtual_hosted && !milvus.allow_http);
+        assert_eq!(milvus.url.as_str(), "s3://milvus-files/files");
+        assert_eq!(
+            milvus.endpoint.as_ref().map(Url::as_str),
+            Some("https://oss-cn-hangzhou.aliyuncs.com/")
+        );
+        let backups = config.backups.as_ref().unwrap();
+        assert!(backups.storage.virtual_hosted);
+        assert_eq!(backups.storage.url.as_str(), "s3://backups-1250000000");
+
+        // Their clouds' own credential services are not reached: static keys only.
+        let iam = text
+            .replace("type: static", "type: iam")
+            .replace("      accessKeyID: ak\n      secretAccessKey: sk\n", "");
+        let refused = shown(parse(&iam, &[], &no_env).unwrap_err());
+        // backup.storage inherits the type, and is shown where that was written.
+        assert_eq!(
+            refused
+                .iter()
+                .map(|p| p.split(" takes ").next().unwrap())
+                .collect::<Vec<_>>(),
+            [
+                "/etc/milvus-backup/backup.yaml:11:7: milvus.storage.auth.type: auth type `iam` with provider `aliyun`",
+                "/etc/milvus-backup/backup.yaml:11:7: backup.storage.auth.type: auth type `iam` with provider `tencent`",
+            ],
+        );
+        // GCS's S3 interoperability takes HMAC keys; its instance credentials are OAuth
+        // tokens from Google's metadata server, which the S3 client cannot use.
+        let gcp = iam.replace("aliyun", "gcp").replace("tencent", "gcp");
+        let refused = shown(parse(&gcp, &[], &no_env).unwrap_err());
+        assert!(
+            refused
+                .iter()
+                .all(|p| p.contains("auth type `iam` with provider `gcp`")),
+            "{refused:#?}"
         );
     }
 

@@ -168,14 +168,14 @@ pub(super) enum Origin {
     /// The config file, at this byte offset (of a v1 key, for a translated file).
     File(Range<usize>),
     Default,
-    /// `backup.storage`'s default from `milvus.storage`.
-    Inherited,
+    /// `backup.storage`'s default from `milvus.storage`, with where that one came from.
+    Inherited(Box<Origin>),
 }
 
 impl Origin {
     /// Whether someone set it: defaults and inherited values are nobody's choice.
     pub fn is_set(&self) -> bool {
-        !matches!(self, Origin::Default | Origin::Inherited)
+        !matches!(self, Origin::Default | Origin::Inherited(_))
     }
 }
 
@@ -253,11 +253,12 @@ impl Settings {
                                 .and_then(|from| settings.0.get(&from.to_lowercase()));
                             if let Some(inherited) = inherited {
                                 let value = inherited.value.clone();
+                                let from = Box::new(inherited.origin.clone());
                                 settings.0.insert(
                                     lower,
                                     Setting {
                                         value,
-                                        origin: Origin::Inherited,
+                                        origin: Origin::Inherited(from),
                                     },
                                 );
                                 continue;
@@ -433,7 +434,9 @@ mod tests {
         assert_eq!(s.text("backup.storage.auth.accessKeyID"), "ak");
         assert_eq!(
             s.origin("backup.storage.auth.accessKeyID"),
-            Origin::Inherited
+            Origin::Inherited(Box::new(Origin::Set(
+                "milvus.storage.auth.accessKeyID".to_owned()
+            )))
         );
         assert_eq!(s.text("backup.storage.rootPath"), "backup");
     }

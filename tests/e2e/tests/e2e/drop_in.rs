@@ -110,3 +110,47 @@ async fn a_mirror_whose_storage_lacks_the_files_fails_before_the_commit_by_name(
     }
     Ok(())
 }
+
+/// milvus-backup's `aliyun` provider (and `tencent`, `hwc`, read the same way) addresses
+/// buckets by host name. `oss.test` resolves nowhere here, so lockstep reaches it through a
+/// loopback proxy (`HTTP_PROXY`) that hands each request to moto with its `Host` kept. Every
+/// request lockstep made of a store named its bucket in the host, and the restore landed on
+/// every end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_style_provider_is_reached_by_bucket_host_names() -> anyhow::Result<()> {
+    let test = "drop_in::a_host_style_provider_is_reached_by_bucket_host_names";
+    let Some(world) = world(test, StorageLayout::Shared).await? else {
+        return Ok(());
+    };
+    let (s3, target_bucket) = world.bucket(Some(TARGET))?;
+    let (_, backup_bucket) = world.bucket(None)?;
+    let proxy = e2e::host_style::Proxy::start(&s3).await?;
+    let dir = world.path("milvus-backup");
+    std::fs::create_dir_all(&dir)?;
+    let yaml = world.milvus_backup_yaml_as("aliyun", "oss.test", 80)?;
+    std::fs::write(dir.join("backup.yaml"), yaml)?;
+    let uris: Vec<String> = (0..world.spec.secondaries)
+        .map(|i| world.sim.uri(&secondary(i)))
+        .collect();
+    let mut cmd = lockstep_command(&dir, Output::Json);
+    cmd.args(["restore", "-n", &world.spec.backup.name, "--secondaries"])
+        .arg(uris.join(","))
+        .env("HTTP_PROXY", proxy.url())
+        // Milvus's REST API stays direct.
+        .env("NO_PROXY", "127.0.0.1,localhost");
+    let run = run_to_end(cmd).await?;
+    assert_eq!(run.code, 0, "{}", run.explain());
+    let hosts: std::collections::BTreeSet<String> = proxy.hosts().into_iter().collect();
+    let expected = std::collections::BTreeSet::from([
+        format!("{backup_bucket}.oss.test"),
+        format!("{target_bucket}.oss.test"),
+    ]);
+    assert_eq!(hosts, expected, "only bucket host names were asked for");
+    let rows = world.rows_after_deletes();
+    for end in world.ends() {
+        let visible: i64 = world.visible(&end).await?.values().sum();
+        assert_eq!(visible, rows, "{end}");
+    }
+    world.assert_nothing_held().await?;
+    Ok(())
+}
