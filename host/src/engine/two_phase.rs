@@ -403,27 +403,23 @@ pub async fn complete(
         if !matches!(sight, Sight::Missing) {
             missing_since.remove(&i);
         }
+        let divergence = |reason: String| Divergence {
+            end: names[end].clone(),
+            job_id: pairs[i].job.0.clone(),
+            collection: tracker.jobs[j].collection.clone(),
+            reason,
+        };
         match &sight {
             Sight::Seen(p) if p.state == JobState::Completed => return Judgement::Done,
             Sight::Seen(p) if p.state == JobState::Failed => {
-                divergences.push(Divergence {
-                    end: names[end].clone(),
-                    job_id: pairs[i].job.0.clone(),
-                    collection: tracker.jobs[j].collection.clone(),
-                    reason: p.reason.clone().unwrap_or_else(|| "failed".into()),
-                });
+                divergences.push(divergence(p.reason.clone().unwrap_or("failed".into())));
                 return Judgement::Done;
             }
             // Past the decision every end held the job (see `forgotten`).
             Sight::Missing => {
                 let since = *missing_since.entry(i).or_insert(now);
                 if now.saturating_duration_since(since) >= FORGOTTEN_AFTER {
-                    divergences.push(Divergence {
-                        end: names[end].clone(),
-                        job_id: pairs[i].job.0.clone(),
-                        collection: tracker.jobs[j].collection.clone(),
-                        reason: forgotten(&names[end]),
-                    });
+                    divergences.push(divergence(forgotten(&names[end])));
                     return Judgement::Done;
                 }
             }
