@@ -307,8 +307,14 @@ mod tests {
 
     fn ends() -> Ends {
         let end = |name: &str, role, port| {
-            super::super::EndClient::connect(name, role, &format!("http://127.0.0.1:{port}"), None)
-                .unwrap()
+            super::super::EndClient::connect(
+                name,
+                role,
+                &format!("http://127.0.0.1:{port}"),
+                None,
+                &crate::milvus::Tls::default(),
+            )
+            .unwrap()
         };
         Ends::from_clients(vec![
             end("t", Role::Target, 1),

@@ -1,8 +1,8 @@
 //! The ends of a restore: the target and its secondaries, each with its REST and gRPC client.
 
-use crate::job::{End, Job};
+use crate::job::{End, Job, TlsSpec, read_pem};
 use crate::journal::{RecordedEnd, Role};
-use crate::milvus::{self, GrpcClient, RestClient};
+use crate::milvus::{self, GrpcClient, Identity, RestClient, Tls};
 
 /// One cluster lockstep talks to.
 #[derive(Clone)]
@@ -17,7 +17,8 @@ pub struct EndClient {
 impl EndClient {
     fn new(end: &End, role: Role) -> Result<EndClient, milvus::Error> {
         let token = end.token.as_ref().map(|t| t.expose().to_string());
-        EndClient::connect(end.name.as_str(), role, end.uri.as_str(), token)
+        let tls = tls(end.name.as_str(), end.uri.as_str(), &end.tls)?;
+        EndClient::connect(end.name.as_str(), role, end.uri.as_str(), token, &tls)
     }
 
     /// A client for an end known by name and URI (recovery reads them from the journal).
@@ -26,13 +27,14 @@ impl EndClient {
         role: Role,
         uri: &str,
         token: Option<String>,
+        tls: &Tls,
     ) -> Result<EndClient, milvus::Error> {
         let uri = uri.trim_end_matches('/').to_string();
         Ok(EndClient {
             name: name.to_string(),
             role,
-            rest: RestClient::new(name, &uri, token.clone())?,
-            grpc: GrpcClient::new(name, &uri, token.as_deref())?,
+            rest: RestClient::new(name, &uri, token.clone(), tls)?,
+            grpc: GrpcClient::new(name, &uri, token.as_deref(), tls)?,
             uri,
         })
     }
@@ -44,6 +46,30 @@ impl EndClient {
             uri: self.uri.clone(),
         }
     }
+}
+
+/// The PEM files `spec` names, read. They were checked when the config was loaded; one
+/// gone since makes the end unreachable, naming the file.
+fn tls(name: &str, uri: &str, spec: &TlsSpec) -> Result<Tls, milvus::Error> {
+    let read = |path: &std::path::Path| {
+        read_pem(path).map_err(|reason| milvus::Error::Unreachable {
+            end: name.to_owned(),
+            uri: uri.to_owned(),
+            source: reason.into(),
+        })
+    };
+    let identity = match (&spec.client_cert, &spec.client_key) {
+        (Some(cert), Some(key)) => Some(Identity {
+            cert: read(cert)?,
+            key: read(key)?,
+        }),
+        _ => None,
+    };
+    Ok(Tls {
+        ca: spec.ca_cert.as_deref().map(read).transpose()?,
+        server_name: spec.server_name.clone(),
+        identity,
+    })
 }
 
 /// The target first, then the secondaries in the job's order. Index 0 is the target
@@ -106,7 +132,11 @@ impl Ends {
                 ),
                 None => None,
             };
-            all.push(EndClient::connect(&e.name, e.role, &e.uri, token)?);
+            let tls = match host.clusters.get(&e.name) {
+                Some(cluster) => tls(&e.name, &e.uri, &cluster.tls)?,
+                None => Tls::default(),
+            };
+            all.push(EndClient::connect(&e.name, e.role, &e.uri, token, &tls)?);
         }
         if all.first().is_none_or(|e| e.role != Role::Target) {
             return Err(RecoverError::NoTarget);

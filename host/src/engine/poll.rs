@@ -455,6 +455,7 @@ mod tests {
                 crate::journal::Role::Target,
                 &sim.cluster("t").uri(),
                 None,
+                &crate::milvus::Tls::default(),
             )
             .expect("client"),
         ])

@@ -108,6 +108,21 @@ pub struct ClusterFile {
     /// The cluster's `dataCoord.import.enableL0Import`: whether it imports L0 (delete-only)
     /// segments; default on before Milvus 3.0, off from 3.0 as Milvus has it.
     pub l0_import: Option<Spanned<bool>>,
+    /// TLS to an `https://` cluster beyond the system's roots.
+    pub tls: Option<Spanned<TlsFile>>,
+}
+
+/// `tls = { ... }` of a cluster: PEM files and the certificate's name.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFile {
+    /// The CA that signed the cluster's certificate (Milvus's `tls.caPemPath`).
+    pub ca_cert: Option<Spanned<String>>,
+    /// The name the cluster's certificate carries, when the URI's host is not it.
+    pub server_name: Option<Spanned<String>>,
+    /// The certificate and key lockstep presents, for `tlsMode` 2 (mutual).
+    pub client_cert: Option<Spanned<String>>,
+    pub client_key: Option<Spanned<String>>,
 }
 
 /// Object storage as a cluster or `[backups]` names it.

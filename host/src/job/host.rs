@@ -16,7 +16,9 @@
 //! secret_access_key_env = "MINIO_A_SECRET"
 //!
 //! [clusters.prod-a]
-//! uri = "http://10.0.0.1:19530"
+//! uri = "http://10.0.0.1:19530"     # https://: over TLS, for gRPC and REST alike
+//! # tls = { ca_cert = "ca.pem", server_name = "milvus.internal",
+//! #         client_cert = "client.pem", client_key = "client.key" }
 //! token_env = "PROD_A_TOKEN"
 //! storage = "minio-a"             # or an inline table
 //! max_import_jobs = 1024          # dataCoord.import.maxImportJobNum
@@ -197,6 +199,21 @@ pub struct ClusterSpec {
     pub require_staging: bool,
     /// `l0_import`: its `dataCoord.import.enableL0Import`; `None` leaves it to the version.
     pub l0_import: Option<bool>,
+    /// How to trust an `https://` cluster, and what to present to it.
+    pub tls: TlsSpec,
+}
+
+/// TLS to a cluster whose URI is `https://`, for gRPC and REST alike: the CA that signed its
+/// certificate (default: the system's roots), the name that certificate carries when the
+/// URI's host is not it, and the certificate and key lockstep presents to a cluster that
+/// asks for one (Milvus's `tlsMode` 2). Files are read as given, relative to the working
+/// directory as milvus-backup reads them, and checked when the config is loaded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TlsSpec {
+    pub ca_cert: Option<PathBuf>,
+    pub server_name: Option<String>,
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
 }
 
 /// How a Milvus resolves the paths of an import, by its `common.storageType`. A mirror
@@ -559,6 +576,7 @@ pub(crate) fn cluster_spec(
     }
     let storage_ok = file.storage.is_none() || storage.is_some();
     let paths = path_form(file, field, storage.as_ref(), problems);
+    let tls = tls_spec(file, field, uri.as_ref(), problems);
     Some(ClusterSpec {
         uri: uri?,
         token,
@@ -567,8 +585,70 @@ pub(crate) fn cluster_spec(
         paths: paths?,
         require_staging: file.require_staging.as_ref().is_some_and(|r| *r.get_ref()),
         l0_import: file.l0_import.as_ref().map(|l| *l.get_ref()),
+        tls: tls?,
     })
     .filter(|_| storage_ok)
+}
+
+/// `tls`: only for an `https://` URI; a client certificate comes with its key; every file
+/// is there and holds PEM.
+fn tls_spec(
+    file: &ClusterFile,
+    field: &str,
+    uri: Option<&Url>,
+    problems: &mut Vec<RawProblem>,
+) -> Option<TlsSpec> {
+    let Some(tls) = &file.tls else {
+        return Some(TlsSpec::default());
+    };
+    let before = problems.len();
+    let at = |name: &str| format!("{field}.tls.{name}");
+    if uri.is_some_and(|u| u.scheme() != "https") {
+        problems.push(RawProblem::new(
+            format!("{field}.tls"),
+            Some(tls.span()),
+            "tls applies to a cluster reached over TLS: write its uri as https://",
+        ));
+    }
+    let tls = tls.get_ref();
+    if tls.client_cert.is_some() != tls.client_key.is_some() {
+        problems.push(RawProblem::new(
+            at(if tls.client_cert.is_some() {
+                "client_key"
+            } else {
+                "client_cert"
+            }),
+            tls.client_cert
+                .as_ref()
+                .or(tls.client_key.as_ref())
+                .map(|p| p.span()),
+            "a client certificate is presented with its key: give client_cert and client_key",
+        ));
+    }
+    let mut pem = |name: &str, path: &Option<Spanned<String>>| {
+        let path = path.as_ref()?;
+        if let Err(reason) = read_pem(Path::new(path.get_ref())) {
+            problems.push(RawProblem::new(at(name), Some(path.span()), reason));
+        }
+        Some(PathBuf::from(path.get_ref()))
+    };
+    let spec = TlsSpec {
+        ca_cert: pem("ca_cert", &tls.ca_cert),
+        client_cert: pem("client_cert", &tls.client_cert),
+        client_key: pem("client_key", &tls.client_key),
+        server_name: tls.server_name.as_ref().map(|n| n.get_ref().clone()),
+    };
+    (problems.len() == before).then_some(spec)
+}
+
+/// A PEM file's bytes, or why it is not one.
+pub fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
+    let bytes =
+        std::fs::read(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+    if !bytes.windows(11).any(|w| w == b"-----BEGIN ") {
+        return Err(format!("`{}` holds no PEM block", path.display()));
+    }
+    Ok(bytes)
 }
 
 /// `storage_type` and `local_storage_path`: how the cluster's Milvus reads import paths.
@@ -897,6 +977,77 @@ mod tests {
     }
 
     #[test]
+    fn tls_is_read_for_an_https_cluster_and_its_files_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let pem = dir.path().join("ca.pem");
+        std::fs::write(
+            &pem,
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let not_pem = dir.path().join("key.txt");
+        std::fs::write(&not_pem, "a key, not PEM").unwrap();
+        let text = format!(
+            r#"[clusters.a]
+uri = "https://10.0.0.1:19530"
+tls = {{ ca_cert = "{pem}", server_name = "milvus.example" }}
+"#,
+            pem = pem.display()
+        );
+        let config = parse(&text).unwrap();
+        assert_eq!(
+            config.clusters["a"].tls,
+            TlsSpec {
+                ca_cert: Some(pem.clone()),
+                server_name: Some("milvus.example".into()),
+                client_cert: None,
+                client_key: None,
+            }
+        );
+
+        let text = format!(
+            r#"[clusters.plain]
+uri = "http://10.0.0.1:19530"
+tls = {{ ca_cert = "{pem}" }}
+
+[clusters.half]
+uri = "https://10.0.0.2:19530"
+tls = {{ client_cert = "{pem}" }}
+
+[clusters.files]
+uri = "https://10.0.0.3:19530"
+tls = {{ ca_cert = "{gone}", client_cert = "{pem}", client_key = "{not_pem}" }}
+"#,
+            pem = pem.display(),
+            gone = dir.path().join("gone.pem").display(),
+            not_pem = not_pem.display(),
+        );
+        let err = parse(&text).unwrap_err();
+        let shown: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
+        let fields: Vec<&str> = shown
+            .iter()
+            .map(|p| p.split(": ").nth(1).unwrap())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "clusters.files.tls.ca_cert",
+                "clusters.files.tls.client_key",
+                "clusters.half.tls.client_key",
+                "clusters.plain.tls",
+            ],
+            "{shown:#?}"
+        );
+        assert!(shown[0].contains("cannot read"), "{shown:#?}");
+        assert!(shown[1].contains("holds no PEM block"), "{shown:#?}");
+        assert!(
+            shown[2].contains("give client_cert and client_key"),
+            "{shown:#?}"
+        );
+        assert!(shown[3].contains("write its uri as https://"), "{shown:#?}");
+    }
+
+    #[test]
     fn every_problem_is_reported_with_its_place() {
         let text = r#"default_target = "prod-z"
 
@@ -925,7 +1076,7 @@ root = "backup"
         let path = "/etc/lockstep/lockstep.toml";
         let mut expected = vec![
             format!(
-                "{path}:18:1: clusters.c.tokens: unknown field `tokens`, expected one of `uri`, `token_env`, `storage`, `max_import_jobs`, `storage_type`, `local_storage_path`, `require_staging`, `l0_import`"
+                "{path}:18:1: clusters.c.tokens: unknown field `tokens`, expected one of `uri`, `token_env`, `storage`, `max_import_jobs`, `storage_type`, `local_storage_path`, `require_staging`, `l0_import`, `tls`"
             ),
             format!(
                 "{path}:4:7: storages.s.url: invalid storage URL `gs://bucket`: expected s3://bucket/root or file:///dir/root"

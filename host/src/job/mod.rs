@@ -45,7 +45,7 @@ pub use file::{
 pub use host::{
     BackupsFile, BackupsSpec, ClusterSpec, DEFAULT_BACKUP_ROOT, DEFAULT_MAX_IMPORT_JOBS,
     DEFAULT_STATE_DIR, GivenKeys, HostConfig, HostConfigFile, MissingToken, PathForm,
-    RestoreDefaults, StorageSpec, TokenSource,
+    RestoreDefaults, StorageSpec, TlsSpec, TokenSource, read_pem,
 };
 pub use rest::{ResponseMode, RestRestore};
 pub(crate) use secret::process_env;
@@ -223,6 +223,9 @@ pub struct End {
     /// Its `dataCoord.import.enableL0Import` as the host config says; `None`: as its version
     /// has it ([`End::imports_l0`]).
     pub l0_import: Option<bool>,
+    /// How to reach it over TLS: transport, not part of what a restore is.
+    #[serde(skip)]
+    pub tls: host::TlsSpec,
 }
 
 impl End {

@@ -258,6 +258,7 @@ fn resolve_cluster(
                     paths: host::PathForm::Minio,
                     require_staging: false,
                     l0_import: None,
+                    tls: host::TlsSpec::default(),
                 },
             }
         }
@@ -324,6 +325,7 @@ fn end(
         token,
         paths: resolved.spec.paths.clone(),
         l0_import: resolved.spec.l0_import,
+        tls: resolved.spec.tls.clone(),
     })
 }
 

@@ -14,7 +14,7 @@ use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
-use super::{CONNECT_TIMEOUT, Error, REQUEST_TIMEOUT, Result, ServerVersion};
+use super::{CONNECT_TIMEOUT, Error, REQUEST_TIMEOUT, Result, ServerVersion, Tls};
 
 /// Adds Milvus's `authorization` metadata (base64 of the token or `user:password`).
 #[derive(Clone)]
@@ -74,18 +74,39 @@ pub struct V1ImportState {
     pub reason: Option<String>,
 }
 
+/// The client's TLS: the given CA or the system's roots, the certificate's name, and the
+/// identity to present.
+fn tls_config(tls: &Tls) -> tonic::transport::ClientTlsConfig {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    let mut config = match &tls.ca {
+        Some(ca) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)),
+        None => ClientTlsConfig::new().with_native_roots(),
+    };
+    if let Some(name) = &tls.server_name {
+        config = config.domain_name(name);
+    }
+    if let Some(id) = &tls.identity {
+        config = config.identity(Identity::from_pem(&id.cert, &id.key));
+    }
+    config
+}
+
 impl GrpcClient {
     /// Builds a client that connects on first use, so an unreachable end shows up as an
     /// error on the first call (preflight's `GetVersion`), not at construction.
-    pub fn new(end: &str, uri: &str, token: Option<&str>) -> Result<GrpcClient> {
-        let endpoint = Endpoint::from_shared(uri.to_string())
-            .map_err(|e| Error::Unreachable {
-                end: end.to_string(),
-                uri: uri.to_string(),
-                source: Box::new(e),
-            })?
+    pub fn new(end: &str, uri: &str, token: Option<&str>, tls: &Tls) -> Result<GrpcClient> {
+        let unusable = |e: tonic::transport::Error| Error::Unreachable {
+            end: end.to_string(),
+            uri: uri.to_string(),
+            source: Box::new(e),
+        };
+        let mut endpoint = Endpoint::from_shared(uri.to_string())
+            .map_err(unusable)?
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT);
+        if uri.starts_with("https://") {
+            endpoint = endpoint.tls_config(tls_config(tls)).map_err(unusable)?;
+        }
         let auth = match token {
             Some(t) => {
                 let encoded = base64::engine::general_purpose::STANDARD.encode(t.as_bytes());

@@ -7,6 +7,7 @@
 
 mod grpc;
 mod rest;
+mod tls;
 pub mod topology;
 pub mod version;
 
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 pub use grpc::{CollectionInfo, GrpcClient, IndexSpec, ReplicateProgress, V1ImportState};
 pub use rest::{CreateImport, ImportListEntry, ImportProgress, RestClient};
+pub use tls::{Identity, Tls};
 pub use topology::Topology;
 pub use version::ServerVersion;
 

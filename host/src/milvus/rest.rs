@@ -4,11 +4,14 @@
 //! error whatever the HTTP status says. Commit and abort exist only here, not on gRPC.
 
 use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs as _};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{CONNECT_TIMEOUT, Error, JobState, MilvusJobId, REQUEST_TIMEOUT, Result};
+use super::{
+    BoxError, CONNECT_TIMEOUT, Error, JobState, MilvusJobId, REQUEST_TIMEOUT, Result, Tls,
+};
 
 /// A client for one end's REST API.
 #[derive(Debug, Clone)]
@@ -100,6 +103,17 @@ struct DescribeDetail {
     file_name: String,
 }
 
+/// `base` with its host replaced by `name`, and the addresses the original host:port
+/// resolves to.
+fn renamed(base: &str, name: &str) -> std::result::Result<(String, Vec<SocketAddr>), BoxError> {
+    let mut url = url::Url::parse(base)?;
+    let host = url.host_str().ok_or("the URI names no host")?.to_owned();
+    let port = url.port_or_known_default().ok_or("the URI names no port")?;
+    let addrs: Vec<SocketAddr> = (host.as_str(), port).to_socket_addrs()?.collect();
+    url.set_host(Some(name))?;
+    Ok((url.as_str().trim_end_matches('/').to_owned(), addrs))
+}
+
 #[derive(Deserialize)]
 struct ListData {
     #[serde(default)]
@@ -121,19 +135,37 @@ struct ListRecord {
 
 impl RestClient {
     /// `base` is the end's URI (`http://host:19530`); the REST API shares the gRPC port.
-    pub fn new(end: &str, base: &str, token: Option<String>) -> Result<RestClient> {
-        let http = reqwest::Client::builder()
+    pub fn new(end: &str, base: &str, token: Option<String>, tls: &Tls) -> Result<RestClient> {
+        let unusable = |source: BoxError| Error::Unreachable {
+            end: end.to_string(),
+            uri: base.to_string(),
+            source,
+        };
+        let mut base = base.trim_end_matches('/').to_string();
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(REQUEST_TIMEOUT)
-            .build()
-            .map_err(|e| Error::Unreachable {
-                end: end.to_string(),
-                uri: base.to_string(),
-                source: Box::new(e),
-            })?;
+            .timeout(REQUEST_TIMEOUT);
+        if let Some(ca) = &tls.ca {
+            let roots =
+                reqwest::Certificate::from_pem_bundle(ca).map_err(|e| unusable(e.into()))?;
+            builder = builder.tls_certs_only(roots);
+        }
+        if let Some(id) = &tls.identity {
+            let pem = [id.cert.as_slice(), b"\n", id.key.as_slice()].concat();
+            let identity = reqwest::Identity::from_pem(&pem).map_err(|e| unusable(e.into()))?;
+            builder = builder.identity(identity);
+        }
+        if let Some(name) = &tls.server_name {
+            // reqwest checks the certificate against the URL's host: the URL names the
+            // certificate's name, resolved to the address the URI names.
+            let (url, addrs) = renamed(&base, name).map_err(unusable)?;
+            builder = builder.resolve_to_addrs(name, &addrs);
+            base = url;
+        }
+        let http = builder.build().map_err(|e| unusable(e.into()))?;
         Ok(RestClient {
             end: end.to_string(),
-            base: base.trim_end_matches('/').to_string(),
+            base,
             token,
             http,
         })

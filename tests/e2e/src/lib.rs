@@ -26,6 +26,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 pub mod etcd;
 pub mod faults;
 pub mod host_style;
+pub mod tls;
 
 /// What kind of world to build. `Default` is the happy one: a 3.0.2 target replicating to two
 /// secondaries with the import gate on, fast stages, a small plain backup.
@@ -64,7 +65,21 @@ pub struct WorldSpec {
     pub restorer_grants: Option<Vec<milvus_sim::rbac::Grant>>,
     /// `dataCoord.import.taskRetention` on every end; None keeps the version's default.
     pub task_retention: Option<Duration>,
+    /// Whether lockstep reaches the target over TLS, on the target's TLS port.
+    pub target_tls: TargetTls,
     pub backup: BackupSpec,
+}
+
+/// TLS to the target ([`tls`]): its certificate names only [`tls::SERVER_NAME`], so the
+/// host config gives lockstep the world's CA and that name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetTls {
+    Off,
+    /// The target presents its certificate (Milvus's `tlsMode` 1).
+    Server,
+    /// The target also asks for a client certificate the world's CA signed (`tlsMode` 2),
+    /// and the host config gives lockstep one.
+    Mutual,
 }
 
 /// Whether the ends import L0 segments (Milvus 3.0 does not by default), and what the host
@@ -167,6 +182,7 @@ impl Default for WorldSpec {
             l0_import: L0Import::On,
             restorer_grants: None,
             task_retention: None,
+            target_tls: TargetTls::Off,
             backup: BackupSpec {
                 name: "e2e_backup".into(),
                 collections: 2,
@@ -209,6 +225,8 @@ pub struct World {
     pub spec: WorldSpec,
     /// Names this world's buckets apart from those of every other world on the same server.
     bucket_tag: String,
+    /// The world's CA and certificates, when the target serves TLS.
+    pub certs: Option<tls::Certs>,
 }
 
 /// The user lockstep signs in as on ends with privilege checks, and its password.
@@ -290,6 +308,18 @@ impl World {
         target.max_import_job_num = spec.max_import_job_num;
         target.enable_l0_import = spec.l0_import.in_sim(TARGET);
         spec.shared_settings(&mut target);
+        let certs = match spec.target_tls {
+            TargetTls::Off => None,
+            mode => {
+                let certs = tls::Certs::generate(&dir.path().join("tls"))?;
+                target.tls = Some(milvus_sim::tls::TlsSpec {
+                    cert: certs.server_cert.clone(),
+                    key: certs.server_key.clone(),
+                    client_ca: (mode == TargetTls::Mutual).then(|| certs.ca.clone()),
+                });
+                Some(certs)
+            }
+        };
         clusters.push(target);
         for i in 0..spec.secondaries {
             let mut s = ClusterSpec::new(secondary(i));
@@ -331,6 +361,7 @@ impl World {
             backup,
             spec,
             bucket_tag,
+            certs,
         };
         world.write_host_config()?;
         Ok(world)
@@ -338,6 +369,14 @@ impl World {
 
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
+    }
+
+    /// The URI lockstep reaches `end` at: the target's TLS port when it serves TLS.
+    pub fn uri(&self, end: &str) -> String {
+        match (end, self.sim.cluster(end).tls_uri()) {
+            (TARGET, Some(tls)) => tls,
+            _ => self.sim.uri(end),
+        }
     }
 
     /// The folder that is `end`'s object storage in a [`StorageService::LocalDirs`] world:
@@ -371,8 +410,23 @@ impl World {
         for end in self.ends() {
             text.push_str(&format!(
                 "\n[clusters.{end}]\nuri = \"{}\"\n",
-                self.sim.uri(&end)
+                self.uri(&end)
             ));
+            if let (TARGET, Some(certs)) = (end.as_str(), &self.certs) {
+                text.push_str(&format!(
+                    "tls = {{ ca_cert = \"{}\", server_name = \"{}\"",
+                    certs.ca.display(),
+                    tls::SERVER_NAME
+                ));
+                if self.spec.target_tls == TargetTls::Mutual {
+                    text.push_str(&format!(
+                        ", client_cert = \"{}\", client_key = \"{}\"",
+                        certs.client_cert.display(),
+                        certs.client_key.display()
+                    ));
+                }
+                text.push_str(" }\n");
+            }
             if self.spec.max_import_job_num != 1024 {
                 text.push_str(&format!(
                     "max_import_jobs = {}\n",
@@ -423,8 +477,8 @@ impl World {
     ) -> anyhow::Result<String> {
         let (_, target_bucket) = self.bucket(Some(TARGET))?;
         let (_, backup_bucket) = self.bucket(None)?;
-        let target = url::Url::parse(&self.sim.uri(TARGET))?;
-        let lines = [
+        let target = url::Url::parse(&self.uri(TARGET))?;
+        let mut lines = vec![
             "configVersion: v2".to_owned(),
             "milvus:".to_owned(),
             "  grpc:".to_owned(),
@@ -433,6 +487,21 @@ impl World {
                 target.host_str().context("the target's host")?
             ),
             format!("    port: {}", target.port().context("the target's port")?),
+        ];
+        if let Some(certs) = &self.certs {
+            let mutual = self.spec.target_tls == TargetTls::Mutual;
+            lines.push(format!(
+                "    tlsMode: {}",
+                if mutual { "mutual" } else { "server" }
+            ));
+            lines.push(format!("    caCertPath: {}", certs.ca.display()));
+            lines.push(format!("    serverName: {}", tls::SERVER_NAME));
+            if mutual {
+                lines.push(format!("    mtlsCertPath: {}", certs.client_cert.display()));
+                lines.push(format!("    mtlsKeyPath: {}", certs.client_key.display()));
+            }
+        }
+        lines.extend([
             "  storage:".to_owned(),
             format!("    provider: {provider}"),
             format!("    address: {address}"),
@@ -448,7 +517,7 @@ impl World {
             "  storage:".to_owned(),
             format!("    bucketName: {backup_bucket}"),
             "    rootPath: backup".to_owned(),
-        ];
+        ]);
         Ok(lines.join("\n") + "\n")
     }
 

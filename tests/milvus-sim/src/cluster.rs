@@ -141,6 +141,8 @@ pub(crate) struct Shared {
     config_changed: watch::Sender<u64>,
     pub availability: watch::Sender<Availability>,
     pub addr: Mutex<Option<SocketAddr>>,
+    /// The TLS port's address, when the spec asks for one.
+    pub tls_addr: Mutex<Option<SocketAddr>>,
     pub registry: Weak<Registry>,
     pub default_lag: Mutex<Duration>,
     pub server: tokio::sync::Mutex<Option<crate::server::Serving>>,
@@ -183,6 +185,7 @@ impl Cluster {
             config_changed: watch::channel(0).0,
             availability: watch::channel(Availability::Down).0,
             addr: Mutex::new(None),
+            tls_addr: Mutex::new(None),
             registry,
             default_lag: Mutex::new(Duration::ZERO),
             server: tokio::sync::Mutex::new(None),
@@ -250,6 +253,12 @@ impl Cluster {
     /// `http://127.0.0.1:PORT`: gRPC, REST and the control API all answer there.
     pub fn uri(&self) -> String {
         format!("http://{}", self.addr())
+    }
+
+    /// `https://127.0.0.1:PORT` of the TLS port, when the cluster has one.
+    pub fn tls_uri(&self) -> Option<String> {
+        let addr = *self.0.tls_addr.lock().expect("addr lock is never poisoned");
+        addr.map(|a| format!("https://{a}"))
     }
 
     /// A control-API client for this cluster.

@@ -50,6 +50,7 @@ pub mod request_log;
 pub mod rest;
 pub mod server;
 pub mod storage;
+pub mod tls;
 pub mod topology;
 pub mod version;
 

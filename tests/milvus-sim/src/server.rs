@@ -11,6 +11,8 @@ use milvus_proto::common::{
 };
 use milvus_proto::milvus::milvus_service_server::MilvusServiceServer;
 use tokio::net::TcpListener;
+
+use crate::tls::TlsListener;
 use tokio::sync::oneshot;
 use tower::ServiceExt;
 
@@ -37,6 +39,12 @@ pub enum SimError {
         port: u16,
         #[source]
         source: std::io::Error,
+    },
+    #[error("cluster '{cluster}': cannot serve TLS: {source}")]
+    Tls {
+        cluster: String,
+        #[source]
+        source: crate::tls::TlsError,
     },
     #[error("cluster '{cluster}': the topology's replication config was refused: {source}")]
     Replication {
@@ -86,7 +94,8 @@ impl Sim {
                 source,
             })?;
             *cluster.0.addr.lock().expect("addr lock is never poisoned") = Some(addr);
-            start_serving(&cluster, listener).await;
+            let tls = bind_tls(&cluster, SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+            start_serving(&cluster, listener, tls).await;
             registry.insert(cluster);
             order.push(id);
         }
@@ -203,22 +212,58 @@ fn app(cluster: &Cluster) -> axum::Router {
         .fallback(to_grpc)
 }
 
-async fn start_serving(cluster: &Cluster, listener: TcpListener) {
+async fn start_serving(cluster: &Cluster, listener: TcpListener, tls: Option<TlsListener>) {
     let (stop, stopped) = oneshot::channel::<()>();
     let app = app(cluster);
     let id = cluster.id().to_owned();
     let task = tokio::spawn(async move {
-        let result = axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .await;
+        let stopped = async {
+            let _ = stopped.await;
+        };
+        let plain = axum::serve(listener, app.clone()).with_graceful_shutdown(stopped);
+        let result = match tls {
+            None => plain.await,
+            // The TLS port stops with the plain one: a restart takes both down.
+            Some(tls) => tokio::select! {
+                r = plain => r,
+                r = axum::serve(tls, app) => r,
+            },
+        };
         if let Err(e) = result {
             tracing::error!(cluster = %id, error = %e, "server stopped");
         }
     });
     *cluster.0.server.lock().await = Some(Serving { stop, task });
     cluster.0.availability.send_replace(Availability::Up);
+}
+
+/// The cluster's TLS port, bound on `addr` (port 0: any) when its spec has one.
+async fn bind_tls(cluster: &Cluster, addr: SocketAddr) -> Result<Option<TlsListener>, SimError> {
+    let Some(spec) = &cluster.spec().tls else {
+        return Ok(None);
+    };
+    let acceptor = spec.acceptor().map_err(|source| SimError::Tls {
+        cluster: cluster.id().to_owned(),
+        source,
+    })?;
+    let tcp = TcpListener::bind(addr)
+        .await
+        .map_err(|source| SimError::Bind {
+            cluster: cluster.id().to_owned(),
+            port: addr.port(),
+            source,
+        })?;
+    let bound = tcp.local_addr().map_err(|source| SimError::Bind {
+        cluster: cluster.id().to_owned(),
+        port: addr.port(),
+        source,
+    })?;
+    *cluster
+        .0
+        .tls_addr
+        .lock()
+        .expect("addr lock is never poisoned") = Some(bound);
+    Ok(Some(TlsListener { tcp, acceptor }))
 }
 
 async fn stop_serving(cluster: &Cluster) {
@@ -250,7 +295,16 @@ pub async fn restart(cluster: &Cluster, down_for: Duration) -> Result<(), SimErr
             port: addr.port(),
             source,
         })?;
-    start_serving(cluster, listener).await;
+    let tls_addr = *cluster
+        .0
+        .tls_addr
+        .lock()
+        .expect("addr lock is never poisoned");
+    let tls = match tls_addr {
+        Some(addr) => bind_tls(cluster, addr).await?,
+        None => None,
+    };
+    start_serving(cluster, listener, tls).await;
     executor::resume_drivers(cluster);
     Ok(())
 }

@@ -169,6 +169,8 @@ pub struct ClusterSpec {
     /// the version's default (48 h from 3.0.2 and 2.6.24, 3 h before).
     pub task_retention: Option<Duration>,
     pub durations: StageDurations,
+    /// A second port serving the same over TLS ([`crate::tls`]).
+    pub tls: Option<crate::tls::TlsSpec>,
 }
 
 impl ClusterSpec {
@@ -192,6 +194,7 @@ impl ClusterSpec {
             timeout_spares_committing: false,
             task_retention: None,
             durations: StageDurations::default(),
+            tls: None,
         }
     }
 
@@ -504,6 +507,7 @@ impl Checker<'_> {
                 timeout_spares_committing: c.timeout_spares_committing,
                 task_retention,
                 durations,
+                tls: None,
             });
         }
         let replication = raw.replication.map(|r| {

@@ -29,7 +29,7 @@ use url::Url;
 use super::diagnostic::{Error, Input, Location, Problem, RawProblem, line_column};
 use super::host::{
     BackupsSpec, ClusterSpec, DEFAULT_MAX_ATTEMPTS, DEFAULT_STATE_DIR, GivenKeys, HostConfig,
-    PathForm, RestoreDefaults, StorageSpec, TokenSource,
+    PathForm, RestoreDefaults, StorageSpec, TlsSpec, TokenSource, read_pem,
 };
 use super::secret::{Env, Secret};
 use settings::{Given, Origin, Settings};
@@ -364,49 +364,29 @@ impl Reader<'_> {
         }
     }
 
-    /// The cluster `milvus`: plain gRPC and REST on one address, as lockstep reaches Milvus.
+    /// The cluster `milvus`: gRPC and REST on one address, over TLS as `tlsMode` says.
     fn cluster(
         &mut self,
         s: &Settings,
         storage: Option<&(StorageSpec, String)>,
     ) -> Option<ClusterSpec> {
-        let tls = s.text("milvus.grpc.tlsMode").to_lowercase();
-        match tls.as_str() {
-            "disabled" => {}
-            "0" | "1" | "2" => {
-                let name = ["disabled", "server", "mutual"][tls.parse::<usize>().unwrap_or(0)];
-                self.at(
-                    &s.origin("milvus.grpc.tlsMode"),
-                    "milvus.grpc.tlsMode",
-                    format!("`{tls}` is the v1 spelling of this mode: write it as \"{name}\""),
-                );
-            }
-            "server" | "mutual" => self.at(
-                &s.origin("milvus.grpc.tlsMode"),
-                "milvus.grpc.tlsMode",
-                format!("tlsMode `{tls}`: lockstep reaches Milvus over plain HTTP/2 and cannot verify or present certificates yet; restore from a host that reaches Milvus without TLS"),
-            ),
-            other => self.at(
-                &s.origin("milvus.grpc.tlsMode"),
-                "milvus.grpc.tlsMode",
-                format!("`{other}`: expected disabled, server or mutual"),
-            ),
-        }
+        let (scheme, tls) = self.tls(s);
         let port = self.port(s, "milvus.grpc.port");
         let address = s.text("milvus.grpc.address");
-        let uri = port.and_then(
-            |port| match Url::parse(&format!("http://{address}:{port}")) {
-                Ok(uri) if uri.has_host() => Some(uri),
-                _ => {
-                    self.at(
-                        &s.origin("milvus.grpc.address"),
-                        "milvus.grpc.address",
-                        format!("`{address}` is not a host name or address"),
-                    );
-                    None
-                }
-            },
-        )?;
+        let uri =
+            port.and_then(
+                |port| match Url::parse(&format!("{scheme}://{address}:{port}")) {
+                    Ok(uri) if uri.has_host() => Some(uri),
+                    _ => {
+                        self.at(
+                            &s.origin("milvus.grpc.address"),
+                            "milvus.grpc.address",
+                            format!("`{address}` is not a host name or address"),
+                        );
+                        None
+                    }
+                },
+            )?;
         if let Some(rest) = self.http_url(s, "milvus.rest.endpoint")
             && (rest.scheme() != uri.scheme()
                 || rest.host_str() != uri.host_str()
@@ -438,7 +418,75 @@ impl Reader<'_> {
             paths,
             require_staging: false,
             l0_import: None,
+            tls: tls?,
         })
+    }
+
+    /// `milvus.grpc.tlsMode` and its files: the URI's scheme and how to trust and answer
+    /// the server. Both `server` and `mutual` verify the server's certificate (against
+    /// `caCertPath`, else the system's roots); `mutual` also presents `mtlsCertPath` and
+    /// `mtlsKeyPath`, which it requires, as milvus-backup's v2 validation does.
+    /// With problems, the scheme is still the mode's, so the rest of the cluster is checked.
+    fn tls(&mut self, s: &Settings) -> (&'static str, Option<TlsSpec>) {
+        let key = |name: &str| format!("milvus.grpc.{name}");
+        let mode = s.text(&key("tlsMode")).to_lowercase();
+        let mutual = match mode.as_str() {
+            "disabled" => return ("http", Some(TlsSpec::default())),
+            "server" => false,
+            "mutual" => true,
+            "0" | "1" | "2" => {
+                let name = ["disabled", "server", "mutual"][mode.parse::<usize>().unwrap_or(0)];
+                self.at(
+                    &s.origin(&key("tlsMode")),
+                    &key("tlsMode"),
+                    format!("`{mode}` is the v1 spelling of this mode: write it as \"{name}\""),
+                );
+                return ("http", None);
+            }
+            other => {
+                self.at(
+                    &s.origin(&key("tlsMode")),
+                    &key("tlsMode"),
+                    format!("`{other}`: expected disabled, server or mutual"),
+                );
+                return ("http", None);
+            }
+        };
+        let before = self.problems.len();
+        let pem = |reader: &mut Self, name: &str| {
+            let path = s.text(&key(name));
+            if path.is_empty() {
+                return None;
+            }
+            if let Err(reason) = read_pem(Path::new(path)) {
+                reader.at(&s.origin(&key(name)), &key(name), reason);
+            }
+            Some(PathBuf::from(path))
+        };
+        let ca_cert = pem(self, "caCertPath");
+        let (client_cert, client_key) = if mutual {
+            let pair = (pem(self, "mtlsCertPath"), pem(self, "mtlsKeyPath"));
+            for (name, given) in [("mtlsCertPath", &pair.0), ("mtlsKeyPath", &pair.1)] {
+                if given.is_none() {
+                    self.at(
+                        &s.origin(&key(name)),
+                        &key(name),
+                        "tlsMode mutual presents a client certificate: give mtlsCertPath and mtlsKeyPath",
+                    );
+                }
+            }
+            pair
+        } else {
+            (None, None)
+        };
+        let server_name = Some(s.text(&key("serverName")).to_owned()).filter(|n| !n.is_empty());
+        let spec = TlsSpec {
+            ca_cert,
+            server_name,
+            client_cert,
+            client_key,
+        };
+        ("https", (self.problems.len() == before).then_some(spec))
     }
 
     /// One side's store, and beside it: for `milvus.storage`, the directory Milvus reads a
@@ -762,6 +810,7 @@ mod tests {
                     paths: PathForm::Minio,
                     require_staging: false,
                     l0_import: None,
+                    tls: TlsSpec::default(),
                 },
             )]),
             storages: BTreeMap::from([
@@ -921,6 +970,49 @@ backup:
     }
 
     #[test]
+    fn tls_mode_makes_an_https_cluster_with_the_files_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let pem = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, "-----BEGIN X-----\nAA==\n-----END X-----\n").unwrap();
+            path
+        };
+        let (ca, cert, key) = (pem("ca.pem"), pem("client.pem"), pem("client.key"));
+        let text = format!(
+            "configVersion: v2
+milvus:
+  grpc:
+    address: 10.0.0.1
+    tlsMode: mutual
+    caCertPath: {}
+    serverName: milvus.example
+    mtlsCertPath: {}
+    mtlsKeyPath: {}
+",
+            ca.display(),
+            cert.display(),
+            key.display()
+        );
+        let config = parse(&text, &[], &no_env).unwrap();
+        let milvus = &config.clusters["milvus"];
+        assert_eq!(milvus.uri.as_str(), "https://10.0.0.1:19530/");
+        assert_eq!(
+            milvus.tls,
+            TlsSpec {
+                ca_cert: Some(ca),
+                server_name: Some("milvus.example".into()),
+                client_cert: Some(cert),
+                client_key: Some(key),
+            }
+        );
+        // server: the system's roots when no CA is named, and no client certificate.
+        let server = "configVersion: v2\nmilvus:\n  grpc:\n    tlsMode: server\n";
+        let config = parse(server, &[], &no_env).unwrap();
+        assert_eq!(config.clusters["milvus"].uri.scheme(), "https");
+        assert_eq!(config.clusters["milvus"].tls, TlsSpec::default());
+    }
+
+    #[test]
     fn host_style_providers_address_buckets_by_host_and_take_static_keys() {
         let text = "configVersion: v2
 milvus:
@@ -988,7 +1080,7 @@ backup:
         let text = "configVersion: v2
 milvus:
   grpc:
-    tlsMode: server
+    tlsMode: mutual
   rest:
     endpoint: http://10.0.0.2:8080
   storage:
@@ -1010,13 +1102,14 @@ restore:
             [
                 "restore.maxSegmentsPerImportJob",
                 "milvus.storage.provider",
-                "milvus.grpc.tlsMode",
+                "milvus.grpc.mtlsCertPath",
+                "milvus.grpc.mtlsKeyPath",
                 "milvus.rest.endpoint",
             ],
             "{shown:#?}"
         );
         assert!(shown[1].contains("provider `azure`: lockstep reaches S3-compatible stores"));
-        assert!(shown[3].starts_with("/etc/milvus-backup/backup.yaml:6:5: "));
+        assert!(shown[2].contains("tlsMode mutual presents a client certificate"));
     }
 
     #[test]

@@ -154,3 +154,32 @@ async fn a_host_style_provider_is_reached_by_bucket_host_names() -> anyhow::Resu
     world.assert_nothing_held().await?;
     Ok(())
 }
+
+/// milvus-backup's `tlsMode: mutual` with its CA, server name and client certificate: the
+/// seed's line reaches the target over TLS with the file's certificates.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_seeds_line_reaches_a_mutual_tls_target_from_a_backup_yaml() -> anyhow::Result<()> {
+    let test = "drop_in::the_seeds_line_reaches_a_mutual_tls_target_from_a_backup_yaml";
+    let Some(endpoint) = e2e::s3_endpoint(test) else {
+        return Ok(());
+    };
+    let world = World::start(WorldSpec {
+        service: StorageService::S3 { endpoint },
+        storage: StorageLayout::Shared,
+        secondary_storage_known: false,
+        target_tls: e2e::TargetTls::Mutual,
+        ..WorldSpec::default()
+    })
+    .await?;
+    let run = seeds_line(&world, &[]).await?;
+    assert_eq!(run.code, 0, "{}", run.explain());
+    let target = run.report["ends"][0]["uri"].as_str().unwrap_or_default();
+    assert!(target.starts_with("https://"), "{}", run.explain());
+    let rows = world.rows_after_deletes();
+    for end in world.ends() {
+        let visible: i64 = world.visible(&end).await?.values().sum();
+        assert_eq!(visible, rows, "{end}");
+    }
+    world.assert_nothing_held().await?;
+    Ok(())
+}

@@ -13,6 +13,7 @@ mod rows;
 mod s3;
 mod snapshot;
 mod status_page;
+mod tls;
 mod two_phase;
 mod verify;
 mod versions;
