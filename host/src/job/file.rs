@@ -151,6 +151,12 @@ pub struct StorageFile {
     pub allow_http: Option<bool>,
     /// Address the bucket by host name rather than by path; default false.
     pub virtual_hosted: Option<bool>,
+    /// Azure (`az://container/root`): the storage account, and the variable holding its
+    /// shared key.
+    pub azure_account: Option<Spanned<String>>,
+    pub azure_key_env: Option<Spanned<String>>,
+    /// Google Cloud Storage (`gs://bucket/root`): a service-account key file.
+    pub service_account_file: Option<Spanned<String>>,
 }
 
 /// `[restore]`: milvus-backup's restore options, with its meanings.

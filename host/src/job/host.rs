@@ -12,6 +12,8 @@
 //! endpoint = "http://10.0.0.1:9000"
 //! allow_http = true
 //! virtual_hosted = false          # true: BUCKET.host, as Aliyun, Tencent and Huawei need
+//! # az://container/root: azure_account = "...", azure_key_env = "..."
+//! # gs://bucket/root: service_account_file = "sa.json"
 //! access_key_id_env = "MINIO_A_KEY"
 //! secret_access_key_env = "MINIO_A_SECRET"
 //!
@@ -107,9 +109,22 @@ pub struct StorageSpec {
     /// out of what is written down when off, so the specs written before it stay as they were.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub virtual_hosted: bool,
+    /// Azure's storage account, for an `az://container/root` store.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub azure_account: Option<String>,
+    /// The variable holding that account's shared key; without it (and without a key
+    /// written in a milvus-backup config), Azure's credential chain: managed or workload
+    /// identity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub azure_key_env: Option<String>,
+    /// A Google service-account key file, for a `gs://bucket/root` store; without it, the
+    /// instance's own credentials.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_account_file: Option<PathBuf>,
 }
 
-/// Static S3 keys whose values came with the config, not from the environment.
+/// Static keys whose values came with the config, not from the environment. For Azure,
+/// `access_key_id` is the account and `secret_access_key` its shared key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GivenKeys {
     /// Where they came from, e.g. `backup.yaml milvus.storage.auth`.
@@ -171,6 +186,9 @@ impl StorageSpec {
             given: None,
             allow_http: false,
             virtual_hosted: false,
+            azure_account: None,
+            azure_key_env: None,
+            service_account_file: None,
         })
     }
 
@@ -180,6 +198,7 @@ impl StorageSpec {
             &self.access_key_id_env,
             &self.secret_access_key_env,
             &self.session_token_env,
+            &self.azure_key_env,
         ]
         .into_iter()
         .filter_map(|env| env.as_deref())
@@ -776,14 +795,14 @@ fn storage_spec(
             problems.push(RawProblem::new(
                 format!("{field}.url"),
                 Some(span),
-                "missing field `url`: expected s3://bucket/root or file:///dir/root",
+                "missing field `url`: expected s3://bucket/root, az://container/root, gs://bucket/root or file:///dir/root",
             ));
             None
         }
         Some(url) => {
             match Url::parse(url.get_ref()) {
                 Ok(parsed)
-                    if parsed.scheme() == "s3"
+                    if matches!(parsed.scheme(), "s3" | "az" | "gs")
                         && parsed.host_str().is_some_and(|h| !h.is_empty()) =>
                 {
                     Some(parsed)
@@ -796,7 +815,7 @@ fn storage_spec(
                     problems.push(RawProblem::new(
                     format!("{field}.url"),
                     Some(url.span()),
-                    format!("invalid storage URL `{}`: expected s3://bucket/root or file:///dir/root", url.get_ref()),
+                    format!("invalid storage URL `{}`: expected s3://bucket/root, az://container/root, gs://bucket/root or file:///dir/root", url.get_ref()),
                 ));
                     None
                 }
@@ -840,11 +859,13 @@ fn storage_spec(
         ("access_key_id_env", &file.access_key_id_env),
         ("secret_access_key_env", &file.secret_access_key_env),
         ("session_token_env", &file.session_token_env),
+        ("azure_key_env", &file.azure_key_env),
     ] {
         if let Some(env) = env {
             check_env_name(env, &format!("{field}.{name}"), problems);
         }
     }
+    cloud_fields(file, field, url.as_ref(), problems);
     if problems.len() > before {
         return None;
     }
@@ -861,7 +882,66 @@ fn storage_spec(
         given: None,
         allow_http,
         virtual_hosted: file.virtual_hosted.unwrap_or(false),
+        azure_account: file.azure_account.as_ref().map(|a| a.get_ref().clone()),
+        azure_key_env: file.azure_key_env.as_ref().map(|e| e.get_ref().clone()),
+        service_account_file: file
+            .service_account_file
+            .as_ref()
+            .map(|f| PathBuf::from(f.get_ref())),
     })
+}
+
+/// The fields one cloud's store takes: an `az://` store names its account, and neither
+/// cloud's fields go with another's URL. A service-account file must be there.
+fn cloud_fields(
+    file: &StorageFile,
+    field: &str,
+    url: Option<&Url>,
+    problems: &mut Vec<RawProblem>,
+) {
+    let scheme = url.map(Url::scheme);
+    let only = |name: &str, given: Option<std::ops::Range<usize>>, on: &str| {
+        given
+            .filter(|_| scheme.is_some_and(|s| s != on))
+            .map(|span| {
+                RawProblem::new(
+                    format!("{field}.{name}"),
+                    Some(span),
+                    format!("applies only to an {on}:// store"),
+                )
+            })
+    };
+    problems.extend(only(
+        "azure_account",
+        file.azure_account.as_ref().map(Spanned::span),
+        "az",
+    ));
+    problems.extend(only(
+        "azure_key_env",
+        file.azure_key_env.as_ref().map(Spanned::span),
+        "az",
+    ));
+    problems.extend(only(
+        "service_account_file",
+        file.service_account_file.as_ref().map(Spanned::span),
+        "gs",
+    ));
+    if scheme == Some("az") && file.azure_account.is_none() {
+        problems.push(RawProblem::new(
+            format!("{field}.azure_account"),
+            file.url.as_ref().map(Spanned::span),
+            "an az:// store names its storage account: azure_account",
+        ));
+    }
+    if let Some(path) = &file.service_account_file
+        && let Err(e) = std::fs::metadata(path.get_ref())
+    {
+        problems.push(RawProblem::new(
+            format!("{field}.service_account_file"),
+            Some(path.span()),
+            format!("cannot read `{}`: {e}", path.get_ref()),
+        ));
+    }
 }
 
 fn check_env_name(env: &Spanned<String>, field: &str, problems: &mut Vec<RawProblem>) {
@@ -965,7 +1045,7 @@ mod tests {
         assert_eq!(
             shown,
             [
-                "/etc/lockstep/lockstep.toml:2:7: storages.s.url: invalid storage URL `file://server/share`: expected s3://bucket/root or file:///dir/root"
+                "/etc/lockstep/lockstep.toml:2:7: storages.s.url: invalid storage URL `file://server/share`: expected s3://bucket/root, az://container/root, gs://bucket/root or file:///dir/root"
             ]
         );
         let config = parse("[storages.s]\nurl = \"file:///srv/backups\"\n").unwrap();
@@ -974,6 +1054,56 @@ mod tests {
             StorageSpec::local(Path::new("/srv/backups")).unwrap(),
             "a spec built for a directory equals the validated file URL"
         );
+    }
+
+    #[test]
+    fn each_clouds_store_takes_its_own_fields() {
+        let text = r#"[storages.blob]
+url = "az://container/root"
+azure_key_env = "AZURE_KEY"
+
+[storages.bucket]
+url = "s3://bucket"
+azure_account = "acct"
+
+[storages.gcs]
+url = "gs://bucket/root"
+service_account_file = "/nonexistent/sa.json"
+"#;
+        let err = parse(text).unwrap_err();
+        let shown: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
+        let fields: Vec<&str> = shown
+            .iter()
+            .map(|p| p.split(": ").nth(1).unwrap())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "storages.blob.azure_account",
+                "storages.bucket.azure_account",
+                "storages.gcs.service_account_file",
+            ],
+            "{shown:#?}"
+        );
+        assert!(shown[0].contains("names its storage account"), "{shown:#?}");
+        assert!(
+            shown[1].contains("applies only to an az:// store"),
+            "{shown:#?}"
+        );
+        assert!(
+            shown[2].contains("cannot read `/nonexistent/sa.json`"),
+            "{shown:#?}"
+        );
+
+        let good = r#"[storages.blob]
+url = "az://container/root"
+azure_account = "acct"
+azure_key_env = "AZURE_KEY"
+"#;
+        let config = parse(good).unwrap();
+        let blob = &config.storages["blob"];
+        assert_eq!(blob.azure_account.as_deref(), Some("acct"));
+        assert_eq!(blob.credential_envs().collect::<Vec<_>>(), ["AZURE_KEY"]);
     }
 
     #[test]
@@ -1052,7 +1182,7 @@ tls = {{ ca_cert = "{gone}", client_cert = "{pem}", client_key = "{not_pem}" }}
         let text = r#"default_target = "prod-z"
 
 [storages.s]
-url = "gs://bucket"
+url = "gcs://bucket"
 endpoint = "http://minio:9000"
 
 [clusters.a]
@@ -1079,7 +1209,7 @@ root = "backup"
                 "{path}:18:1: clusters.c.tokens: unknown field `tokens`, expected one of `uri`, `token_env`, `storage`, `max_import_jobs`, `storage_type`, `local_storage_path`, `require_staging`, `l0_import`, `tls`"
             ),
             format!(
-                "{path}:4:7: storages.s.url: invalid storage URL `gs://bucket`: expected s3://bucket/root or file:///dir/root"
+                "{path}:4:7: storages.s.url: invalid storage URL `gcs://bucket`: expected s3://bucket/root, az://container/root, gs://bucket/root or file:///dir/root"
             ),
             format!(
                 "{path}:5:12: storages.s.endpoint: endpoint `http://minio:9000` is plain http: set allow_http = true to use it"

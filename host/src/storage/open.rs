@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use url::Url;
@@ -25,6 +27,10 @@ pub enum StoreId {
     Local { dir: PathBuf },
     /// An S3 bucket at an endpoint (scheme, host and port, lowercased, no trailing slash).
     S3 { endpoint: String, bucket: String },
+    /// An Azure Blob container at its account's endpoint.
+    Azure { endpoint: String, container: String },
+    /// A Google Cloud Storage bucket at its endpoint.
+    Gcs { endpoint: String, bucket: String },
 }
 
 impl fmt::Display for StoreId {
@@ -32,6 +38,11 @@ impl fmt::Display for StoreId {
         match self {
             StoreId::Local { dir } => write!(f, "file://{}", dir.display()),
             StoreId::S3 { endpoint, bucket } => write!(f, "s3://{bucket} at {endpoint}"),
+            StoreId::Azure {
+                endpoint,
+                container,
+            } => write!(f, "az://{container} at {endpoint}"),
+            StoreId::Gcs { endpoint, bucket } => write!(f, "gs://{bucket} at {endpoint}"),
         }
     }
 }
@@ -108,8 +119,21 @@ pub(crate) fn open_with_env(spec: &StorageSpec, env: Env<'_>) -> Result<OpenedSt
             let root = Path::parse(spec.url.path()).map_err(|e| invalid(&e.to_string()))?;
             open_s3(spec, bucket, root, env)
         }
+        "az" | "gs" => {
+            let name = spec
+                .url
+                .host_str()
+                .filter(|b| !b.is_empty())
+                .ok_or_else(|| invalid("the URL names a container or bucket"))?;
+            let root = Path::parse(spec.url.path()).map_err(|e| invalid(&e.to_string()))?;
+            if spec.url.scheme() == "az" {
+                open_azure(spec, name, root, env)
+            } else {
+                open_gcs(spec, name, root)
+            }
+        }
         other => Err(invalid(&format!(
-            "scheme `{other}` is not supported; use s3:// or file://"
+            "scheme `{other}` is not supported; use s3://, az://, gs:// or file://"
         ))),
     }
 }
@@ -192,6 +216,84 @@ fn open_s3(
     })?;
     Ok(OpenedStore {
         id: StoreId::S3 {
+            endpoint,
+            bucket: bucket.to_owned(),
+        },
+        store: Arc::new(store),
+        root,
+        local: None,
+    })
+}
+
+/// An Azure Blob container: the account's endpoint (`https://ACCOUNT.blob.core.windows.net`
+/// unless the spec names one, as for an emulator), its shared key from the config or the
+/// spec's variable, else Azure's credential chain.
+fn open_azure(
+    spec: &StorageSpec,
+    container: &str,
+    root: Path,
+    env: Env<'_>,
+) -> Result<OpenedStore, Error> {
+    let account = spec
+        .azure_account
+        .as_deref()
+        .ok_or_else(|| Error::InvalidUrl {
+            url: spec.url.to_string(),
+            reason: "an az:// store names its storage account (azure_account)".to_owned(),
+        })?;
+    let mut builder = MicrosoftAzureBuilder::new()
+        .with_account(account)
+        .with_container_name(container)
+        .with_allow_http(spec.allow_http);
+    let endpoint = match &spec.endpoint {
+        Some(endpoint) => {
+            builder = builder.with_endpoint(endpoint.as_str().trim_end_matches('/').to_owned());
+            endpoint.as_str().trim_end_matches('/').to_lowercase()
+        }
+        None => format!("https://{account}.blob.core.windows.net"),
+    };
+    if let Some(given) = &spec.given {
+        builder = builder.with_access_key(given.secret_access_key.expose());
+    }
+    if let Some(key) = credential("azure_key", &spec.azure_key_env, env)? {
+        builder = builder.with_access_key(key);
+    }
+    let store = builder.build().map_err(|source| Error::Open {
+        url: spec.url.to_string(),
+        source,
+    })?;
+    Ok(OpenedStore {
+        id: StoreId::Azure {
+            endpoint,
+            container: container.to_owned(),
+        },
+        store: Arc::new(store),
+        root,
+        local: None,
+    })
+}
+
+/// A Google Cloud Storage bucket, signed in with the spec's service-account file (else the
+/// instance's credentials), at the spec's endpoint when it names one (an emulator).
+fn open_gcs(spec: &StorageSpec, bucket: &str, root: Path) -> Result<OpenedStore, Error> {
+    let mut builder = GoogleCloudStorageBuilder::new().with_bucket_name(bucket);
+    if let Some(file) = &spec.service_account_file {
+        builder = builder.with_service_account_path(file.to_string_lossy());
+    }
+    let endpoint = match &spec.endpoint {
+        Some(endpoint) => {
+            let base = endpoint.as_str().trim_end_matches('/');
+            builder = builder.with_base_url(base);
+            base.to_lowercase()
+        }
+        None => "https://storage.googleapis.com".to_owned(),
+    };
+    let store = builder.build().map_err(|source| Error::Open {
+        url: spec.url.to_string(),
+        source,
+    })?;
+    Ok(OpenedStore {
+        id: StoreId::Gcs {
             endpoint,
             bucket: bucket.to_owned(),
         },
@@ -298,6 +400,9 @@ mod tests {
             given: None,
             allow_http: true,
             virtual_hosted: false,
+            azure_account: None,
+            azure_key_env: None,
+            service_account_file: None,
         }
     }
 
@@ -370,7 +475,12 @@ mod tests {
 
     #[test]
     fn urls_naming_no_store_are_refused() {
-        for url in ["gs://bucket", "s3:///root", "file://server/share"] {
+        for url in [
+            "gcs://bucket",
+            "s3:///root",
+            "az:///root",
+            "file://server/share",
+        ] {
             let spec = StorageSpec {
                 url: Url::parse(url).expect("url"),
                 ..s3("s3://b", "http://localhost:9000")
@@ -383,5 +493,12 @@ mod tests {
                 "{url}"
             );
         }
+        // An Azure container is found in its account, which the spec must name.
+        let spec = StorageSpec {
+            url: Url::parse("az://container/root").expect("url"),
+            ..s3("s3://b", "http://localhost:10000")
+        };
+        let err = open_with_env(&spec, &test_env).unwrap_err();
+        assert!(err.to_string().contains("azure_account"), "{err}");
     }
 }

@@ -66,6 +66,9 @@ impl S3Server {
             given: None,
             allow_http: true,
             virtual_hosted: false,
+            azure_account: None,
+            azure_key_env: None,
+            service_account_file: None,
         };
         let env = |name: &str| {
             [KEY_VAR, SECRET_VAR]

@@ -23,6 +23,7 @@ use object_store::local::LocalFileSystem;
 use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
+pub mod clouds;
 pub mod etcd;
 pub mod faults;
 pub mod host_style;
@@ -519,6 +520,11 @@ impl World {
             "    rootPath: backup".to_owned(),
         ]);
         Ok(lines.join("\n") + "\n")
+    }
+
+    /// The store holding the backup, as the world wrote it.
+    pub fn backup_store(&self) -> anyhow::Result<Arc<dyn ObjectStore>> {
+        self.location(Store::Backups).open()
     }
 
     /// The S3 server and bucket of `end`'s store, or of the backups' store for `None`.

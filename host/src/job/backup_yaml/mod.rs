@@ -114,9 +114,9 @@ enum Version {
     V2,
 }
 
-/// How an S3-compatible provider is reached.
+/// How a provider is reached, and so which auth types it takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum S3Flavour {
+enum Flavour {
     /// minio, s3, aws: buckets by path, and instance credentials through AWS's chain.
     Aws,
     /// gcp: Cloud Storage's S3 interoperability, with HMAC keys.
@@ -124,6 +124,10 @@ enum S3Flavour {
     /// aliyun, tencent, hwc: buckets by host name (milvus-backup's clients look buckets up
     /// by DNS for these three), with static keys.
     HostStyle,
+    /// azure: Blob Storage, with the account's shared key or Azure's credential chain.
+    Azure,
+    /// gcpnative: Cloud Storage's own API, with a service-account key file.
+    GcsNative,
 }
 
 struct Reader<'a> {
@@ -497,17 +501,11 @@ impl Reader<'_> {
         let provider = s.text(&key).to_lowercase();
         match provider.as_str() {
             "local" => self.local_store(s, side),
-            "minio" | "s3" | "aws" => self.s3_store(s, side, S3Flavour::Aws),
-            "gcp" => self.s3_store(s, side, S3Flavour::GcsInterop),
-            "aliyun" | "tencent" | "hwc" => self.s3_store(s, side, S3Flavour::HostStyle),
-            "gcpnative" | "azure" => {
-                self.at(
-                    &s.origin(&key),
-                    &key,
-                    format!("provider `{provider}`: lockstep reaches S3-compatible stores (minio, s3, aws, gcp, aliyun, tencent, hwc) and local directories, and not yet this one"),
-                );
-                None
-            }
+            "minio" | "s3" | "aws" => self.s3_store(s, side, Flavour::Aws),
+            "gcp" => self.s3_store(s, side, Flavour::GcsInterop),
+            "aliyun" | "tencent" | "hwc" => self.s3_store(s, side, Flavour::HostStyle),
+            "azure" => self.cloud_store(s, side, Flavour::Azure),
+            "gcpnative" => self.cloud_store(s, side, Flavour::GcsNative),
             other => {
                 self.at(
                     &s.origin(&key),
@@ -561,7 +559,7 @@ impl Reader<'_> {
         &mut self,
         s: &Settings,
         side: &str,
-        flavour: S3Flavour,
+        flavour: Flavour,
     ) -> Option<(StorageSpec, String)> {
         let key = |name: &str| format!("{side}.{name}");
         let is_backup = side == "backup.storage";
@@ -614,7 +612,106 @@ impl Reader<'_> {
                 session_token_env: None,
                 given,
                 allow_http: !ssl,
-                virtual_hosted: flavour == S3Flavour::HostStyle,
+                virtual_hosted: flavour == Flavour::HostStyle,
+                azure_account: None,
+                azure_key_env: None,
+                service_account_file: None,
+            },
+            if is_backup { root } else { String::new() },
+        ))
+    }
+
+    /// An Azure container or a native GCS bucket: `bucketName` and `rootPath` as for S3, and
+    /// the endpoint milvus-backup builds. Azure's is `https://ACCOUNT.blob.ADDRESS` (`:443`
+    /// dropped); GCS's is Google's own unless `address` names another host (an emulator).
+    fn cloud_store(
+        &mut self,
+        s: &Settings,
+        side: &str,
+        flavour: Flavour,
+    ) -> Option<(StorageSpec, String)> {
+        let key = |name: &str| format!("{side}.{name}");
+        let is_backup = side == "backup.storage";
+        let root = s.text(&key("rootPath")).trim_matches('/').to_owned();
+        let scheme = if flavour == Flavour::Azure {
+            "az"
+        } else {
+            "gs"
+        };
+        let port = self.port(s, &key("port"));
+        let bucket = s.text(&key("bucketName"));
+        let text = if is_backup || root.is_empty() {
+            format!("{scheme}://{bucket}")
+        } else {
+            format!("{scheme}://{bucket}/{root}")
+        };
+        let url = match Url::parse(&text) {
+            Ok(url) if url.host_str().is_some_and(|h| !h.is_empty()) => Some(url),
+            _ => {
+                self.at(
+                    &s.origin(&key("bucketName")),
+                    &key("bucketName"),
+                    format!("`{bucket}` is not a bucket or container name"),
+                );
+                None
+            }
+        };
+        let address = s.text(&key("address"));
+        let account = s.text(&key("accountName")).to_owned();
+        let ssl = s.bool(&key("useSSL"));
+        let endpoint = match flavour {
+            Flavour::Azure => {
+                if account.is_empty() {
+                    self.at(
+                        &s.origin(&key("accountName")),
+                        &key("accountName"),
+                        "an azure store names its storage account",
+                    );
+                }
+                let host = match port? {
+                    443 => address.to_owned(),
+                    port => format!("{address}:{port}"),
+                };
+                (host != "core.windows.net").then(|| format!("https://{account}.blob.{host}"))
+            }
+            _ => {
+                let standard = address.is_empty()
+                    || address == "storage.googleapis.com"
+                    || address.ends_with(".storage.googleapis.com")
+                    || address == "www.googleapis.com"
+                    || address == "googleapis.com";
+                let scheme = if ssl { "https" } else { "http" };
+                (!standard).then(|| format!("{scheme}://{address}:{}", port.unwrap_or(443)))
+            }
+        };
+        let endpoint = match endpoint.map(|e| Url::parse(&e)) {
+            None => None,
+            Some(Ok(url)) => Some(url),
+            Some(Err(_)) => {
+                self.at(
+                    &s.origin(&key("address")),
+                    &key("address"),
+                    format!("`{address}` is not a host name or address"),
+                );
+                return None;
+            }
+        };
+        let given = self.auth(s, side, flavour)?;
+        let credentials = s.text(&format!("{side}.auth.credentialsFile"));
+        Some((
+            StorageSpec {
+                url: url?,
+                allow_http: endpoint.as_ref().is_some_and(|e| e.scheme() == "http"),
+                endpoint,
+                region: None,
+                access_key_id_env: None,
+                secret_access_key_env: None,
+                session_token_env: None,
+                given,
+                virtual_hosted: false,
+                azure_account: (flavour == Flavour::Azure).then_some(account),
+                azure_key_env: None,
+                service_account_file: (!credentials.is_empty()).then(|| PathBuf::from(credentials)),
             },
             if is_backup { root } else { String::new() },
         ))
@@ -658,23 +755,39 @@ impl Reader<'_> {
     /// An S3 store's credentials: static keys, or none for `iam` and `default` (the
     /// object store's own instance-credential chain). A credential the type does not use
     /// is refused when anyone set it, as milvus-backup refuses it.
-    fn auth(&mut self, s: &Settings, side: &str, flavour: S3Flavour) -> Option<Option<GivenKeys>> {
+    fn auth(&mut self, s: &Settings, side: &str, flavour: Flavour) -> Option<Option<GivenKeys>> {
         let key = |name: &str| format!("{side}.auth.{name}");
         let kind = s.text(&key("type")).to_lowercase();
-        let uses: &[&str] = match kind.as_str() {
-            "static" => &["accessKeyID", "secretAccessKey", "sessionToken"],
-            "iam" | "default" if flavour != S3Flavour::Aws => {
-                let provider = s.text(&format!("{side}.provider")).to_lowercase();
+        let provider = s.text(&format!("{side}.provider")).to_lowercase();
+        let uses: &[&str] = match (flavour, kind.as_str()) {
+            (Flavour::Azure, "sharedkey") => &["accountKey"],
+            (Flavour::Azure, "default") => &[],
+            (Flavour::GcsNative, "serviceaccount") => &["credentialsFile"],
+            (Flavour::Azure | Flavour::GcsNative, other) => {
+                let expected = if flavour == Flavour::Azure {
+                    "sharedKey or default"
+                } else {
+                    "serviceAccount"
+                };
+                self.at(
+                    &s.origin(&key("type")),
+                    &key("type"),
+                    format!("auth type `{other}` does not apply to provider `{provider}`: expected {expected}"),
+                );
+                return None;
+            }
+            (_, "static") => &["accessKeyID", "secretAccessKey", "sessionToken"],
+            (_, "iam" | "default") if flavour != Flavour::Aws => {
                 self.at(&s.origin(&key("type")), &key("type"), format!("auth type `{kind}` with provider `{provider}` takes its credentials from that cloud's own metadata service, which lockstep does not reach; give static keys (accessKeyID, secretAccessKey)"));
                 return None;
             }
-            "iam" => &["endpoint"],
-            "default" => &[],
-            "sharedkey" | "serviceaccount" => {
+            (_, "iam") => &["endpoint"],
+            (_, "default") => &[],
+            (_, "sharedkey" | "serviceaccount") => {
                 self.at(&s.origin(&key("type")), &key("type"), format!("auth type `{}` is for Azure or native GCS; an S3-compatible store takes static, iam or default", s.text(&key("type"))));
                 return None;
             }
-            other => {
+            (_, other) => {
                 self.at(
                     &s.origin(&key("type")),
                     &key("type"),
@@ -703,8 +816,28 @@ impl Reader<'_> {
         if kind == "iam" && !s.text(&key("endpoint")).is_empty() {
             self.at(&s.origin(&key("endpoint")), &key("endpoint"), "lockstep fetches instance credentials from the standard metadata endpoint; a custom IAM endpoint is not supported");
         }
-        if kind != "static" {
-            return (self.problems.len() == before).then_some(None);
+        match kind.as_str() {
+            "sharedkey" => return self.shared_key(s, side, before),
+            "serviceaccount" => {
+                let file = s.text(&key("credentialsFile"));
+                if let Err(e) = std::fs::metadata(file)
+                    .map_err(|e| e.to_string())
+                    .and_then(|m| {
+                        m.is_file()
+                            .then_some(())
+                            .ok_or_else(|| "not a file".to_owned())
+                    })
+                {
+                    self.at(
+                        &s.origin(&key("credentialsFile")),
+                        &key("credentialsFile"),
+                        format!("serviceAccount reads a key file: `{file}`: {e}"),
+                    );
+                }
+                return (self.problems.len() == before).then_some(None);
+            }
+            "static" => {}
+            _ => return (self.problems.len() == before).then_some(None),
         }
         for name in ["accessKeyID", "secretAccessKey"] {
             if s.text(&key(name)).is_empty() {
@@ -724,6 +857,25 @@ impl Reader<'_> {
             access_key_id: Secret(s.text(&key("accessKeyID")).to_owned()),
             secret_access_key: Secret(s.text(&key("secretAccessKey")).to_owned()),
             session_token: (!token.is_empty()).then(|| Secret(token.to_owned())),
+        }))
+    }
+}
+
+impl Reader<'_> {
+    /// Azure's shared key, held as given keys: the account and its key.
+    fn shared_key(&mut self, s: &Settings, side: &str, before: usize) -> Option<Option<GivenKeys>> {
+        let key = format!("{side}.auth.accountKey");
+        if s.text(&key).is_empty() {
+            self.at(&s.origin(&key), &key, "sharedKey needs the account's key");
+        }
+        if self.problems.len() > before {
+            return None;
+        }
+        Some(Some(GivenKeys {
+            from: format!("{} {side}.auth", self.path.display()),
+            access_key_id: Secret(s.text(&format!("{side}.accountName")).to_owned()),
+            secret_access_key: Secret(s.text(&key).to_owned()),
+            session_token: None,
         }))
     }
 }
@@ -793,6 +945,9 @@ mod tests {
             given: minioadmin(&path, "milvus.storage"),
             allow_http: true,
             virtual_hosted: false,
+            azure_account: None,
+            azure_key_env: None,
+            service_account_file: None,
         };
         let backup_store = StorageSpec {
             url: Url::parse("s3://backup-bucket").unwrap(),
@@ -1013,6 +1168,86 @@ milvus:
     }
 
     #[test]
+    fn azure_and_native_gcs_are_their_clouds_stores() {
+        let dir = tempfile::tempdir().unwrap();
+        let key_file = dir.path().join("sa.json");
+        std::fs::write(&key_file, "{}").unwrap();
+        let text = format!(
+            "configVersion: v2
+milvus:
+  storage:
+    provider: azure
+    address: core.windows.net
+    port: 443
+    accountName: acct
+    bucketName: milvus
+    rootPath: files
+    auth:
+      type: sharedKey
+      accountKey: the-key
+backup:
+  storage:
+    provider: gcpnative
+    address: storage.googleapis.com
+    useSSL: true
+    bucketName: backups
+    auth:
+      type: serviceAccount
+      credentialsFile: {}
+",
+            key_file.display()
+        );
+        let config = parse(&text, &[], &no_env).unwrap();
+        let milvus = config.clusters["milvus"].storage.as_ref().unwrap();
+        assert_eq!(milvus.url.as_str(), "az://milvus/files");
+        assert_eq!(milvus.endpoint, None, "Azure's own endpoint");
+        assert_eq!(milvus.azure_account.as_deref(), Some("acct"));
+        let given = milvus.given.as_ref().unwrap();
+        assert_eq!(given.secret_access_key.expose(), "the-key");
+        let backups = &config.backups.as_ref().unwrap().storage;
+        assert_eq!(backups.url.as_str(), "gs://backups");
+        assert_eq!(backups.endpoint, None, "Google's own endpoint");
+        assert_eq!(
+            backups.service_account_file.as_deref(),
+            Some(key_file.as_path())
+        );
+        assert_eq!(backups.azure_account, None);
+
+        // Another host is an emulator for GCS, and a sovereign cloud's suffix for Azure,
+        // as milvus-backup builds them.
+        let elsewhere = text
+            .replace(
+                "address: core.windows.net",
+                "address: blob.core.chinacloudapi.cn",
+            )
+            .replace(
+                "address: storage.googleapis.com",
+                "address: 127.0.0.1\n    port: 4443",
+            )
+            .replace("useSSL: true", "useSSL: false");
+        let config = parse(&elsewhere, &[], &no_env).unwrap();
+        let milvus = config.clusters["milvus"].storage.as_ref().unwrap();
+        assert_eq!(
+            milvus.endpoint.as_ref().map(Url::as_str),
+            Some("https://acct.blob.blob.core.chinacloudapi.cn/")
+        );
+        let backups = &config.backups.as_ref().unwrap().storage;
+        assert_eq!(
+            backups.endpoint.as_ref().map(Url::as_str),
+            Some("http://127.0.0.1:4443/")
+        );
+        assert!(backups.allow_http);
+
+        // Each cloud takes its own auth types.
+        let wrong = text.replace("type: sharedKey", "type: static");
+        let refused = shown(parse(&wrong, &[], &no_env).unwrap_err());
+        assert!(
+            refused[0].contains("auth type `static` does not apply to provider `azure`: expected sharedKey or default"),
+            "{refused:#?}"
+        );
+    }
+
+    #[test]
     fn host_style_providers_address_buckets_by_host_and_take_static_keys() {
         let text = "configVersion: v2
 milvus:
@@ -1101,15 +1336,17 @@ restore:
             fields,
             [
                 "restore.maxSegmentsPerImportJob",
-                "milvus.storage.provider",
+                "milvus.storage.accountName",
+                "milvus.storage.auth.type",
                 "milvus.grpc.mtlsCertPath",
                 "milvus.grpc.mtlsKeyPath",
                 "milvus.rest.endpoint",
             ],
             "{shown:#?}"
         );
-        assert!(shown[1].contains("provider `azure`: lockstep reaches S3-compatible stores"));
-        assert!(shown[2].contains("tlsMode mutual presents a client certificate"));
+        assert!(shown[1].contains("an azure store names its storage account"));
+        assert!(shown[2].contains("auth type `static` does not apply to provider `azure`"));
+        assert!(shown[3].contains("tlsMode mutual presents a client certificate"));
     }
 
     #[test]

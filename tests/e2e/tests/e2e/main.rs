@@ -2,6 +2,7 @@
 
 mod access;
 mod atomicity;
+mod clouds;
 mod crash;
 mod drop_in;
 mod fault_runner;
