@@ -45,11 +45,12 @@ async fn a_target_asking_for_a_certificate_is_unreachable_without_one() -> anyho
     let job = world.job("no-cert", "")?;
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(run.code, 2, "refused before anything: {}", run.explain());
+    // How the client learns of it varies: TLS 1.3 finishes the client's side of the
+    // handshake first, so it reads the server's CertificateRequired alert or a cancelled
+    // stream, whichever comes first.
     let summary = run.summary();
     assert!(
-        summary.contains("t (https://127.0.0.1:")
-            && summary.contains("unreachable")
-            && summary.contains("CertificateRequired"),
+        summary.contains("t (https://127.0.0.1:") && summary.contains("is unreachable"),
         "{}",
         run.explain()
     );
