@@ -7,8 +7,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash plugins/build.sh
-# The end-to-end tests and the pytest suite run the built binaries.
-cargo build --workspace --bins
+# The end-to-end tests and the pytest suite run the built binaries; the crash and fault tests
+# need lockstep's crash points, named here rather than left to feature unification.
+cargo build --workspace --bins --features lockstep/fault-injection
 # fuzz/tests/mutate.rs fuzzes each parser this many seconds from its named seeds.
 LOCKSTEP_FUZZ_SECS=10 cargo nextest run --workspace --no-fail-fast
 # Seeded fault schedules over whole restores, DESIGN.md §2 checked after each (issue 6).

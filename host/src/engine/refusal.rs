@@ -6,6 +6,16 @@ use crate::backup::{CollectionConflict, Namespace};
 use crate::journal::Role;
 use crate::milvus::ServerVersion;
 
+/// What to check for an end that did not answer: over TLS, the certificates too, since a
+/// refused handshake reads as a dropped connection.
+fn unreachable_advice(uri: &str) -> &'static str {
+    if uri.starts_with("https://") {
+        "check its URI, its TLS settings (CA, certificate name, client certificate) and that Milvus is up"
+    } else {
+        "check its URI and that Milvus is up"
+    }
+}
+
 /// One reason to refuse a restore. The text says why and what to do.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Refusal {
@@ -17,7 +27,7 @@ pub enum Refusal {
          `lockstep status`"
     )]
     Busy { id: String, holder: String },
-    #[error("{end} ({uri}) is unreachable: {reason}; check its URI and that Milvus is up")]
+    #[error("{end} ({uri}) is unreachable: {reason}; {}", unreachable_advice(uri))]
     Unreachable {
         end: String,
         uri: String,

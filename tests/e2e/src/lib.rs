@@ -828,13 +828,14 @@ impl World {
                 );
             }
         }
+        self.assert_every_end_shows(self.rows_after_deletes()).await
+    }
+
+    /// Every end shows `rows` rows in all: inserted less deleted.
+    pub async fn assert_every_end_shows(&self, rows: i64) -> anyhow::Result<()> {
         for end in self.ends() {
             let visible: i64 = self.visible(&end).await?.values().sum();
-            ensure!(
-                visible == self.rows_after_deletes(),
-                "{end}: {visible} rows visible, the backup holds {}",
-                self.rows_after_deletes()
-            );
+            ensure!(visible == rows, "{end}: {visible} rows visible, not {rows}");
         }
         Ok(())
     }

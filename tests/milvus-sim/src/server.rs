@@ -81,18 +81,7 @@ impl Sim {
                     source,
                 })?;
             let cluster = Cluster::new(spec, store, temp_dir, Arc::downgrade(&registry));
-            let listener = TcpListener::bind(("127.0.0.1", port))
-                .await
-                .map_err(|source| SimError::Bind {
-                    cluster: id.clone(),
-                    port,
-                    source,
-                })?;
-            let addr = listener.local_addr().map_err(|source| SimError::Bind {
-                cluster: id.clone(),
-                port,
-                source,
-            })?;
+            let (listener, addr) = bind(&cluster, SocketAddr::from(([127, 0, 0, 1], port))).await?;
             *cluster.0.addr.lock().expect("addr lock is never poisoned") = Some(addr);
             let tls = bind_tls(&cluster, SocketAddr::from(([127, 0, 0, 1], 0))).await?;
             start_serving(&cluster, listener, tls).await;
@@ -237,6 +226,18 @@ async fn start_serving(cluster: &Cluster, listener: TcpListener, tls: Option<Tls
     cluster.0.availability.send_replace(Availability::Up);
 }
 
+/// A listener on `addr` (port 0: any free one) for `cluster`, with the address it got.
+async fn bind(cluster: &Cluster, addr: SocketAddr) -> Result<(TcpListener, SocketAddr), SimError> {
+    let failed = |source| SimError::Bind {
+        cluster: cluster.id().to_owned(),
+        port: addr.port(),
+        source,
+    };
+    let listener = TcpListener::bind(addr).await.map_err(failed)?;
+    let bound = listener.local_addr().map_err(failed)?;
+    Ok((listener, bound))
+}
+
 /// The cluster's TLS port, bound on `addr` (port 0: any) when its spec has one.
 async fn bind_tls(cluster: &Cluster, addr: SocketAddr) -> Result<Option<TlsListener>, SimError> {
     let Some(spec) = &cluster.spec().tls else {
@@ -246,18 +247,7 @@ async fn bind_tls(cluster: &Cluster, addr: SocketAddr) -> Result<Option<TlsListe
         cluster: cluster.id().to_owned(),
         source,
     })?;
-    let tcp = TcpListener::bind(addr)
-        .await
-        .map_err(|source| SimError::Bind {
-            cluster: cluster.id().to_owned(),
-            port: addr.port(),
-            source,
-        })?;
-    let bound = tcp.local_addr().map_err(|source| SimError::Bind {
-        cluster: cluster.id().to_owned(),
-        port: addr.port(),
-        source,
-    })?;
+    let (tcp, bound) = bind(cluster, addr).await?;
     *cluster
         .0
         .tls_addr
@@ -288,13 +278,7 @@ pub async fn restart(cluster: &Cluster, down_for: Duration) -> Result<(), SimErr
     stop_serving(cluster).await;
     executor::stop_drivers(cluster);
     tokio::time::sleep(down_for).await;
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| SimError::Bind {
-            cluster: cluster.id().to_owned(),
-            port: addr.port(),
-            source,
-        })?;
+    let (listener, _) = bind(cluster, addr).await?;
     let tls_addr = *cluster
         .0
         .tls_addr

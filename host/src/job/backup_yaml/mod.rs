@@ -562,27 +562,9 @@ impl Reader<'_> {
         flavour: Flavour,
     ) -> Option<(StorageSpec, String)> {
         let key = |name: &str| format!("{side}.{name}");
-        let is_backup = side == "backup.storage";
-        let root = s.text(&key("rootPath")).trim_matches('/').to_owned();
         self.object_store_checks(s, side);
         let port = self.port(s, &key("port"));
-        let bucket = s.text(&key("bucketName"));
-        let text = if is_backup || root.is_empty() {
-            format!("s3://{bucket}")
-        } else {
-            format!("s3://{bucket}/{root}")
-        };
-        let url = match Url::parse(&text) {
-            Ok(url) if url.host_str().is_some_and(|h| !h.is_empty()) => Some(url),
-            _ => {
-                self.at(
-                    &s.origin(&key("bucketName")),
-                    &key("bucketName"),
-                    format!("`{bucket}` is not a bucket name"),
-                );
-                None
-            }
-        };
+        let (url, backups_root) = self.store_url(s, side, "s3");
         let ssl = s.bool(&key("useSSL"));
         let address = s.text(&key("address"));
         let scheme = if ssl { "https" } else { "http" };
@@ -617,7 +599,7 @@ impl Reader<'_> {
                 azure_key_env: None,
                 service_account_file: None,
             },
-            if is_backup { root } else { String::new() },
+            backups_root,
         ))
     }
 
@@ -631,31 +613,13 @@ impl Reader<'_> {
         flavour: Flavour,
     ) -> Option<(StorageSpec, String)> {
         let key = |name: &str| format!("{side}.{name}");
-        let is_backup = side == "backup.storage";
-        let root = s.text(&key("rootPath")).trim_matches('/').to_owned();
         let scheme = if flavour == Flavour::Azure {
             "az"
         } else {
             "gs"
         };
         let port = self.port(s, &key("port"));
-        let bucket = s.text(&key("bucketName"));
-        let text = if is_backup || root.is_empty() {
-            format!("{scheme}://{bucket}")
-        } else {
-            format!("{scheme}://{bucket}/{root}")
-        };
-        let url = match Url::parse(&text) {
-            Ok(url) if url.host_str().is_some_and(|h| !h.is_empty()) => Some(url),
-            _ => {
-                self.at(
-                    &s.origin(&key("bucketName")),
-                    &key("bucketName"),
-                    format!("`{bucket}` is not a bucket or container name"),
-                );
-                None
-            }
-        };
+        let (url, backups_root) = self.store_url(s, side, scheme);
         let address = s.text(&key("address"));
         let account = s.text(&key("accountName")).to_owned();
         let ssl = s.bool(&key("useSSL"));
@@ -713,8 +677,35 @@ impl Reader<'_> {
                 azure_key_env: None,
                 service_account_file: (!credentials.is_empty()).then(|| PathBuf::from(credentials)),
             },
-            if is_backup { root } else { String::new() },
+            backups_root,
         ))
+    }
+
+    /// A side's store as `SCHEME://bucketName/rootPath`, and beside it the backups' root.
+    /// `backup.storage`'s `rootPath` is where the backups are in the bucket, not part of
+    /// the store; `milvus.storage`'s is Milvus's root, and so the store's.
+    fn store_url(&mut self, s: &Settings, side: &str, scheme: &str) -> (Option<Url>, String) {
+        let key = |name: &str| format!("{side}.{name}");
+        let is_backup = side == "backup.storage";
+        let root = s.text(&key("rootPath")).trim_matches('/').to_owned();
+        let bucket = s.text(&key("bucketName"));
+        let text = if is_backup || root.is_empty() {
+            format!("{scheme}://{bucket}")
+        } else {
+            format!("{scheme}://{bucket}/{root}")
+        };
+        let url = match Url::parse(&text) {
+            Ok(url) if url.host_str().is_some_and(|h| !h.is_empty()) => Some(url),
+            _ => {
+                self.at(
+                    &s.origin(&key("bucketName")),
+                    &key("bucketName"),
+                    format!("`{bucket}` is not a bucket name"),
+                );
+                None
+            }
+        };
+        (url, if is_backup { root } else { String::new() })
     }
 
     /// milvus-backup's checks of an object store's keys that only some stores use.

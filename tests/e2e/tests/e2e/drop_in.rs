@@ -65,11 +65,9 @@ async fn the_seeds_line_restores_on_every_end_from_a_backup_yaml() -> anyhow::Re
         "{}",
         run.explain()
     );
-    let expected = world.rows_after_deletes();
-    for end in world.ends() {
-        let visible: i64 = world.visible(&end).await?.values().sum();
-        assert_eq!(visible, expected, "{end}");
-    }
+    world
+        .assert_every_end_shows(world.rows_after_deletes())
+        .await?;
     world.assert_nothing_held().await?;
     assert!(
         run.stderr.contains("it must see the target's store"),
@@ -104,10 +102,7 @@ async fn a_mirror_whose_storage_lacks_the_files_fails_before_the_commit_by_name(
         0,
         "nothing was committed"
     );
-    for end in world.ends() {
-        let visible: i64 = world.visible(&end).await?.values().sum();
-        assert_eq!(visible, 0, "{end} shows nothing");
-    }
+    world.assert_every_end_shows(0).await?;
     Ok(())
 }
 
@@ -146,11 +141,9 @@ async fn a_host_style_provider_is_reached_by_bucket_host_names() -> anyhow::Resu
         format!("{target_bucket}.oss.test"),
     ]);
     assert_eq!(hosts, expected, "only bucket host names were asked for");
-    let rows = world.rows_after_deletes();
-    for end in world.ends() {
-        let visible: i64 = world.visible(&end).await?.values().sum();
-        assert_eq!(visible, rows, "{end}");
-    }
+    world
+        .assert_every_end_shows(world.rows_after_deletes())
+        .await?;
     world.assert_nothing_held().await?;
     Ok(())
 }
@@ -175,11 +168,9 @@ async fn the_seeds_line_reaches_a_mutual_tls_target_from_a_backup_yaml() -> anyh
     assert_eq!(run.code, 0, "{}", run.explain());
     let target = run.report["ends"][0]["uri"].as_str().unwrap_or_default();
     assert!(target.starts_with("https://"), "{}", run.explain());
-    let rows = world.rows_after_deletes();
-    for end in world.ends() {
-        let visible: i64 = world.visible(&end).await?.values().sum();
-        assert_eq!(visible, rows, "{end}");
-    }
+    world
+        .assert_every_end_shows(world.rows_after_deletes())
+        .await?;
     world.assert_nothing_held().await?;
     Ok(())
 }

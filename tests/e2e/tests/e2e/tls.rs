@@ -50,7 +50,9 @@ async fn a_target_asking_for_a_certificate_is_unreachable_without_one() -> anyho
     // stream, whichever comes first.
     let summary = run.summary();
     assert!(
-        summary.contains("t (https://127.0.0.1:") && summary.contains("is unreachable"),
+        summary.contains("t (https://127.0.0.1:")
+            && summary.contains("is unreachable")
+            && summary.contains("check its URI, its TLS settings"),
         "{}",
         run.explain()
     );
