@@ -353,6 +353,21 @@ impl Reader<'_> {
         }
     }
 
+    /// `text`, a URL built from the address at `key`, or a problem at that key.
+    fn address_url(&mut self, s: &Settings, key: &str, text: &str) -> Option<Url> {
+        match Url::parse(text) {
+            Ok(url) if url.has_host() => Some(url),
+            _ => {
+                self.at(
+                    &s.origin(key),
+                    key,
+                    format!("`{}` is not a host name or address", s.text(key)),
+                );
+                None
+            }
+        }
+    }
+
     fn port(&mut self, s: &Settings, key: &str) -> Option<u16> {
         let port = s.int(key)?;
         match u16::try_from(port) {
@@ -377,20 +392,13 @@ impl Reader<'_> {
         let (scheme, tls) = self.tls(s);
         let port = self.port(s, "milvus.grpc.port");
         let address = s.text("milvus.grpc.address");
-        let uri =
-            port.and_then(
-                |port| match Url::parse(&format!("{scheme}://{address}:{port}")) {
-                    Ok(uri) if uri.has_host() => Some(uri),
-                    _ => {
-                        self.at(
-                            &s.origin("milvus.grpc.address"),
-                            "milvus.grpc.address",
-                            format!("`{address}` is not a host name or address"),
-                        );
-                        None
-                    }
-                },
-            )?;
+        let uri = port.and_then(|port| {
+            self.address_url(
+                s,
+                "milvus.grpc.address",
+                &format!("{scheme}://{address}:{port}"),
+            )
+        })?;
         if let Some(rest) = self.http_url(s, "milvus.rest.endpoint")
             && (rest.scheme() != uri.scheme()
                 || rest.host_str() != uri.host_str()
@@ -568,20 +576,9 @@ impl Reader<'_> {
         let ssl = s.bool(&key("useSSL"));
         let address = s.text(&key("address"));
         let scheme = if ssl { "https" } else { "http" };
-        let endpoint =
-            port.and_then(
-                |port| match Url::parse(&format!("{scheme}://{address}:{port}")) {
-                    Ok(url) if url.has_host() => Some(url),
-                    _ => {
-                        self.at(
-                            &s.origin(&key("address")),
-                            &key("address"),
-                            format!("`{address}` is not a host name or address"),
-                        );
-                        None
-                    }
-                },
-            );
+        let endpoint = port.and_then(|port| {
+            self.address_url(s, &key("address"), &format!("{scheme}://{address}:{port}"))
+        });
         let given = self.auth(s, side, flavour)?;
         let region = Some(s.text(&key("region")).to_owned()).filter(|r| !r.is_empty());
         Some((
@@ -648,17 +645,9 @@ impl Reader<'_> {
                 (!standard).then(|| format!("{scheme}://{address}:{}", port.unwrap_or(443)))
             }
         };
-        let endpoint = match endpoint.map(|e| Url::parse(&e)) {
+        let endpoint = match endpoint {
             None => None,
-            Some(Ok(url)) => Some(url),
-            Some(Err(_)) => {
-                self.at(
-                    &s.origin(&key("address")),
-                    &key("address"),
-                    format!("`{address}` is not a host name or address"),
-                );
-                return None;
-            }
+            Some(text) => Some(self.address_url(s, &key("address"), &text)?),
         };
         let given = self.auth(s, side, flavour)?;
         let credentials = s.text(&format!("{side}.auth.credentialsFile"));
@@ -1112,6 +1101,37 @@ backup:
                 "/etc/milvus-backup/backup.yaml:8:7: milvus.storage.auth.accessKeyID: does not apply when milvus.storage.auth.type is \"iam\"",
                 "environment variable BACKUP_STORAGE_AUTH_SECRET_ACCESS_KEY: does not apply when backup.storage.auth.type is \"default\"",
             ]
+        );
+    }
+
+    #[test]
+    fn an_address_that_names_no_host_is_refused_at_its_key() {
+        let text = "configVersion: v2
+milvus:
+  grpc:
+    address: \"bad host\"
+  storage:
+    address: \"also bad\"
+";
+        let refused = shown(parse(text, &[], &no_env).unwrap_err());
+        let fields: Vec<&str> = refused
+            .iter()
+            .map(|p| p.split(": ").nth(1).unwrap())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "milvus.storage.address",
+                "backup.storage.address",
+                "milvus.grpc.address"
+            ],
+            "{refused:#?}"
+        );
+        // backup.storage inherits the address, and is shown where it was written.
+        assert!(refused[1].contains("backup.yaml:6:5: "), "{refused:#?}");
+        assert!(
+            refused[2].ends_with("`bad host` is not a host name or address"),
+            "{refused:#?}"
         );
     }
 
