@@ -13,7 +13,10 @@ use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::{PARQUET_FIELD_ID_META_KEY, ProjectionMask};
 
+use milvus_proto::schema::DataType;
+
 use crate::binlog::{Delete, Pk};
+use crate::value::Picked;
 
 /// Why a column-group file cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -127,6 +130,25 @@ pub fn int64s(file: &[u8], field: i64) -> Result<Option<Vec<i64>>, Error> {
         out.extend(ints.iter().map(Option::unwrap_or_default));
     }
     Ok(Some(out))
+}
+
+/// The values of rows `wanted` (sorted row numbers of the field's whole column, across its
+/// logs) of field `field` (of Milvus type `data_type`) in this file, its first row being row
+/// `first` of the column, and how many rows it holds; `None` when its column group does
+/// not hold the field.
+pub fn values(
+    file: &[u8],
+    field: i64,
+    data_type: DataType,
+    first: usize,
+    wanted: &[usize],
+) -> Result<Option<Picked>, Error> {
+    let Some(arrays) = column(file, field)? else {
+        return Ok(None);
+    };
+    crate::value::pick(&arrays, data_type, first, wanted)
+        .map(Some)
+        .map_err(|e| Error::Parquet(e.0))
 }
 
 /// The deletes of a delta log in this layout.

@@ -8,7 +8,10 @@
 //!   Parquet payload, insert logs of one field each, delta logs in both of their forms.
 //! - [`column_group`]: storage versions 2 and 3, plain Parquet files whose columns carry
 //!   their field ids.
+//! - [`value`]: one row's value of one field, read from either layout or from a query's
+//!   answer, and compared as Milvus keeps it.
 
 pub mod binlog;
 pub mod column_group;
 pub mod storage;
+pub mod value;

@@ -22,6 +22,7 @@
 pub mod delta;
 pub mod payload;
 
+use crate::value::Picked;
 use milvus_proto::schema::DataType;
 
 pub use delta::{Delete, DeltaForm, Pk, deleted_rows, deletes, encode_delta, removed};
@@ -355,6 +356,23 @@ pub fn pk_values(binlog: &Binlog<'_>) -> Result<Vec<Pk>, Error> {
         }
     }
     Ok(out)
+}
+
+/// The values of rows `wanted` (sorted row numbers of the field's whole column, across its
+/// logs) that this insert binlog holds, its first row being row `first` of the column; and
+/// how many rows it holds.
+pub fn values(binlog: &Binlog<'_>, first: usize, wanted: &[usize]) -> Result<Picked, Error> {
+    let data_type = DataType::try_from(binlog.descriptor.payload_type).map_err(|_| {
+        Error::BadDescriptor(format!(
+            "unknown payload data type {}",
+            binlog.descriptor.payload_type
+        ))
+    })?;
+    let mut arrays = Vec::new();
+    for event in insert_events(binlog)? {
+        arrays.extend(payload::single_columns(event.payload, data_type)?);
+    }
+    crate::value::pick(&arrays, data_type, first, wanted).map_err(|e| Error::Payload(e.0))
 }
 
 fn insert_events<'b, 'a>(binlog: &'b Binlog<'a>) -> Result<&'b [Event<'a>], Error> {

@@ -112,7 +112,7 @@ impl Column {
         }
     }
 
-    fn to_arrow(&self) -> ArrayRef {
+    pub(crate) fn to_arrow(&self) -> ArrayRef {
         let fixed = |width: usize, bytes: &[u8]| -> ArrayRef {
             let width = i32::try_from(width).expect("a vector row is under 2 GiB");
             let rows = bytes.chunks(width as usize);
@@ -235,7 +235,7 @@ pub(super) fn check_type(column: &ArrayRef, data_type: DataType) -> Result<(), E
 /// The one column of each batch of a single-field payload, checked to be of `data_type`.
 /// Columns are taken by position: the legacy writer names its column `val`, the stream
 /// writers of 2.5 on name it after the field id.
-fn single_columns(payload: &[u8], data_type: DataType) -> Result<Vec<ArrayRef>, Error> {
+pub(super) fn single_columns(payload: &[u8], data_type: DataType) -> Result<Vec<ArrayRef>, Error> {
     read(payload)?
         .into_iter()
         .map(|batch| {

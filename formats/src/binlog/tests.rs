@@ -162,6 +162,40 @@ fn real_values_are_the_rows_the_fixture_inserted() {
     assert_eq!(i8s.values().to_vec(), vec![-1, -2, -3, -4, -5]);
 }
 
+/// `values` picks rows out of the real server's binlogs, numbered as one column whose
+/// first rows lie in an earlier log.
+#[test]
+fn picked_values_of_real_binlogs_are_the_rows_inserted() {
+    use crate::value::Value;
+    let files = fixture_files();
+    let log = |name: &str| {
+        let (bytes, _, _) = files
+            .iter()
+            .find(|(_, f, s)| f["field"] == name && s["collection"] == "fixture_all_types")
+            .unwrap_or_else(|| panic!("field {name}"));
+        bytes.clone()
+    };
+    let bytes = log("name");
+    let name = parse(&bytes).expect("parses");
+    let picked = values(&name, 100, &[3, 101, 104, 105]).expect("reads");
+    assert_eq!(picked.rows, 5);
+    assert_eq!(
+        picked.values,
+        [
+            (101, Value::String("row-2".into())),
+            (104, Value::String("row-5".into()))
+        ]
+    );
+    let bytes = log("fvec");
+    let fvec = parse(&bytes).expect("parses");
+    let picked = values(&fvec, 0, &[1]).expect("reads");
+    let want: Vec<u8> = [2.0f32, 2.5, -2.0, 0.5]
+        .iter()
+        .flat_map(|f| f.to_le_bytes())
+        .collect();
+    assert_eq!(picked.values, [(1, Value::Bytes(want))]);
+}
+
 #[test]
 fn the_writer_frames_data_byte_for_byte_as_the_server_does() {
     for (bytes, file, segment) in fixture_files() {

@@ -28,7 +28,7 @@ use crate::control::{
     ClusterSnapshot, CollectionSnapshot, CompletedImport, FieldSnapshot, RequestRecord,
 };
 use crate::faults::{ApiEffect, Faults};
-use crate::jobs::{ImportJob, JobOrigin, JobState, Stamp};
+use crate::jobs::{ImportJob, JobOrigin, JobState, Row, Stamp};
 use crate::merr::MilvusError;
 use crate::options::{self, CommitMode, ImportSource};
 use crate::replication::{self, Role};
@@ -683,9 +683,9 @@ impl Cluster {
         self.lock().faults.take_short_import(job_id)
     }
 
-    /// Whether an injected lost delete applies to a job whose deletes removed a row, consumed.
-    pub(crate) fn take_lost_delete(&self) -> bool {
-        self.lock().faults.take_lost_delete()
+    /// Whether an injected drift applies to a job that can drift so, consumed.
+    pub(crate) fn take_drift(&self, drift: crate::faults::Drift) -> bool {
+        self.lock().faults.take_drift(drift)
     }
 
     /// The injected failure for a job arriving in `state`, consumed.
@@ -1064,11 +1064,31 @@ impl Cluster {
     ) -> Result<i64, MilvusError> {
         let state = self.lock();
         let id = state.catalog.collection(db, collection)?.id;
-        let done: Vec<&ImportJob> = (state.jobs.values())
-            .map(|e| &e.job)
-            .filter(|j| j.collection_id == id && j.state == JobState::Completed)
+        Ok(live_rows(&completed(&state, id), partitions))
+    }
+
+    /// The live rows of `collection` in `partitions` (all when `None`) whose key is one of
+    /// `keys`, each with the file group its values lie in, and the collection's schema.
+    pub fn rows_with_keys(
+        &self,
+        db: &str,
+        collection: &str,
+        partitions: Option<&[String]>,
+        keys: &std::collections::HashSet<Pk>,
+    ) -> Result<(milvus_proto::schema::CollectionSchema, Vec<FoundRow>), MilvusError> {
+        let state = self.lock();
+        let coll = state.catalog.collection(db, collection)?;
+        let done = completed(&state, coll.id);
+        let found = live_keys(&done, partitions)
+            .filter(|(_, row)| keys.contains(&row.pk))
+            .map(|(job, row)| FoundRow {
+                insert_prefix: job.files[row.group][0].clone(),
+                index: row.index,
+                pk: row.pk.clone(),
+                changed: job.data.changed.as_ref() == Some(&row.pk),
+            })
             .collect();
-        Ok(live_rows(&done, partitions))
+        Ok((coll.schema.clone(), found))
     }
 
     // ------------------------------------------------------------------ snapshot
@@ -1184,9 +1204,10 @@ impl Cluster {
         self.lock().faults.add_short_import(short);
     }
 
-    /// The next job whose own deletes remove a row keeps one of them.
-    pub fn add_lost_delete(&self, lost: crate::faults::LostDelete) {
-        self.lock().faults.add_lost_delete(lost);
+    /// The next job that can drift so reports its rows and shows a query others: a lost
+    /// delete, a changed value.
+    pub fn add_drift(&self, drift: impl Into<crate::faults::Drift>) {
+        self.lock().faults.add_drift(drift.into());
     }
 
     pub fn add_api_fault(
@@ -1217,6 +1238,25 @@ impl Cluster {
     }
 }
 
+/// One live row a query found by its key.
+#[derive(Debug, Clone)]
+pub struct FoundRow {
+    /// The insert prefix of the file group that holds its values, and its row there.
+    pub insert_prefix: String,
+    pub index: usize,
+    pub pk: Pk,
+    /// The changed-row fault took it: a query shows one of its values changed.
+    pub changed: bool,
+}
+
+/// The Completed imports of collection `id`: what a query reads.
+fn completed(state: &State, id: i64) -> Vec<&ImportJob> {
+    (state.jobs.values())
+        .map(|e| &e.job)
+        .filter(|j| j.collection_id == id && j.state == JobState::Completed)
+        .collect()
+}
+
 /// The L0 deletes of `done` that apply to rows of `partition`: its own, and those of L0
 /// imports into no partition, which apply to every partition.
 fn deletes_for(done: &[&ImportJob], partition: &str) -> Vec<Delete> {
@@ -1232,17 +1272,17 @@ fn deletes_for(done: &[&ImportJob], partition: &str) -> Vec<Delete> {
 fn live_keys<'a>(
     done: &'a [&'a ImportJob],
     partitions: Option<&'a [String]>,
-) -> impl Iterator<Item = &'a Pk> + 'a {
+) -> impl Iterator<Item = (&'a ImportJob, &'a Row)> + 'a {
     done.iter()
         .filter(move |j| partitions.is_none_or(|p| p.contains(&j.partition_name)))
-        .filter_map(|j| j.data.keys.as_ref().map(|keys| (j, keys)))
+        .filter_map(|j| j.data.keys.as_ref().map(|keys| (*j, keys)))
         .flat_map(move |(j, keys)| {
             let deletes = deletes_for(done, &j.partition_name);
-            let removed = binlog::removed(keys.iter().map(|(pk, ts)| (pk, *ts)), &deletes);
+            let removed = binlog::removed(keys.iter().map(|r| (&r.pk, r.ts)), &deletes);
             keys.iter()
                 .zip(removed)
                 .filter(|(_, gone)| !gone)
-                .map(|((pk, _), _)| pk)
+                .map(move |(row, _)| (j, row))
         })
 }
 

@@ -12,6 +12,7 @@
 use std::future::pending;
 
 use crate::cluster::{Cluster, IMPORT_TIMEOUT};
+use crate::faults::Drift;
 use crate::import_reader::{self, ReadError, ReadOutcome};
 use crate::jobs::JobState;
 use crate::options::CommitMode;
@@ -139,10 +140,15 @@ async fn run_stage(
                     }
                     // Only a job whose deletes removed a row can lose one: the fault waits.
                     if let Some(kept) = read.data.first_removed.take()
-                        && cluster.take_lost_delete()
+                        && cluster.take_drift(Drift::LostDelete)
                         && let Some(keys) = &mut read.data.keys
                     {
                         keys.push(kept);
+                    }
+                    if let Some(first) = read.data.keys.as_ref().and_then(|k| k.first())
+                        && cluster.take_drift(Drift::ChangedRow)
+                    {
+                        read.data.changed = Some(first.pk.clone());
                     }
                     StageEnd::Advance(Some(read))
                 }

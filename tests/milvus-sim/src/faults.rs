@@ -48,6 +48,32 @@ pub struct ShortImport {
 #[serde(deny_unknown_fields)]
 pub struct LostDelete {}
 
+/// The next job that imports a row shows one of its rows to a query with one value changed,
+/// and reports the rows it should have: a drift no count finds, only a comparison of values.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChangedRow {}
+
+/// A drift between what a job reports and what a query sees, armed by a fault and taken by
+/// the next job it can apply to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drift {
+    LostDelete,
+    ChangedRow,
+}
+
+impl From<LostDelete> for Drift {
+    fn from(_: LostDelete) -> Self {
+        Drift::LostDelete
+    }
+}
+
+impl From<ChangedRow> for Drift {
+    fn from(_: ChangedRow) -> Self {
+        Drift::ChangedRow
+    }
+}
+
 impl JobSelector {
     /// This selector once the job `job_id` was created.
     fn bind(self, job_id: i64) -> JobSelector {
@@ -101,7 +127,7 @@ struct ApiFault {
 pub struct Faults {
     job_failures: Vec<JobFailure>,
     short_imports: Vec<ShortImport>,
-    lost_deletes: usize,
+    drifts: Vec<Drift>,
     api: Vec<ApiFault>,
 }
 
@@ -114,8 +140,8 @@ impl Faults {
         self.short_imports.push(short);
     }
 
-    pub fn add_lost_delete(&mut self, _: LostDelete) {
-        self.lost_deletes += 1;
+    pub fn add_drift(&mut self, drift: Drift) {
+        self.drifts.push(drift);
     }
 
     /// Binds every `Next` (and `Nth(1)`) fault to the job just created, and counts the
@@ -138,11 +164,10 @@ impl Faults {
         Some(self.short_imports.remove(index).rows)
     }
 
-    /// Whether a job whose deletes removed a row must keep one, consuming the fault.
-    pub fn take_lost_delete(&mut self) -> bool {
-        let pending = self.lost_deletes > 0;
-        self.lost_deletes = self.lost_deletes.saturating_sub(1);
-        pending
+    /// Whether a job that can drift so must, consuming the fault.
+    pub fn take_drift(&mut self, drift: Drift) -> bool {
+        let armed = self.drifts.iter().position(|d| *d == drift);
+        armed.map(|i| self.drifts.remove(i)).is_some()
     }
 
     /// The reason `job_id` must fail with on reaching `state`, consuming the fault.

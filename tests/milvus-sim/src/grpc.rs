@@ -15,7 +15,6 @@ use milvus_proto::common::{
 };
 use milvus_proto::milvus::milvus_service_server::MilvusService;
 use milvus_proto::milvus::*;
-use milvus_proto::schema::{DataType, FieldData, LongArray, ScalarField, field_data, scalar_field};
 use tonic::{Request, Response};
 
 use crate::Protocol;
@@ -451,57 +450,14 @@ impl MilvusService for MilvusGrpc {
         .await
     }
 
-    /// The query a restore's verification sends, `count(*)` of the whole collection or of
-    /// some partitions, answered from the rows the collection's Completed imports hold once it
-    /// is loaded. Other expressions are refused as ones Milvus cannot parse.
+    /// The queries a restore's verification sends ([`crate::query`]).
     async fn query(
         &self,
         request: Request<QueryRequest>,
     ) -> Result<Response<QueryResults>, tonic::Status> {
-        self.serve("Query", request, |cluster, req| {
-            let loaded = cluster.with_catalog(|c| {
-                c.collection(&req.db_name, &req.collection_name)
-                    .map(|coll| coll.loaded)
-            })?;
-            if !loaded {
-                return Err(MilvusError::new(
-                    101,
-                    format!("collection not loaded[collection={}]", req.collection_name),
-                ));
-            }
-            if !(req.expr.trim().is_empty() && req.output_fields == ["count(*)"]) {
-                return Err(MilvusError::new(
-                    1100,
-                    format!(
-                        "cannot parse expression: {:?} with output fields {:?}",
-                        req.expr, req.output_fields
-                    ),
-                ));
-            }
-            let partitions =
-                (!req.partition_names.is_empty()).then_some(req.partition_names.as_slice());
-            let n = cluster.count_rows(
-                db_or_default(&req.db_name),
-                &req.collection_name,
-                partitions,
-            )?;
-            let field = FieldData {
-                r#type: DataType::Int64 as i32,
-                field_name: "count(*)".into(),
-                field: Some(field_data::Field::Scalars(ScalarField {
-                    data: Some(scalar_field::Data::LongData(LongArray { data: vec![n] })),
-                })),
-                ..Default::default()
-            };
-            Ok(QueryResults {
-                status: Some(merr::success()),
-                output_fields: vec![field.field_name.clone()],
-                fields_data: vec![field],
-                collection_name: req.collection_name,
-                ..Default::default()
-            })
-        })
-        .await
+        self.admit("Query", &request).await?;
+        let result = crate::query::answer(&self.cluster, request.into_inner()).await;
+        self.finish("Query", None, result)
     }
 
     async fn describe_collection(

@@ -18,9 +18,10 @@ use object_store::{ObjectStore, ObjectStoreExt, path::Path};
 
 use milvus_proto::schema::{CollectionSchema, DataType, FieldSchema};
 
-use crate::jobs::{GroupResult, ImportedData, ManifestEntry};
+use crate::jobs::{GroupResult, ImportedData, ManifestEntry, Row};
 use crate::options::ImportSource;
 use milvus_formats::binlog;
+use milvus_formats::value::Value;
 
 /// Why a job could not read its files; the Display text is the job's failure reason.
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +88,7 @@ impl Default for ReadOutcome {
                 keys: Some(Vec::new()),
                 deletes: Vec::new(),
                 first_removed: None,
+                changed: None,
             },
         }
     }
@@ -234,7 +236,7 @@ pub async fn read_groups(
             ImportSource::Binlogs => {
                 read_binlog_group(
                     store,
-                    &group[0],
+                    (index, &group[0]),
                     group.get(1).map(String::as_str),
                     schema,
                     &mut outcome,
@@ -242,7 +244,7 @@ pub async fn read_groups(
                 .await?
             }
             ImportSource::L0Deltas => {
-                read_binlog_group(store, "", Some(&group[0]), None, &mut outcome).await?
+                read_binlog_group(store, (index, ""), Some(&group[0]), None, &mut outcome).await?
             }
             ImportSource::RowFiles => {
                 outcome.data.keys = None;
@@ -263,7 +265,7 @@ pub async fn read_groups(
 /// data), or for an L0 group (no insert prefix) its deletes.
 async fn read_binlog_group(
     store: &dyn ObjectStore,
-    insert_prefix: &str,
+    (group, insert_prefix): (usize, &str),
     delta_prefix: Option<&str>,
     schema: Option<&CollectionSchema>,
     outcome: &mut ReadOutcome,
@@ -274,19 +276,7 @@ async fn read_binlog_group(
     // and their timestamps, row for row.
     let (mut pks, mut timestamps): (Option<Vec<binlog::Pk>>, Vec<i64>) = (None, Vec::new());
     if !insert_prefix.is_empty() {
-        let mut logs_by_field: BTreeMap<i64, Vec<Path>> = BTreeMap::new();
-        for path in list(store, insert_prefix).await? {
-            let parts: Vec<_> = path.parts().collect();
-            let field_id = parts
-                .len()
-                .checked_sub(2)
-                .and_then(|i| parts[i].as_ref().parse::<i64>().ok())
-                .ok_or_else(|| ReadError::BadBinlog {
-                    path: path.to_string(),
-                    detail: "the second-to-last path component is not a field id".into(),
-                })?;
-            logs_by_field.entry(field_id).or_default().push(path);
-        }
+        let logs_by_field = logs_by_field(store, insert_prefix).await?;
         verify_fields(schema, &logs_by_field, insert_prefix)?;
         let mut rows_by_field: BTreeMap<i64, i64> = BTreeMap::new();
         for (field_id, paths) in &logs_by_field {
@@ -330,11 +320,15 @@ async fn read_binlog_group(
     }
     result.deleted_rows = match pks {
         Some(pks) => {
-            let rows: Vec<(binlog::Pk, u64)> = pks
-                .into_iter()
-                .zip(timestamps.iter().map(|ts| *ts as u64))
+            let rows: Vec<Row> = (pks.into_iter().zip(&timestamps).enumerate())
+                .map(|(index, (pk, ts))| Row {
+                    pk,
+                    ts: *ts as u64,
+                    group,
+                    index,
+                })
                 .collect();
-            let removed = binlog::removed(rows.iter().map(|(pk, ts)| (pk, *ts)), &deletes);
+            let removed = binlog::removed(rows.iter().map(|r| (&r.pk, r.ts)), &deletes);
             if outcome.data.first_removed.is_none() {
                 outcome.data.first_removed = (rows.iter().zip(&removed))
                     .find(|(_, gone)| **gone)
@@ -359,6 +353,63 @@ async fn read_binlog_group(
         }
     };
     Ok(result)
+}
+
+/// The insert logs under `insert_prefix`, by the field whose directory holds them, each
+/// field's in path order (the order its rows are numbered in).
+async fn logs_by_field(
+    store: &dyn ObjectStore,
+    insert_prefix: &str,
+) -> Result<BTreeMap<i64, Vec<Path>>, ReadError> {
+    let mut logs: BTreeMap<i64, Vec<Path>> = BTreeMap::new();
+    for path in list(store, insert_prefix).await? {
+        let parts: Vec<_> = path.parts().collect();
+        let field_id = parts
+            .len()
+            .checked_sub(2)
+            .and_then(|i| parts[i].as_ref().parse::<i64>().ok())
+            .ok_or_else(|| ReadError::BadBinlog {
+                path: path.to_string(),
+                detail: "the second-to-last path component is not a field id".into(),
+            })?;
+        logs.entry(field_id).or_default().push(path);
+    }
+    Ok(logs)
+}
+
+/// The values of rows `rows` (sorted row numbers of the group) of each field of `fields` in
+/// the insert logs under `insert_prefix`: what a query that returns fields reads.
+pub async fn read_values(
+    store: &dyn ObjectStore,
+    insert_prefix: &str,
+    fields: &[i64],
+    rows: &[usize],
+) -> Result<BTreeMap<i64, Vec<Value>>, ReadError> {
+    let logs = logs_by_field(store, insert_prefix).await?;
+    let mut out = BTreeMap::new();
+    for field in fields {
+        let mut values = Vec::with_capacity(rows.len());
+        let mut first = 0;
+        for path in logs.get(field).map(Vec::as_slice).unwrap_or_default() {
+            let bytes = get(store, path).await?;
+            let picked = binlog::parse(&bytes)
+                .and_then(|log| binlog::values(&log, first, rows))
+                .map_err(|e| ReadError::BadBinlog {
+                    path: path.to_string(),
+                    detail: e.to_string(),
+                })?;
+            first += picked.rows;
+            values.extend(picked.values.into_iter().map(|(_, v)| v));
+        }
+        if values.len() != rows.len() {
+            return Err(ReadError::BadBinlog {
+                path: format!("{insert_prefix}{field}"),
+                detail: format!("{} of {} rows asked for read", values.len(), rows.len()),
+            });
+        }
+        out.insert(*field, values);
+    }
+    Ok(out)
 }
 
 /// Field ids Milvus gives the system fields RowID and Timestamp; their binlogs are part of

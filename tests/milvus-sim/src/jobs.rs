@@ -169,16 +169,29 @@ pub struct GroupResult {
     pub deleted_rows: i64,
 }
 
+/// One row a job imported: its key and timestamp, and where its values lie, for a query
+/// that returns them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub pk: milvus_formats::binlog::Pk,
+    pub ts: u64,
+    /// The job's file group that holds it, and its row number in that group.
+    pub group: usize,
+    pub index: usize,
+}
+
 /// What a job imported, by key: what queries read. Not part of a snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ImportedData {
-    /// (primary key, timestamp) of each row the job imported that its own deletes left;
-    /// `None` where the keys were not read (row files, whose keys the sim does not parse).
-    pub keys: Option<Vec<(milvus_formats::binlog::Pk, u64)>>,
+    /// Each row the job imported that its own deletes left; `None` where the keys were not
+    /// read (row files, whose keys the sim does not parse).
+    pub keys: Option<Vec<Row>>,
     /// The deletes of an L0 import, which apply to the rows of other jobs.
     pub deletes: Vec<milvus_formats::binlog::Delete>,
     /// The first row the job's own deletes removed, for the lost-delete fault.
-    pub first_removed: Option<(milvus_formats::binlog::Pk, u64)>,
+    pub first_removed: Option<Row>,
+    /// The key of a row a query shows with one value changed (the changed-row fault).
+    pub changed: Option<milvus_formats::binlog::Pk>,
 }
 
 /// An import job as a cluster holds it.

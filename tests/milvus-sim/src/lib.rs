@@ -44,6 +44,7 @@ pub mod import_reader;
 pub mod jobs;
 pub mod merr;
 pub mod options;
+pub mod query;
 pub mod rbac;
 pub mod replication;
 pub mod request_log;

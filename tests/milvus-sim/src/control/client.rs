@@ -10,7 +10,7 @@ use super::{
     ApiFaultRequest, ClusterSnapshot, DeleteObjects, Deleted, RestartRequest, StreamUpdate,
 };
 use crate::cdc::{Flow, StreamSnapshot};
-use crate::faults::{ApiEffect, ApiFace, JobFailure, LostDelete, ShortImport};
+use crate::faults::{ApiEffect, ApiFace, ChangedRow, JobFailure, LostDelete, ShortImport};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -163,6 +163,18 @@ impl SimControl {
             reqwest::Method::POST,
             "/sim/v1/faults/lost_delete",
             Some(lost),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The next job that imports a row shows one of them to a query with one value
+    /// changed, and reports the rows it should have.
+    pub async fn changed_row(&self, changed: &ChangedRow) -> Result<(), ControlError> {
+        self.call::<_, serde_json::Value>(
+            reqwest::Method::POST,
+            "/sim/v1/faults/changed_row",
+            Some(changed),
         )
         .await
         .map(drop)

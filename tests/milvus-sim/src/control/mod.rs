@@ -9,6 +9,7 @@
 //! | POST | `/sim/v1/faults/job` | [`JobFailure`](crate::faults::JobFailure) | `{}` |
 //! | POST | `/sim/v1/faults/short_import` | [`ShortImport`](crate::faults::ShortImport) | `{}` |
 //! | POST | `/sim/v1/faults/lost_delete` | [`LostDelete`](crate::faults::LostDelete) | `{}` |
+//! | POST | `/sim/v1/faults/changed_row` | [`ChangedRow`](crate::faults::ChangedRow) | `{}` |
 //! | POST | `/sim/v1/faults/api` | [`ApiFaultRequest`] | `{}` |
 //! | DELETE | `/sim/v1/faults` | – | `{}` |
 //! | POST | `/sim/v1/storage/delete` | [`DeleteObjects`] | [`Deleted`] |

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::{ApiFaultRequest, DeleteObjects, Deleted, RestartRequest, StreamUpdate};
 use crate::cluster::Cluster;
-use crate::faults::{JobFailure, LostDelete, ShortImport};
+use crate::faults::{ChangedRow, Drift, JobFailure, LostDelete, ShortImport};
 use crate::go_duration;
 
 pub(crate) fn router(cluster: Cluster) -> Router {
@@ -22,7 +22,14 @@ pub(crate) fn router(cluster: Cluster) -> Router {
         .route("/sim/v1/streams/{target}", post(stream))
         .route("/sim/v1/faults/job", post(job_fault))
         .route("/sim/v1/faults/short_import", post(short_import_fault))
-        .route("/sim/v1/faults/lost_delete", post(lost_delete_fault))
+        .route(
+            "/sim/v1/faults/lost_delete",
+            post(drift_fault::<LostDelete>),
+        )
+        .route(
+            "/sim/v1/faults/changed_row",
+            post(drift_fault::<ChangedRow>),
+        )
         .route("/sim/v1/faults/api", post(api_fault))
         .route("/sim/v1/faults", delete(clear_faults))
         .route("/sim/v1/storage/delete", post(delete_objects))
@@ -130,10 +137,13 @@ async fn short_import_fault(State(cluster): State<Cluster>, bytes: Bytes) -> Res
     }
 }
 
-async fn lost_delete_fault(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
-    match body::<LostDelete>(&bytes) {
-        Ok(lost) => {
-            cluster.add_lost_delete(lost);
+async fn drift_fault<T: DeserializeOwned + Into<Drift>>(
+    State(cluster): State<Cluster>,
+    bytes: Bytes,
+) -> Response {
+    match body::<T>(&bytes) {
+        Ok(drift) => {
+            cluster.add_drift(drift);
             axum::Json(json!({})).into_response()
         }
         Err(refusal) => refusal.into_response(),
