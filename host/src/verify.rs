@@ -13,13 +13,22 @@
 //! again; one that was loaded already is left so. A collection that cannot be loaded (Milvus
 //! loads a collection only once each vector field has an index) cannot be verified, and says
 //! so: it never passes silently.
+//!
+//! A count cannot see a row whose values changed, or a deleted row shown in place of a live
+//! one. With a sample ([`crate::backup::sample`]), the sampled keys are also fetched from
+//! every end, every field, and held to the backup's rows value by value; a sampled key that
+//! every delete removed must not be shown at all.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use milvus_formats::binlog::Pk;
+use milvus_formats::value::{self, Value};
+
 use crate::backup::Namespace;
+use crate::backup::sample::Sample;
 use crate::milvus::GrpcClient;
 
 /// One end to verify, by name; `target` is the one that takes load and release.
@@ -51,12 +60,45 @@ pub struct Shown {
     pub partitions_differ: Vec<(String, i64, i64)>,
     /// Why it could not be verified on this end.
     pub unverifiable: Option<String>,
+    /// What the sample found, when one was compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<Sampled>,
+}
+
+/// What one end showed of a collection's sampled keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sampled {
+    /// Live keys fetched and compared field by field.
+    pub rows: usize,
+    /// Deleted keys held to be absent.
+    pub absent: usize,
+    /// Every difference found.
+    pub differences: usize,
+    /// The first differences, each naming the key and the field.
+    pub first: Vec<String>,
+}
+
+/// The differences a sample names one by one; the rest are counted.
+const DIFFERENCES_NAMED: usize = 5;
+
+/// Keys asked for in one query.
+const KEYS_PER_QUERY: usize = 100;
+
+impl Sampled {
+    fn differ(&mut self, what: String) {
+        self.differences += 1;
+        if self.first.len() < DIFFERENCES_NAMED {
+            self.first.push(what);
+        }
+    }
 }
 
 impl Shown {
     fn differs(&self) -> bool {
         self.unverifiable.is_none()
-            && (self.shows != self.live || !self.partitions_differ.is_empty())
+            && (self.shows != self.live
+                || !self.partitions_differ.is_empty()
+                || self.sample.as_ref().is_some_and(|s| s.differences > 0))
     }
 }
 
@@ -97,13 +139,25 @@ impl std::fmt::Display for Verification {
                 )?,
                 (None, Some(shows)) => {
                     let verdict = if s.differs() { "MISMATCH" } else { "ok" };
+                    let sampled = s.sample.as_ref().map_or(String::new(), |s| {
+                        format!(" sampled={}+{} absent", s.rows, s.absent)
+                    });
                     writeln!(
                         f,
-                        "  {:<16} {:<36} live={live} shows={shows} {verdict}",
+                        "  {:<16} {:<36} live={live} shows={shows}{sampled} {verdict}",
                         s.end, s.collection
                     )?;
                     for (p, live, shows) in &s.partitions_differ {
                         writeln!(f, "    partition {p}: live={live} shows={shows}")?;
+                    }
+                    if let Some(sample) = s.sample.as_ref().filter(|s| s.differences > 0) {
+                        for what in &sample.first {
+                            writeln!(f, "    {what}")?;
+                        }
+                        let rest = sample.differences - sample.first.len();
+                        if rest > 0 {
+                            writeln!(f, "    and {rest} more")?;
+                        }
                     }
                 }
                 (None, None) => {}
@@ -120,15 +174,22 @@ const LOAD_POLL: Duration = Duration::from_millis(200);
 /// what is not loaded, waiting at most `timeout` for each collection to load everywhere.
 pub async fn count(ends: &[End<'_>], expected: &[Expected], timeout: Duration) -> Verification {
     let mut verification = Verification::default();
-    for collection in expected {
+    for each in expected {
         verification
             .shown
-            .extend(count_collection(ends, collection, timeout).await);
+            .extend(collection(ends, each, None, timeout).await);
     }
     verification
 }
 
-async fn count_collection(ends: &[End<'_>], expected: &Expected, timeout: Duration) -> Vec<Shown> {
+/// What every end of `ends` shows of one collection: its count, and with `sample` the
+/// sampled keys' rows; loaded on the target first where it is not, and released again.
+pub async fn collection(
+    ends: &[End<'_>],
+    expected: &Expected,
+    sample: Option<&Sample>,
+    timeout: Duration,
+) -> Vec<Shown> {
     let Namespace { db, collection } = &expected.collection;
     let shown = |end: &End<'_>| Shown {
         end: end.name.to_owned(),
@@ -137,6 +198,7 @@ async fn count_collection(ends: &[End<'_>], expected: &Expected, timeout: Durati
         shows: None,
         partitions_differ: Vec::new(),
         unverifiable: None,
+        sample: None,
     };
     let unverifiable = |why: String| -> Vec<Shown> {
         ends.iter()
@@ -177,6 +239,12 @@ async fn count_collection(ends: &[End<'_>], expected: &Expected, timeout: Durati
             }
             Err(why) => seen.unverifiable = Some(why),
         }
+        if let Some(sample) = sample.filter(|_| seen.unverifiable.is_none()) {
+            match sample_on(end, &expected.collection, sample).await {
+                Ok(sampled) => seen.sample = Some(sampled),
+                Err(why) => seen.unverifiable = Some(why),
+            }
+        }
         if seen.differs() {
             tracing::error!(end = end.name, collection = %expected.collection, live, shows = ?seen.shows, "a query shows other rows than the backup's data holds");
         }
@@ -186,6 +254,97 @@ async fn count_collection(ends: &[End<'_>], expected: &Expected, timeout: Durati
         tracing::warn!(end = target.name, collection = %expected.collection, error = %e, "could not release what verification loaded");
     }
     out
+}
+
+/// The sampled keys of `collection` fetched from one end, every field, held to the backup's
+/// rows; the sampled deleted keys held to be absent.
+async fn sample_on(
+    end: &End<'_>,
+    collection: &Namespace,
+    sample: &Sample,
+) -> Result<Sampled, String> {
+    let Namespace { db, collection } = collection;
+    let names: Vec<String> = sample.fields.iter().map(|f| f.name.clone()).collect();
+    let pk_name = &names[0];
+    let mut found = Sampled::default();
+    let mut keys: Vec<(&Pk, Option<&[Value]>)> = (sample.rows.iter())
+        .map(|r| (&r.pk, Some(r.values.as_slice())))
+        .collect();
+    keys.extend(sample.absent.iter().map(|pk| (pk, None)));
+    for chunk in keys.chunks(KEYS_PER_QUERY) {
+        let list: Vec<String> = chunk.iter().map(|(pk, _)| literal(pk)).collect();
+        let expr = format!("{pk_name} in [{}]", list.join(", "));
+        let answer = end
+            .grpc
+            .query(db, collection, &[], &expr, &names)
+            .await
+            .map_err(|e| format!("the sampled keys cannot be fetched: {e}"))?;
+        let mut columns = Vec::with_capacity(names.len());
+        for name in &names {
+            let column = answer.iter().find(|f| &f.field_name == name);
+            columns.push(match column.map(value::from_field_data) {
+                Some(Ok(values)) => Some(values),
+                Some(Err(e)) => return Err(format!("the answer does not read: {e}")),
+                None => None,
+            });
+        }
+        let shown_keys = columns[0]
+            .as_ref()
+            .ok_or_else(|| format!("the answer holds no {pk_name} column"))?;
+        for (pk, backup) in chunk {
+            let row = shown_keys.iter().position(|v| key_of(v).as_ref() == Some(*pk));
+            match (backup, row) {
+                (None, None) => found.absent += 1,
+                (None, Some(_)) => {
+                    found.absent += 1;
+                    found.differ(format!("key {pk}: deleted, and shown"));
+                }
+                (Some(_), None) => {
+                    found.rows += 1;
+                    found.differ(format!("key {pk}: missing"));
+                }
+                (Some(values), Some(row)) => {
+                    found.rows += 1;
+                    for (i, field) in sample.fields.iter().enumerate().skip(1) {
+                        let shown = columns[i].as_ref().and_then(|c| c.get(row));
+                        match shown {
+                            Some(shown) if values[i].same(shown) => {}
+                            Some(shown) => found.differ(format!(
+                                "key {pk}, field {}: the backup holds {}, the end shows {}",
+                                field.name,
+                                values[i].brief(),
+                                shown.brief()
+                            )),
+                            None => found.differ(format!(
+                                "key {pk}, field {}: not in the answer",
+                                field.name
+                            )),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if found.differences > 0 {
+        tracing::error!(end = end.name, %collection, differences = found.differences, first = ?found.first.first(), "a sampled row differs from the backup's");
+    }
+    Ok(found)
+}
+
+/// `pk` written as an expression's literal: a string quoted as JSON quotes it.
+fn literal(pk: &Pk) -> String {
+    match pk {
+        Pk::Int(i) => i.to_string(),
+        Pk::VarChar(s) => serde_json::Value::from(s.as_str()).to_string(),
+    }
+}
+
+fn key_of(value: &Value) -> Option<Pk> {
+    match value {
+        Value::Int(i) => Some(Pk::Int(*i)),
+        Value::String(s) => Some(Pk::VarChar(s.clone())),
+        _ => None,
+    }
 }
 
 /// `count(*)` of the collection on one end once it is loaded there, and the partitions whose

@@ -22,6 +22,7 @@ mod plan;
 mod read;
 pub mod rename;
 pub mod rows;
+pub mod sample;
 pub mod snapshot;
 mod store;
 pub mod verify;

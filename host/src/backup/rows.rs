@@ -223,7 +223,7 @@ pub async fn count(
 }
 
 /// Every delete of a collection's L0 batches.
-async fn l0_deletes(
+pub(super) async fn l0_deletes(
     store: &dyn ObjectStore,
     backup: &Backup,
     collection: &CollectionPlan,
@@ -243,7 +243,7 @@ async fn l0_deletes(
     Ok(deletes)
 }
 
-fn storage_kind(batch: &ImportBatch) -> Result<StorageKind, Unreadable> {
+pub(super) fn storage_kind(batch: &ImportBatch) -> Result<StorageKind, Unreadable> {
     StorageKind::of(batch.storage_version).map_err(|e| Unreadable {
         path: batch
             .files
@@ -349,7 +349,7 @@ async fn batch_rows(
 }
 
 /// A group's rows: (primary key, timestamp), row for row.
-async fn group_rows(
+pub(super) async fn group_rows(
     store: &dyn ObjectStore,
     backup: &Backup,
     kind: StorageKind,
@@ -413,7 +413,7 @@ async fn group_rows(
 }
 
 /// Every delete of the delta logs under `prefix`.
-async fn group_deletes(
+pub(super) async fn group_deletes(
     store: &dyn ObjectStore,
     backup: &Backup,
     kind: StorageKind,
@@ -436,7 +436,7 @@ async fn group_deletes(
     Ok(deletes)
 }
 
-async fn get(
+pub(super) async fn get(
     store: &dyn ObjectStore,
     backup: &Backup,
     path: &str,

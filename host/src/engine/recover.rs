@@ -126,7 +126,9 @@ async fn resolve(
     // have asked once every end completed.
     if let Some(asked) = record.verify.as_ref().filter(|_| unsettled.is_empty()) {
         let timeout = Duration::from_millis(asked.timeout_ms);
-        report.verification = verification::ask(attempt, timeout, &report).await;
+        // The sample is not asked again: its keys are read from the backup, which a
+        // recovery does not open. `lockstep verify --sample` asks it.
+        report.verification = verification::ask(attempt, timeout, &report, None).await;
     }
     let (shown_wrong, unverified) = verification::findings(report.verification.as_ref());
     let failure = match (decided, settled.aborted_any) {

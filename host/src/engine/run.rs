@@ -220,7 +220,7 @@ async fn execute(
     } else {
         side_by_side(attempt, run_on, trackers, &to, made, report).await
     };
-    conclude(attempt, job, landed, report).await
+    conclude(attempt, job, preflight, landed, report).await
 }
 
 /// A meta-only restore: the collections created on the target and awaited on every
@@ -520,6 +520,7 @@ fn auto_committed(
 async fn conclude(
     attempt: &Attempt<'_>,
     job: &Job,
+    preflight: &Preflight,
     landed: Landed,
     report: &mut Report,
 ) -> Result<Outcome, Error> {
@@ -531,7 +532,7 @@ async fn conclude(
     // atomicity, also before a stop that left other collections undecided): a restore left
     // incomplete is verified by `lockstep verify` once it is finished.
     if landed.unconverged.is_empty() {
-        report.verification = verification::run(attempt, job, report).await;
+        report.verification = verification::run(attempt, job, report, preflight).await;
     }
     if let Some(stop) = landed.stop {
         let reason = stop.reason();

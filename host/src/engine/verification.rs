@@ -6,19 +6,36 @@
 use super::attempt::Attempt;
 use super::faults;
 use super::fence::Fence;
+use super::preflight::Preflight;
 use super::report::Report;
+use crate::backup::sample;
 use crate::job::{Job, VerifyRows};
 use crate::journal::{RecordedLive, RecordedVerify};
 use crate::verify::{self, Verification};
 
-/// Counts every committed collection whose live rows are known on every end, once the fence
-/// passed (loading is an action on the target); `None` when `[verify]` is off, nothing was
-/// committed, or the host lost the restore.
-pub(super) async fn run(attempt: &Attempt<'_>, job: &Job, report: &Report) -> Option<Verification> {
+/// Where the sampled keys' rows are read from: the backup, as preflight read and planned it,
+/// and how many keys of each collection.
+#[derive(Clone, Copy)]
+pub(super) struct Sampler<'a> {
+    pub preflight: &'a Preflight,
+    pub keys: usize,
+}
+
+/// Counts every committed collection whose live rows are known on every end (and compares
+/// its sample, with `rows = "sample"`), once the fence passed (loading is an action on the
+/// target); `None` when `[verify]` is off, nothing was committed, or the host lost the
+/// restore.
+pub(super) async fn run(
+    attempt: &Attempt<'_>,
+    job: &Job,
+    report: &Report,
+    preflight: &Preflight,
+) -> Option<Verification> {
     if job.verify.rows == VerifyRows::Off {
         return None;
     }
-    ask(attempt, job.verify.timeout, report).await
+    let sampler = job.verify.sample.map(|keys| Sampler { preflight, keys });
+    ask(attempt, job.verify.timeout, report, sampler).await
 }
 
 /// What the job's `[verify]` asks, for the record: a recovery that rolls the restore
@@ -36,12 +53,13 @@ pub(super) fn recorded(job: &Job, report: &Report) -> Option<RecordedVerify> {
     })
 }
 
-/// Counts the report's committed collections on every end, waiting up to `timeout` for
-/// each to load.
+/// Counts the report's committed collections on every end (and compares their samples, with
+/// a `sampler`), waiting up to `timeout` for each to load.
 pub(super) async fn ask(
     attempt: &Attempt<'_>,
     timeout: std::time::Duration,
     report: &Report,
+    sampler: Option<Sampler<'_>>,
 ) -> Option<Verification> {
     if faults::planted(faults::Bug::SkipVerify) {
         return None;
@@ -57,7 +75,42 @@ pub(super) async fn ask(
         collections = expected.len(),
         "verifying what a query on every end sees"
     );
-    Some(verify::count(&ends, &expected, timeout).await)
+    let mut verification = Verification::default();
+    for collection in &expected {
+        let sample = match sampler {
+            Some(sampler) => Some(read_sample(sampler, &collection.collection).await),
+            None => None,
+        };
+        let sample_read = sample.as_ref().map(|s| s.as_ref().ok());
+        let mut shown = verify::collection(&ends, collection, sample_read.flatten(), timeout).await;
+        if let Some(Err(why)) = sample {
+            for s in &mut shown {
+                s.unverifiable
+                    .get_or_insert_with(|| format!("its sample cannot be read from the backup: {why}"));
+            }
+        }
+        verification.shown.extend(shown);
+    }
+    Some(verification)
+}
+
+/// The sample of the planned collection restored as `target`, read from the backup.
+async fn read_sample(
+    sampler: Sampler<'_>,
+    target: &crate::backup::Namespace,
+) -> Result<sample::Sample, String> {
+    let Preflight {
+        backup_store,
+        backup,
+        plan,
+        ..
+    } = sampler.preflight;
+    let collection = (plan.collections.iter())
+        .find(|c| c.target == *target)
+        .ok_or_else(|| format!("{target} is not in the plan"))?;
+    sample::sample(backup_store.store.as_ref(), backup, collection, sampler.keys)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// The collections `verification` found some end showing with other rows, and those it
@@ -70,10 +123,19 @@ pub(super) fn findings(verification: Option<&Verification>) -> (Vec<String>, Vec
         .map(|s| {
             let live = s.live.map_or("?".into(), |n| n.to_string());
             let shows = s.shows.map_or("?".into(), |n| n.to_string());
-            format!(
-                "{}: {} shows {shows} of {live} live rows",
-                s.end, s.collection
-            )
+            match s.sample.as_ref().filter(|_| s.shows == s.live) {
+                Some(sample) if sample.differences > 0 => format!(
+                    "{}: {} shows a sampled row other than the backup holds ({} difference(s)); {}",
+                    s.end,
+                    s.collection,
+                    sample.differences,
+                    sample.first.first().map_or("", String::as_str)
+                ),
+                _ => format!(
+                    "{}: {} shows {shows} of {live} live rows",
+                    s.end, s.collection
+                ),
+            }
         })
         .collect();
     // One reason that holds on several ends (a missing index stops the load everywhere) is
@@ -109,6 +171,7 @@ mod tests {
             shows: unverifiable.is_none().then_some(shows),
             partitions_differ: vec![],
             unverifiable: unverifiable.map(str::to_owned),
+            sample: None,
         }
     }
 

@@ -227,11 +227,17 @@ pub struct TwoPhaseSection {
 #[serde(deny_unknown_fields)]
 pub struct VerifySection {
     /// `count` (default): `count(*)` of every committed collection and partition on every
-    /// end, held to the live rows the backup's data holds. `off`: no query.
+    /// end, held to the live rows the backup's data holds. `sample`: that, and `sample` keys
+    /// of each collection fetched from every end and compared field by field. `off`: no query.
     pub rows: Option<Spanned<VerifyRows>>,
+    /// With `rows = "sample"`: how many keys of each collection; default 100.
+    pub sample: Option<Spanned<InRange<1, MAX_VERIFY_SAMPLE>>>,
     /// The longest wait for one collection to load on every end; default "5m".
     pub timeout: Option<Spanned<String>>,
 }
+
+/// The most keys `[verify] sample` takes of one collection: each is fetched from every end.
+pub const MAX_VERIFY_SAMPLE: u64 = 10_000;
 
 /// How the rows a query sees are verified after the commit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
@@ -240,6 +246,8 @@ pub enum VerifyRows {
     /// `count(*)` of each committed collection and partition on every end.
     #[default]
     Count,
+    /// `count`, and a sample of each collection's keys compared field by field.
+    Sample,
     /// No query after the commit.
     Off,
 }

@@ -39,7 +39,7 @@ pub use cli::RestoreArgs;
 pub use diagnostic::{Error, Input, Location, Problem};
 pub use file::{
     Atomicity, CheckLimitsSection, CheckSection, ClusterFile, ClusterRef, InRange, JobFile,
-    MAX_CHECK_CALL_MS, MAX_CHECK_MEMORY_MIB, MAX_CHECK_WAIT_MS, OnError, RestoreSection,
+    MAX_CHECK_CALL_MS, MAX_CHECK_MEMORY_MIB, MAX_CHECK_WAIT_MS, MAX_VERIFY_SAMPLE, OnError, RestoreSection,
     StorageFile, StorageRef, TwoPhaseSection, VerifyRows, VerifySection,
 };
 pub use host::{
@@ -274,9 +274,16 @@ pub struct TwoPhase {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Verify {
     pub rows: VerifyRows,
+    /// With [`VerifyRows::Sample`], the keys of each collection compared; `None` otherwise
+    /// (and left out of the job's identity, which jobs written before sampling keep).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sample: Option<usize>,
     /// The longest wait for one collection to load on every end.
     pub timeout: Duration,
 }
+
+/// The keys of each collection `rows = "sample"` compares when `[verify]` sets no `sample`.
+pub const DEFAULT_VERIFY_SAMPLE: usize = 100;
 
 /// How long a collection may take to load on every end when `[verify]` sets no `timeout`.
 pub const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(5 * 60);
@@ -285,6 +292,7 @@ impl Default for Verify {
     fn default() -> Self {
         Verify {
             rows: VerifyRows::default(),
+            sample: None,
             timeout: DEFAULT_VERIFY_TIMEOUT,
         }
     }

@@ -17,11 +17,11 @@ use crate::backup::{
 
 use super::diagnostic::{self, Error, Input, RawProblem};
 use super::file::{
-    CheckSection, ClusterRef, InRange, JobFile, RestoreSection, TwoPhaseSection, VerifySection,
+    CheckSection, ClusterRef, InRange, JobFile, RestoreSection, TwoPhaseSection, VerifyRows, VerifySection,
 };
 use super::host::{self, HostConfig, StorageSpec};
 use super::{
-    BackupSource, Check, CheckLimits, DEFAULT_VERIFY_TIMEOUT, End, EndName, Env, Job, Secondary,
+    BackupSource, Check, CheckLimits, DEFAULT_VERIFY_SAMPLE, DEFAULT_VERIFY_TIMEOUT, End, EndName, Env, Job, Secondary,
     Target, TwoPhase, Verify, process_env,
 };
 use crate::plugins::{AllowedHosts, Origin};
@@ -629,12 +629,26 @@ fn two_phase(section: &TwoPhaseSection, problems: &mut Problems<'_>) -> Option<T
 
 fn verify(section: &VerifySection, problems: &mut Problems<'_>) -> Option<Verify> {
     let timeout = duration(section.timeout.as_ref(), "verify.timeout", problems)?;
+    let rows = (section.rows.as_ref())
+        .map(|r| *r.get_ref())
+        .unwrap_or_default();
+    let sample = match (rows, &section.sample) {
+        (VerifyRows::Sample, n) => Some(n.as_ref().map_or(DEFAULT_VERIFY_SAMPLE, |n| {
+            usize::try_from(n.get_ref().get()).unwrap_or(usize::MAX)
+        })),
+        (_, Some(n)) => {
+            problems.push(
+                "verify.sample",
+                Some(n.span()),
+                "takes keys only with rows = \"sample\"",
+            );
+            return None;
+        }
+        (_, None) => None,
+    };
     Some(Verify {
-        rows: section
-            .rows
-            .as_ref()
-            .map(|r| *r.get_ref())
-            .unwrap_or_default(),
+        rows,
+        sample,
         timeout: timeout.unwrap_or(DEFAULT_VERIFY_TIMEOUT),
     })
 }

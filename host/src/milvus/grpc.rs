@@ -8,7 +8,8 @@ use base64::Engine as _;
 use milvus_proto::common::{ImportState, KeyValuePair, ReplicateConfiguration, Status};
 use milvus_proto::milvus::milvus_service_client::MilvusServiceClient;
 use milvus_proto::milvus::*;
-use milvus_proto::schema::CollectionSchema;
+use milvus_formats::value::{self, Value};
+use milvus_proto::schema::{CollectionSchema, FieldData};
 use prost::Message;
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
@@ -473,32 +474,44 @@ impl GrpcClient {
         collection: &str,
         partitions: &[String],
     ) -> Result<i64> {
-        let req = QueryRequest {
-            db_name: db.into(),
-            collection_name: collection.into(),
-            output_fields: vec!["count(*)".into()],
-            partition_names: partitions.to_vec(),
-            consistency_level: milvus_proto::common::ConsistencyLevel::Strong as i32,
-            ..Default::default()
-        };
-        let resp = self.call("Query", self.inner.clone().query(req)).await?;
-        self.check("Query", resp.status)?;
-        use milvus_proto::schema::{field_data::Field, scalar_field::Data};
-        resp.fields_data
-            .iter()
-            .find(|f| f.field_name == "count(*)")
-            .and_then(|f| match &f.field {
-                Some(Field::Scalars(s)) => match &s.data {
-                    Some(Data::LongData(l)) => l.data.first().copied(),
-                    _ => None,
-                },
-                None => None,
+        let answer = self
+            .query(db, collection, partitions, "", &["count(*)".into()])
+            .await?;
+        (answer.iter().find(|f| f.field_name == "count(*)"))
+            .and_then(|f| value::from_field_data(f).ok())
+            .and_then(|values| match values.first() {
+                Some(Value::Int(n)) => Some(*n),
+                _ => None,
             })
             .ok_or_else(|| Error::Protocol {
                 end: self.end.clone(),
                 call: "Query".into(),
                 detail: "the answer to count(*) holds no count".into(),
             })
+    }
+
+    /// The `output_fields` of the rows `expr` selects, with strong consistency, one
+    /// `FieldData` per field.
+    pub async fn query(
+        &self,
+        db: &str,
+        collection: &str,
+        partitions: &[String],
+        expr: &str,
+        output_fields: &[String],
+    ) -> Result<Vec<FieldData>> {
+        let req = QueryRequest {
+            db_name: db.into(),
+            collection_name: collection.into(),
+            expr: expr.into(),
+            output_fields: output_fields.to_vec(),
+            partition_names: partitions.to_vec(),
+            consistency_level: milvus_proto::common::ConsistencyLevel::Strong as i32,
+            ..Default::default()
+        };
+        let resp = self.call("Query", self.inner.clone().query(req)).await?;
+        self.check("Query", resp.status)?;
+        Ok(resp.fields_data)
     }
 
     async fn call<T>(
