@@ -310,10 +310,11 @@ async fn sample_on(
                         match shown {
                             Some(shown) if values[i].same(shown) => {}
                             Some(shown) => found.differ(format!(
-                                "key {pk}, field {}: the backup holds {}, the end shows {}",
+                                "key {pk}, field {}: the backup holds {}, the end shows {}{}",
                                 field.name,
                                 values[i].brief(),
-                                shown.brief()
+                                shown.brief(),
+                                first_difference(&values[i], shown)
                             )),
                             None => found.differ(format!(
                                 "key {pk}, field {}: not in the answer",
@@ -329,6 +330,16 @@ async fn sample_on(
         tracing::error!(end = end.name, %collection, differences = found.differences, first = ?found.first.first(), "a sampled row differs from the backup's");
     }
     Ok(found)
+}
+
+/// Where two vectors' bytes first differ: a changed vector often shares its first bytes.
+fn first_difference(backup: &Value, shown: &Value) -> String {
+    match (backup, shown) {
+        (Value::Bytes(a), Value::Bytes(b)) => (a.iter().zip(b))
+            .position(|(x, y)| x != y)
+            .map_or(String::new(), |at| format!(" (first difference at byte {at})")),
+        _ => String::new(),
+    }
 }
 
 /// `pk` written as an expression's literal: a string quoted as JSON quotes it.

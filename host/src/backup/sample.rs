@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use milvus_formats::binlog::{self, Pk};
+use milvus_formats::binlog::{self, Delete, Pk};
 use milvus_formats::column_group;
 use milvus_formats::storage::StorageKind;
 use milvus_formats::value::{self, Value};
@@ -23,7 +23,7 @@ use object_store::ObjectStore;
 
 use super::batch::BatchKind;
 use super::plan::CollectionPlan;
-use super::read::Backup;
+use super::read::{Backup, BinlogFile};
 use super::rows::{self, Unreadable};
 
 /// Milvus numbers a collection's own fields from 100; below are RowID and Timestamp.
@@ -108,10 +108,12 @@ fn hash(pk: &Pk) -> u64 {
 }
 
 /// Samples `n` keys of `collection` from the backup's data, and reads the values of those a
-/// live row holds.
+/// live row holds. `staged` is the plan's files to stage (sorted by path): where L0 deletes
+/// were folded, the delta logs written for them are among those, not in the backup.
 pub async fn sample(
     store: &dyn ObjectStore,
     backup: &Backup,
+    staged: &[BinlogFile],
     collection: &CollectionPlan,
     n: usize,
 ) -> Result<Sample, Unreadable> {
@@ -139,7 +141,11 @@ pub async fn sample(
             };
             let keys = rows::group_rows(store, backup, kind, insert, pk.field_id).await?;
             let mut deletes = match group.get(1).filter(|d| !d.is_empty()) {
-                Some(prefix) => rows::group_deletes(store, backup, kind, prefix).await?,
+                Some(prefix) => {
+                    let mut read = rows::group_deletes(store, backup, kind, prefix).await?;
+                    read.extend(written_deletes(staged, prefix)?);
+                    read
+                }
                 None => Vec::new(),
             };
             deletes.extend(l0.hits(partition, &keys));
@@ -193,6 +199,22 @@ pub async fn sample(
         rows,
         absent,
     })
+}
+
+/// The deletes of the delta logs the plan wrote under `prefix` (folded L0 deletes).
+fn written_deletes(staged: &[BinlogFile], prefix: &str) -> Result<Vec<Delete>, Unreadable> {
+    let from = staged.partition_point(|f| f.path.as_str() < prefix);
+    let mut deletes = Vec::new();
+    for file in staged[from..].iter().take_while(|f| f.path.starts_with(prefix)) {
+        if let Some(bytes) = &file.written {
+            let read = binlog::parse(bytes).and_then(|log| binlog::deletes(&log));
+            deletes.extend(read.map_err(|e| Unreadable {
+                path: file.path.clone(),
+                reason: e.to_string(),
+            })?);
+        }
+    }
+    Ok(deletes)
 }
 
 /// The values of rows `at` (sorted) of each of `fields` in the group under `prefix`: one

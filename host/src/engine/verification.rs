@@ -108,7 +108,8 @@ async fn read_sample(
     let collection = (plan.collections.iter())
         .find(|c| c.target == *target)
         .ok_or_else(|| format!("{target} is not in the plan"))?;
-    sample::sample(backup_store.store.as_ref(), backup, collection, sampler.keys)
+    let staged = &plan.files_to_stage;
+    sample::sample(backup_store.store.as_ref(), backup, staged, collection, sampler.keys)
         .await
         .map_err(|e| e.to_string())
 }

@@ -761,6 +761,17 @@ impl World {
             .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
+    /// The next import on `end` shows one of its rows to a query with one value changed, and
+    /// reports the rows it should have.
+    pub async fn change_next_row(&self, end: &str) -> anyhow::Result<()> {
+        self.sim
+            .cluster(end)
+            .control()
+            .changed_row(&milvus_sim::faults::ChangedRow::default())
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
     /// Delays every gRPC answer of `end` (DDL among them) by `delay`, for `lasting`.
     pub async fn slow_grpc(
         &self,
