@@ -292,7 +292,9 @@ async fn sample_on(
             .as_ref()
             .ok_or_else(|| format!("the answer holds no {pk_name} column"))?;
         for (pk, backup) in chunk {
-            let row = shown_keys.iter().position(|v| key_of(v).as_ref() == Some(*pk));
+            let row = shown_keys
+                .iter()
+                .position(|v| key_of(v).as_ref() == Some(*pk));
             match (backup, row) {
                 (None, None) => found.absent += 1,
                 (None, Some(_)) => {
@@ -337,7 +339,9 @@ fn first_difference(backup: &Value, shown: &Value) -> String {
     match (backup, shown) {
         (Value::Bytes(a), Value::Bytes(b)) => (a.iter().zip(b))
             .position(|(x, y)| x != y)
-            .map_or(String::new(), |at| format!(" (first difference at byte {at})")),
+            .map_or(String::new(), |at| {
+                format!(" (first difference at byte {at})")
+            }),
         _ => String::new(),
     }
 }

@@ -175,8 +175,9 @@ class Lockstep:
             f'root = "backup"\n'
         )
 
-    def job(self, backup: str, restore: dict, strategy: str | None = None) -> str:
-        """A job file; string values are TOML strings, lists TOML arrays of strings."""
+    def job(self, backup: str, restore: dict, strategy: str | None = None, extra: str = "") -> str:
+        """A job file; string values are TOML strings, lists TOML arrays of strings; `extra`
+        is TOML appended after `[restore]` (another section)."""
         lines = [f'backup = "{backup}"', 'target = "real"']
         if strategy is not None:
             lines.append(f'strategy = "{strategy}"')
@@ -190,13 +191,21 @@ class Lockstep:
                 lines.append(f"{key} = [{', '.join(json.dumps(v) for v in value)}]")
             else:
                 lines.append(f'{key} = "{value}"')
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines) + "\n" + extra
 
-    def run(self, name: str, backup: str, restore: dict, strategy: str | None = None, command: str = "run") -> Result:
+    def run(
+        self,
+        name: str,
+        backup: str,
+        restore: dict,
+        strategy: str | None = None,
+        command: str = "run",
+        extra: str = "",
+    ) -> Result:
         work = self.workdir / name
         work.mkdir(parents=True, exist_ok=True)
         job = work / f"{name}.toml"
-        job.write_text(self.job(backup, restore, strategy))
+        job.write_text(self.job(backup, restore, strategy, extra))
         return self._invoke(work, [command, str(job)])
 
     def verify(self, name: str, restore_id: str) -> Result:

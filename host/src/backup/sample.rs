@@ -75,7 +75,10 @@ impl Sketch {
         let key = (hash(pk), pk.clone());
         if self.keys.len() >= self.n
             && !self.keys.contains_key(&key)
-            && self.keys.last_key_value().is_some_and(|(last, _)| key > *last)
+            && self
+                .keys
+                .last_key_value()
+                .is_some_and(|(last, _)| key > *last)
         {
             return None;
         }
@@ -162,7 +165,9 @@ pub async fn sample(
     }
 
     let fields: Vec<&FieldSchema> = std::iter::once(pk)
-        .chain((schema.fields.iter()).filter(|f| !f.is_primary_key && f.field_id >= FIRST_USER_FIELD))
+        .chain(
+            (schema.fields.iter()).filter(|f| !f.is_primary_key && f.field_id >= FIRST_USER_FIELD),
+        )
         .collect();
     let mut absent = Vec::new();
     // By group: (row in group, key), sorted by row.
@@ -205,7 +210,10 @@ pub async fn sample(
 fn written_deletes(staged: &[BinlogFile], prefix: &str) -> Result<Vec<Delete>, Unreadable> {
     let from = staged.partition_point(|f| f.path.as_str() < prefix);
     let mut deletes = Vec::new();
-    for file in staged[from..].iter().take_while(|f| f.path.starts_with(prefix)) {
+    for file in staged[from..]
+        .iter()
+        .take_while(|f| f.path.starts_with(prefix))
+    {
         if let Some(bytes) = &file.written {
             let read = binlog::parse(bytes).and_then(|log| binlog::deletes(&log));
             deletes.extend(read.map_err(|e| Unreadable {

@@ -85,8 +85,9 @@ pub(super) async fn ask(
         let mut shown = verify::collection(&ends, collection, sample_read.flatten(), timeout).await;
         if let Some(Err(why)) = sample {
             for s in &mut shown {
-                s.unverifiable
-                    .get_or_insert_with(|| format!("its sample cannot be read from the backup: {why}"));
+                s.unverifiable.get_or_insert_with(|| {
+                    format!("its sample cannot be read from the backup: {why}")
+                });
             }
         }
         verification.shown.extend(shown);
@@ -109,9 +110,15 @@ async fn read_sample(
         .find(|c| c.target == *target)
         .ok_or_else(|| format!("{target} is not in the plan"))?;
     let staged = &plan.files_to_stage;
-    sample::sample(backup_store.store.as_ref(), backup, staged, collection, sampler.keys)
-        .await
-        .map_err(|e| e.to_string())
+    sample::sample(
+        backup_store.store.as_ref(),
+        backup,
+        staged,
+        collection,
+        sampler.keys,
+    )
+    .await
+    .map_err(|e| e.to_string())
 }
 
 /// The collections `verification` found some end showing with other rows, and those it

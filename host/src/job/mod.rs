@@ -39,8 +39,8 @@ pub use cli::RestoreArgs;
 pub use diagnostic::{Error, Input, Location, Problem};
 pub use file::{
     Atomicity, CheckLimitsSection, CheckSection, ClusterFile, ClusterRef, InRange, JobFile,
-    MAX_CHECK_CALL_MS, MAX_CHECK_MEMORY_MIB, MAX_CHECK_WAIT_MS, MAX_VERIFY_SAMPLE, OnError, RestoreSection,
-    StorageFile, StorageRef, TwoPhaseSection, VerifyRows, VerifySection,
+    MAX_CHECK_CALL_MS, MAX_CHECK_MEMORY_MIB, MAX_CHECK_WAIT_MS, MAX_VERIFY_SAMPLE, OnError,
+    RestoreSection, StorageFile, StorageRef, TwoPhaseSection, VerifyRows, VerifySection,
 };
 pub use host::{
     BackupsFile, BackupsSpec, ClusterSpec, DEFAULT_BACKUP_ROOT, DEFAULT_MAX_IMPORT_JOBS,

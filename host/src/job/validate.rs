@@ -17,12 +17,13 @@ use crate::backup::{
 
 use super::diagnostic::{self, Error, Input, RawProblem};
 use super::file::{
-    CheckSection, ClusterRef, InRange, JobFile, RestoreSection, TwoPhaseSection, VerifyRows, VerifySection,
+    CheckSection, ClusterRef, InRange, JobFile, RestoreSection, TwoPhaseSection, VerifyRows,
+    VerifySection,
 };
 use super::host::{self, HostConfig, StorageSpec};
 use super::{
-    BackupSource, Check, CheckLimits, DEFAULT_VERIFY_SAMPLE, DEFAULT_VERIFY_TIMEOUT, End, EndName, Env, Job, Secondary,
-    Target, TwoPhase, Verify, process_env,
+    BackupSource, Check, CheckLimits, DEFAULT_VERIFY_SAMPLE, DEFAULT_VERIFY_TIMEOUT, End, EndName,
+    Env, Job, Secondary, Target, TwoPhase, Verify, process_env,
 };
 use crate::plugins::{AllowedHosts, Origin};
 

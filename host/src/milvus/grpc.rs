@@ -5,10 +5,10 @@
 //! or restarting) are [`Error::Unreachable`] so the caller's retry applies.
 
 use base64::Engine as _;
+use milvus_formats::value::{self, Value};
 use milvus_proto::common::{ImportState, KeyValuePair, ReplicateConfiguration, Status};
 use milvus_proto::milvus::milvus_service_client::MilvusServiceClient;
 use milvus_proto::milvus::*;
-use milvus_formats::value::{self, Value};
 use milvus_proto::schema::{CollectionSchema, FieldData};
 use prost::Message;
 use tonic::service::Interceptor;

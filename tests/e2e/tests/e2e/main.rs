@@ -13,6 +13,7 @@ mod refusals;
 mod rows;
 mod s3;
 mod snapshot;
+mod star;
 mod status_page;
 mod tls;
 mod two_phase;

@@ -144,7 +144,8 @@ async fn a_mirror_that_kept_a_deleted_row_is_a_mismatch_only_a_query_finds() -> 
     Ok(())
 }
 
-const SAMPLED: &str = "[restore]\nrebuild_index = true\n[verify]\nrows = \"sample\"\nsample = 1000\n";
+const SAMPLED: &str =
+    "[restore]\nrebuild_index = true\n[verify]\nrows = \"sample\"\nsample = 1000\n";
 
 /// `rows = "sample"`: every end shows each sampled key's row, field by field (the vector by
 /// its bits, the dynamic field as a document), and none of the sampled deleted keys. The
@@ -164,7 +165,10 @@ async fn every_end_shows_the_sampled_rows_field_by_field() -> anyhow::Result<()>
         let sample = &s["sample"];
         assert_eq!(sample["differences"], 0, "{s}");
         assert_eq!(sample["rows"], s["live"], "every live row is sampled: {s}");
-        assert!(sample["absent"].as_i64() > Some(0), "deleted keys are held absent: {s}");
+        assert!(
+            sample["absent"].as_i64() > Some(0),
+            "deleted keys are held absent: {s}"
+        );
         if s["end"] == e2e::TARGET {
             compared += sample["rows"].as_i64().expect("rows");
         }
