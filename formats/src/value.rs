@@ -282,7 +282,7 @@ pub fn to_field_data(
     dim: i64,
     values: &[Value],
 ) -> FieldData {
-    let valid_data: Vec<bool> = if values.iter().any(|v| *v == Value::Null) {
+    let valid_data: Vec<bool> = if values.contains(&Value::Null) {
         values.iter().map(|v| *v != Value::Null).collect()
     } else {
         Vec::new()
