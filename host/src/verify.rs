@@ -27,8 +27,10 @@ use serde::{Deserialize, Serialize};
 use milvus_formats::binlog::Pk;
 use milvus_formats::value::{self, Value};
 
-use crate::backup::Namespace;
-use crate::backup::sample::Sample;
+use object_store::ObjectStore;
+
+use crate::backup::sample::{self, Sample};
+use crate::backup::{Backup, Namespace, RestorePlan};
 use crate::milvus::GrpcClient;
 
 /// One end to verify, by name; `target` is the one that takes load and release.
@@ -42,6 +44,8 @@ pub struct End<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expected {
     pub collection: Namespace,
+    /// Its name in the backup, where a sample of it is read.
+    pub source: String,
     /// Its live rows; `None` where the backup's data could not be read when it was restored.
     pub live: Option<i64>,
     /// The live rows of each partition, where known.
@@ -170,14 +174,119 @@ impl std::fmt::Display for Verification {
 /// How often an end's load state is asked while it loads.
 const LOAD_POLL: Duration = Duration::from_millis(200);
 
-/// Counts every collection of `expected` on every end of `ends` (the target first), loading
-/// what is not loaded, waiting at most `timeout` for each collection to load everywhere.
-pub async fn count(ends: &[End<'_>], expected: &[Expected], timeout: Duration) -> Verification {
+/// Where a sample's rows are read from: a backup, as planned (the restore's own plan, or a
+/// plan made again from the backup), and how many keys of each collection.
+pub struct Sampler<'a> {
+    pub store: &'a dyn ObjectStore,
+    pub backup: &'a Backup,
+    pub plan: &'a RestorePlan,
+    pub keys: usize,
+}
+
+impl Sampler<'_> {
+    /// The sample of the planned collection named `source` in the backup. A plan that
+    /// folded L0 deletes wrote delta logs for them; those are read from the plan.
+    async fn read(&self, source: &str) -> Result<Sample, String> {
+        let collection = (self.plan.collections.iter())
+            .find(|c| c.source.to_string() == source)
+            .ok_or_else(|| format!("{source} is not in the backup's plan"))?;
+        let staged = &self.plan.files_to_stage;
+        sample::sample(self.store, self.backup, staged, collection, self.keys)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A backup a restore read, opened again and planned whole: what a sample is read from after
+/// the restore (`lockstep verify --sample`, a recovery that has the job).
+pub struct Reopened {
+    store: crate::storage::OpenedStore,
+    backup: Backup,
+    plan: RestorePlan,
+}
+
+/// Why a backup could not be opened again for its sample.
+#[derive(Debug, thiserror::Error)]
+pub enum ReopenError {
+    #[error("cannot open {url}")]
+    Open {
+        url: String,
+        #[source]
+        source: crate::storage::Error,
+    },
+    #[error("cannot read backup {name} for its sample")]
+    Read {
+        name: String,
+        #[source]
+        source: crate::backup::Error,
+    },
+}
+
+impl Reopened {
+    /// Opens backup `name` under `root` of `storage`, reads it and plans all of it.
+    pub async fn open(
+        storage: &crate::job::StorageSpec,
+        root: &str,
+        name: &str,
+    ) -> Result<Reopened, ReopenError> {
+        let store = crate::storage::open(storage).map_err(|source| ReopenError::Open {
+            url: storage.url.to_string(),
+            source,
+        })?;
+        let location = crate::backup::BackupLocation::new(storage.url.as_str(), root, name);
+        let read = |source| ReopenError::Read {
+            name: name.to_owned(),
+            source,
+        };
+        let backup = crate::backup::read(store.store.as_ref(), &location)
+            .await
+            .map_err(read)?;
+        let options = crate::backup::RestoreOptions::default();
+        let plan = crate::backup::plan(&backup, &options, crate::backup::Strategy::default())
+            .map_err(read)?;
+        Ok(Reopened {
+            store,
+            backup,
+            plan,
+        })
+    }
+
+    /// A sampler of `keys` keys of each collection.
+    pub fn sampler(&self, keys: usize) -> Sampler<'_> {
+        Sampler {
+            store: self.store.store.as_ref(),
+            backup: &self.backup,
+            plan: &self.plan,
+            keys,
+        }
+    }
+}
+
+/// Counts every collection of `expected` on every end of `ends` (the target first), and with
+/// a `sampler` compares its sample, loading what is not loaded, waiting at most `timeout` for
+/// each collection to load everywhere.
+pub async fn run(
+    ends: &[End<'_>],
+    expected: &[Expected],
+    sampler: Option<&Sampler<'_>>,
+    timeout: Duration,
+) -> Verification {
     let mut verification = Verification::default();
     for each in expected {
-        verification
-            .shown
-            .extend(collection(ends, each, None, timeout).await);
+        let sample = match sampler {
+            Some(sampler) => Some(sampler.read(&each.source).await),
+            None => None,
+        };
+        let read = sample.as_ref().and_then(|s| s.as_ref().ok());
+        let mut shown = collection(ends, each, read, timeout).await;
+        if let Some(Err(why)) = sample {
+            for s in &mut shown {
+                s.unverifiable.get_or_insert_with(|| {
+                    format!("its sample cannot be read from the backup: {why}")
+                });
+            }
+        }
+        verification.shown.extend(shown);
     }
     verification
 }

@@ -110,6 +110,10 @@ enum Command {
         /// Seconds to wait for a collection to load on every end.
         #[arg(long, default_value_t = 120)]
         timeout: u64,
+        /// Also fetch this many keys of each collection from every end and compare every
+        /// field with the backup's rows (read again from the host config's [backups]).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=lockstep::job::MAX_VERIFY_SAMPLE))]
+        sample: Option<u64>,
     },
     /// Start milvus-sim in process (a primary and two secondaries), generate a backup and
     /// restore it with two-phase commit.
@@ -231,12 +235,17 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Status { id } => status(&engine, id.as_deref(), cli.output).await,
         Command::Recover { id } => recover(&engine, &host, id.as_deref(), cli.output).await,
-        Command::Verify { id, timeout } => {
+        Command::Verify {
+            id,
+            timeout,
+            sample,
+        } => {
+            let sample = sample.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
             verify(
                 &engine,
                 &host,
                 &id,
-                Duration::from_secs(timeout),
+                (Duration::from_secs(timeout), sample),
                 cli.output,
             )
             .await
@@ -393,12 +402,12 @@ async fn recover(
 }
 
 /// `lockstep verify ID`: the committed collections of a finished restore, counted on every end
-/// it restored into.
+/// it restored into, and with `sample` keys of each compared field by field.
 async fn verify(
     engine: &Engine,
     host: &HostConfig,
     id: &str,
-    timeout: Duration,
+    (timeout, sample): (Duration, Option<usize>),
     format: OutputFormat,
 ) -> anyhow::Result<i32> {
     let record = engine
@@ -416,7 +425,19 @@ async fn verify(
         .to_verify()
         .with_context(|| format!("a collection in the report of {id}"))?;
     let ends = engine::Ends::from_recorded(&record.ends, host)?;
-    let verification = lockstep::verify::count(&ends.to_verify(), &expected, timeout).await;
+    let reopened = match sample {
+        Some(_) => {
+            let backups = (host.backups.as_ref())
+                .context("--sample reads the backup again, and the host config has no [backups]")?;
+            let reopened =
+                lockstep::verify::Reopened::open(&backups.storage, &backups.root, &record.backup);
+            Some(reopened.await?)
+        }
+        None => None,
+    };
+    let sampler = (reopened.as_ref().zip(sample)).map(|(reopened, keys)| reopened.sampler(keys));
+    let verification =
+        lockstep::verify::run(&ends.to_verify(), &expected, sampler.as_ref(), timeout).await;
     output::verification(format, &record.id.to_string(), &verification);
     Ok(if verification.mismatches().next().is_some() {
         Outcome::Diverged.exit_code()

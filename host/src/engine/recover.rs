@@ -125,10 +125,7 @@ async fn resolve(
     // What a query on every end sees of what the decisions made visible, as the run would
     // have asked once every end completed.
     if let Some(asked) = record.verify.as_ref().filter(|_| unsettled.is_empty()) {
-        let timeout = Duration::from_millis(asked.timeout_ms);
-        // The sample is not asked again: its keys are read from the backup, which a
-        // recovery does not open. `lockstep verify --sample` asks it.
-        report.verification = verification::ask(attempt, timeout, &report, None).await;
+        report.verification = verification::ask_recorded(attempt, asked, &report).await;
     }
     let (shown_wrong, unverified) = verification::findings(report.verification.as_ref());
     let failure = match (decided, settled.aborted_any) {
@@ -426,7 +423,7 @@ fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report 
                         .flat_map(|v| &v.collections)
                         .find(|c| c.target == target);
                     collections.push(CollectionReport {
-                        source: String::new(),
+                        source: counted.map(|c| c.source.clone()).unwrap_or_default(),
                         partitions: 0,
                         batches: 1,
                         inserted: 0,

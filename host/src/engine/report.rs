@@ -362,6 +362,7 @@ impl Report {
             .map(|c| {
                 Ok(crate::verify::Expected {
                     collection: crate::backup::Namespace::parse(&c.target)?,
+                    source: c.source.clone(),
                     live: c.live,
                     partitions: (c.live_by_partition.iter())
                         .filter(|(p, _)| !p.is_empty())

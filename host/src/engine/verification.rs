@@ -8,18 +8,9 @@ use super::faults;
 use super::fence::Fence;
 use super::preflight::Preflight;
 use super::report::Report;
-use crate::backup::sample;
 use crate::job::{Job, VerifyRows};
 use crate::journal::{RecordedLive, RecordedVerify};
 use crate::verify::{self, Verification};
-
-/// Where the sampled keys' rows are read from: the backup, as preflight read and planned it,
-/// and how many keys of each collection.
-#[derive(Clone, Copy)]
-pub(super) struct Sampler<'a> {
-    pub preflight: &'a Preflight,
-    pub keys: usize,
-}
 
 /// Counts every committed collection whose live rows are known on every end (and compares
 /// its sample, with `rows = "sample"`), once the fence passed (loading is an action on the
@@ -34,8 +25,13 @@ pub(super) async fn run(
     if job.verify.rows == VerifyRows::Off {
         return None;
     }
-    let sampler = job.verify.sample.map(|keys| Sampler { preflight, keys });
-    ask(attempt, job.verify.timeout, report, sampler).await
+    let sampler = job.verify.sample.map(|keys| verify::Sampler {
+        store: preflight.backup_store.store.as_ref(),
+        backup: &preflight.backup,
+        plan: &preflight.plan,
+        keys,
+    });
+    ask(attempt, job.verify.timeout, report, sampler.as_ref()).await
 }
 
 /// What the job's `[verify]` asks, for the record: a recovery that rolls the restore
@@ -43,14 +39,50 @@ pub(super) async fn run(
 pub(super) fn recorded(job: &Job, report: &Report) -> Option<RecordedVerify> {
     (job.verify.rows != VerifyRows::Off).then(|| RecordedVerify {
         timeout_ms: u64::try_from(job.verify.timeout.as_millis()).unwrap_or(u64::MAX),
+        sample: job.verify.sample,
         collections: (report.collections.iter())
             .map(|c| RecordedLive {
                 target: c.target.clone(),
+                source: c.source.clone(),
                 live: c.live,
                 live_by_partition: c.live_by_partition.clone(),
             })
             .collect(),
     })
+}
+
+/// What a recovery that rolled the restore forward asks, as the record says the run would
+/// have: the count, and the sample where the job is at hand to read the backup again. A
+/// sample that cannot be asked says so on each collection, and how to ask it.
+pub(super) async fn ask_recorded(
+    attempt: &Attempt<'_>,
+    asked: &RecordedVerify,
+    report: &Report,
+) -> Option<Verification> {
+    let timeout = std::time::Duration::from_millis(asked.timeout_ms);
+    let Some(keys) = asked.sample else {
+        return ask(attempt, timeout, report, None).await;
+    };
+    let reopened = match attempt.job {
+        Some(job) => {
+            let b = &job.backup;
+            verify::Reopened::open(&b.storage, &b.root, &b.name)
+                .await
+                .map_err(|e| super::preflight::error_chain(&e))
+        }
+        None => Err("recovered without its job".to_owned()),
+    };
+    let sampler = reopened.as_ref().ok().map(|r| r.sampler(keys));
+    let mut verification = ask(attempt, timeout, report, sampler.as_ref()).await;
+    if let (Err(why), Some(verification)) = (reopened, verification.as_mut()) {
+        let why = format!(
+            "its sample was not compared ({why}); `lockstep verify --sample {keys}` compares it"
+        );
+        for shown in &mut verification.shown {
+            shown.unverifiable.get_or_insert_with(|| why.clone());
+        }
+    }
+    verification
 }
 
 /// Counts the report's committed collections on every end (and compares their samples, with
@@ -59,7 +91,7 @@ pub(super) async fn ask(
     attempt: &Attempt<'_>,
     timeout: std::time::Duration,
     report: &Report,
-    sampler: Option<Sampler<'_>>,
+    sampler: Option<&verify::Sampler<'_>>,
 ) -> Option<Verification> {
     if faults::planted(faults::Bug::SkipVerify) {
         return None;
@@ -75,50 +107,7 @@ pub(super) async fn ask(
         collections = expected.len(),
         "verifying what a query on every end sees"
     );
-    let mut verification = Verification::default();
-    for collection in &expected {
-        let sample = match sampler {
-            Some(sampler) => Some(read_sample(sampler, &collection.collection).await),
-            None => None,
-        };
-        let sample_read = sample.as_ref().map(|s| s.as_ref().ok());
-        let mut shown = verify::collection(&ends, collection, sample_read.flatten(), timeout).await;
-        if let Some(Err(why)) = sample {
-            for s in &mut shown {
-                s.unverifiable.get_or_insert_with(|| {
-                    format!("its sample cannot be read from the backup: {why}")
-                });
-            }
-        }
-        verification.shown.extend(shown);
-    }
-    Some(verification)
-}
-
-/// The sample of the planned collection restored as `target`, read from the backup.
-async fn read_sample(
-    sampler: Sampler<'_>,
-    target: &crate::backup::Namespace,
-) -> Result<sample::Sample, String> {
-    let Preflight {
-        backup_store,
-        backup,
-        plan,
-        ..
-    } = sampler.preflight;
-    let collection = (plan.collections.iter())
-        .find(|c| c.target == *target)
-        .ok_or_else(|| format!("{target} is not in the plan"))?;
-    let staged = &plan.files_to_stage;
-    sample::sample(
-        backup_store.store.as_ref(),
-        backup,
-        staged,
-        collection,
-        sampler.keys,
-    )
-    .await
-    .map_err(|e| e.to_string())
+    Some(verify::run(&ends, &expected, sampler, timeout).await)
 }
 
 /// The collections `verification` found some end showing with other rows, and those it

@@ -410,6 +410,9 @@ pub struct RestoreRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordedVerify {
     pub timeout_ms: u64,
+    /// With `rows = "sample"`, the keys of each collection compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<usize>,
     pub collections: Vec<RecordedLive>,
 }
 
@@ -418,6 +421,10 @@ pub struct RecordedVerify {
 pub struct RecordedLive {
     /// `db.collection` as restored.
     pub target: String,
+    /// Its name in the backup, where a sample of it is read; empty in records written
+    /// before samples were.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
     /// `None` where the data could not be read.
     pub live: Option<i64>,
     #[serde(default)]

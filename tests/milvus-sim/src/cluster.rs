@@ -1082,7 +1082,7 @@ impl Cluster {
         let found = live_keys(&done, partitions)
             .filter(|(_, row)| keys.contains(&row.pk))
             .map(|(job, row)| FoundRow {
-                insert_prefix: job.files[row.group][0].clone(),
+                insert_prefix: job.data.kept[row.group].clone(),
                 index: row.index,
                 pk: row.pk.clone(),
                 changed: job.data.changed.as_ref() == Some(&row.pk),
@@ -1133,6 +1133,9 @@ impl Cluster {
                     visible_rows: done.iter().map(|j| j.total_rows).sum(),
                     visible_deleted_rows: done.iter().map(|j| j.total_rows).sum::<i64>()
                         - live_rows(done, None),
+                    changed_rows: live_keys(done, None)
+                        .filter(|(job, row)| job.data.changed.as_ref() == Some(&row.pk))
+                        .count() as i64,
                     completed_imports: done
                         .iter()
                         .map(|j| CompletedImport {

@@ -15,7 +15,7 @@ use crate::cluster::{Cluster, IMPORT_TIMEOUT};
 use crate::faults::Drift;
 use crate::import_reader::{self, ReadError, ReadOutcome};
 use crate::jobs::JobState;
-use crate::options::CommitMode;
+use crate::options::{CommitMode, ImportSource};
 use crate::version::ImportFace;
 
 /// What a stage ended with.
@@ -187,12 +187,19 @@ async fn read_files(cluster: &Cluster, job_id: i64) -> Result<ReadOutcome, Strin
         schema.as_ref(),
     )
     .await;
-    match read {
+    let mut read = match read {
         // Milvus 2.3's binlog parser lists an insert prefix that holds nothing
         // (`logsCount=0`) and completes the import with 0 rows, no error.
         Err(ReadError::EmptyPrefix { .. }) if cluster.import_face() == ImportFace::V1Only => {
-            Ok(ReadOutcome::default())
+            return Ok(ReadOutcome::default());
         }
-        read => read.map_err(|e| e.to_string()),
+        read => read.map_err(|e| e.to_string())?,
+    };
+    if job.parsed_options.source == ImportSource::Binlogs {
+        let dir = format!("sim-imported/{job_id}");
+        read.data.kept = import_reader::keep_groups(store.as_ref(), &job.files, &dir)
+            .await
+            .map_err(|e| e.to_string())?;
     }
+    Ok(read)
 }

@@ -89,6 +89,7 @@ impl Default for ReadOutcome {
                 deletes: Vec::new(),
                 first_removed: None,
                 changed: None,
+                kept: Vec::new(),
             },
         }
     }
@@ -375,6 +376,38 @@ async fn logs_by_field(
         logs.entry(field_id).or_default().push(path);
     }
     Ok(logs)
+}
+
+/// Copies each group's insert logs (the first path of each) under `dir/{group}/`, as Milvus
+/// writes what it imported into segments of its own: a query reads its rows from there once
+/// the files it imported from are gone. Returns each group's copy, a prefix.
+pub async fn keep_groups(
+    store: &dyn ObjectStore,
+    groups: &[Vec<String>],
+    dir: &str,
+) -> Result<Vec<String>, ReadError> {
+    let mut kept = Vec::with_capacity(groups.len());
+    for (index, group) in groups.iter().enumerate() {
+        let Some(prefix) = group.first().filter(|p| !p.is_empty()) else {
+            kept.push(String::new());
+            continue;
+        };
+        let to = format!("{dir}/{index}/");
+        let from = object_path(prefix)?.to_string();
+        for path in list(store, prefix).await? {
+            let rest = path.as_ref().strip_prefix(&from).unwrap_or(path.as_ref());
+            let target = Path::from(format!("{to}{}", rest.trim_start_matches('/')));
+            store
+                .copy(&path, &target)
+                .await
+                .map_err(|source| ReadError::Storage {
+                    path: path.to_string(),
+                    source,
+                })?;
+        }
+        kept.push(to);
+    }
+    Ok(kept)
 }
 
 /// The values of rows `rows` (sorted row numbers of the group) of each field of `fields` in

@@ -192,6 +192,8 @@ pub struct ImportedData {
     pub first_removed: Option<Row>,
     /// The key of a row a query shows with one value changed (the changed-row fault).
     pub changed: Option<milvus_formats::binlog::Pk>,
+    /// Where each file group's insert logs were kept once imported, by group.
+    pub kept: Vec<String>,
 }
 
 /// An import job as a cluster holds it.

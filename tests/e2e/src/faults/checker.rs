@@ -571,7 +571,7 @@ fn check_data(e: &Evidence<'_>, submitted: &BTreeMap<i64, Submitted<'_>>) -> Vec
             if shows != live
                 && !committed
                     .iter()
-                    .any(|s| named_by_query(s, end, &name, shows))
+                    .any(|s| named_by_query(s, end, &name, Shown::Count(shows)))
             {
                 found.push(Violation::DataMismatch {
                     end: end.clone(),
@@ -579,24 +579,51 @@ fn check_data(e: &Evidence<'_>, submitted: &BTreeMap<i64, Submitted<'_>>) -> Vec
                     detail: format!("{shows} rows live, the backup's data holds {live}"),
                 });
             }
+            // The right rows, counted right, can still hold a value other than the
+            // backup's: a restore that compared a sample must have named it.
+            let changed = collection.map_or(0, |c| c.changed_rows);
+            if changed > 0
+                && !committed
+                    .iter()
+                    .any(|s| named_by_query(s, end, &name, Shown::Changed))
+            {
+                found.push(Violation::DataMismatch {
+                    end: end.clone(),
+                    collection: name.clone(),
+                    detail: format!("a query shows {changed} row(s) with a value changed"),
+                });
+            }
         }
     }
     found
 }
 
-/// Whether the report of `s`'s attempt says what a query on `end` showed of `collection`:
-/// the `shows` rows the end holds (a mismatch it names, making the restore diverged), or
-/// that it could not ask (so it claims nothing of that end's rows).
-fn named_by_query(s: &Submitted<'_>, end: &str, collection: &str, shows: i64) -> bool {
+/// What a query on an end shows that the backup does not hold.
+#[derive(Clone, Copy)]
+enum Shown {
+    /// Other live rows: this many.
+    Count(i64),
+    /// A sampled row with a value changed.
+    Changed,
+}
+
+/// Whether the report of `s`'s attempt says what a query on `end` showed of `collection`: the
+/// rows the end holds, or a sampled row that differs (a mismatch it names, making the
+/// restore diverged), or that it could not ask (so it claims nothing of that end's rows).
+fn named_by_query(s: &Submitted<'_>, end: &str, collection: &str, seen: Shown) -> bool {
     let Some(report) = &s.record.report else {
         return false;
     };
     let diverged = report["outcome"] == "diverged";
     (report["verification"]["shown"].as_array()).is_some_and(|shown| {
         shown.iter().any(|v| {
+            let named = match seen {
+                Shown::Count(shows) => v["shows"] == shows,
+                Shown::Changed => v["sample"]["differences"].as_i64() > Some(0),
+            };
             v["end"] == end
                 && v["collection"] == collection
-                && (v["unverifiable"].is_string() || (diverged && v["shows"] == shows))
+                && (v["unverifiable"].is_string() || (diverged && named))
         })
     })
 }

@@ -13,7 +13,7 @@ use lockstep::journal::embedded::FileJournal;
 use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
 use lockstep::journal::{Journal, Outcome, RestoreRecord};
 use milvus_sim::control::DeleteObjects;
-use milvus_sim::faults::{JobFailure, JobSelector, LostDelete, ShortImport};
+use milvus_sim::faults::{ChangedRow, JobFailure, JobSelector, LostDelete, ShortImport};
 use tokio::time::Instant;
 
 use super::checker::{self, Ending, Evidence, ProcessRun, Resubmission, Violation};
@@ -308,6 +308,10 @@ impl Run<'_> {
                 .lost_delete(&LostDelete::default())
                 .await
                 .map_err(|e| e.to_string()),
+            Fault::ChangedRow { end } => control(end)
+                .changed_row(&ChangedRow::default())
+                .await
+                .map_err(|e| e.to_string()),
             Fault::Api {
                 end,
                 face,
@@ -497,16 +501,27 @@ fn finished(p: &ProcessRun) -> bool {
             .is_none_or(|r| !matches!(r.outcome, Outcome::Incomplete | Outcome::Lost))
 }
 
-/// The `[two_phase]` and `[[check]]` tables of the scenario's job; with a lost delete, the
-/// indexes a load needs, so that the restore's verification can ask every end.
+/// The `[two_phase]` and `[[check]]` tables of the scenario's job; with a lost delete or a
+/// changed row, the indexes a load needs, so that the restore's verification can ask every
+/// end, and with a changed row a sample that takes every key.
 fn job_tables(s: &Scenario) -> anyhow::Result<String> {
     let mut text = format!(
         "[two_phase]\natomicity = \"{}\"\nmirror_grace = \"{}ms\"\n",
         s.atomicity.name(),
         s.mirror_grace_ms
     );
-    if (s.schedule.iter()).any(|t| matches!(t.fault, Fault::LostDelete { .. })) {
+    let drifts = |changed: bool| {
+        (s.schedule.iter()).any(|t| match t.fault {
+            Fault::LostDelete { .. } => !changed,
+            Fault::ChangedRow { .. } => true,
+            _ => false,
+        })
+    };
+    if drifts(false) {
         text.push_str("[restore]\nrebuild_index = true\n");
+    }
+    if drifts(true) {
+        text.push_str("[verify]\nrows = \"sample\"\nsample = 10000\n");
     }
     if let Some(check) = s.check {
         text.push_str(&format!(

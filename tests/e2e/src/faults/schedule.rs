@@ -156,6 +156,10 @@ pub enum Fault {
     /// restore's own run verifies what it committed (its job rebuilds the indexes a load
     /// needs) and no host fault hands the commit to a recovery, which does not verify.
     LostDelete { end: String },
+    /// The next import on `end` shows one of its rows with a value changed, and reports the
+    /// rows it should have: no count can see it, a sample can. The job then compares a
+    /// sample that takes every key.
+    ChangedRow { end: String },
     /// Staged files vanish from secondary `end`'s storage.
     DeleteStaged { end: String },
     /// `end` goes down for `down_ms`.
@@ -202,6 +206,7 @@ impl Fault {
             Fault::Api { .. } => "api-slow",
             Fault::ShortImport { .. } => "short-import",
             Fault::LostDelete { .. } => "lost-delete",
+            Fault::ChangedRow { .. } => "changed-row",
             Fault::DeleteStaged { .. } => "staged-files-deleted",
             Fault::Restart { .. } => "cluster-restart",
             Fault::KillHost => "host-sigkill",
@@ -395,6 +400,13 @@ impl Scenario {
             schedule.push(Timed {
                 at_ms: 0,
                 fault: Fault::LostDelete { end },
+            });
+        }
+        if d.chance(5) {
+            let end = ends[d.between(0, ends.len() as u64 - 1) as usize].clone();
+            schedule.push(Timed {
+                at_ms: 0,
+                fault: Fault::ChangedRow { end },
             });
         }
         schedule.sort_by_key(|t| t.at_ms);

@@ -192,6 +192,65 @@ async fn recover_verifies_what_it_rolled_forward() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// With `rows = "sample"` the record keeps the sample's size: the same job run again after the
+/// crash has the backup at hand and compares the sample on every end; `lockstep recover`
+/// alone counts, and says of each collection that its sample was not compared and how to
+/// ask for it, which `lockstep verify --sample` then does.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recovery_with_the_job_compares_the_sample_and_one_without_says_it_did_not()
+-> anyhow::Result<()> {
+    let sampled = "[restore]\nrebuild_index = true\n[verify]\nrows = \"sample\"\nsample = 50\n";
+    let crash = [("LOCKSTEP_CRASH_AT", "after-decision")];
+    for with_job in [true, false] {
+        let world = World::start(WorldSpec::default()).await?;
+        let job = world.job("sampled", sampled)?;
+        let run = ["run", job.to_str().unwrap()];
+        let crashed = world.run(&run, &crash).await?;
+        assert_ne!(crashed.code, 0, "{}", crashed.explain());
+        let recovered = match with_job {
+            true => world.run(&run, &[]).await?,
+            false => world.run(&["recover"], &[]).await?,
+        };
+        assert_eq!(recovered.code, 0, "{}", recovered.explain());
+        let shown = recovered.report["verification"]["shown"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(!shown.is_empty(), "{}", recovered.explain());
+        for s in &shown {
+            assert_eq!(s["shows"], s["live"], "{s}");
+            if with_job {
+                assert!(s["unverifiable"].is_null(), "{s}");
+                assert_eq!(
+                    s["sample"]["rows"].as_i64().map(|n| n > 0),
+                    Some(true),
+                    "{s}"
+                );
+                assert_eq!(s["sample"]["differences"], 0, "{s}");
+            } else {
+                let why = s["unverifiable"].as_str().unwrap_or_default();
+                assert!(
+                    why.contains("recovered without its job")
+                        && why.contains("lockstep verify --sample 50"),
+                    "{s}"
+                );
+            }
+        }
+        if !with_job {
+            let id = recovered.report["restore_id"].as_str().expect("an id");
+            let verify = world.run(&["verify", id, "--sample", "50"], &[]).await?;
+            assert_eq!(verify.code, 0, "{}", verify.explain());
+            let shown = verify.report["shown"].as_array().expect("shown");
+            assert!(
+                shown.iter().all(|s| s["sample"]["rows"].as_i64() > Some(0)),
+                "{}",
+                verify.stdout
+            );
+        }
+    }
+    Ok(())
+}
+
 /// A restore killed after its commits went out, recovered once every end has forgotten its
 /// finished jobs (`dataCoord.import.taskRetention`): recover knows from the journal that the
 /// jobs were created and committed, so it neither re-creates nor aborts them; it names each

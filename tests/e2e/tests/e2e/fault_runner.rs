@@ -164,6 +164,27 @@ fn lost_delete() -> Scenario {
     }])
 }
 
+/// A mirror that shows one row with a value changed: every count is right. A restore that
+/// does not compare its sample succeeds; the checker asks the end what it changed and finds
+/// the report silent.
+#[tokio::test(flavor = "multi_thread")]
+async fn catches_a_mirror_that_shows_a_changed_value() -> anyhow::Result<()> {
+    let scenario = changed_row();
+    let run = run_with(&[Bug::SkipVerify], &scenario).await?;
+    assert_caught(&run, &scenario, |v| {
+        matches!(v, Violation::DataMismatch { end, detail, .. }
+            if *end == secondary(0) && detail.contains("value changed"))
+    });
+    Ok(())
+}
+
+fn changed_row() -> Scenario {
+    pinned(vec![Timed {
+        at_ms: 0,
+        fault: Fault::ChangedRow { end: secondary(0) },
+    }])
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_same_scenario_without_a_planted_bug_passes() -> anyhow::Result<()> {
     // Each planted-bug scenario, run by a correct engine: the violations above come from
@@ -186,6 +207,7 @@ async fn the_same_scenario_without_a_planted_bug_passes() -> anyhow::Result<()> 
         }],
         short_mirror(),
         lost_delete().schedule,
+        changed_row().schedule,
     ] {
         let scenario = pinned(schedule);
         let run = run_with(&[], &scenario).await?;

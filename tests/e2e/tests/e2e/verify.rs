@@ -189,6 +189,16 @@ async fn a_mirror_that_changed_one_value_is_a_mismatch_only_the_sample_finds() -
     let run = restored(&world, "changed-counted", WITH_INDEXES, 0).await?;
     let (_, wrong) = shown(&run.report["verification"]);
     assert!(wrong.is_empty(), "a count cannot see it: {}", run.stdout);
+    // `lockstep verify --sample` reads the backup again and finds it afterwards.
+    let verify = world
+        .run(&["verify", restore_id(&run), "--sample", "1000"], &[])
+        .await?;
+    assert_eq!(verify.code, 3, "{}", verify.explain());
+    let found: Vec<_> = (verify.report["shown"].as_array().expect("shown").iter())
+        .filter(|s| s["sample"]["differences"] == 1)
+        .collect();
+    assert_eq!(found.len(), 1, "{}", verify.stdout);
+    assert_eq!(found[0]["end"], drifted.as_str());
 
     let world = World::start(folded()).await?;
     world.change_next_row(&drifted).await?;

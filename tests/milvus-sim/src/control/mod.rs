@@ -122,6 +122,9 @@ pub struct CollectionSnapshot {
     /// Rows of Completed imports only: data is visible once committed, never before.
     pub visible_rows: i64,
     pub visible_deleted_rows: i64,
+    /// Live rows a query shows with a value changed (the changed-row fault).
+    #[serde(default)]
+    pub changed_rows: i64,
     pub completed_imports: Vec<CompletedImport>,
 }
 
