@@ -11,7 +11,11 @@
 //! - orchestration overhead: lockstep's end-to-end time over the emulator's own import time for
 //!   100 collections × 4 partitions, the median of a few restores;
 //! - scale: 1,000 collections × 4 partitions against instant imports, wall time and peak RSS,
-//!   and lockstep's own CPU time, user and system.
+//!   and lockstep's own CPU time, user and system;
+//! - data: on the same scale with L0 segments, reading every key and folding the L0 deletes
+//!   (preflight's part of the data work, timed in this process) against the whole restore,
+//!   and what `[verify]` adds to a restore, `count` and a sample of 1,000 keys per
+//!   collection, against none, in alternating runs.
 //!
 //! Every figure is read from milvus-sim's own request log and job histories, not from
 //! lockstep's report. `BENCH_LOG=FILE` keeps the last restore's info log in FILE.
@@ -50,6 +54,9 @@ fn main() -> anyhow::Result<()> {
         }
         if wanted("scale") {
             scale().await?;
+        }
+        if wanted("data") {
+            data().await?;
         }
         Ok(())
     })
@@ -299,5 +306,108 @@ async fn scale() -> anyhow::Result<()> {
         run.cpu.user.as_secs_f64(),
         run.cpu.system.as_secs_f64()
     );
+    Ok(())
+}
+
+/// The scale world with L0 segments and the indexes a load needs: what the data figures run on.
+fn data_world() -> WorldSpec {
+    let mut spec = WorldSpec::with_collections(1000);
+    spec.backup.partitions = 4;
+    spec.backup.segments_per_partition = 1;
+    spec.backup.l0_segments = milvus_sim::fixtures::L0Segments::Present;
+    spec.target_stage = Duration::ZERO;
+    spec.secondary_stage = Duration::ZERO;
+    spec.stream_lag = Duration::ZERO;
+    spec.secondaries = 1;
+    spec.max_import_job_num = 10_000;
+    spec
+}
+
+/// This process's peak resident set, from /proc.
+fn own_hwm_kib() -> u64 {
+    vm_hwm_kib(std::process::id()).unwrap_or(0)
+}
+
+const DATA_ROUNDS: usize = 2;
+
+async fn data() -> anyhow::Result<()> {
+    use lockstep::backup::{self, L0Route, RestoreOptions, Strategy};
+    println!(
+        "data: 1,000 collections × 4 partitions with L0 segments, instant imports, target + 1 secondary"
+    );
+    // Keys and folding, as preflight runs them, on a world of its own.
+    let world = World::start(data_world()).await?;
+    let store = world.backup_store()?;
+    let location = backup::BackupLocation::new("file:///", "backup", &world.spec.backup.name);
+    let read = backup::read(store.as_ref(), &location).await?;
+    let mut plan = backup::plan(&read, &RestoreOptions::default(), Strategy::Merged)?;
+    let (before_kib, started) = (own_hwm_kib(), Instant::now());
+    let counted = backup::rows::count(store.as_ref(), &read, &mut plan, L0Route::Fold).await;
+    let keys = started.elapsed();
+    anyhow::ensure!(
+        counted.unreadable.is_empty() && counted.disagreements.is_empty(),
+        "the bench backup reads: {:?}",
+        counted.unreadable
+    );
+    let rows: i64 = plan
+        .collections
+        .iter()
+        .filter_map(|c| c.rows.as_ref())
+        .map(|r| r.inserted)
+        .sum();
+    let grew_kib = own_hwm_kib().saturating_sub(before_kib);
+    drop(world);
+
+    // Restores of the same backup, verified three ways, in alternating rounds.
+    let variants = [
+        ("off", "[verify]\nrows = \"off\"\n"),
+        ("count", ""),
+        (
+            "sample = 1000",
+            "[verify]\nrows = \"sample\"\nsample = 1000\n",
+        ),
+    ];
+    let mut walls: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    for _ in 0..DATA_ROUNDS {
+        for (i, (name, verify)) in variants.iter().enumerate() {
+            let world = World::start(data_world()).await?;
+            let run = restore(
+                &world,
+                &format!("[restore]\nrebuild_index = true\n{verify}"),
+            )
+            .await?;
+            println!(
+                "  restore, verify {name}: {:.1} s, peak RSS {:.0} MB, CPU user {:.1} s system {:.1} s",
+                run.wall.as_secs_f64(),
+                run.peak_kib as f64 / 1024.0,
+                run.cpu.user.as_secs_f64(),
+                run.cpu.system.as_secs_f64()
+            );
+            walls[i].push(run.wall.as_secs_f64());
+        }
+    }
+    let median = |w: &mut Vec<f64>| {
+        w.sort_by(f64::total_cmp);
+        percentile(w, 0.5)
+    };
+    let medians: Vec<f64> = walls.iter_mut().map(median).collect();
+    let base = medians[0];
+    println!(
+        "  reading {rows} rows' keys and folding the L0 deletes: {:.2} s, {:.1}% of the restore's {base:.1} s (target ≤ 10%); this process's peak grew {:.0} MB",
+        keys.as_secs_f64(),
+        keys.as_secs_f64() / base * 100.0,
+        grew_kib as f64 / 1024.0
+    );
+    for ((name, _), m) in variants.iter().zip(&medians).skip(1) {
+        println!(
+            "  verify {name}: median {m:.1} s against {base:.1} s without: {:+.1}%{}",
+            (m / base - 1.0) * 100.0,
+            if *name == "count" {
+                " (target ≤ 2%)"
+            } else {
+                ""
+            }
+        );
+    }
     Ok(())
 }
