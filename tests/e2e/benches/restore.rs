@@ -283,17 +283,22 @@ async fn overhead() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn scale() -> anyhow::Result<()> {
+/// 1,000 collections × 4 partitions against instant imports, a target and one secondary.
+fn scale_world(l0: milvus_sim::fixtures::L0Segments) -> WorldSpec {
     let mut spec = WorldSpec::with_collections(1000);
     spec.backup.partitions = 4;
     spec.backup.segments_per_partition = 1;
-    spec.backup.l0_segments = milvus_sim::fixtures::L0Segments::Absent;
+    spec.backup.l0_segments = l0;
     spec.target_stage = Duration::ZERO;
     spec.secondary_stage = Duration::ZERO;
     spec.stream_lag = Duration::ZERO;
     spec.secondaries = 1;
     spec.max_import_job_num = 10_000;
-    let world = World::start(spec).await?;
+    spec
+}
+
+async fn scale() -> anyhow::Result<()> {
+    let world = World::start(scale_world(milvus_sim::fixtures::L0Segments::Absent)).await?;
     let run = restore(&world, "").await?;
     println!("scale: 1,000 collections × 4 partitions, instant imports, target + 1 secondary");
     println!(
@@ -309,18 +314,9 @@ async fn scale() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The scale world with L0 segments and the indexes a load needs: what the data figures run on.
+/// The scale world with L0 segments: what the data figures run on.
 fn data_world() -> WorldSpec {
-    let mut spec = WorldSpec::with_collections(1000);
-    spec.backup.partitions = 4;
-    spec.backup.segments_per_partition = 1;
-    spec.backup.l0_segments = milvus_sim::fixtures::L0Segments::Present;
-    spec.target_stage = Duration::ZERO;
-    spec.secondary_stage = Duration::ZERO;
-    spec.stream_lag = Duration::ZERO;
-    spec.secondaries = 1;
-    spec.max_import_job_num = 10_000;
-    spec
+    scale_world(milvus_sim::fixtures::L0Segments::Present)
 }
 
 /// This process's peak resident set, from /proc.
