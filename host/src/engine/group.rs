@@ -229,8 +229,9 @@ pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec
             results = &mut runs => (results, None),
             () = past_commit(seen.clone()) => {
                 let job = groups.job;
+                let staged = &groups.preflight.plan.files_to_stage;
                 let (results, cleaned) =
-                    tokio::join!(runs, staging::clean_up(job, attempt, &attempt.id));
+                    tokio::join!(runs, staging::clean_up(job, attempt, &attempt.id, staged));
                 (results, Some(cleaned))
             }
         }

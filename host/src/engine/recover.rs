@@ -224,7 +224,7 @@ async fn undo(
     let cleaned = match &record.staging_prefix {
         Some(_) if quiet && !stores.is_empty() && attempt.check().await.is_ok() => {
             let prefix = StagingPrefix::for_restore(&record.id);
-            crate::storage::delete_stage(stores, &prefix, temp).await
+            crate::storage::delete_stage(stores, &prefix, temp, &[]).await
         }
         _ => false,
     };
@@ -342,7 +342,7 @@ pub async fn clean_left_stage(
     let temp = TempFiles::after(record.keep_temp_files, record.has_commit_decision());
     // Right before the delete, as before every action: still this host's.
     engine.journal.fence(claim.as_ref()).await?;
-    if !crate::storage::delete_stage(stores, &StagingPrefix::for_restore(id), temp).await {
+    if !crate::storage::delete_stage(stores, &StagingPrefix::for_restore(id), temp, &[]).await {
         return Err(CleanupError::NotDeleted(id.clone()));
     }
     record.stage_left = false;

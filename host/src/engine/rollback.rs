@@ -30,7 +30,14 @@ pub(super) async fn undo(
     }
     if let Some((job, prefix)) = staged {
         fence.check().await?;
-        storage::delete_stage(&job.destinations(), &prefix, storage::TempFiles::Delete).await;
+        // The plan is not at hand: the prefix is walked.
+        storage::delete_stage(
+            &job.destinations(),
+            &prefix,
+            storage::TempFiles::Delete,
+            &[],
+        )
+        .await;
     }
     Ok(())
 }

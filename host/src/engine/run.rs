@@ -578,7 +578,10 @@ async fn conclude(
     if let Some(s) = report.staging.as_mut() {
         match landed.cleaned_early {
             Some(cleaned) => s.cleaned_up = cleaned,
-            None if settled => s.cleaned_up = staging::clean_up(job, attempt, &attempt.id).await,
+            None if settled => {
+                let staged = &preflight.plan.files_to_stage;
+                s.cleaned_up = staging::clean_up(job, attempt, &attempt.id, staged).await;
+            }
             None => {}
         }
     }

@@ -142,14 +142,20 @@ pub(super) async fn stage_files(
 }
 
 /// Deletes the staged files of a restore decided for commit from every destination once
-/// nothing reads them (unless `keep_temp_files`), once `fence` passed. Whether they are
-/// gone, for the report.
-pub(super) async fn clean_up(job: &Job, fence: &dyn Fence, restore_id: &RestoreId) -> bool {
+/// nothing reads them (unless `keep_temp_files`), once `fence` passed: the plan's `staged`
+/// files by name. Whether they are gone, for the report.
+pub(super) async fn clean_up(
+    job: &Job,
+    fence: &dyn Fence,
+    restore_id: &RestoreId,
+    staged: &[crate::backup::BinlogFile],
+) -> bool {
     if fence.check().await.is_err() {
         return false;
     }
     let prefix = StagingPrefix::for_restore(restore_id);
     let temp = storage::TempFiles::after(job.restore.keep_temp_files, true);
-    let cleaned = storage::delete_stage(&job.destinations(), &prefix, temp).await;
+    let staged: Vec<&str> = staged.iter().map(|f| f.path.as_str()).collect();
+    let cleaned = storage::delete_stage(&job.destinations(), &prefix, temp, &staged).await;
     cleaned && temp == storage::TempFiles::Delete
 }

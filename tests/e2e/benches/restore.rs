@@ -12,10 +12,13 @@
 //!   100 collections × 4 partitions, the median of a few restores;
 //! - scale: 1,000 collections × 4 partitions against instant imports, wall time and peak RSS,
 //!   and lockstep's own CPU time, user and system;
-//! - data: on the same scale with L0 segments, reading every key and folding the L0 deletes
-//!   (preflight's part of the data work, timed in this process) against the whole restore,
-//!   and what `[verify]` adds to a restore, `count` and a sample of 1,000 keys per
-//!   collection, against none, in alternating runs.
+//! - keys: on the same scale with L0 segments, reading every key and folding the L0 deletes
+//!   (preflight's part of the data work, timed in this process) against the whole restore;
+//! - verify: what `[verify]` adds to that restore, `count` and a sample of 1,000 keys per
+//!   collection, against none, in alternating runs;
+//! - growth: 100, 1,000 and 10,000 collections × 4 partitions, 3 ends, instant imports, in
+//!   one run: wall, CPU, peak RSS and status calls per job and end at each size, so that
+//!   what does not grow linearly shows (`-- growth 100 1000` runs the sizes named).
 //!
 //! Every figure is read from milvus-sim's own request log and job histories, not from
 //! lockstep's report. `BENCH_LOG=FILE` keeps the last restore's info log in FILE.
@@ -55,8 +58,20 @@ fn main() -> anyhow::Result<()> {
         if wanted("scale") {
             scale().await?;
         }
-        if wanted("data") {
-            data().await?;
+        if wanted("keys") {
+            keys().await?;
+        }
+        if wanted("verify") {
+            verify_cost().await?;
+        }
+        if wanted("growth") {
+            let sizes: Vec<u32> = named.iter().filter_map(|n| n.parse().ok()).collect();
+            growth(if sizes.is_empty() {
+                &[100, 1000, 10_000]
+            } else {
+                &sizes
+            })
+            .await?;
         }
         Ok(())
     })
@@ -326,12 +341,13 @@ fn own_hwm_kib() -> u64 {
 
 const DATA_ROUNDS: usize = 2;
 
-async fn data() -> anyhow::Result<()> {
+/// Reading every key and folding the L0 deletes, as preflight runs them, timed in this
+/// process, against a restore of the same backup (verified by count) in the same run.
+async fn keys() -> anyhow::Result<()> {
     use lockstep::backup::{self, L0Route, RestoreOptions, Strategy};
     println!(
-        "data: 1,000 collections × 4 partitions with L0 segments, instant imports, target + 1 secondary"
+        "keys: 1,000 collections × 4 partitions with L0 segments, instant imports, target + 1 secondary"
     );
-    // Keys and folding, as preflight runs them, on a world of its own.
     let world = World::start(data_world()).await?;
     let store = world.backup_store()?;
     let location = backup::BackupLocation::new("file:///", "backup", &world.spec.backup.name);
@@ -345,16 +361,30 @@ async fn data() -> anyhow::Result<()> {
         "the bench backup reads: {:?}",
         counted.unreadable
     );
-    let rows: i64 = plan
-        .collections
-        .iter()
+    let rows: i64 = (plan.collections.iter())
         .filter_map(|c| c.rows.as_ref())
         .map(|r| r.inserted)
         .sum();
     let grew_kib = own_hwm_kib().saturating_sub(before_kib);
     drop(world);
+    let world = World::start(data_world()).await?;
+    let run = restore(&world, "[restore]\nrebuild_index = true\n").await?;
+    let whole = run.wall.as_secs_f64();
+    println!(
+        "  reading {rows} rows' keys and folding the L0 deletes: {:.2} s, {:.1}% of the restore's {whole:.1} s (target ≤ 10%); this process's peak grew {:.0} MB",
+        keys.as_secs_f64(),
+        keys.as_secs_f64() / whole * 100.0,
+        grew_kib as f64 / 1024.0
+    );
+    Ok(())
+}
 
-    // Restores of the same backup, verified three ways, in alternating rounds.
+/// What `[verify]` adds to a restore: `count`, and a sample of 1,000 keys per collection,
+/// against none, in alternating rounds.
+async fn verify_cost() -> anyhow::Result<()> {
+    println!(
+        "verify: 1,000 collections × 4 partitions with L0 segments, instant imports, target + 1 secondary"
+    );
     let variants = [
         ("off", "[verify]\nrows = \"off\"\n"),
         ("count", ""),
@@ -382,18 +412,13 @@ async fn data() -> anyhow::Result<()> {
             walls[i].push(run.wall.as_secs_f64());
         }
     }
-    let median = |w: &mut Vec<f64>| {
-        w.sort_by(f64::total_cmp);
-        percentile(w, 0.5)
-    };
-    let medians: Vec<f64> = walls.iter_mut().map(median).collect();
+    let medians: Vec<f64> = (walls.iter_mut())
+        .map(|w| {
+            w.sort_by(f64::total_cmp);
+            percentile(w, 0.5)
+        })
+        .collect();
     let base = medians[0];
-    println!(
-        "  reading {rows} rows' keys and folding the L0 deletes: {:.2} s, {:.1}% of the restore's {base:.1} s (target ≤ 10%); this process's peak grew {:.0} MB",
-        keys.as_secs_f64(),
-        keys.as_secs_f64() / base * 100.0,
-        grew_kib as f64 / 1024.0
-    );
     for ((name, _), m) in variants.iter().zip(&medians).skip(1) {
         println!(
             "  verify {name}: median {m:.1} s against {base:.1} s without: {:+.1}%{}",
@@ -405,5 +430,48 @@ async fn data() -> anyhow::Result<()> {
             }
         );
     }
+    Ok(())
+}
+
+/// Status calls every end answered over a restore: describes, progress asks and lists.
+const STATUS_ROUTES: [&str; 3] = ["import/describe", "import/get_progress", "import/list"];
+
+async fn growth(sizes: &[u32]) -> anyhow::Result<()> {
+    println!("growth: collections × 4 partitions, instant imports, target + 2 secondaries");
+    let mut first: Option<(u32, f64)> = None;
+    for &n in sizes {
+        let mut spec = scale_world(milvus_sim::fixtures::L0Segments::Absent);
+        spec.backup.collections = n;
+        spec.secondaries = 2;
+        spec.max_import_job_num = 100_000;
+        spec.request_log_capacity = 2_000_000;
+        let world = World::start(spec).await?;
+        let run = restore(&world, "").await?;
+        let (mut calls, mut jobs) = (0usize, 0usize);
+        for end in world.ends() {
+            let state = world.state(&end).await?;
+            calls += STATUS_ROUTES
+                .iter()
+                .map(|route| state.requests_to(route).len())
+                .sum::<usize>();
+            jobs += state.jobs.len();
+        }
+        let wall = run.wall.as_secs_f64();
+        let per = first.map_or(String::new(), |(m, w)| {
+            format!(
+                ", {:.2}× the {m}'s wall per collection",
+                wall / w * f64::from(m) / f64::from(n)
+            )
+        });
+        first.get_or_insert((n, wall));
+        println!(
+            "  {n:>6}: wall {wall:6.1} s, CPU user {:5.1} s system {:5.1} s, peak RSS {:4.0} MB, {:.2} status calls per job and end{per}",
+            run.cpu.user.as_secs_f64(),
+            run.cpu.system.as_secs_f64(),
+            run.peak_kib as f64 / 1024.0,
+            calls as f64 / jobs.max(1) as f64
+        );
+    }
+    println!("  target at 10,000: wall ≤ 60 s, peak RSS ≤ 300 MB, growth linear");
     Ok(())
 }

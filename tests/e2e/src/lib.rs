@@ -66,6 +66,9 @@ pub struct WorldSpec {
     pub restorer_grants: Option<Vec<milvus_sim::rbac::Grant>>,
     /// `dataCoord.import.taskRetention` on every end; None keeps the version's default.
     pub task_retention: Option<Duration>,
+    /// The requests each end keeps for `state()`: a bench that counts every call of a
+    /// large restore raises it.
+    pub request_log_capacity: usize,
     /// Whether lockstep reaches the target over TLS, on the target's TLS port.
     pub target_tls: TargetTls,
     pub backup: BackupSpec,
@@ -100,6 +103,7 @@ impl WorldSpec {
     /// when the world checks privileges.
     fn shared_settings(&self, cluster: &mut ClusterSpec) {
         cluster.task_retention = self.task_retention;
+        cluster.request_log_capacity = self.request_log_capacity;
         if let Some(grants) = &self.restorer_grants {
             cluster.users = vec![milvus_sim::rbac::User {
                 name: RESTORER.0.into(),
@@ -183,6 +187,7 @@ impl Default for WorldSpec {
             l0_import: L0Import::On,
             restorer_grants: None,
             task_retention: None,
+            request_log_capacity: milvus_sim::topology::DEFAULT_REQUEST_LOG_CAPACITY,
             target_tls: TargetTls::Off,
             backup: BackupSpec {
                 name: "e2e_backup".into(),

@@ -9,7 +9,7 @@ use super::super::Error;
 use super::super::open::{OpenedStore, open};
 use super::files::{Destination, group_by_store};
 use super::local::{blocking, local_error, walk_files};
-use super::paths::StagingPrefix;
+use super::paths::{StagingPrefix, join};
 
 /// What to do with staged files once every end completed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -35,11 +35,14 @@ impl TempFiles {
 }
 
 /// Deletes the restore's staging prefix on each destination (once per store). Returns the
-/// number of objects deleted.
+/// number of objects deleted. `staged` names the files the stage placed (paths under the
+/// prefix), when known: a local store then deletes them by name, without reading a
+/// directory; with none, what is there is found by walking it.
 pub async fn cleanup(
     destinations: &[Destination<'_>],
     prefix: &StagingPrefix,
     temp_files: TempFiles,
+    staged: &[&str],
 ) -> Result<u64, Error> {
     if temp_files == TempFiles::Keep {
         tracing::info!(prefix = %prefix.path(), "keeping staged files");
@@ -48,7 +51,7 @@ pub async fn cleanup(
     // Every store at once: they are independent, and each waits mostly on its own I/O.
     let groups = group_by_store(destinations);
     let counts = futures::future::try_join_all(groups.iter().map(|group| async move {
-        delete_prefix(group.store, prefix)
+        delete_prefix(group.store, prefix, staged)
             .await
             .map_err(|source| Error::Delete {
                 end: group.ends(),
@@ -68,6 +71,7 @@ pub async fn delete_stage(
     destinations: &[(String, &crate::job::StorageSpec)],
     prefix: &StagingPrefix,
     temp: TempFiles,
+    staged: &[&str],
 ) -> bool {
     let mut opened = Vec::new();
     for (end, spec) in destinations {
@@ -83,7 +87,7 @@ pub async fn delete_stage(
         .iter()
         .map(|(end, store)| Destination { end, store })
         .collect();
-    match cleanup(&dests, prefix, temp).await {
+    match cleanup(&dests, prefix, temp, staged).await {
         Ok(_) => true,
         Err(e) => {
             tracing::warn!(error = %e, "staged files were not all deleted");
@@ -94,12 +98,17 @@ pub async fn delete_stage(
 
 /// Deletes everything under `prefix` in one store; returns how many objects that was.
 ///
-/// In a local store the prefix is one directory that holds only what staging wrote: it is
-/// removed whole, rather than object by object (a delete and an emptied-directory check
-/// each), which took seconds for a few thousand small binlogs.
+/// In a local store the prefix is one directory that holds only what staging wrote. With
+/// the `staged` paths known, each file is unlinked by name and each directory removed once,
+/// deepest first: one call an entry and no directory read, fewer than `rm -rf` makes. What
+/// else is found there (a part-written `#1` an interrupted copy left) is then removed whole,
+/// as is a prefix whose files are not known (a recovery's): `remove_tree`, rather than
+/// object by object through the store (a delete and an emptied-directory check each), which
+/// took seconds for a few thousand small binlogs.
 pub(super) async fn delete_prefix(
     store: &OpenedStore,
     prefix: &StagingPrefix,
+    staged: &[&str],
 ) -> object_store::Result<u64> {
     let Some(files) = store.local() else {
         let locations = store
@@ -111,6 +120,27 @@ pub(super) async fn delete_prefix(
         return Ok(removed.len() as u64);
     };
     let dir = files.path_to_filesystem(prefix.path())?;
+    let mut removed = 0;
+    if !staged.is_empty() {
+        let paths: Vec<std::path::PathBuf> = (staged.iter())
+            .map(|f| {
+                let key = join(prefix.path(), f).map_err(|e| object_store::Error::Generic {
+                    store: "LocalFileSystem",
+                    source: e.into(),
+                })?;
+                files.path_to_filesystem(&key)
+            })
+            .collect::<Result<_, _>>()?;
+        removed = {
+            let dir = dir.clone();
+            blocking(move || remove_known(&dir, &paths))
+                .await
+                .map_err(local_error)?
+        };
+        if !dir.exists() {
+            return Ok(removed);
+        }
+    }
     let key = prefix.path().clone();
     let count = {
         let dir = dir.clone();
@@ -126,7 +156,43 @@ pub(super) async fn delete_prefix(
         .map_err(local_error)?
     };
     remove_tree(dir).await.map_err(local_error)?;
-    Ok(count)
+    Ok(removed + count)
+}
+
+/// Unlinks `files` (under `dir`), then removes their directories up to `dir` deepest first,
+/// then `dir` and the staging root above it if they are empty. A directory that is not empty
+/// is left, for [`remove_tree`]. Returns how many files were unlinked.
+fn remove_known(dir: &std::path::Path, files: &[PathBuf]) -> std::io::Result<u64> {
+    let mut removed = 0;
+    let mut dirs = std::collections::BTreeSet::new();
+    for file in files {
+        match std::fs::remove_file(file) {
+            Ok(()) => removed += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let mut parent = file.parent();
+        while let Some(p) = parent.filter(|p| p.starts_with(dir)) {
+            if !dirs.insert(p.to_owned()) {
+                break;
+            }
+            parent = p.parent();
+        }
+    }
+    // Deepest first: a child sorts after its parent.
+    for d in dirs.iter().rev() {
+        match std::fs::remove_dir(d) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // Not empty: something the stage did not place, left for the walk.
+            Err(_) => return Ok(removed),
+            Ok(()) => {}
+        }
+    }
+    if let Some(root) = dir.parent() {
+        // A failure only means another restore's prefix is still there.
+        let _ = std::fs::remove_dir(root);
+    }
+    Ok(removed)
 }
 
 /// Subtrees removed at once by [`remove_tree`].

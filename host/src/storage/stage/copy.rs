@@ -124,18 +124,29 @@ pub(super) async fn copy(
     Ok(Transfer::Streamed)
 }
 
-/// Puts a backup file into another local store as `LocalFileSystem::put` publishes one
-/// (written as `{dst}#1`, which listings skip, then renamed over `dst`, so the store never
-/// shows a part-written file). On one filesystem, with `hard_links`, it is a hard link: the
-/// file is already there, and a link writes no data. Otherwise, across filesystems, or where
-/// a link is refused (`protected_hardlinks`, a filesystem without links), `std::fs::copy`:
-/// the kernel copies the bytes (`copy_file_range`) instead of the host reading them into
-/// memory and writing them back.
+/// Puts a backup file into another local store. On one filesystem, with `hard_links`, it is
+/// a hard link: the file is already there, and a link writes no data. A link is whole the
+/// moment it exists, so it goes straight to `dst`: one call a file, in a directory the stage
+/// made beforehand (or makes here when it is missing). A copy, or a link over a file an
+/// earlier stage left, is published as `LocalFileSystem::put` publishes one (written as
+/// `{dst}#1`, which listings skip, then renamed over `dst`, so the store never shows a
+/// part-written file). Across filesystems, or where a link is refused
+/// (`protected_hardlinks`, a filesystem without links), `std::fs::copy`: the kernel copies
+/// the bytes (`copy_file_range`) instead of the host reading them into memory and writing
+/// them back.
 pub(super) fn place_local_file(
     src: &std::path::Path,
     dst: &std::path::Path,
     hard_links: bool,
 ) -> std::io::Result<Transfer> {
+    if hard_links {
+        match link_fresh(src, dst) {
+            Ok(()) => return Ok(Transfer::Linked),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(e),
+            // Taken, or refused: the published path below decides.
+            Err(_) => {}
+        }
+    }
     let mut partial = dst.as_os_str().to_owned();
     partial.push("#1");
     let partial = PathBuf::from(partial);
@@ -165,4 +176,21 @@ pub(super) fn place_local_file(
         let _ = std::fs::remove_file(&partial);
     }
     placed
+}
+
+/// `src` linked at `dst`, making `dst`'s directory if it is missing. A missing `src` is
+/// `NotFound`; a `dst` already there is `AlreadyExists`.
+fn link_fresh(src: &std::path::Path, dst: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::hard_link(src, dst) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            match dst.parent().filter(|parent| !parent.exists()) {
+                Some(parent) => {
+                    std::fs::create_dir_all(parent)?;
+                    std::fs::hard_link(src, dst)
+                }
+                None => Err(e),
+            }
+        }
+        linked => linked,
+    }
 }

@@ -1,9 +1,10 @@
 //! Local stores: listing what is there, blocking work off the runtime, and making what a
 //! stage wrote durable.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use futures::TryStreamExt as _;
+use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 
 use super::super::Error;
@@ -42,6 +43,67 @@ pub(super) async fn list_sizes(
         .try_collect()
         .await
         .map_err(failed)
+}
+
+/// Makes, once each and parents first, the directory of every one of `targets` and every
+/// directory between it and `prefix`'s: the links then go straight into them. (A
+/// `create_dir_all` a file checks every directory again for every file; `cp -al` makes
+/// each once.)
+pub(super) async fn make_dirs(
+    files: &LocalFileSystem,
+    prefix: &Path,
+    targets: &[Path],
+) -> object_store::Result<()> {
+    let root = files.path_to_filesystem(prefix)?;
+    let mut dirs = BTreeSet::new();
+    for target in targets {
+        let path = files.path_to_filesystem(target)?;
+        let mut dir = path.parent();
+        while let Some(d) = dir.filter(|d| d.starts_with(&root) && *d != root) {
+            if !dirs.insert(d.to_owned()) {
+                break;
+            }
+            dir = d.parent();
+        }
+    }
+    blocking(move || {
+        std::fs::create_dir_all(&root)?;
+        for dir in dirs {
+            match std::fs::create_dir(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(local_error)
+}
+
+/// The size of each of `targets` that a local store holds, one `stat` a file: what the stage
+/// verifies, without walking the directories to find them.
+pub(super) async fn stat_sizes(
+    files: &LocalFileSystem,
+    targets: &[Path],
+) -> object_store::Result<HashMap<Path, u64>> {
+    let paths: Vec<(Path, std::path::PathBuf)> = (targets.iter())
+        .map(|t| files.path_to_filesystem(t).map(|p| (t.clone(), p)))
+        .collect::<Result<_, _>>()?;
+    blocking(move || {
+        let mut sizes = HashMap::with_capacity(paths.len());
+        for (key, path) in paths {
+            match std::fs::metadata(&path) {
+                Ok(meta) => {
+                    sizes.insert(key, meta.len());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(sizes)
+    })
+    .await
+    .map_err(local_error)
 }
 
 /// Calls `visit` with the key and directory entry of every file under `dir`, the local

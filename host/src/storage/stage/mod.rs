@@ -30,7 +30,7 @@ pub use paths::{ImportPaths, STAGING_ROOT, StagingPrefix, import_paths};
 
 use copy::{copy, staged_intact};
 use files::{StoreGroup, group_by_store};
-use local::{list_sizes, make_durable};
+use local::{list_sizes, make_dirs, make_durable, stat_sizes};
 use paths::join;
 
 use std::collections::HashMap;
@@ -116,10 +116,23 @@ pub async fn stage(
         .map(|f| join(prefix.path(), &f.path))
         .collect::<Result<_, _>>()?;
     let groups = group_by_store(destinations);
+    // Stopped before it began, a stage touches no store, not even to make a directory.
+    if stop.is_cancelled() {
+        return Err(Error::Stopped);
+    }
 
     let mut existing = Vec::with_capacity(groups.len());
     for group in &groups {
         existing.push(list_sizes(group.store, prefix.path(), &group.ends()).await?);
+        if let Some(local) = group.store.local() {
+            make_dirs(local, prefix.path(), &targets)
+                .await
+                .map_err(|source| Error::Transfer {
+                    end: group.ends(),
+                    path: prefix.path().to_string(),
+                    source,
+                })?;
+        }
     }
 
     let file_bytes: u64 = files.iter().map(|f| f.size).sum();
@@ -207,7 +220,16 @@ pub async fn stage(
 
     let mut staged = Vec::with_capacity(files.len() * destinations.len());
     for (g, group) in groups.iter().enumerate() {
-        let listed = list_sizes(group.store, prefix.path(), &group.ends()).await?;
+        let listed = match group.store.local() {
+            Some(local) => stat_sizes(local, &targets)
+                .await
+                .map_err(|source| Error::List {
+                    end: group.ends(),
+                    prefix: prefix.path().to_string(),
+                    source,
+                })?,
+            None => list_sizes(group.store, prefix.path(), &group.ends()).await?,
+        };
         for (f, file) in files.iter().enumerate() {
             match listed.get(&targets[f]) {
                 None => {
@@ -746,7 +768,7 @@ mod tests {
             BTreeSet::from([Transfer::AlreadyStaged])
         );
 
-        let deleted = cleanup(&destinations, &prefix, TempFiles::Delete)
+        let deleted = cleanup(&destinations, &prefix, TempFiles::Delete, &[])
             .await
             .expect("cleanup");
         assert_eq!(deleted, files.len() as u64);
@@ -765,49 +787,58 @@ mod tests {
 
     #[tokio::test]
     async fn cleanup_removes_a_large_prefix_in_parallel_and_leaves_other_restores_alone() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = local(dir.path());
-        let root = dir.path().join(STAGING_ROOT);
-        for i in 0..300 {
-            let segment = root.join(format!(
-                "r10.ab.1/binlogs/insert_log/{}/{}/{i}",
-                i % 7,
-                i % 5
-            ));
-            std::fs::create_dir_all(&segment).expect("mkdir");
-            std::fs::write(segment.join("1"), b"x").expect("write");
+        // Walked (a recovery's cleanup) and by the names the plan staged.
+        for known in [false, true] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store = local(dir.path());
+            let root = dir.path().join(STAGING_ROOT);
+            let mut staged = Vec::new();
+            for i in 0..300 {
+                let relative = format!("binlogs/insert_log/{}/{}/{i}", i % 7, i % 5);
+                let segment = root.join("r10.ab.1").join(&relative);
+                std::fs::create_dir_all(&segment).expect("mkdir");
+                std::fs::write(segment.join("1"), b"x").expect("write");
+                staged.push(format!("{relative}/1"));
+            }
+            // A part-written copy is no object, but goes with its prefix.
+            std::fs::write(root.join("r10.ab.1/binlogs/insert_log/0/0/0/2#1"), b"x")
+                .expect("write");
+            std::fs::create_dir_all(root.join("r11.ab.1")).expect("mkdir");
+            std::fs::write(root.join("r11.ab.1/keep"), b"x").expect("write");
+            let destinations = [Destination {
+                end: "target",
+                store: &store,
+            }];
+            let names =
+                |all: &[String]| -> Vec<String> { if known { all.to_vec() } else { Vec::new() } };
+            let named = names(&staged);
+            let named: Vec<&str> = named.iter().map(String::as_str).collect();
+
+            let deleted = cleanup(&destinations, &prefix("r10"), TempFiles::Delete, &named)
+                .await
+                .expect("cleanup");
+            assert_eq!(deleted, 300, "known: {known}");
+            assert!(!root.join("r10.ab.1").exists(), "known: {known}");
+            assert!(
+                root.join("r11.ab.1/keep").is_file(),
+                "another restore's files stay"
+            );
+
+            let keep = names(&["keep".to_owned()]);
+            let keep: Vec<&str> = keep.iter().map(String::as_str).collect();
+            let deleted = cleanup(&destinations, &prefix("r11"), TempFiles::Delete, &keep)
+                .await
+                .expect("cleanup");
+            assert_eq!(deleted, 1);
+            assert!(
+                !root.exists(),
+                "the last prefix takes the staging root with it"
+            );
+            let again = cleanup(&destinations, &prefix("r11"), TempFiles::Delete, &keep)
+                .await
+                .expect("cleanup of nothing");
+            assert_eq!(again, 0);
         }
-        // A part-written copy is no object, but goes with its prefix.
-        std::fs::write(root.join("r10.ab.1/binlogs/insert_log/0/0/0/2#1"), b"x").expect("write");
-        std::fs::create_dir_all(root.join("r11.ab.1")).expect("mkdir");
-        std::fs::write(root.join("r11.ab.1/keep"), b"x").expect("write");
-        let destinations = [Destination {
-            end: "target",
-            store: &store,
-        }];
-
-        let deleted = cleanup(&destinations, &prefix("r10"), TempFiles::Delete)
-            .await
-            .expect("cleanup");
-        assert_eq!(deleted, 300);
-        assert!(!root.join("r10.ab.1").exists());
-        assert!(
-            root.join("r11.ab.1/keep").is_file(),
-            "another restore's files stay"
-        );
-
-        let deleted = cleanup(&destinations, &prefix("r11"), TempFiles::Delete)
-            .await
-            .expect("cleanup");
-        assert_eq!(deleted, 1);
-        assert!(
-            !root.exists(),
-            "the last prefix takes the staging root with it"
-        );
-        let again = cleanup(&destinations, &prefix("r11"), TempFiles::Delete)
-            .await
-            .expect("cleanup of nothing");
-        assert_eq!(again, 0);
     }
 
     #[tokio::test]
@@ -1019,13 +1050,13 @@ mod tests {
         assert_staged_content(&other, &prefix, &files).await;
 
         assert_eq!(
-            cleanup(&destinations, &prefix, TempFiles::Keep)
+            cleanup(&destinations, &prefix, TempFiles::Keep, &[])
                 .await
                 .expect("keep"),
             0
         );
         assert!(dirs[1].path().join("lockstep-staging/r6.ab.1").is_dir());
-        let deleted = cleanup(&destinations, &prefix, TempFiles::Delete)
+        let deleted = cleanup(&destinations, &prefix, TempFiles::Delete, &[])
             .await
             .expect("cleanup");
         assert_eq!(deleted, 2 * files.len() as u64);
@@ -1139,7 +1170,7 @@ mod tests {
         );
 
         assert_eq!(
-            cleanup(&destinations, &prefix, TempFiles::Delete)
+            cleanup(&destinations, &prefix, TempFiles::Delete, &[])
                 .await
                 .expect("cleanup"),
             2 * files.len() as u64
