@@ -131,12 +131,9 @@ pub(super) async fn delete_prefix(
                 files.path_to_filesystem(&key)
             })
             .collect::<Result<_, _>>()?;
-        removed = {
-            let dir = dir.clone();
-            blocking(move || remove_known(&dir, &paths))
-                .await
-                .map_err(local_error)?
-        };
+        removed = remove_known(dir.clone(), paths)
+            .await
+            .map_err(local_error)?;
         if !dir.exists() {
             return Ok(removed);
         }
@@ -159,40 +156,87 @@ pub(super) async fn delete_prefix(
     Ok(removed + count)
 }
 
-/// Unlinks `files` (under `dir`), then removes their directories up to `dir` deepest first,
-/// then `dir` and the staging root above it if they are empty. A directory that is not empty
-/// is left, for [`remove_tree`]. Returns how many files were unlinked.
-fn remove_known(dir: &std::path::Path, files: &[PathBuf]) -> std::io::Result<u64> {
-    let mut removed = 0;
-    let mut dirs = std::collections::BTreeSet::new();
-    for file in files {
-        match std::fs::remove_file(file) {
-            Ok(()) => removed += 1,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
+/// Unlinks `files` (under `dir`), then removes their directories up to `dir`, deepest level
+/// first, then `dir` and the staging root above it if they are empty. A directory that is not
+/// empty is left, for [`remove_tree`]. Returns how many files were unlinked.
+///
+/// Like [`remove_tree`], [`REMOVALS_IN_FLIGHT`] runs at a time: the files in runs of the
+/// list, then each level's directories (no two of one level hold each other).
+async fn remove_known(dir: PathBuf, files: Vec<PathBuf>) -> std::io::Result<u64> {
+    let mut levels: std::collections::BTreeMap<usize, Vec<PathBuf>> = Default::default();
+    let mut seen = std::collections::HashSet::new();
+    for file in &files {
         let mut parent = file.parent();
-        while let Some(p) = parent.filter(|p| p.starts_with(dir)) {
-            if !dirs.insert(p.to_owned()) {
+        while let Some(p) = parent.filter(|p| p.starts_with(&dir)) {
+            if !seen.insert(p.to_owned()) {
                 break;
             }
+            levels
+                .entry(p.components().count())
+                .or_default()
+                .push(p.to_owned());
             parent = p.parent();
         }
     }
-    // Deepest first: a child sorts after its parent.
-    for d in dirs.iter().rev() {
-        match std::fs::remove_dir(d) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            // Not empty: something the stage did not place, left for the walk.
-            Err(_) => return Ok(removed),
-            Ok(()) => {}
+    let removed: u64 = in_runs(files, |run| {
+        let mut removed = 0;
+        for file in run {
+            match std::fs::remove_file(file) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(removed)
+    })
+    .await?
+    .into_iter()
+    .sum();
+    for (_, level) in levels.into_iter().rev() {
+        let emptied = in_runs(level, |run| {
+            for d in run {
+                match std::fs::remove_dir(d) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    // Not empty: something the stage did not place, left for the walk.
+                    Err(_) => return Ok(false),
+                    Ok(()) => {}
+                }
+            }
+            Ok(true)
+        })
+        .await?;
+        if emptied.contains(&false) {
+            return Ok(removed);
         }
     }
-    if let Some(root) = dir.parent() {
-        // A failure only means another restore's prefix is still there.
-        let _ = std::fs::remove_dir(root);
-    }
-    Ok(removed)
+    blocking(move || {
+        if let Some(root) = dir.parent() {
+            // A failure only means another restore's prefix is still there.
+            let _ = std::fs::remove_dir(root);
+        }
+        Ok(removed)
+    })
+    .await
+}
+
+/// `work` over `items` in [`REMOVALS_IN_FLIGHT`] × 4 runs, [`REMOVALS_IN_FLIGHT`] at a time on
+/// blocking threads; each run's result.
+async fn in_runs<T: Send + 'static>(
+    items: Vec<PathBuf>,
+    work: fn(&[PathBuf]) -> std::io::Result<T>,
+) -> std::io::Result<Vec<T>> {
+    let size = items.len().div_ceil(REMOVALS_IN_FLIGHT * 4).max(1);
+    let mut items = items.into_iter();
+    let runs: Vec<Vec<PathBuf>> = std::iter::from_fn(|| {
+        let run: Vec<PathBuf> = items.by_ref().take(size).collect();
+        (!run.is_empty()).then_some(run)
+    })
+    .collect();
+    futures::stream::iter(runs)
+        .map(|run| blocking(move || work(&run)))
+        .buffer_unordered(REMOVALS_IN_FLIGHT)
+        .try_collect()
+        .await
 }
 
 /// Subtrees removed at once by [`remove_tree`].
