@@ -134,14 +134,14 @@ class StarLockstep(Lockstep):
         text += "[backups]\n" 'storage = "real"\n' 'root = "backup"\n'
         return text
 
-    def job(self, backup: str, restore: dict, strategy: str | None = None) -> str:
+    def job(self, backup: str, restore: dict, strategy: str | None = None, extra: str = "") -> str:
         lines = [f'backup = "{backup}"', f'target = "{TARGET}"', f"secondaries = {json.dumps(SECONDARIES)}"]
         if strategy is not None:
             lines.append(f'strategy = "{strategy}"')
         if restore:
             body = super().job(backup, restore).split("[restore]\n", 1)[1]
             lines.append("[restore]\n" + body.rstrip("\n"))
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines) + "\n" + extra
 
 
 def _bare(name: str) -> str:
