@@ -359,14 +359,10 @@ pub(super) async fn group_rows(
     let mut pks = Vec::new();
     let mut timestamps = Vec::new();
     for (path, _) in backup.binlogs.under(prefix) {
-        let field = path
-            .rsplit('/')
-            .nth(1)
-            .and_then(|f| f.parse::<i64>().ok())
-            .ok_or_else(|| Unreadable {
-                path: path.to_owned(),
-                reason: "the second-to-last path component is not a field id".into(),
-            })?;
+        let field = field_dir(path).ok_or_else(|| Unreadable {
+            path: path.to_owned(),
+            reason: "the second-to-last path component is not a field id".into(),
+        })?;
         let bad = |reason: String| Unreadable {
             path: path.to_owned(),
             reason,
@@ -410,6 +406,12 @@ pub(super) async fn group_rows(
         });
     }
     Ok(pks.into_iter().zip(timestamps).collect())
+}
+
+/// The field whose directory holds a binlog: its path's second-to-last component (in storage
+/// v1; a column group's directory is the group's, not a field's).
+pub(super) fn field_dir(path: &str) -> Option<i64> {
+    path.rsplit('/').nth(1).and_then(|f| f.parse().ok())
 }
 
 /// Every delete of the delta logs under `prefix`.

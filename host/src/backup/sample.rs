@@ -198,7 +198,7 @@ pub async fn sample(
             .map(|f| SampledField {
                 id: f.field_id,
                 name: f.name.clone(),
-                data_type: DataType::try_from(f.data_type).unwrap_or(DataType::None),
+                data_type: data_type(f),
             })
             .collect(),
         rows,
@@ -225,6 +225,12 @@ fn written_deletes(staged: &[BinlogFile], prefix: &str) -> Result<Vec<Delete>, U
     Ok(deletes)
 }
 
+/// A field's Milvus type; `None` for a type this build does not know (its values then read as
+/// bytes).
+fn data_type(field: &FieldSchema) -> DataType {
+    DataType::try_from(field.data_type).unwrap_or(DataType::None)
+}
+
 /// The values of rows `at` (sorted) of each of `fields` in the group under `prefix`: one
 /// column per field. A field the group has no data for (added to the collection after the
 /// segment was written) shows its default, or null.
@@ -243,7 +249,7 @@ async fn group_values(
             path: path.to_owned(),
             reason,
         };
-        let field_dir = path.rsplit('/').nth(1).and_then(|f| f.parse::<i64>().ok());
+        let field_dir = rows::field_dir(path);
         let wanted = |id: i64| match kind {
             StorageKind::Binlog => field_dir == Some(id),
             // A column group's directory is not a field id: every file is looked in.
@@ -263,8 +269,7 @@ async fn group_values(
                     .map(Some)
                     .map_err(|e| bad(e.to_string()))?,
                 StorageKind::ColumnGroup => {
-                    let data_type = DataType::try_from(field.data_type).unwrap_or(DataType::None);
-                    column_group::values(&bytes, field.field_id, data_type, first[i], at)
+                    column_group::values(&bytes, field.field_id, data_type(field), first[i], at)
                         .map_err(|e| bad(e.to_string()))?
                 }
             };
