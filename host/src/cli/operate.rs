@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use axum::serve::ListenerExt as _;
 
 use lockstep::engine::{Interrupt, Logged, Progress};
 use lockstep::job::HostConfig;
@@ -155,6 +156,13 @@ pub async fn run_serve(flags: Flags<'_>, args: &ServeArgs) -> anyhow::Result<i32
         _ => None,
     };
     let shutdown = d.shutdown.clone();
+    // A response's last frame must not wait for the client's delayed ACK (Nagle's
+    // algorithm holds a small write behind an unacknowledged one for up to 40 ms).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
     axum::serve(listener, router(state))
         .with_graceful_shutdown(async move {
             let _ = shutdown.race(std::future::pending::<()>()).await;

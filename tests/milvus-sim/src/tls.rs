@@ -109,9 +109,10 @@ impl axum::serve::Listener for TlsListener {
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         loop {
-            let Ok((stream, addr)) = self.tcp.accept().await else {
+            let Ok((mut stream, addr)) = self.tcp.accept().await else {
                 continue;
             };
+            crate::server::no_delay(&mut stream);
             match self.acceptor.accept(stream).await {
                 Ok(tls) => return (tls, addr),
                 Err(e) => tracing::debug!(%addr, error = %e, "TLS handshake failed"),
