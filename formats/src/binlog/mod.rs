@@ -316,17 +316,33 @@ pub fn encode_insert(mut descriptor: Descriptor, column: &Column) -> Vec<u8> {
     encode(&descriptor, EventType::Insert, &column.to_parquet())
 }
 
-/// What an insert binlog holds once its payloads are read: how many rows.
-pub fn insert_rows(binlog: &Binlog<'_>) -> Result<usize, Error> {
-    let data_type = DataType::try_from(binlog.descriptor.payload_type).map_err(|_| {
+/// The data type a binlog's descriptor says its payloads hold.
+fn payload_type(binlog: &Binlog<'_>) -> Result<DataType, Error> {
+    DataType::try_from(binlog.descriptor.payload_type).map_err(|_| {
         Error::BadDescriptor(format!(
             "unknown payload data type {}",
             binlog.descriptor.payload_type
         ))
-    })?;
+    })
+}
+
+/// What an insert binlog holds once its payloads are read: how many rows.
+pub fn insert_rows(binlog: &Binlog<'_>) -> Result<usize, Error> {
+    let data_type = payload_type(binlog)?;
     let mut rows = 0;
     for event in insert_events(binlog)? {
         rows += payload::rows(event.payload, data_type)?;
+    }
+    Ok(rows)
+}
+
+/// What an insert binlog's payloads declare in their footers: how many rows, read without
+/// decoding a page (see [`payload::footer_rows`]).
+pub fn insert_rows_declared(binlog: &Binlog<'_>) -> Result<usize, Error> {
+    let data_type = payload_type(binlog)?;
+    let mut rows = 0;
+    for event in insert_events(binlog)? {
+        rows += payload::footer_rows(event.payload, data_type)?;
     }
     Ok(rows)
 }

@@ -216,7 +216,12 @@ pub(super) fn read(payload: &[u8]) -> Result<Vec<RecordBatch>, Error> {
 
 /// Checks that `column` holds `data_type` data as Milvus writes it.
 pub(super) fn check_type(column: &ArrayRef, data_type: DataType) -> Result<(), Error> {
-    let fits = match (expected(data_type), column.data_type()) {
+    check_arrow_type(column.data_type(), data_type)
+}
+
+/// Checks that a column of Arrow type `got` holds `data_type` data as Milvus writes it.
+fn check_arrow_type(got: &ArrowType, data_type: DataType) -> Result<(), Error> {
+    let fits = match (expected(data_type), got) {
         (Some(want), got) => &want == got,
         (None, ArrowType::FixedSizeBinary(_)) => is_fixed_vector(data_type),
         (None, _) => false,
@@ -225,8 +230,7 @@ pub(super) fn check_type(column: &ArrayRef, data_type: DataType) -> Result<(), E
         Ok(())
     } else {
         Err(Error::Payload(format!(
-            "a column of {} where {} data was expected",
-            column.data_type(),
+            "a column of {got} where {} data was expected",
             data_type.as_str_name()
         )))
     }
@@ -259,6 +263,25 @@ pub fn rows(payload: &[u8], data_type: DataType) -> Result<usize, Error> {
         .iter()
         .map(|c| c.len())
         .sum())
+}
+
+/// The rows a payload of `data_type` declares in its Parquet footer, its one column's type
+/// checked against `data_type`, without decoding a page. A reader that decodes the key columns
+/// anyway counts the other fields so; a page that does not decode goes unnoticed here.
+pub fn footer_rows(payload: &[u8], data_type: DataType) -> Result<usize, Error> {
+    let bad = |e: &dyn std::fmt::Display| Error::Payload(e.to_string());
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::copy_from_slice(payload))
+        .map_err(|e| bad(&e))?;
+    let fields = builder.schema().fields();
+    if fields.len() != 1 {
+        return Err(Error::Payload(format!(
+            "{} columns, expected one",
+            fields.len()
+        )));
+    }
+    check_arrow_type(fields[0].data_type(), data_type)?;
+    usize::try_from(builder.metadata().file_metadata().num_rows())
+        .map_err(|_| Error::Payload("a negative row count in the footer".into()))
 }
 
 /// The values of an Int64 payload (RowIDs, timestamps, an Int64 primary key); a null is 0.

@@ -356,21 +356,25 @@ fn damaged_objects_are_refused_with_milvus_reasons() {
     // Cut anywhere: inside the descriptor, inside the event, inside the Parquet footer.
     let at = data_event_at(&good);
     for cut in [30, at + 5, good.len() - 3] {
-        let err = parse(&good[..cut]).and_then(|b| insert_rows(&b));
-        assert!(
-            matches!(err, Err(Error::Truncated { .. }) | Err(Error::Payload(_))),
-            "cut at {cut}: {err:?}"
-        );
+        for count in [insert_rows, insert_rows_declared] {
+            let err = parse(&good[..cut]).and_then(|b| count(&b));
+            assert!(
+                matches!(err, Err(Error::Truncated { .. }) | Err(Error::Payload(_))),
+                "cut at {cut}: {err:?}"
+            );
+        }
     }
     // A payload that is not of the descriptor's type: Int64 values described as VarChar.
     let mut retyped = good.clone();
     retyped[4 + 17 + 48..4 + 17 + 52].copy_from_slice(&(DataType::VarChar as i32).to_le_bytes());
-    assert_eq!(
-        parse(&retyped).and_then(|b| insert_rows(&b)),
-        Err(Error::Payload(
-            "a column of Int64 where VarChar data was expected".into()
-        ))
-    );
+    for count in [insert_rows, insert_rows_declared] {
+        assert_eq!(
+            parse(&retyped).and_then(|b| count(&b)),
+            Err(Error::Payload(
+                "a column of Int64 where VarChar data was expected".into()
+            ))
+        );
+    }
     // An insert binlog read as a delta log.
     let err = deletes(&parse(&good).expect("parses")).expect_err("not a delta log");
     assert!(err.to_string().contains("wrong binlog type"), "{err}");
@@ -407,6 +411,7 @@ fn every_column_type_round_trips() {
         let binlog = parse(&object).expect("parses");
         assert_eq!(binlog.descriptor.payload_type, data_type as i32);
         assert_eq!(insert_rows(&binlog), Ok(2), "{data_type:?}");
+        assert_eq!(insert_rows_declared(&binlog), Ok(2), "{data_type:?}");
         let back = column_of(
             payload_column(binlog.events[0].payload).as_ref(),
             data_type,
