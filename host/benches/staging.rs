@@ -88,7 +88,9 @@ fn main() -> anyhow::Result<()> {
             .expect("no panic under the lock")
             .context("the last file's progress was reported")?;
         ensure!(
-            result.iter().all(|f| f.transfer == way),
+            (result.stores.iter())
+                .flat_map(|s| &s.transfers)
+                .all(|t| *t == way),
             "expected every file {}",
             way.label()
         );

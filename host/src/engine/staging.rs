@@ -132,12 +132,11 @@ pub(super) async fn stage_files(
     )
     .await
     .map_err(|e| StageError::Staging(Box::new(e)))?;
-    for file in &staged {
-        *report.transfers.entry(file.transfer).or_default() += 1;
-        if file.transfer == storage::Transfer::Streamed {
-            report.bytes_streamed += file.size;
-        }
+    let (transfers, streamed) = staged.tally(&files);
+    for (transfer, placed) in transfers {
+        *report.transfers.entry(transfer).or_default() += placed;
     }
+    report.bytes_streamed += streamed;
     Ok(report)
 }
 

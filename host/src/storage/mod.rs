@@ -21,8 +21,8 @@ pub use open::{OpenedStore, StoreId, open};
 pub use probe::{EndStores, ListPage};
 pub use stage::{
     BackupFile, DEFAULT_CONCURRENCY, Destination, ImportPaths, PART_SIZE, STAGING_ROOT,
-    StageOptions, StageProgress, StageSource, StagedFile, StagingPrefix, TempFiles, Transfer,
-    cleanup, delete_stage, import_paths, stage,
+    StageOptions, StageProgress, StageSource, Staged, StagingPrefix, TempFiles, Transfer, cleanup,
+    delete_stage, import_paths, stage,
 };
 
 /// Why a storage operation failed. Variants name the end (or ends sharing a store) and the

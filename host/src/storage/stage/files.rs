@@ -71,14 +71,44 @@ impl Transfer {
     }
 }
 
-/// A file as staged on one end.
+/// What a stage placed: for each store, its ends and how each file (in the order the stage
+/// was given them) reached it. One byte a file and store, however many files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Staged {
+    pub stores: Vec<StagedStore>,
+}
+
+/// One store of a [`Staged`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StagedFile {
-    pub end: String,
-    /// Full key in the end's store: `lockstep-staging/{restore_id}/{backup file path}`.
-    pub path: Path,
-    pub size: u64,
-    pub transfer: Transfer,
+pub struct StagedStore {
+    pub ends: Vec<String>,
+    pub transfers: Vec<Transfer>,
+}
+
+impl Staged {
+    /// How file `file` reached `end`; `None` for an end not staged into.
+    pub fn transfer(&self, end: &str, file: usize) -> Option<Transfer> {
+        self.stores
+            .iter()
+            .find(|s| s.ends.iter().any(|e| e == end))
+            .and_then(|s| s.transfers.get(file).copied())
+    }
+
+    /// Files placed by each kind of transfer, counted once per end, and the bytes of
+    /// `files` streamed through the host, summed over the ends.
+    pub fn tally(&self, files: &[BackupFile]) -> (BTreeMap<Transfer, u64>, u64) {
+        let (mut counts, mut streamed) = (BTreeMap::new(), 0);
+        for store in &self.stores {
+            let ends = store.ends.len() as u64;
+            for (transfer, file) in store.transfers.iter().zip(files) {
+                *counts.entry(*transfer).or_default() += ends;
+                if *transfer == Transfer::Streamed {
+                    streamed += file.size * ends;
+                }
+            }
+        }
+        (counts, streamed)
+    }
 }
 
 /// Ends sharing one store: it is copied into once.

@@ -52,12 +52,12 @@ pub(super) async fn list_sizes(
 pub(super) async fn make_dirs(
     files: &LocalFileSystem,
     prefix: &Path,
-    targets: &[Path],
+    targets: impl Iterator<Item = Path>,
 ) -> object_store::Result<()> {
     let root = files.path_to_filesystem(prefix)?;
     let mut dirs = BTreeSet::new();
     for target in targets {
-        let path = files.path_to_filesystem(target)?;
+        let path = files.path_to_filesystem(&target)?;
         let mut dir = path.parent();
         while let Some(d) = dir.filter(|d| d.starts_with(&root) && *d != root) {
             if !dirs.insert(d.to_owned()) {
@@ -80,27 +80,19 @@ pub(super) async fn make_dirs(
     .map_err(local_error)
 }
 
-/// The size of each of `targets` that a local store holds, one `stat` a file: what the stage
-/// verifies, without walking the directories to find them.
+/// The size of each of `paths` (`None`: not there), one `stat` a file.
 pub(super) async fn stat_sizes(
-    files: &LocalFileSystem,
-    targets: &[Path],
-) -> object_store::Result<HashMap<Path, u64>> {
-    let paths: Vec<(Path, std::path::PathBuf)> = (targets.iter())
-        .map(|t| files.path_to_filesystem(t).map(|p| (t.clone(), p)))
-        .collect::<Result<_, _>>()?;
+    paths: Vec<std::path::PathBuf>,
+) -> object_store::Result<Vec<Option<u64>>> {
     blocking(move || {
-        let mut sizes = HashMap::with_capacity(paths.len());
-        for (key, path) in paths {
-            match std::fs::metadata(&path) {
-                Ok(meta) => {
-                    sizes.insert(key, meta.len());
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(sizes)
+        paths
+            .iter()
+            .map(|path| match std::fs::metadata(path) {
+                Ok(meta) => Ok(Some(meta.len())),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(e),
+            })
+            .collect()
     })
     .await
     .map_err(local_error)

@@ -25,7 +25,7 @@ mod paths;
 
 pub use cleanup::{TempFiles, cleanup, delete_stage};
 pub use copy::PART_SIZE;
-pub use files::{BackupFile, Destination, StageSource, StagedFile, Transfer};
+pub use files::{BackupFile, Destination, StageSource, Staged, StagedStore, Transfer};
 pub use paths::{ImportPaths, STAGING_ROOT, StagingPrefix, import_paths};
 
 use copy::{copy, staged_intact};
@@ -33,7 +33,6 @@ use files::{StoreGroup, group_by_store};
 use local::{list_sizes, make_dirs, make_durable, stat_sizes};
 use paths::join;
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -84,7 +83,7 @@ impl Default for StageOptions {
 }
 
 /// Copies `files` from the backup into every destination under `prefix` and verifies them.
-/// Returns one [`StagedFile`] per file and end.
+/// Returns how each file reached each store.
 ///
 /// Files go in the order given, each to every destination before the next, and `ready` is
 /// called with a file's index as soon as it is durable on every destination, so an import
@@ -96,6 +95,10 @@ impl Default for StageOptions {
 /// Once `stop` is cancelled no copy starts, those in flight finish, and the stage ends with
 /// [`Error::Stopped`]: a copy abandoned mid-request could still land after the caller
 /// deleted the prefix, and stay there.
+///
+/// Each file's two paths are made when it is copied and when it is verified, not kept for
+/// the whole stage: at 200,000 files on three stores, keeping them and one record per file
+/// and end held hundreds of megabytes.
 #[allow(clippy::too_many_arguments)]
 pub async fn stage(
     source: StageSource<'_>,
@@ -106,15 +109,19 @@ pub async fn stage(
     progress: &(dyn Fn(StageProgress) + Send + Sync),
     ready: &(dyn Fn(usize) + Send + Sync),
     stop: &CancellationToken,
-) -> Result<Vec<StagedFile>, Error> {
-    let sources: Vec<Path> = files
-        .iter()
-        .map(|f| join(source.backup_dir, f.source.as_deref().unwrap_or(&f.path)))
-        .collect::<Result<_, _>>()?;
-    let targets: Vec<Path> = files
-        .iter()
-        .map(|f| join(prefix.path(), &f.path))
-        .collect::<Result<_, _>>()?;
+) -> Result<Staged, Error> {
+    let from = |file: &BackupFile| {
+        join(
+            source.backup_dir,
+            file.source.as_deref().unwrap_or(&file.path),
+        )
+    };
+    let to = |file: &BackupFile| join(prefix.path(), &file.path);
+    // A path that is not one is refused before anything is placed.
+    for file in files {
+        from(file)?;
+        to(file)?;
+    }
     let groups = group_by_store(destinations);
     // Stopped before it began, a stage touches no store, not even to make a directory.
     if stop.is_cancelled() {
@@ -125,7 +132,8 @@ pub async fn stage(
     for group in &groups {
         existing.push(list_sizes(group.store, prefix.path(), &group.ends()).await?);
         if let Some(local) = group.store.local() {
-            make_dirs(local, prefix.path(), &targets)
+            let targets = files.iter().filter_map(|file| to(file).ok());
+            make_dirs(local, prefix.path(), targets)
                 .await
                 .map_err(|source| Error::Transfer {
                     end: group.ends(),
@@ -156,25 +164,24 @@ pub async fn stage(
     let tasks = (0..files.len()).flat_map(|f| (0..groups.len()).map(move |g| (g, f)));
     let copy_one = |(g, f): (usize, usize)| {
         let (group, file) = (&groups[g], &files[f]);
-        let (from, to) = (&sources[f], &targets[f]);
-        let listed = existing[g].get(to).copied();
-        let (done, local) = (&done, &local);
+        let (done, local, existing) = (&done, &local, &existing);
         async move {
+            let (from, to) = (from(file)?, to(file)?);
             let transfer = async {
-                if listed == Some(file.size)
-                    && staged_intact(source.store, group.store, from, to, file).await?
+                if existing[g].get(&to) == Some(&file.size)
+                    && staged_intact(source.store, group.store, &from, &to, file).await?
                 {
                     return Ok(Transfer::AlreadyStaged);
                 }
                 if let Some(bytes) = &file.written {
-                    group.store.store.put(to, bytes.clone().into()).await?;
+                    group.store.store.put(&to, bytes.clone().into()).await?;
                     return Ok(Transfer::Written);
                 }
                 copy(
                     source.store,
                     group.store,
-                    from,
-                    to,
+                    &from,
+                    &to,
                     file.size,
                     options.hard_links,
                     local,
@@ -208,61 +215,49 @@ pub async fn stage(
             Ok::<_, Error>(((g, f), transfer))
         }
     };
-    let transfers: HashMap<(usize, usize), Transfer> = futures::stream::iter(tasks)
+    // How each file reached each store, `g * files + f`.
+    let transfers: Vec<Option<Transfer>> = futures::stream::iter(tasks)
         .take_until(stop.cancelled())
         .map(copy_one)
         .buffer_unordered(options.concurrency.max(1))
-        .try_collect()
+        .try_fold(
+            vec![None; files.len() * groups.len()],
+            |mut transfers, ((g, f), transfer)| {
+                transfers[g * files.len() + f] = Some(transfer);
+                std::future::ready(Ok(transfers))
+            },
+        )
         .await?;
     if stop.is_cancelled() {
         return Err(Error::Stopped);
     }
+    let transfers_of = |g: usize| {
+        transfers[g * files.len()..(g + 1) * files.len()]
+            .iter()
+            .map(|t| t.expect("every file of every store was placed or the stage failed"))
+    };
 
-    let mut staged = Vec::with_capacity(files.len() * destinations.len());
+    let mut staged = Staged::default();
     for (g, group) in groups.iter().enumerate() {
-        let listed = match group.store.local() {
-            Some(local) => stat_sizes(local, &targets)
-                .await
-                .map_err(|source| Error::List {
-                    end: group.ends(),
-                    prefix: prefix.path().to_string(),
-                    source,
-                })?,
-            None => list_sizes(group.store, prefix.path(), &group.ends()).await?,
-        };
-        for (f, file) in files.iter().enumerate() {
-            match listed.get(&targets[f]) {
-                None => {
-                    return Err(Error::Missing {
-                        end: group.ends(),
-                        path: targets[f].to_string(),
-                    });
+        match group.store.local() {
+            Some(local) => check_sizes(local, &group.ends(), files, &to).await?,
+            None => {
+                let listed = list_sizes(group.store, prefix.path(), &group.ends()).await?;
+                for file in files {
+                    let to = to(file)?;
+                    compare_size(&group.ends(), &to, file.size, listed.get(&to).copied())?;
                 }
-                Some(&found) if found != file.size => {
-                    return Err(Error::SizeMismatch {
-                        end: group.ends(),
-                        path: targets[f].to_string(),
-                        expected: file.size,
-                        found,
-                    });
-                }
-                Some(_) => {}
             }
-            let transfer = transfers[&(g, f)];
-            staged.extend(group.ends.iter().map(|end| StagedFile {
-                end: (*end).to_owned(),
-                path: targets[f].clone(),
-                size: file.size,
-                transfer,
-            }));
         }
+        staged.stores.push(StagedStore {
+            ends: group.ends.iter().map(|end| (*end).to_owned()).collect(),
+            transfers: transfers_of(g).collect(),
+        });
     }
     let to_flush: Vec<&StoreGroup<'_>> = groups
         .iter()
         .enumerate()
-        .filter(|(g, group)| {
-            (0..files.len()).any(|f| awaits_flush(group.store, transfers[&(*g, f)]))
-        })
+        .filter(|(g, group)| transfers_of(*g).any(|t| awaits_flush(group.store, t)))
         .map(|(_, group)| group)
         .collect();
     make_durable(&to_flush).await?;
@@ -275,6 +270,65 @@ pub async fn stage(
     }
     tracing::info!(files = files.len(), stores = groups.len(), flushed = to_flush.len(), bytes = file_bytes, prefix = %prefix.path(), "staged");
     Ok(staged)
+}
+
+/// Holds `found`, the size a store shows for `path` (`None`: it shows none), to `expected`.
+fn compare_size(ends: &str, path: &Path, expected: u64, found: Option<u64>) -> Result<(), Error> {
+    match found {
+        None => Err(Error::Missing {
+            end: ends.to_owned(),
+            path: path.to_string(),
+        }),
+        Some(found) if found != expected => Err(Error::SizeMismatch {
+            end: ends.to_owned(),
+            path: path.to_string(),
+            expected,
+            found,
+        }),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Files a local store's check `stat`s in one blocking call: their paths are made for the
+/// call and dropped after it.
+const STAT_CHUNK: usize = 4096;
+
+/// Verifies that a local store holds each of `files` at its place (`to`) with its size: one
+/// `stat` a file, without walking the directories to find them.
+async fn check_sizes(
+    local: &object_store::local::LocalFileSystem,
+    ends: &str,
+    files: &[BackupFile],
+    to: &(dyn Fn(&BackupFile) -> Result<Path, Error> + Sync),
+) -> Result<(), Error> {
+    for chunk in files.chunks(STAT_CHUNK) {
+        let mut keys = Vec::with_capacity(chunk.len());
+        for file in chunk {
+            let key = to(file)?;
+            let path = local
+                .path_to_filesystem(&key)
+                .map_err(|source| Error::List {
+                    end: ends.to_owned(),
+                    prefix: key.to_string(),
+                    source,
+                })?;
+            keys.push((key, path, file.size));
+        }
+        let sizes = stat_sizes(keys.iter().map(|(_, path, _)| path.clone()).collect())
+            .await
+            .map_err(|source| Error::List {
+                end: ends.to_owned(),
+                prefix: keys
+                    .first()
+                    .map(|(k, ..)| k.to_string())
+                    .unwrap_or_default(),
+                source,
+            })?;
+        for ((key, _, expected), found) in keys.iter().zip(sizes) {
+            compare_size(ends, key, *expected, found)?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether a file placed in `store` by `transfer` is durable only after [`make_durable`]: a
@@ -298,7 +352,7 @@ struct Tally {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::BTreeSet;
     use std::path::PathBuf;
     use std::sync::Arc;
 
@@ -378,7 +432,7 @@ mod tests {
         files: &[BackupFile],
         destinations: &[Destination<'_>],
         prefix: &StagingPrefix,
-    ) -> (Result<Vec<StagedFile>, Error>, Vec<StageProgress>) {
+    ) -> (Result<Staged, Error>, Vec<StageProgress>) {
         let copies = StageOptions {
             concurrency: 4,
             hard_links: false,
@@ -392,7 +446,7 @@ mod tests {
         destinations: &[Destination<'_>],
         prefix: &StagingPrefix,
         options: StageOptions,
-    ) -> (Result<Vec<StagedFile>, Error>, Vec<StageProgress>) {
+    ) -> (Result<Staged, Error>, Vec<StageProgress>) {
         let (result, events) = stage_timeline(from, files, destinations, prefix, options).await;
         let reports = events
             .into_iter()
@@ -417,7 +471,7 @@ mod tests {
         destinations: &[Destination<'_>],
         prefix: &StagingPrefix,
         options: StageOptions,
-    ) -> (Result<Vec<StagedFile>, Error>, Vec<Event>) {
+    ) -> (Result<Staged, Error>, Vec<Event>) {
         let events = Mutex::new(Vec::new());
         let push = |e: Event| events.lock().expect("no panic under the lock").push(e);
         let result = stage(
@@ -459,12 +513,24 @@ mod tests {
         }
     }
 
-    fn transfers(staged: &[StagedFile], end: &str) -> BTreeSet<Transfer> {
-        staged
+    fn transfers(staged: &Staged, end: &str) -> BTreeSet<Transfer> {
+        let store = staged
+            .stores
             .iter()
-            .filter(|f| f.end == end)
-            .map(|f| f.transfer)
+            .find(|s| s.ends.iter().any(|e| e == end));
+        store
+            .expect("staged into")
+            .transfers
+            .iter()
+            .copied()
             .collect()
+    }
+
+    /// Files placed, counted once per end.
+    fn placed(staged: &Staged) -> u64 {
+        (staged.stores.iter())
+            .map(|s| (s.ends.len() * s.transfers.len()) as u64)
+            .sum()
     }
 
     #[tokio::test]
@@ -522,7 +588,7 @@ mod tests {
         .await;
         let staged = staged.expect("stage");
 
-        assert_eq!(staged.len(), files.len());
+        assert_eq!(placed(&staged), files.len() as u64);
         assert_eq!(
             transfers(&staged, "target"),
             BTreeSet::from([Transfer::Streamed])
@@ -866,26 +932,20 @@ mod tests {
         std::fs::remove_file(staged_dir.join(&files[2].path)).expect("remove");
 
         let (staged, _) = stage_recording(&backup, &files, &destinations, &prefix).await;
-        let by_path: BTreeMap<String, Transfer> = staged
-            .expect("resumed stage")
-            .into_iter()
-            .map(|f| (f.path.to_string(), f.transfer))
-            .collect();
-        let transfer_of = |file: &BackupFile| {
-            by_path[&join(prefix.path(), &file.path).expect("path").to_string()]
-        };
-        assert_eq!(transfer_of(&files[0]), Transfer::AlreadyStaged);
+        let staged = staged.expect("resumed stage");
+        let transfer_of = |file: usize| staged.transfer("target", file);
+        assert_eq!(transfer_of(0), Some(Transfer::AlreadyStaged));
         assert_eq!(
-            transfer_of(&files[1]),
-            Transfer::Streamed,
+            transfer_of(1),
+            Some(Transfer::Streamed),
             "the truncated file is copied again"
         );
         assert_eq!(
-            transfer_of(&files[2]),
-            Transfer::Streamed,
+            transfer_of(2),
+            Some(Transfer::Streamed),
             "the missing file is copied"
         );
-        assert_eq!(transfer_of(&files[3]), Transfer::AlreadyStaged);
+        assert_eq!(transfer_of(3), Some(Transfer::AlreadyStaged));
         assert_staged_content(&target, &prefix, &files).await;
     }
 
@@ -916,18 +976,11 @@ mod tests {
         std::fs::write(&staged_file, vec![0u8; 200]).expect("zero the file");
 
         let (staged, _) = stage_recording(&backup, &files, &destinations, &prefix).await;
-        let recopied: Vec<String> = staged
-            .expect("resumed stage")
-            .into_iter()
-            .filter(|f| f.transfer != Transfer::AlreadyStaged)
-            .map(|f| f.path.to_string())
+        let staged = staged.expect("resumed stage");
+        let recopied: Vec<usize> = (0..files.len())
+            .filter(|&f| staged.transfer("target", f) != Some(Transfer::AlreadyStaged))
             .collect();
-        assert_eq!(
-            recopied,
-            [join(prefix.path(), &files[1].path)
-                .expect("path")
-                .to_string()]
-        );
+        assert_eq!(recopied, [1], "only the zeroed file is copied again");
         assert_staged_content(&target, &prefix, &files).await;
     }
 
@@ -1037,8 +1090,8 @@ mod tests {
         let (staged, reports) = stage_recording(&backup, &files, &destinations, &prefix).await;
         let staged = staged.expect("stage");
         assert_eq!(
-            staged.len(),
-            3 * files.len(),
+            placed(&staged),
+            3 * files.len() as u64,
             "one staged file per file and end"
         );
         assert_eq!(
@@ -1139,10 +1192,9 @@ mod tests {
         let staged = staged.expect("stage");
 
         let streamed = |end: &str| -> u64 {
-            staged
-                .iter()
-                .filter(|f| f.end == end && f.transfer == Transfer::Streamed)
-                .map(|f| f.size)
+            (files.iter().enumerate())
+                .filter(|(f, _)| staged.transfer(end, *f) == Some(Transfer::Streamed))
+                .map(|(_, file)| file.size)
                 .sum()
         };
         assert_eq!(
@@ -1162,11 +1214,13 @@ mod tests {
         assert_staged_content(&secondary, &prefix, &files).await;
 
         let (again, _) = stage_recording(&backup, &files, &destinations, &prefix).await;
-        assert!(
-            again
-                .expect("resume")
-                .iter()
-                .all(|f| f.transfer == Transfer::AlreadyStaged)
+        let again = again.expect("resume");
+        assert_eq!(
+            (transfers(&again, "target"), transfers(&again, "secondary")),
+            (
+                BTreeSet::from([Transfer::AlreadyStaged]),
+                BTreeSet::from([Transfer::AlreadyStaged])
+            )
         );
 
         assert_eq!(
@@ -1213,13 +1267,11 @@ mod tests {
             .await
             .expect("overwrite");
         let (staged, _) = stage_recording(&backup, &files, &destinations, &prefix).await;
-        let recopied: Vec<_> = staged
-            .expect("resume")
-            .into_iter()
-            .filter(|f| f.transfer != Transfer::AlreadyStaged)
+        let staged = staged.expect("resume");
+        let recopied: Vec<usize> = (0..files.len())
+            .filter(|&f| staged.transfer("target", f) != Some(Transfer::AlreadyStaged))
             .collect();
-        assert_eq!(recopied.len(), 1);
-        assert_eq!(recopied[0].path, truncated);
+        assert_eq!(recopied, [1], "only {truncated} is copied again");
         let _: Arc<dyn ObjectStore> = target.store.clone();
     }
 }
