@@ -37,18 +37,23 @@ const FORGOTTEN_AFTER: Duration = Duration::from_secs(5);
 /// on every sighting made a watch of thousands of jobs quadratic.
 pub const SHOW_EVERY: Duration = Duration::from_millis(100);
 
-/// When a watch last showed its progress.
+/// Showing also waits at least this many times what the last showing took: a copy of
+/// 40,000 jobs every 100 ms took a fifth of a core through a restore whose length grows
+/// with the jobs, so the copies' share of the CPU grew with the square of the restore.
+/// This way they take at most a tenth of the watch's time, whatever its size.
+const SHOW_PAUSE_PER_SHOWING: u32 = 10;
+
+/// When a watch may next show its progress.
 #[derive(Default)]
 struct Shown(Option<Instant>);
 
 impl Shown {
     fn maybe(&mut self, now: Instant, show: impl FnOnce()) {
-        if self
-            .0
-            .is_none_or(|last| now.saturating_duration_since(last) >= SHOW_EVERY)
-        {
-            self.0 = Some(now);
+        if self.0.is_none_or(|next| now >= next) {
+            let started = std::time::Instant::now();
             show();
+            let pause = SHOW_EVERY.max(started.elapsed() * SHOW_PAUSE_PER_SHOWING);
+            self.0 = Some(now + pause);
         }
     }
 }

@@ -180,6 +180,7 @@ async fn read_files(cluster: &Cluster, job_id: i64) -> Result<ReadOutcome, Strin
             .map(|coll| coll.schema.clone())
     });
     let store = cluster.import_store();
+    let _slot = cluster.0.import_reads.acquire().await;
     let read = import_reader::read_groups(
         store.as_ref(),
         job.parsed_options.source,

@@ -122,18 +122,15 @@ pub(super) async fn delete_prefix(
     let dir = files.path_to_filesystem(prefix.path())?;
     let mut removed = 0;
     if !staged.is_empty() {
-        let paths: Vec<std::path::PathBuf> = (staged.iter())
-            .map(|f| {
-                let key = join(prefix.path(), f).map_err(|e| object_store::Error::Generic {
+        let to_path = |name: &str| {
+            join(prefix.path(), name)
+                .map_err(|e| object_store::Error::Generic {
                     store: "LocalFileSystem",
                     source: e.into(),
-                })?;
-                files.path_to_filesystem(&key)
-            })
-            .collect::<Result<_, _>>()?;
-        removed = remove_known(dir.clone(), paths)
-            .await
-            .map_err(local_error)?;
+                })
+                .and_then(|key| files.path_to_filesystem(&key))
+        };
+        removed = remove_known(&dir, staged, &to_path).await?;
         if !dir.exists() {
             return Ok(removed);
         }
@@ -156,29 +153,38 @@ pub(super) async fn delete_prefix(
     Ok(removed + count)
 }
 
-/// Unlinks `files` (under `dir`), then removes their directories up to `dir`, deepest level
-/// first, then `dir` and the staging root above it if they are empty. A directory that is not
-/// empty is left, for [`remove_tree`]. Returns how many files were unlinked.
+/// Unlinks the `staged` files (names under the prefix, `dir` on disk; `to_path` places a
+/// name), then removes their directories, deepest level first, then `dir` and the staging
+/// root above it if they are empty. A directory that is not empty is left, for
+/// [`remove_tree`]. Returns how many files were unlinked.
 ///
-/// Like [`remove_tree`], [`REMOVALS_IN_FLIGHT`] runs at a time: the files in runs of the
-/// list, then each level's directories (no two of one level hold each other).
-async fn remove_known(dir: PathBuf, files: Vec<PathBuf>) -> std::io::Result<u64> {
-    let mut levels: std::collections::BTreeMap<usize, Vec<PathBuf>> = Default::default();
+/// Like [`remove_tree`], [`REMOVALS_IN_FLIGHT`] runs go at a time: the files in runs of
+/// [`RUN`] names, then each level's directories (no two of one level hold each other). A
+/// run's paths are made when it starts: the directories are kept as slices of the names,
+/// and no list of every path is held (at 200,000 files on three stores, those lists were
+/// the restore's largest allocation).
+async fn remove_known(
+    dir: &std::path::Path,
+    staged: &[&str],
+    to_path: &(dyn Fn(&str) -> object_store::Result<PathBuf> + Sync),
+) -> object_store::Result<u64> {
+    let mut levels: std::collections::BTreeMap<usize, Vec<&str>> = Default::default();
     let mut seen = std::collections::HashSet::new();
-    for file in &files {
-        let mut parent = file.parent();
-        while let Some(p) = parent.filter(|p| p.starts_with(&dir)) {
-            if !seen.insert(p.to_owned()) {
+    for name in staged {
+        let mut rest = *name;
+        while let Some((parent, _)) = rest.rsplit_once('/') {
+            if !seen.insert(parent) {
                 break;
             }
             levels
-                .entry(p.components().count())
+                .entry(parent.matches('/').count())
                 .or_default()
-                .push(p.to_owned());
-            parent = p.parent();
+                .push(parent);
+            rest = parent;
         }
     }
-    let removed: u64 = in_runs(files, |run| {
+    drop(seen);
+    let removed: u64 = in_runs(staged, to_path, |run| {
         let mut removed = 0;
         for file in run {
             match std::fs::remove_file(file) {
@@ -193,7 +199,7 @@ async fn remove_known(dir: PathBuf, files: Vec<PathBuf>) -> std::io::Result<u64>
     .into_iter()
     .sum();
     for (_, level) in levels.into_iter().rev() {
-        let emptied = in_runs(level, |run| {
+        let emptied = in_runs(&level, to_path, |run| {
             for d in run {
                 match std::fs::remove_dir(d) {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -209,7 +215,14 @@ async fn remove_known(dir: PathBuf, files: Vec<PathBuf>) -> std::io::Result<u64>
             return Ok(removed);
         }
     }
+    let dir = dir.to_owned();
     blocking(move || {
+        match std::fs::remove_dir(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // Not empty: left for the walk.
+            Err(_) => return Ok(removed),
+            Ok(()) => {}
+        }
         if let Some(root) = dir.parent() {
             // A failure only means another restore's prefix is still there.
             let _ = std::fs::remove_dir(root);
@@ -217,23 +230,34 @@ async fn remove_known(dir: PathBuf, files: Vec<PathBuf>) -> std::io::Result<u64>
         Ok(removed)
     })
     .await
+    .map_err(local_error)
 }
 
-/// `work` over `items` in [`REMOVALS_IN_FLIGHT`] × 4 runs, [`REMOVALS_IN_FLIGHT`] at a time on
+/// Names a run of [`in_runs`] holds.
+const RUN: usize = 1024;
+
+/// `work` over the paths of `names` in runs of [`RUN`], [`REMOVALS_IN_FLIGHT`] at a time on
 /// blocking threads; each run's result.
 async fn in_runs<T: Send + 'static>(
-    items: Vec<PathBuf>,
+    names: &[&str],
+    to_path: &(dyn Fn(&str) -> object_store::Result<PathBuf> + Sync),
     work: fn(&[PathBuf]) -> std::io::Result<T>,
-) -> std::io::Result<Vec<T>> {
-    let size = items.len().div_ceil(REMOVALS_IN_FLIGHT * 4).max(1);
-    let mut items = items.into_iter();
-    let runs: Vec<Vec<PathBuf>> = std::iter::from_fn(|| {
-        let run: Vec<PathBuf> = items.by_ref().take(size).collect();
-        (!run.is_empty()).then_some(run)
-    })
-    .collect();
-    futures::stream::iter(runs)
-        .map(|run| blocking(move || work(&run)))
+) -> object_store::Result<Vec<T>> {
+    futures::stream::iter(names.chunks(RUN))
+        .map(|run| {
+            // Made when the stream takes the run, outside the future: it then holds only
+            // what it owns.
+            let paths = (run.iter())
+                .map(|name| to_path(name))
+                .collect::<object_store::Result<Vec<_>>>();
+            async move {
+                let paths = paths?;
+                blocking(move || work(&paths)).await.map_err(local_error)
+            }
+        })
+        // Boxed, the stream is one type that is `Send`: the compiler could not prove it of
+        // the unboxed one, whose closures take the names by a lifetime of their own.
+        .boxed()
         .buffer_unordered(REMOVALS_IN_FLIGHT)
         .try_collect()
         .await
