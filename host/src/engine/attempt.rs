@@ -146,7 +146,7 @@ impl<'a> Attempt<'a> {
             engine,
             claim,
             record,
-            written: None,
+            written_progress: None,
             lost: None,
             stop,
             phase_starts: Vec::new(),
@@ -268,11 +268,9 @@ pub(super) struct Keeper<'a> {
     engine: &'a Engine,
     claim: &'a dyn Claim,
     record: RestoreRecord,
-    /// The record as last written. A progress write writes it again with only the new
-    /// snapshot: never a change the restore has made but not yet written (a decision whose
-    /// own write then fails is taken back, and must not have been made durable by another
-    /// write).
-    written: Option<RestoreRecord>,
+    /// The progress snapshot as last written: a progress write is due only when the
+    /// snapshot moved since.
+    written_progress: Option<ProgressSnapshot>,
     /// Set once this host no longer holds the restore: from then on it acts on no end and
     /// writes no record.
     lost: Option<Lost>,
@@ -413,43 +411,35 @@ impl Keeper<'_> {
         }
     }
 
-    /// Writes the record as it is now.
+    /// Writes the record as it is now: every change told so far, noted or not. A noted
+    /// change may become durable with any write (another group's, or progress): only a
+    /// decision must wait for its own, and [`Keeper::handle`] applies and writes it with
+    /// nothing in between, taking it back if the write fails.
     pub async fn save(&mut self) -> Result<(), StageError> {
-        self.record.updated_at = Timestamp::now();
-        let record = self.record.clone();
-        self.write(record).await
-    }
-
-    async fn write(&mut self, record: RestoreRecord) -> Result<(), StageError> {
         if self.lost.is_some() {
             return Err(StageError::Journal(journal::Error::ClaimLost(
-                record.id.clone(),
+                self.record.id.clone(),
             )));
         }
-        if let Err(e) = self.engine.journal.save(self.claim, &record).await {
+        self.record.updated_at = Timestamp::now();
+        if let Err(e) = self.engine.journal.save(self.claim, &self.record).await {
             if matches!(e, journal::Error::ClaimLost(_)) {
                 self.lose(&e);
             }
             return Err(StageError::Journal(e));
         }
-        self.written = Some(record);
+        self.written_progress.clone_from(&self.record.progress);
         Ok(())
     }
 
-    /// Writes the progress snapshot into the record as last written, if it changed since;
-    /// a failed write is only logged: the restore's own next write meets the same journal
-    /// and decides what it means.
+    /// Writes the record if its progress snapshot moved since the last write; a failed
+    /// write is only logged: the restore's own next write meets the same journal and
+    /// decides what it means.
     async fn write_progress(&mut self) {
-        let Some(mut record) = self
-            .written
-            .clone()
-            .filter(|written| written.progress != self.record.progress)
-        else {
+        if self.written_progress == self.record.progress {
             return;
-        };
-        record.progress = self.record.progress.clone();
-        record.updated_at = Timestamp::now();
-        if let Err(e) = self.write(record).await {
+        }
+        if let Err(e) = self.save().await {
             tracing::warn!(error = %error_chain(&e), "could not write the progress snapshot");
         }
     }

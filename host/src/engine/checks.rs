@@ -20,8 +20,8 @@ use crate::journal::{CommitGroup, Role};
 use crate::milvus::JobState;
 use crate::plugins::{
     self, CheckCollection, CheckContext, CheckEnd, CheckHost, CheckImportJob, CheckReport,
-    CheckStatus, EndJobState, EndRole, LoadedCheck, Phase, PluginRuntime, StagedObject,
-    StoreCheckHost,
+    CheckStatus, EndJobState, EndRole, LoadedCheck, Phase, PluginRuntime, StagedFiles,
+    StagedObject, StoreCheckHost,
 };
 use crate::storage;
 
@@ -41,7 +41,7 @@ pub struct Restore<'a> {
     pub groups: &'a [CommitGroup],
     /// The staged files every check may page through (before-import and before-commit
     /// alike).
-    pub staged: &'a [StagedObject],
+    pub staged: &'a StagedFiles,
 }
 
 /// The plan's collections as checks see them.
@@ -186,7 +186,7 @@ impl CheckSetup {
     pub async fn run(
         &self,
         job: &Job,
-        staged: &[StagedObject],
+        staged: &StagedFiles,
         ctx: CheckContext,
     ) -> (Vec<CheckEntry>, Result<(), StageError>) {
         if !self.has(ctx.phase) {
@@ -212,7 +212,7 @@ impl CheckSetup {
 }
 
 /// What a check reaches through the host: every destination's store, and `staged`.
-fn host(job: &Job, staged: &[StagedObject]) -> Result<Arc<dyn CheckHost>, StageError> {
+fn host(job: &Job, staged: &StagedFiles) -> Result<Arc<dyn CheckHost>, StageError> {
     let mut stores: BTreeMap<String, Arc<dyn ObjectStore>> = BTreeMap::new();
     for (end, spec) in job.destinations() {
         let opened = storage::open(spec).map_err(|e| StageError::Storage {
@@ -221,7 +221,7 @@ fn host(job: &Job, staged: &[StagedObject]) -> Result<Arc<dyn CheckHost>, StageE
         })?;
         stores.insert(end, opened.store);
     }
-    Ok(Arc::new(StoreCheckHost::new(stores, staged.to_vec())))
+    Ok(Arc::new(StoreCheckHost::new(stores, staged.clone())))
 }
 
 fn entry(r: &CheckReport) -> CheckEntry {
@@ -258,9 +258,9 @@ pub fn staged_objects(
     files: &[BinlogFile],
     groups: &[CommitGroup],
     paths: &PathForm,
-) -> Vec<StagedObject> {
+) -> StagedFiles {
     let index = BatchIndex::new(groups);
-    files
+    let staged: Vec<StagedObject> = files
         .iter()
         .filter_map(|f| {
             let path = format!("{import_prefix}/{}", f.path);
@@ -271,7 +271,8 @@ pub fn staged_objects(
                 batch: batch as u32,
             })
         })
-        .collect()
+        .collect();
+    staged.into()
 }
 
 /// Which batch imports a path, by the batches' import prefixes.
@@ -405,7 +406,7 @@ mod tests {
                 ends: &ends,
                 collections: &collections,
                 groups: &groups,
-                staged: &[],
+                staged: &StagedFiles::default(),
             };
             let ctx = CheckContext::for_phase(&restore, Phase::BeforeImport, None);
             assert_eq!(ctx.collections.len(), 2);
@@ -435,7 +436,7 @@ mod tests {
             ends: &ends,
             collections: &collections,
             groups: &one,
-            staged: &[],
+            staged: &StagedFiles::default(),
         };
         let ctx = CheckContext::for_phase(&restore, Phase::BeforeCommit, Some((0, &held(&one[0]))));
         assert_eq!(

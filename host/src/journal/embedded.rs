@@ -96,16 +96,13 @@ impl FileJournal {
         })
     }
 
-    fn save_blocking(&self, record: &RestoreRecord) -> Result<()> {
-        let path = self.record_path(&record.id);
+    /// Writes `bytes`, `id`'s record serialized, in its place.
+    fn save_blocking(&self, id: &RestoreId, bytes: &[u8]) -> Result<()> {
+        let path = self.record_path(id);
         let tmp = path.with_extension("json.tmp");
-        let bytes = serde_json::to_vec_pretty(record).map_err(|source| Error::Corrupt {
-            path: path.display().to_string(),
-            source,
-        })?;
         let write = || -> io::Result<u64> {
             let mut f = File::create(&tmp)?;
-            f.write_all(&bytes)?;
+            f.write_all(bytes)?;
             f.sync_all()?;
             let inode = f.metadata()?.ino();
             fs::rename(&tmp, &path)?;
@@ -117,7 +114,7 @@ impl FileJournal {
         self.written
             .lock()
             .expect("written lock: no panics under it")
-            .insert(record.id.clone(), inode);
+            .insert(id.clone(), inode);
         Ok(())
     }
 
@@ -211,9 +208,14 @@ impl Journal for FileJournal {
             if claim.restore_id() != &record.id {
                 return Err(Error::ClaimLost(record.id.clone()));
             }
-            let this = self.clone();
-            let record = record.clone();
-            blocking(move || this.save_blocking(&record)).await
+            // Serialized here rather than cloned for the blocking thread: a record of tens
+            // of thousands of batches is large, and its text is smaller than a copy of it.
+            let bytes = serde_json::to_vec_pretty(record).map_err(|source| Error::Corrupt {
+                path: self.record_path(&record.id).display().to_string(),
+                source,
+            })?;
+            let (this, id) = (self.clone(), record.id.clone());
+            blocking(move || this.save_blocking(&id, &bytes)).await
         })
     }
 

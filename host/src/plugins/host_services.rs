@@ -39,6 +39,18 @@ pub struct StagedObject {
     pub batch: u32,
 }
 
+/// The staged files a check pages through, in page order (by batch, then path). Cloned
+/// without copying: every check run of a restore shares the one list.
+#[derive(Debug, Clone, Default)]
+pub struct StagedFiles(Arc<[StagedObject]>);
+
+impl From<Vec<StagedObject>> for StagedFiles {
+    fn from(mut staged: Vec<StagedObject>) -> Self {
+        staged.sort_by(|a, b| (a.batch, &a.path).cmp(&(b.batch, &b.path)));
+        StagedFiles(staged.into())
+    }
+}
+
 /// One page of staged files (WIT `staged-page`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct StagedListing {
@@ -99,15 +111,11 @@ pub const MAX_PAGE: u32 = 1000;
 /// `lockstep plugin test` uses over local folders.
 pub struct StoreCheckHost {
     ends: BTreeMap<String, Arc<dyn ObjectStore>>,
-    staged: Vec<StagedObject>,
+    staged: StagedFiles,
 }
 
 impl StoreCheckHost {
-    pub fn new(
-        ends: BTreeMap<String, Arc<dyn ObjectStore>>,
-        mut staged: Vec<StagedObject>,
-    ) -> Self {
-        staged.sort_by(|a, b| (a.batch, &a.path).cmp(&(b.batch, &b.path)));
+    pub fn new(ends: BTreeMap<String, Arc<dyn ObjectStore>>, staged: StagedFiles) -> Self {
         StoreCheckHost { ends, staged }
     }
 
@@ -197,13 +205,14 @@ impl CheckHost for StoreCheckHost {
                 Some(token) => token
                     .parse::<usize>()
                     .ok()
-                    .filter(|&start| start <= self.staged.len())
+                    .filter(|&start| start <= self.staged.0.len())
                     .ok_or(HostError::BadPageToken)?,
             };
-            let end = (start + limit.clamp(1, MAX_PAGE) as usize).min(self.staged.len());
+            let staged = &self.staged.0;
+            let end = (start + limit.clamp(1, MAX_PAGE) as usize).min(staged.len());
             Ok(StagedListing {
-                files: self.staged[start..end].to_vec(),
-                next_page_token: (end < self.staged.len()).then(|| end.to_string()),
+                files: staged[start..end].to_vec(),
+                next_page_token: (end < staged.len()).then(|| end.to_string()),
             })
         })
     }
@@ -232,8 +241,8 @@ mod tests {
                 size: 2,
                 batch: 0,
             })
-            .collect();
-        let host = StoreCheckHost::new(BTreeMap::from([("a".to_owned(), store)]), staged);
+            .collect::<Vec<_>>();
+        let host = StoreCheckHost::new(BTreeMap::from([("a".to_owned(), store)]), staged.into());
 
         let meta = host.head("a", "b/1").await.expect("head").expect("present");
         assert_eq!(meta.size, 2);

@@ -40,7 +40,8 @@ pub use context::{
     CheckCollection, CheckContext, CheckEnd, CheckImportJob, EndJobState, EndRole, JobState, Phase,
 };
 pub use host_services::{
-    CheckHost, HostError, ObjectInfo, ObjectListing, StagedListing, StagedObject, StoreCheckHost,
+    CheckHost, HostError, ObjectInfo, ObjectListing, StagedFiles, StagedListing, StagedObject,
+    StoreCheckHost,
 };
 pub use http::{AllowedHosts, HttpLimits, Origin};
 pub use inspect::{Inspection, inspect};

@@ -78,7 +78,7 @@ pub async fn test_check(
         allow_hosts: AllowedHosts::parse(plugin.name(), &file.allow_hosts)?,
         clock: file.now.map_or(Clock::System, Clock::Fixed),
     };
-    let host = Arc::new(StoreCheckHost::new(ends, file.staged_files));
+    let host = Arc::new(StoreCheckHost::new(ends, file.staged_files.into()));
     Ok(plugin
         .check(&file.context, &file.config, &grants, host)
         .await)

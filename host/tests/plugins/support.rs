@@ -95,7 +95,7 @@ pub fn context(phase: Phase) -> CheckContext {
 
 /// A host with no storage at all.
 pub fn no_storage() -> Arc<dyn CheckHost> {
-    Arc::new(StoreCheckHost::new(BTreeMap::new(), Vec::new()))
+    Arc::new(StoreCheckHost::new(BTreeMap::new(), Default::default()))
 }
 
 /// One local object store per end, in a temp dir that lives as long as this.
@@ -128,7 +128,7 @@ impl LocalEnds {
     }
 
     pub fn host(&self, staged: Vec<StagedObject>) -> Arc<dyn CheckHost> {
-        Arc::new(StoreCheckHost::new(self.stores.clone(), staged))
+        Arc::new(StoreCheckHost::new(self.stores.clone(), staged.into()))
     }
 }
 
