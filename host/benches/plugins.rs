@@ -103,7 +103,8 @@ async fn bench(allocation: Allocation) -> Result<()> {
         "\n== allocation: {:?} (asked for {allocation:?})",
         runtime.allocation()
     );
-    let host: Arc<dyn CheckHost> = Arc::new(StoreCheckHost::new(BTreeMap::new(), Vec::new()));
+    let host: Arc<dyn CheckHost> =
+        Arc::new(StoreCheckHost::new(BTreeMap::new(), Default::default()));
 
     for (name, config, grants, calls) in [
         (

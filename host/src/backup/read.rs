@@ -99,6 +99,13 @@ impl BinlogIndex {
         index
     }
 
+    /// Forgets every listed file but those that are elsewhere, and where they are: all a
+    /// restore asks of the index once its plan holds the files it stages
+    /// ([`BinlogIndex::source`]). At 600,000 files the listing is some 70 MB.
+    pub fn keep_sources(&mut self) {
+        self.sizes.retain(|path, _| self.sources.contains_key(path));
+    }
+
     /// Where the object listed as `path` is, when not there.
     pub fn source(&self, path: &str) -> Option<&str> {
         self.sources.get(path).map(String::as_str)

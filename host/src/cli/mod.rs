@@ -420,7 +420,7 @@ async fn verify(
         .clone()
         .filter(|_| !record.is_unfinished())
         .with_context(|| format!("restore {id} has not finished: `lockstep recover {id}` first"))
-        .and_then(|r| serde_json::from_value(r).context("the restore's report does not read"))?;
+        .and_then(|r| r.read().context("the restore's report does not read"))?;
     let expected = report
         .to_verify()
         .with_context(|| format!("a collection in the report of {id}"))?;

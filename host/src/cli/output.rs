@@ -341,11 +341,7 @@ pub fn refusals(format: OutputFormat, job: &Job, refusals: &[engine::Refusal]) {
 pub fn record(format: OutputFormat, record: &RestoreRecord) {
     match format {
         OutputFormat::Json => print_json(record),
-        OutputFormat::Text => match record
-            .report
-            .as_ref()
-            .and_then(|r| serde_json::from_value::<Report>(r.clone()).ok())
-        {
+        OutputFormat::Text => match record.report.as_ref().and_then(|r| r.read::<Report>().ok()) {
             Some(r) => println!("{r}"),
             None => {
                 println!(

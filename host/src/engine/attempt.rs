@@ -30,7 +30,7 @@ use super::two_phase::Tracker;
 use crate::job::Job;
 use crate::journal::{
     self, Claim, CommitGroup, CreatedCollection, Decision, EndProgress, Outcome, ProgressSnapshot,
-    RecordedVerify, RestoreId, RestorePhase, RestoreRecord,
+    RecordedVerify, RestoreId, RestorePhase, RestoreRecord, StoredReport,
 };
 use crate::milvus::MilvusJobId;
 
@@ -509,7 +509,7 @@ impl Keeper<'_> {
         faults::crash_point("before-report");
         self.record.outcome = Some(outcome);
         self.record.phase = RestorePhase::Finished;
-        self.record.report = serde_json::to_value(&report).ok();
+        self.record.report = StoredReport::of(&report).ok();
         if self.lost.is_some() {
             // No write: the record is no longer this host's.
         } else if let Err(e) = self.save().await {

@@ -156,10 +156,10 @@ pub async fn run(
     let mut out: Vec<BatchImport> = batches
         .iter()
         .map(|b| BatchImport {
-            batch_id: b.batch_id.clone(),
-            collection: b.namespace().to_string(),
-            partition: b.partition.clone(),
-            expected: b.expected_rows,
+            batch_id: b.planned.batch_id.clone(),
+            collection: b.planned.namespace().to_string(),
+            partition: b.planned.partition.clone(),
+            expected: b.planned.expected_rows,
             job_id: None,
             imported: 0,
             failure: None,
@@ -220,20 +220,21 @@ async fn v1_imports(
         .enumerate()
         .flat_map(|(batch, b)| {
             let options: Vec<(String, String)> = b
+                .planned
                 .options
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-            b.files.iter().map(move |files| {
+            b.planned.files.iter().map(move |files| {
                 let mut files = files.clone();
-                if files.len() == 1 && b.options.contains_key("backup") {
+                if files.len() == 1 && b.planned.options.contains_key("backup") {
                     files.push(String::new());
                 }
                 V1Import {
                     batch,
-                    db: &b.db,
-                    collection: &b.collection,
-                    partition: &b.partition,
+                    db: &b.planned.db,
+                    collection: &b.planned.collection,
+                    partition: &b.planned.partition,
                     files,
                     options: options.clone(),
                 }
@@ -265,7 +266,7 @@ async fn rest_import(
     b: &BatchRecord,
 ) -> (Option<String>, Result<i64, ImportFailure>) {
     let target = ends.target();
-    let body = b.create_import();
+    let body = b.planned.create_import();
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
     let job = match fenced(deadline, fence, || target.rest.create_import(&body, None)).await {
         Ok(Ok(job)) => job,
@@ -275,9 +276,9 @@ async fn rest_import(
     let id = Some(job.to_string());
     let pair = Pair {
         job: job.clone(),
-        db: b.db.clone(),
+        db: b.planned.db.clone(),
         end: 0,
-        collection: b.namespace().to_string(),
+        collection: b.planned.namespace().to_string(),
     };
     // An end that stops answering, or no longer knows the job, is given a call's deadline
     // from the last time it answered with the job.
@@ -322,7 +323,7 @@ async fn rest_import(
         return (id, Err(failure));
     }
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
-    let rows = retry(deadline, || target.rest.describe(&b.db, &job))
+    let rows = retry(deadline, || target.rest.describe(&b.planned.db, &job))
         .await
         .map(|seen| seen.imported_rows)
         .map_err(|source| ImportFailure::Describe {

@@ -115,8 +115,8 @@ impl CheckContext {
                 .map(|(i, b)| CheckImportJob {
                     id: String::new(),
                     batch: i as u32,
-                    collection: b.namespace().to_string(),
-                    partition: b.partition.clone(),
+                    collection: b.planned.namespace().to_string(),
+                    partition: b.planned.partition.clone(),
                     states: absent(),
                 })
                 .collect(),
@@ -283,7 +283,7 @@ impl BatchIndex {
     pub fn new(groups: &[CommitGroup]) -> BatchIndex {
         let mut prefixes = BTreeMap::new();
         for (index, b) in groups.iter().flat_map(|g| g.batches.iter()).enumerate() {
-            for prefix in b.files.iter().flatten() {
+            for prefix in b.planned.files.iter().flatten() {
                 prefixes.insert(prefix.clone(), index);
             }
         }
@@ -303,7 +303,7 @@ mod tests {
     use super::*;
     use crate::engine::poll::Seen;
     use crate::engine::two_phase::Tracked;
-    use crate::journal::BatchRecord;
+    use crate::journal::{BatchRecord, PlannedBatch};
     use crate::milvus::MilvusJobId;
 
     fn ends() -> Ends {
@@ -324,7 +324,7 @@ mod tests {
     }
 
     fn batch(collection: &str, partition: &str) -> BatchRecord {
-        BatchRecord {
+        BatchRecord::new(PlannedBatch {
             batch_id: format!("default.{collection}/{partition}/data-0"),
             db: "default".into(),
             collection: collection.into(),
@@ -332,10 +332,8 @@ mod tests {
             idempotency_key: String::new(),
             files: vec![],
             options: Default::default(),
-            job_id: None,
-            create_sent: false,
             expected_rows: None,
-        }
+        })
     }
 
     /// Two collections of one and two batches: one group for the restore, or one each.
@@ -374,10 +372,10 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(i, b)| Tracked {
-                    batch_id: b.batch_id.clone(),
+                    batch_id: b.planned.batch_id.clone(),
                     db: "default".into(),
-                    collection: format!("default.{}", b.collection),
-                    partition: b.partition.clone(),
+                    collection: format!("default.{}", b.planned.collection),
+                    partition: b.planned.partition.clone(),
                     expected: None,
                     job_id: Some(MilvusJobId(format!("{}", 100 + i))),
                     seen: vec![

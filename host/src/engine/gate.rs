@@ -169,21 +169,21 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::journal::BatchRecord;
+    use crate::journal::{BatchRecord, PlannedBatch};
 
     /// One group of two batches, each importing one segment prefix.
     fn groups() -> Vec<CommitGroup> {
-        let batch = |id: &str, segment: &str| BatchRecord {
-            batch_id: id.into(),
-            db: "default".into(),
-            collection: "c".into(),
-            partition: "p".into(),
-            idempotency_key: format!("key-{id}"),
-            files: vec![vec![format!("stage/binlogs/insert_log/1/2/{segment}/")]],
-            options: Default::default(),
-            job_id: None,
-            create_sent: false,
-            expected_rows: None,
+        let batch = |id: &str, segment: &str| {
+            BatchRecord::new(PlannedBatch {
+                batch_id: id.into(),
+                db: "default".into(),
+                collection: "c".into(),
+                partition: "p".into(),
+                idempotency_key: format!("key-{id}"),
+                files: vec![vec![format!("stage/binlogs/insert_log/1/2/{segment}/")]],
+                options: Default::default(),
+                expected_rows: None,
+            })
         };
         vec![CommitGroup {
             id: "restore".into(),

@@ -33,7 +33,9 @@ use super::staging;
 use super::two_phase::{self, HoldError, SHOW_EVERY, Tracked, Tracker};
 use crate::backup::ImportBatch;
 use crate::job::{Atomicity, Job};
-use crate::journal::{BatchRecord, CommitGroup, Decision, RestoreId, RestorePhase, Role};
+use crate::journal::{
+    BatchRecord, CommitGroup, Decision, PlannedBatch, RestoreId, RestorePhase, Role,
+};
 use crate::milvus::{self, ServerVersion};
 use crate::plugins::{CheckContext, Phase};
 
@@ -58,31 +60,31 @@ pub(super) fn plan(
     preflight: &Preflight,
     import_prefix: &str,
 ) -> Vec<CommitGroup> {
-    let record = |b: &ImportBatch| BatchRecord {
-        batch_id: b.id.to_string(),
-        db: b.target.db.clone(),
-        collection: b.target.collection.clone(),
-        partition: b.partition.clone().unwrap_or_default(),
-        idempotency_key: idempotency_key(restore_id, b.id.as_str()),
-        files: b
-            .files
-            .iter()
-            .map(|group| {
-                group
-                    .iter()
-                    .map(|f| {
-                        job.target
-                            .end
-                            .paths
-                            .import_path(&format!("{import_prefix}/{f}"))
-                    })
-                    .collect()
-            })
-            .collect(),
-        options: b.options(),
-        job_id: None,
-        create_sent: false,
-        expected_rows: b.expected_rows(),
+    let record = |b: &ImportBatch| {
+        BatchRecord::new(PlannedBatch {
+            batch_id: b.id.to_string(),
+            db: b.target.db.clone(),
+            collection: b.target.collection.clone(),
+            partition: b.partition.clone().unwrap_or_default(),
+            idempotency_key: idempotency_key(restore_id, b.id.as_str()),
+            files: b
+                .files
+                .iter()
+                .map(|group| {
+                    group
+                        .iter()
+                        .map(|f| {
+                            job.target
+                                .end
+                                .paths
+                                .import_path(&format!("{import_prefix}/{f}"))
+                        })
+                        .collect()
+                })
+                .collect(),
+            options: b.options(),
+            expected_rows: b.expected_rows(),
+        })
     };
     match job.two_phase.atomicity {
         Atomicity::Restore => vec![CommitGroup {
@@ -133,10 +135,10 @@ pub(super) fn trackers(ends: &Ends, preflight: &Preflight, groups: &[CommitGroup
                 .by_ref()
                 .take(group.batches.len())
                 .map(|(batch, b)| Tracked {
-                    batch_id: b.batch_id.clone(),
-                    db: b.db.clone(),
+                    batch_id: b.planned.batch_id.clone(),
+                    db: b.planned.db.clone(),
                     collection: batch.target.to_string(),
-                    partition: b.partition.clone(),
+                    partition: b.planned.partition.clone(),
                     expected: batch.expected_rows(),
                     job_id: None,
                     seen: vec![None; names.len()],
@@ -588,8 +590,8 @@ async fn submit(
             if !gate.batch_ready(first_batch + i).await {
                 return (i, None);
             }
-            let body = b.create_held_import();
-            let key = honours_key.then_some(b.idempotency_key.as_str());
+            let body = b.planned.create_held_import();
+            let key = honours_key.then_some(b.planned.idempotency_key.as_str());
             let deadline = Instant::now() + call_timeout;
             match fenced(deadline, attempt, || target.rest.create_import(&body, key)).await {
                 Ok(created) => (i, Some(Ok(created))),

@@ -19,6 +19,8 @@ pub struct Preflight {
     /// Per end, in [`Ends::all`] order.
     pub versions: Vec<ServerVersion>,
     pub backup_store: OpenedStore,
+    /// Its binlog index keeps only where moved files are unless `[verify]` samples: the
+    /// plan lists what is staged.
     pub backup: Backup,
     pub plan: RestorePlan,
     /// Per collection of the plan: whether the target already has it.
@@ -61,14 +63,21 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
     }
 
     match (refusals.is_empty(), backup_store, read, planned) {
-        (true, Some(backup_store), Some(backup), Some(plan)) => Ok(Preflight {
-            versions: known,
-            backup_store,
-            backup,
-            plan,
-            exists,
-            route,
-        }),
+        (true, Some(backup_store), Some(mut backup), Some(plan)) => {
+            // After the commit a sample reads the segments' files by the listing; without
+            // one, nothing asks it more than where a moved file is.
+            if job.verify.sample.is_none() {
+                backup.binlogs.keep_sources();
+            }
+            Ok(Preflight {
+                versions: known,
+                backup_store,
+                backup,
+                plan,
+                exists,
+                route,
+            })
+        }
         _ => Err(refusals),
     }
 }

@@ -55,7 +55,7 @@ pub async fn recover(
     {
         // A finished restore is never run again; a stored report that no longer reads is
         // said to be damaged, with the record's own outcome.
-        return match serde_json::from_value::<Report>(stored.clone()) {
+        return match stored.read::<Report>() {
             Ok(report) => report,
             Err(e) => {
                 let mut report = report_of(&record, &ends, started);
@@ -113,7 +113,7 @@ async fn resolve(
     // What the record's decisions made visible: the collections of the groups it committed.
     let committed: BTreeSet<String> = (record.groups.iter())
         .filter(|g| matches!(g.decision, Some(Decision::Commit { .. })))
-        .flat_map(|g| g.batches.iter().map(|b| b.namespace().to_string()))
+        .flat_map(|g| g.batches.iter().map(|b| b.planned.namespace().to_string()))
         .collect();
     for c in &mut report.collections {
         c.committed = committed.contains(&c.target);
@@ -244,11 +244,11 @@ async fn undo(
 fn tracker_of(group: &CommitGroup, names: &[String]) -> Tracker {
     let jobs = (group.batches.iter())
         .map(|b| Tracked {
-            batch_id: b.batch_id.clone(),
-            db: b.db.clone(),
-            collection: b.namespace().to_string(),
-            partition: b.partition.clone(),
-            expected: b.expected_rows,
+            batch_id: b.planned.batch_id.clone(),
+            db: b.planned.db.clone(),
+            collection: b.planned.namespace().to_string(),
+            partition: b.planned.partition.clone(),
+            expected: b.planned.expected_rows,
             job_id: b.job_id.clone(),
             seen: vec![None; names.len()],
             imported: vec![None; names.len()],
@@ -380,15 +380,22 @@ async fn find_lost_job(
 ) -> Option<MilvusJobId> {
     let target = ends.target();
     let wanted: BTreeSet<String> = b
+        .planned
         .files
         .iter()
         .map(|g| format!("[{}]", g.join(" ")))
         .collect();
-    let listed = retry(deadline, || target.rest.list(&b.db, &b.collection))
-        .await
-        .ok()?;
+    let listed = retry(deadline, || {
+        target.rest.list(&b.planned.db, &b.planned.collection)
+    })
+    .await
+    .ok()?;
     for entry in listed.iter().filter(|e| !e.state.is_terminal()) {
-        if let Ok(p) = retry(deadline, || target.rest.describe(&b.db, &entry.job_id)).await {
+        if let Ok(p) = retry(deadline, || {
+            target.rest.describe(&b.planned.db, &entry.job_id)
+        })
+        .await
+        {
             let groups: BTreeSet<String> = p.file_groups.into_iter().collect();
             if groups == wanted {
                 return Some(entry.job_id.clone());
@@ -401,9 +408,11 @@ async fn find_lost_job(
     }
     // Not listed as active: the same key hands back the job if it was ever created (a
     // failed one included), and creates one otherwise, which is then aborted with the rest.
-    let body = b.create_held_import();
+    let body = b.planned.create_held_import();
     fenced(deadline, fence, || {
-        target.rest.create_import(&body, Some(&b.idempotency_key))
+        target
+            .rest
+            .create_import(&body, Some(&b.planned.idempotency_key))
     })
     .await
     .ok()?
@@ -414,7 +423,7 @@ fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report 
     let mut collections: Vec<CollectionReport> = Vec::new();
     for g in &record.groups {
         for b in &g.batches {
-            let target = b.namespace().to_string();
+            let target = b.planned.namespace().to_string();
             match collections.iter_mut().find(|c| c.target == target) {
                 Some(c) => c.batches += 1,
                 None => {

@@ -84,10 +84,7 @@ impl Engine {
         };
         if let Some(last) = attempts.last() {
             if last.outcome.is_some_and(Outcome::committed)
-                && let Some(report) = last
-                    .report
-                    .as_ref()
-                    .and_then(|r| serde_json::from_value::<Report>(r.clone()).ok())
+                && let Some(report) = last.report.as_ref().and_then(|r| r.read::<Report>().ok())
             {
                 tracing::info!(restore = %last.id, "this job content already ran; not running it again");
                 return report;

@@ -453,7 +453,7 @@ fn held(
     // Each committed collection named once: held to every report collection, a batch at a
     // time, it was a name made per batch per collection (millions at 1,000 × 4).
     let visible: BTreeSet<String> = (committed_groups.iter())
-        .flat_map(|g| g.batches.iter().map(|b| b.namespace().to_string()))
+        .flat_map(|g| g.batches.iter().map(|b| b.planned.namespace().to_string()))
         .collect();
     let committed = (report.collections.iter())
         .map(|c| visible.contains(&c.target))

@@ -209,8 +209,9 @@ impl Journal for FileJournal {
                 return Err(Error::ClaimLost(record.id.clone()));
             }
             // Serialized here rather than cloned for the blocking thread: a record of tens
-            // of thousands of batches is large, and its text is smaller than a copy of it.
-            let bytes = serde_json::to_vec_pretty(record).map_err(|source| Error::Corrupt {
+            // of thousands of batches is large, and its text is smaller than a copy of it;
+            // compact, since indenting its nested lists made it half as large again.
+            let bytes = serde_json::to_vec(record).map_err(|source| Error::Corrupt {
                 path: self.record_path(&record.id).display().to_string(),
                 source,
             })?;

@@ -15,6 +15,7 @@ pub mod etcd;
 pub mod etcd_client;
 
 use std::fmt;
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use jiff::Timestamp;
@@ -289,9 +290,22 @@ pub enum Decision {
     Abort { at: Timestamp, reason: String },
 }
 
-/// One import batch as submitted to the target.
+/// One import batch as submitted to the target: the batch as planned, shared by every copy
+/// of the record and every stage that reads it (at tens of thousands of batches a copy of
+/// each per holder was most of a restore's memory), and what became of its create.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchRecord {
+    #[serde(flatten)]
+    pub planned: Arc<PlannedBatch>,
+    /// Written when the target answered the create. `None` with `create_sent` means the answer
+    /// was lost: recovery looks the job up by its key.
+    pub job_id: Option<MilvusJobId>,
+    pub create_sent: bool,
+}
+
+/// What a batch is, fixed when the restore is planned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedBatch {
     pub batch_id: String,
     pub db: String,
     pub collection: String,
@@ -303,10 +317,6 @@ pub struct BatchRecord {
     pub files: Vec<Vec<String>>,
     /// The import options sent (without `auto_commit`, which the strategy decides).
     pub options: std::collections::BTreeMap<String, String>,
-    /// Written when the target answered the create. `None` with `create_sent` means the answer
-    /// was lost: recovery looks the job up by its key.
-    pub job_id: Option<MilvusJobId>,
-    pub create_sent: bool,
     /// What every end must import of the batch, so that recovery holds a roll-forward to
     /// the same account; absent in records written before row accounting.
     #[serde(default)]
@@ -379,8 +389,8 @@ pub struct RestoreRecord {
     pub to_create: Vec<(String, String)>,
     pub groups: Vec<CommitGroup>,
     pub outcome: Option<Outcome>,
-    /// The final report, as JSON, once the restore finished.
-    pub report: Option<serde_json::Value>,
+    /// The final report, once the restore finished.
+    pub report: Option<StoredReport>,
     /// What the ends were doing at the restore's last write (at each phase change and at
     /// most every few seconds while it holds or completes): read by `status` and the status
     /// page of any host that shares the journal, not by recovery.
@@ -407,6 +417,34 @@ pub struct RestoreRecord {
 
 /// `[verify]`'s question as a record keeps it: how long to wait for a load, and the live
 /// rows the backup's data holds for each collection the plan restores.
+/// A finished restore's report as its record holds it: the report's JSON text, kept as
+/// text rather than as a tree of values, which for a restore of tens of thousands of jobs
+/// is several times the size, built just to be written once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StoredReport(Box<serde_json::value::RawValue>);
+
+impl StoredReport {
+    /// `report` as a record stores it.
+    pub fn of(report: &impl Serialize) -> serde_json::Result<StoredReport> {
+        serde_json::value::to_raw_value(report).map(StoredReport)
+    }
+
+    /// The report read back as `T`: the engine's `Report`, or a `serde_json::Value` to look
+    /// into.
+    pub fn read<T: serde::de::DeserializeOwned>(&self) -> serde_json::Result<T> {
+        serde_json::from_str(self.0.get())
+    }
+}
+
+impl PartialEq for StoredReport {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Eq for StoredReport {}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordedVerify {
     pub timeout_ms: u64,
@@ -489,6 +527,17 @@ pub struct EndProgress {
 }
 
 impl BatchRecord {
+    /// The record of a batch planned, its create not sent.
+    pub fn new(planned: PlannedBatch) -> BatchRecord {
+        BatchRecord {
+            planned: Arc::new(planned),
+            job_id: None,
+            create_sent: false,
+        }
+    }
+}
+
+impl PlannedBatch {
     /// The collection the batch imports into.
     pub fn namespace(&self) -> crate::backup::Namespace {
         crate::backup::Namespace::new(&self.db, &self.collection)
@@ -587,7 +636,7 @@ impl RestoreRecord {
             all.retain(|c| {
                 undecided
                     .clone()
-                    .any(|b| b.db == c.db && b.collection == c.name)
+                    .any(|b| b.planned.db == c.db && b.planned.collection == c.name)
             });
         }
         all
@@ -667,9 +716,41 @@ pub trait Journal: Send + Sync {
 mod tests {
     use super::*;
 
+    /// The shared plan changes nothing in the journal: a batch reads as records written
+    /// before it hold one (its plan's fields beside the job id), and writes back the same.
+    #[test]
+    fn a_batch_record_keeps_its_journal_form() {
+        let written = serde_json::json!({
+            "batch_id": "default.c/p/data-0",
+            "db": "default",
+            "collection": "c",
+            "partition": "p",
+            "idempotency_key": "k",
+            "files": [["stage/binlogs/insert_log/1/2/3/"]],
+            "options": {"backup": "true"},
+            "job_id": "4470",
+            "create_sent": true,
+            "expected_rows": {"inserted": 10, "deletes": 2, "exact": 8},
+        });
+        let batch: BatchRecord = serde_json::from_value(written.clone()).expect("reads");
+        assert_eq!(batch.job_id, Some(MilvusJobId("4470".into())));
+        assert!(batch.create_sent);
+        assert_eq!(batch.planned.idempotency_key, "k");
+        assert_eq!(
+            batch.planned.expected_rows.map(|e| (e.inserted, e.deletes, e.exact)),
+            Some((10, Some(2), Some(8)))
+        );
+        assert_eq!(serde_json::to_value(&batch).expect("writes"), written);
+        // A record from before row accounting has no `expected_rows`.
+        let mut older = written;
+        older.as_object_mut().unwrap().remove("expected_rows");
+        let batch: BatchRecord = serde_json::from_value(older).expect("reads");
+        assert_eq!(batch.planned.expected_rows, None);
+    }
+
     #[test]
     fn a_held_job_is_created_without_auto_commit_and_never_with_a_timeout() {
-        let record = BatchRecord {
+        let record = PlannedBatch {
             batch_id: "default.c/p/data-0".into(),
             db: "default".into(),
             collection: "c".into(),
@@ -682,8 +763,6 @@ mod tests {
                 ("timeout".to_owned(), "300s".to_owned()),
                 ("auto_commit".to_owned(), "true".to_owned()),
             ]),
-            job_id: None,
-            create_sent: false,
             expected_rows: None,
         };
         let held = record.create_held_import();
@@ -715,16 +794,18 @@ mod tests {
             .map(|(i, decided)| CommitGroup {
                 id: format!("g{i}"),
                 batches: vec![BatchRecord {
-                    batch_id: format!("b{i}"),
-                    db: "default".into(),
-                    collection: format!("c{i}"),
-                    partition: "_default".into(),
-                    idempotency_key: format!("k{i}"),
-                    files: vec![],
-                    options: Default::default(),
+                    planned: Arc::new(PlannedBatch {
+                        batch_id: format!("b{i}"),
+                        db: "default".into(),
+                        collection: format!("c{i}"),
+                        partition: "_default".into(),
+                        idempotency_key: format!("k{i}"),
+                        files: vec![],
+                        options: Default::default(),
+                        expected_rows: None,
+                    }),
                     job_id: None,
                     create_sent: true,
-                    expected_rows: None,
                 }],
                 decision: decided.map(|commit| match commit {
                     true => Decision::Commit {

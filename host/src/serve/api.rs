@@ -531,7 +531,7 @@ fn view_of(state: &ApiState, record: &RestoreRecord) -> RestoreView {
         };
         for b in &group.batches {
             collections
-                .entry((b.db.clone(), b.collection.clone()))
+                .entry((b.planned.db.clone(), b.planned.collection.clone()))
                 .or_insert_with(|| CollectionView {
                     id: String::new(),
                     state_code: state_code as i32,
@@ -543,8 +543,8 @@ fn view_of(state: &ApiState, record: &RestoreRecord) -> RestoreView {
                     } else {
                         progress(record, live.as_ref())
                     },
-                    target_db_name: b.db.clone(),
-                    target_collection_name: b.collection.clone(),
+                    target_db_name: b.planned.db.clone(),
+                    target_collection_name: b.planned.collection.clone(),
                 });
         }
     }

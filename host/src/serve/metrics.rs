@@ -14,6 +14,18 @@ use crate::journal::{Outcome, RestoreRecord};
 /// Upper bounds (seconds) of the reaction-time buckets: DESIGN §6 asks for 250 ms median.
 const REACTION_BUCKETS: [f64; 9] = [0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
+/// What the metrics read of a finished restore's stored report; the rest is skipped.
+#[derive(serde::Deserialize)]
+struct Figures {
+    reaction_ms: Option<u64>,
+    staging: Option<Staged>,
+}
+
+#[derive(serde::Deserialize)]
+struct Staged {
+    bytes: u64,
+}
+
 fn outcome_label(o: Option<Outcome>) -> &'static str {
     match o {
         None => "running",
@@ -52,16 +64,12 @@ pub fn render(
     let mut staged_finished = 0u64;
     for r in records {
         *by_outcome.entry(outcome_label(r.outcome)).or_default() += 1;
-        if let Some(report) = &r.report {
-            if let Some(ms) = report.get("reaction_ms").and_then(|v| v.as_u64()) {
+        if let Some(figures) = r.report.as_ref().and_then(|r| r.read::<Figures>().ok()) {
+            if let Some(ms) = figures.reaction_ms {
                 reactions.push(ms as f64 / 1000.0);
             }
-            if let Some(bytes) = report
-                .get("staging")
-                .and_then(|s| s.get("bytes"))
-                .and_then(|b| b.as_u64())
-            {
-                staged_finished += bytes;
+            if let Some(staging) = figures.staging {
+                staged_finished += staging.bytes;
             }
         }
     }

@@ -585,8 +585,5 @@ fn spawn_recover(
 
 /// The report a finished record holds.
 pub fn recorded_report(record: &RestoreRecord) -> Option<Report> {
-    record
-        .report
-        .as_ref()
-        .and_then(|r| serde_json::from_value(r.clone()).ok())
+    record.report.as_ref().and_then(|r| r.read().ok())
 }

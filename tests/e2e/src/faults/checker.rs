@@ -11,6 +11,7 @@ use lockstep::journal::{BatchRecord, CommitGroup, Decision, Outcome, RestoreReco
 use milvus_sim::ClusterSnapshot;
 use milvus_sim::fixtures::GeneratedBackup;
 use milvus_sim::jobs::JobState;
+use serde_json::Value;
 
 use crate::{backup_logs, imported_logs};
 
@@ -409,7 +410,7 @@ pub fn check(e: &Evidence<'_>) -> Vec<Violation> {
                 }
             }
             // What describe answers for the job on each end, against the batch's account.
-            if let Some(expected) = s.batch.expected_rows {
+            if let Some(expected) = s.batch.planned.expected_rows {
                 for (end, snapshot) in e.ends {
                     let Some(j) = snapshot.job(*job) else {
                         continue;
@@ -475,8 +476,9 @@ fn check_data(e: &Evidence<'_>, submitted: &BTreeMap<i64, Submitted<'_>>) -> Vec
     let mut found = Vec::new();
     for c in &e.backup.info.collection_backups {
         let name = format!("{}.{}", c.db_name, c.collection_name);
-        let of_collection =
-            |s: &&Submitted<'_>| s.batch.db == c.db_name && s.batch.collection == c.collection_name;
+        let of_collection = |s: &&Submitted<'_>| {
+            s.batch.planned.db == c.db_name && s.batch.planned.collection == c.collection_name
+        };
         let committed: Vec<&Submitted<'_>> = submitted
             .values()
             .filter(of_collection)
@@ -611,7 +613,12 @@ enum Shown {
 /// rows the end holds, or a sampled row that differs (a mismatch it names, making the
 /// restore diverged), or that it could not ask (so it claims nothing of that end's rows).
 fn named_by_query(s: &Submitted<'_>, end: &str, collection: &str, seen: Shown) -> bool {
-    let Some(report) = &s.record.report else {
+    let Some(report) = s
+        .record
+        .report
+        .as_ref()
+        .and_then(|r| r.read::<Value>().ok())
+    else {
         return false;
     };
     let diverged = report["outcome"] == "diverged";
@@ -633,7 +640,12 @@ fn named_diverged(s: &Submitted<'_>, end: &str) -> bool {
     let Some(job) = &s.batch.job_id else {
         return false;
     };
-    s.record.report.as_ref().is_some_and(|r| {
+    let report = s
+        .record
+        .report
+        .as_ref()
+        .and_then(|r| r.read::<Value>().ok());
+    report.is_some_and(|r| {
         r["divergences"].as_array().is_some_and(|ds| {
             ds.iter()
                 .any(|d| d["end"] == end && d["job_id"] == job.0.as_str())
@@ -655,7 +667,8 @@ fn check_lost(records: &[RestoreRecord]) -> Vec<Violation> {
             })
         })
         .filter(|lost| {
-            !lost.report.as_ref().is_some_and(|r| {
+            let report = lost.report.as_ref().and_then(|r| r.read::<Value>().ok());
+            !report.is_some_and(|r| {
                 r["summary"]
                     .as_str()
                     .is_some_and(|s| s.contains("attempts were lost"))
@@ -684,10 +697,7 @@ fn check_records(e: &Evidence<'_>) -> Vec<Violation> {
             });
             continue;
         };
-        let report: Option<Report> = record
-            .report
-            .as_ref()
-            .and_then(|r| serde_json::from_value(r.clone()).ok());
+        let report: Option<Report> = record.report.as_ref().and_then(|r| r.read().ok());
         let Some(report) = report else {
             found.push(disagree(format!(
                 "finished {outcome:?} without a readable report"

@@ -255,10 +255,12 @@ async fn a_host_killed_while_holding_is_aborted_cleaned_and_run_again() {
         why.contains(&format!("attempt 1 ({})", lost.id)) && why.contains("host was lost"),
         "{why}"
     );
-    let report = again
+    let report: serde_json::Value = again
         .report
         .as_ref()
-        .expect("a finished attempt has its report");
+        .expect("a finished attempt has its report")
+        .read()
+        .expect("its report reads");
     assert_eq!(report["rerun_because"], why);
     for end in ["t", "s1"] {
         assert_eq!(staged_left(&world, end), Vec::<PathBuf>::new(), "{end}");
