@@ -20,7 +20,8 @@ use std::collections::{HashMap, HashSet};
 
 use super::batch::{BatchKind, ImportBatch};
 use super::plan::CollectionPlan;
-use super::read::{Backup, BinlogFile};
+use super::read::Backup;
+use crate::storage::BackupFile;
 use milvus_formats::binlog::{self, Delete, DeltaForm, Descriptor, Pk};
 use milvus_proto::schema::DataType;
 
@@ -102,7 +103,7 @@ pub fn apply(
     collection: &mut CollectionPlan,
     folded: Vec<(usize, Vec<Folded>)>,
     ids: &mut LogIds,
-    files: &mut Vec<BinlogFile>,
+    files: &mut Vec<BackupFile>,
 ) {
     let source_id = collection.source_collection_id;
     for (index, groups) in folded {
@@ -123,7 +124,7 @@ fn delta_log(
     fold: &Folded,
     collection_id: i64,
     log_id: i64,
-) -> BinlogFile {
+) -> BackupFile {
     let group = &mut batch.files[fold.group];
     if group.len() == 1 {
         let delta = group[0].replacen("/insert_log/", "/delta_log/", 1);
@@ -150,7 +151,7 @@ fn delta_log(
         &fold.deletes,
         DeltaForm::Json,
     ));
-    BinlogFile {
+    BackupFile {
         size: bytes.len() as u64,
         path,
         source: None,

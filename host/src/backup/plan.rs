@@ -21,7 +21,8 @@ use super::index::{IndexPlan, plan_indexes};
 use super::meta::{CollectionBackupInfo, proto_key_values};
 use super::namespace::Namespace;
 use super::options::{CollectionCreation, RestoreOptions, Strategy};
-use super::read::{Backup, BackupFormat, BinlogFile};
+use super::read::{Backup, BackupFormat};
+use crate::storage::BackupFile;
 
 /// Why a target collection's existence stops the restore (milvus-backup's
 /// `checkCollExist`).
@@ -151,7 +152,7 @@ pub struct RestorePlan {
     pub databases: Vec<String>,
     pub collections: Vec<CollectionPlan>,
     /// Every binlog under some batch's prefixes, each once, in path order.
-    pub files_to_stage: Vec<BinlogFile>,
+    pub files_to_stage: Vec<BackupFile>,
     pub totals: PlanTotals,
 }
 
@@ -244,9 +245,9 @@ pub fn plan(
             );
         }
     }
-    let files_to_stage: Vec<BinlogFile> = staged
+    let files_to_stage: Vec<BackupFile> = staged
         .into_iter()
-        .map(|(path, size)| BinlogFile {
+        .map(|(path, size)| BackupFile {
             source: backup.binlogs.source(&path).map(str::to_owned),
             path,
             size,

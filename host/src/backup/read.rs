@@ -55,23 +55,6 @@ impl fmt::Display for BackupFormat {
     }
 }
 
-/// One binlog object of a backup.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct BinlogFile {
-    /// Relative to the backup directory, e.g. `binlogs/insert_log/1/2/3/3/100/7`, so that
-    /// staging can re-root it under its own prefix.
-    pub path: String,
-    pub size: u64,
-    /// Where the object is when not at `path` (relative to the backup directory): a
-    /// snapshot bundle's file, staged to `path`.
-    #[serde(skip)]
-    pub source: Option<String>,
-    /// The bytes, when lockstep wrote the file rather than the backup holding it (an L0
-    /// fold's delta log, [`super::fold`]): staged by writing them.
-    #[serde(skip)]
-    pub written: Option<bytes::Bytes>,
-}
-
 /// Every object under a backup's `binlogs/`, listed once, by relative path; for a snapshot
 /// bundle, its data files under the paths a binlog backup would hold them at.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -462,9 +462,9 @@ mod tests {
     use object_store::path::Path;
 
     use super::*;
-    use crate::backup::BinlogFile;
     use crate::backup::{BackupLocation, read};
     use crate::backup::{RestoreOptions, Strategy, plan};
+    use crate::storage::BackupFile;
 
     /// A generated backup in both delta forms, read and planned.
     async fn planned(form: DeltaForm) -> (Arc<InMemory>, Backup, RestorePlan, GeneratedBackup) {
@@ -579,7 +579,7 @@ mod tests {
                 .all(|c| c.l0 == Some(L0Route::Import))
         );
 
-        let written: Vec<&BinlogFile> = folded
+        let written: Vec<&BackupFile> = folded
             .files_to_stage
             .iter()
             .filter(|f| f.written.is_some())

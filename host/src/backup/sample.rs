@@ -23,8 +23,9 @@ use object_store::ObjectStore;
 
 use super::batch::BatchKind;
 use super::plan::CollectionPlan;
-use super::read::{Backup, BinlogFile};
+use super::read::Backup;
 use super::rows::{self, Unreadable};
+use crate::storage::BackupFile;
 
 /// Milvus numbers a collection's own fields from 100; below are RowID and Timestamp.
 const FIRST_USER_FIELD: i64 = 100;
@@ -116,7 +117,7 @@ fn hash(pk: &Pk) -> u64 {
 pub async fn sample(
     store: &dyn ObjectStore,
     backup: &Backup,
-    staged: &[BinlogFile],
+    staged: &[BackupFile],
     collection: &CollectionPlan,
     n: usize,
 ) -> Result<Sample, Unreadable> {
@@ -207,7 +208,7 @@ pub async fn sample(
 }
 
 /// The deletes of the delta logs the plan wrote under `prefix` (folded L0 deletes).
-fn written_deletes(staged: &[BinlogFile], prefix: &str) -> Result<Vec<Delete>, Unreadable> {
+fn written_deletes(staged: &[BackupFile], prefix: &str) -> Result<Vec<Delete>, Unreadable> {
     let from = staged.partition_point(|f| f.path.as_str() < prefix);
     let mut deletes = Vec::new();
     for file in staged[from..]

@@ -14,7 +14,7 @@ use super::process::Engine;
 use super::refusal::Refusal;
 use super::report::{CheckEntry, CheckVerdict};
 use super::two_phase::Tracker;
-use crate::backup::{BinlogFile, RestorePlan};
+use crate::backup::RestorePlan;
 use crate::job::{Job, PathForm};
 use crate::journal::{CommitGroup, Role};
 use crate::milvus::JobState;
@@ -24,6 +24,7 @@ use crate::plugins::{
     StagedObject, StoreCheckHost,
 };
 use crate::storage;
+use crate::storage::BackupFile;
 
 /// The job's loaded checks.
 pub struct CheckSetup {
@@ -255,7 +256,7 @@ fn entry(r: &CheckReport) -> CheckEntry {
 /// order), found by the path Milvus is given for it (`paths`' form).
 pub fn staged_objects(
     import_prefix: &str,
-    files: &[BinlogFile],
+    files: &[BackupFile],
     groups: &[CommitGroup],
     paths: &PathForm,
 ) -> StagedFiles {

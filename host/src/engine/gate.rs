@@ -16,8 +16,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::checks::BatchIndex;
-use crate::backup::BinlogFile;
 use crate::journal::CommitGroup;
+use crate::storage::BackupFile;
 
 /// Where the restore's stage stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +54,7 @@ impl ImportGate {
     /// order the groups number their batches in). `failed`: the restore's stop token.
     pub fn new(
         import_prefix: &str,
-        files: &[BinlogFile],
+        files: &[BackupFile],
         groups: &[CommitGroup],
         batches_per_collection: impl IntoIterator<Item = usize>,
         failed: CancellationToken,
@@ -192,8 +192,8 @@ mod tests {
         }]
     }
 
-    fn file(path: &str) -> BinlogFile {
-        BinlogFile {
+    fn file(path: &str) -> BackupFile {
+        BackupFile {
             path: path.into(),
             size: 1,
             source: None,

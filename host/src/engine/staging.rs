@@ -85,18 +85,12 @@ pub(super) async fn stage_files(
     stop: &CancellationToken,
 ) -> Result<StagingReport, StageError> {
     let (paths, opened) = (&to.paths, &to.stores);
-    let files: Vec<storage::BackupFile> = gate
+    // The plan's files in the gate's order, by reference: a copy of each would double the
+    // largest list a restore holds.
+    let files: Vec<&storage::BackupFile> = gate
         .order
         .iter()
-        .map(|&i| {
-            let f = &preflight.plan.files_to_stage[i];
-            storage::BackupFile {
-                path: f.path.clone(),
-                size: f.size,
-                source: f.source.clone(),
-                written: f.written.clone(),
-            }
-        })
+        .map(|&i| &preflight.plan.files_to_stage[i])
         .collect();
     let mut report = StagingReport {
         prefix: paths.prefix().to_string(),
@@ -147,7 +141,7 @@ pub(super) async fn clean_up(
     job: &Job,
     fence: &dyn Fence,
     restore_id: &RestoreId,
-    staged: &[crate::backup::BinlogFile],
+    staged: &[crate::storage::BackupFile],
 ) -> bool {
     if fence.check().await.is_err() {
         return false;

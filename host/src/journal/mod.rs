@@ -737,7 +737,10 @@ mod tests {
         assert!(batch.create_sent);
         assert_eq!(batch.planned.idempotency_key, "k");
         assert_eq!(
-            batch.planned.expected_rows.map(|e| (e.inserted, e.deletes, e.exact)),
+            batch
+                .planned
+                .expected_rows
+                .map(|e| (e.inserted, e.deletes, e.exact)),
             Some((10, Some(2), Some(8)))
         );
         assert_eq!(serde_json::to_value(&batch).expect("writes"), written);

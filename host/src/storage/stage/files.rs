@@ -1,6 +1,7 @@
 //! What a stage moves and where: the files, the stores they come from and go to, and how
 //! each got there.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use object_store::path::Path;
@@ -8,17 +9,19 @@ use object_store::path::Path;
 use super::super::open::{OpenedStore, StoreId};
 
 /// One file of the backup to stage: its path under the backup directory
-/// (`binlogs/insert_log/...`), which it keeps under the staging prefix, and its size from
-/// the backup listing.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// (`binlogs/insert_log/1/2/3/3/100/7`), which it keeps under the staging prefix, and its
+/// size from the backup listing.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct BackupFile {
     pub path: String,
     pub size: u64,
     /// Where it is read from under the backup directory, when not at `path` (a snapshot
     /// bundle's file).
+    #[serde(skip)]
     pub source: Option<String>,
     /// Its bytes, when lockstep wrote it rather than the backup holding it (an L0 fold's
-    /// delta log): put into every destination, not copied.
+    /// delta log, `backup::fold`): put into every destination, not copied.
+    #[serde(skip)]
     pub written: Option<bytes::Bytes>,
 }
 
@@ -96,14 +99,14 @@ impl Staged {
 
     /// Files placed by each kind of transfer, counted once per end, and the bytes of
     /// `files` streamed through the host, summed over the ends.
-    pub fn tally(&self, files: &[BackupFile]) -> (BTreeMap<Transfer, u64>, u64) {
+    pub fn tally<F: Borrow<BackupFile>>(&self, files: &[F]) -> (BTreeMap<Transfer, u64>, u64) {
         let (mut counts, mut streamed) = (BTreeMap::new(), 0);
         for store in &self.stores {
             let ends = store.ends.len() as u64;
             for (transfer, file) in store.transfers.iter().zip(files) {
                 *counts.entry(*transfer).or_default() += ends;
                 if *transfer == Transfer::Streamed {
-                    streamed += file.size * ends;
+                    streamed += file.borrow().size * ends;
                 }
             }
         }

@@ -33,6 +33,7 @@ use files::{StoreGroup, group_by_store};
 use local::{list_sizes, make_dirs, make_durable, stat_sizes};
 use paths::join;
 
+use std::borrow::Borrow;
 use std::sync::Mutex;
 
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -100,9 +101,9 @@ impl Default for StageOptions {
 /// the whole stage: at 200,000 files on three stores, keeping them and one record per file
 /// and end held hundreds of megabytes.
 #[allow(clippy::too_many_arguments)]
-pub async fn stage(
+pub async fn stage<F: Borrow<BackupFile> + Sync>(
     source: StageSource<'_>,
-    files: &[BackupFile],
+    files: &[F],
     destinations: &[Destination<'_>],
     prefix: &StagingPrefix,
     options: StageOptions,
@@ -118,7 +119,7 @@ pub async fn stage(
     };
     let to = |file: &BackupFile| join(prefix.path(), &file.path);
     // A path that is not one is refused before anything is placed.
-    for file in files {
+    for file in files.iter().map(F::borrow) {
         from(file)?;
         to(file)?;
     }
@@ -132,7 +133,7 @@ pub async fn stage(
     for group in &groups {
         existing.push(list_sizes(group.store, prefix.path(), &group.ends()).await?);
         if let Some(local) = group.store.local() {
-            let targets = files.iter().filter_map(|file| to(file).ok());
+            let targets = files.iter().filter_map(|file| to(file.borrow()).ok());
             make_dirs(local, prefix.path(), targets)
                 .await
                 .map_err(|source| Error::Transfer {
@@ -143,7 +144,7 @@ pub async fn stage(
         }
     }
 
-    let file_bytes: u64 = files.iter().map(|f| f.size).sum();
+    let file_bytes: u64 = files.iter().map(|f| f.borrow().size).sum();
     let local = tokio::sync::Semaphore::new(LOCAL_IN_FLIGHT);
     let done = Mutex::new(Tally {
         progress: StageProgress {
@@ -163,7 +164,7 @@ pub async fn stage(
     // File-major: the files of the first batches reach every destination first.
     let tasks = (0..files.len()).flat_map(|f| (0..groups.len()).map(move |g| (g, f)));
     let copy_one = |(g, f): (usize, usize)| {
-        let (group, file) = (&groups[g], &files[f]);
+        let (group, file) = (&groups[g], files[f].borrow());
         let (done, local, existing) = (&done, &local, &existing);
         async move {
             let (from, to) = (from(file)?, to(file)?);
@@ -243,7 +244,7 @@ pub async fn stage(
             Some(local) => check_sizes(local, &group.ends(), files, &to).await?,
             None => {
                 let listed = list_sizes(group.store, prefix.path(), &group.ends()).await?;
-                for file in files {
+                for file in files.iter().map(F::borrow) {
                     let to = to(file)?;
                     compare_size(&group.ends(), &to, file.size, listed.get(&to).copied())?;
                 }
@@ -295,15 +296,15 @@ const STAT_CHUNK: usize = 4096;
 
 /// Verifies that a local store holds each of `files` at its place (`to`) with its size: one
 /// `stat` a file, without walking the directories to find them.
-async fn check_sizes(
+async fn check_sizes<F: Borrow<BackupFile>>(
     local: &object_store::local::LocalFileSystem,
     ends: &str,
-    files: &[BackupFile],
+    files: &[F],
     to: &(dyn Fn(&BackupFile) -> Result<Path, Error> + Sync),
 ) -> Result<(), Error> {
     for chunk in files.chunks(STAT_CHUNK) {
         let mut keys = Vec::with_capacity(chunk.len());
-        for file in chunk {
+        for file in chunk.iter().map(F::borrow) {
             let key = to(file)?;
             let path = local
                 .path_to_filesystem(&key)
