@@ -302,7 +302,9 @@ async fn a_standby_answers_for_its_mirror_state_before_refusing_as_not_primary()
 async fn writes_on_a_secondary_are_refused_without_any_change() {
     let (sim, files) = star_with_segment(&star()).await;
     let id = Rest::new(&sim.uri("a")).create_manual("c", &files[0]).await;
+    // Both held: each end moves its job on by itself, and the mirror can get there first.
     wait_for(&sim.cluster("b"), id, JobState::Uncommitted).await;
+    wait_for(&sim.cluster("a"), id, JobState::Uncommitted).await;
     let b = Rest::new(&sim.uri("b"));
     let before = sim.cluster("b").snapshot();
 
