@@ -14,8 +14,9 @@
 //!   and lockstep's own CPU time, user and system;
 //! - keys: on the same scale with L0 segments, reading every key and folding the L0 deletes
 //!   (preflight's part of the data work, timed in this process) against the whole restore;
-//! - verify: what `[verify]` adds to that restore, `count` and a sample of 1,000 keys per
-//!   collection, against none, in alternating runs;
+//! - verify: what `[verify] rows = "count"` adds to that restore, against none, in
+//!   alternating runs; sample: the same for a sample of 1,000 keys per collection (both
+//!   named, or none, alternate all three);
 //! - growth: 100, 1,000 and 10,000 collections × 4 partitions, 3 ends, instant imports, in
 //!   one run: wall, CPU, peak RSS and status calls per job and end at each size, so that
 //!   what does not grow linearly shows (`-- growth 100 1000` runs the sizes named).
@@ -61,8 +62,8 @@ fn main() -> anyhow::Result<()> {
         if wanted("keys") {
             keys().await?;
         }
-        if wanted("verify") {
-            verify_cost().await?;
+        if wanted("verify") || wanted("sample") {
+            verify_cost(wanted("verify"), wanted("sample")).await?;
         }
         if wanted("growth") {
             let sizes: Vec<u32> = named.iter().filter_map(|n| n.parse().ok()).collect();
@@ -379,20 +380,24 @@ async fn keys() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What `[verify]` adds to a restore: `count`, and a sample of 1,000 keys per collection,
-/// against none, in alternating rounds.
-async fn verify_cost() -> anyhow::Result<()> {
+/// What `[verify]` adds to a restore: `count` (with `count`), and a sample of 1,000 keys per
+/// collection (with `sample`), against none, in alternating rounds.
+async fn verify_cost(count: bool, sample: bool) -> anyhow::Result<()> {
     println!(
         "verify: 1,000 collections × 4 partitions with L0 segments, instant imports, target + 1 secondary"
     );
-    let variants = [
-        ("off", "[verify]\nrows = \"off\"\n"),
-        ("count", ""),
+    let variants: Vec<(&str, &str)> = [
+        (true, "off", "[verify]\nrows = \"off\"\n"),
+        (count, "count", ""),
         (
+            sample,
             "sample = 1000",
             "[verify]\nrows = \"sample\"\nsample = 1000\n",
         ),
-    ];
+    ]
+    .into_iter()
+    .filter_map(|(wanted, name, verify)| wanted.then_some((name, verify)))
+    .collect();
     let mut walls: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     for _ in 0..DATA_ROUNDS {
         for (i, (name, verify)) in variants.iter().enumerate() {
