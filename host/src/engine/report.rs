@@ -2,7 +2,7 @@
 //! outcome a script branches on. Written as JSON and as text next to the journal, printed
 //! by the CLI, served by the API.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
 
 use jiff::Timestamp;
@@ -381,17 +381,21 @@ impl Report {
             .collect()
     }
 
-    /// Sets each collection's `imported` from its jobs' rows on every end.
+    /// Sets each collection's `imported` from its jobs' rows on every end, in one pass over
+    /// the jobs (each collection's own pass over every job was 400 million comparisons at
+    /// 10,000 collections).
     pub fn tally_imported(&mut self) {
-        for c in &mut self.collections {
-            c.imported.clear();
-            for j in self.jobs.iter().filter(|j| j.collection == c.target) {
-                for s in &j.states {
-                    if let Some(rows) = s.imported_rows {
-                        *c.imported.entry(s.end.clone()).or_default() += rows;
-                    }
+        let mut tallied: HashMap<&str, BTreeMap<String, i64>> = HashMap::new();
+        for j in &self.jobs {
+            for s in &j.states {
+                if let Some(rows) = s.imported_rows {
+                    let by_end = tallied.entry(j.collection.as_str()).or_default();
+                    *by_end.entry(s.end.clone()).or_default() += rows;
                 }
             }
+        }
+        for c in &mut self.collections {
+            c.imported = tallied.remove(c.target.as_str()).unwrap_or_default();
         }
     }
 }
@@ -846,6 +850,45 @@ mod tests {
         assert!(
             text.contains("400 did not complete on t: left Uncommitted"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn each_collection_tallies_its_own_jobs_rows_by_end() {
+        let mut report = failed_report(3);
+        report.collections = ["default.orders_0", "default.orders_1", "default.empty"]
+            .iter()
+            .map(|target| CollectionReport {
+                source: (*target).into(),
+                target: (*target).into(),
+                partitions: 1,
+                batches: 1,
+                inserted: 100,
+                deleted: None,
+                live: None,
+                live_by_partition: BTreeMap::new(),
+                imported: BTreeMap::from([("stale".to_owned(), 1)]),
+                committed: false,
+            })
+            .collect();
+        // Two jobs of orders_0 (the second moved over from orders_2), one of orders_1; an
+        // end that reported no rows is left out.
+        report.jobs[2].collection = "default.orders_0".into();
+        for (j, rows) in [(0, [10, 20]), (1, [30, 40]), (2, [5, 6])] {
+            report.jobs[j].states[0].imported_rows = Some(rows[0]);
+            report.jobs[j].states[1].imported_rows = Some(rows[1]);
+        }
+        report.tally_imported();
+        let imported: Vec<Vec<(&str, i64)>> = (report.collections.iter())
+            .map(|c| c.imported.iter().map(|(e, n)| (e.as_str(), *n)).collect())
+            .collect();
+        assert_eq!(
+            imported,
+            [
+                vec![("b", 26), ("t", 15)],
+                vec![("b", 40), ("t", 30)],
+                vec![]
+            ]
         );
     }
 

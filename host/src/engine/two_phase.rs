@@ -43,6 +43,11 @@ pub const SHOW_EVERY: Duration = Duration::from_millis(100);
 /// This way they take at most a tenth of the watch's time, whatever its size.
 const SHOW_PAUSE_PER_SHOWING: u32 = 10;
 
+/// How long to wait before showing again, after a showing that took `took`.
+pub fn pause_after_showing(took: Duration) -> Duration {
+    SHOW_EVERY.max(took * SHOW_PAUSE_PER_SHOWING)
+}
+
 /// When a watch may next show its progress.
 #[derive(Default)]
 struct Shown(Option<Instant>);
@@ -52,8 +57,7 @@ impl Shown {
         if self.0.is_none_or(|next| now >= next) {
             let started = std::time::Instant::now();
             show();
-            let pause = SHOW_EVERY.max(started.elapsed() * SHOW_PAUSE_PER_SHOWING);
-            self.0 = Some(now + pause);
+            self.0 = Some(now + pause_after_showing(started.elapsed()));
         }
     }
 }
@@ -77,6 +81,13 @@ pub struct Tracked {
     pub seen: Vec<Option<Seen>>,
     /// Per end, the rows it says it imported, read once it held the job Uncommitted.
     pub imported: Vec<Option<i64>>,
+}
+
+impl Tracked {
+    /// Whether every end was seen holding the job: Uncommitted, or past it.
+    pub fn held_everywhere(&self) -> bool {
+        (self.seen.iter()).all(|s| s.as_ref().is_some_and(|s| s.state.is_ready_to_commit()))
+    }
 }
 
 /// Every job of a restore.
