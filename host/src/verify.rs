@@ -174,6 +174,12 @@ impl std::fmt::Display for Verification {
     }
 }
 
+/// How soon an end's load state is asked again after it first said not loaded; each wait
+/// is twice the last, up to [`LOAD_POLL`]. A secondary asked as the target loads shows the
+/// load once the stream brings it, mostly within milliseconds: with a first wait of
+/// 200 ms, counting 1,000 collections eight at a time still added 13 % to the restore.
+const LOAD_POLL_FIRST: Duration = Duration::from_millis(5);
+
 /// How often an end's load state is asked while it loads.
 const LOAD_POLL: Duration = Duration::from_millis(200);
 
@@ -506,11 +512,13 @@ async fn count_on(
 ) -> Result<(i64, Vec<(String, i64, i64)>), String> {
     let Namespace { db, collection } = &expected.collection;
     let deadline = tokio::time::Instant::now() + timeout;
+    let mut pause = LOAD_POLL_FIRST;
     loop {
         match end.grpc.is_loaded(db, collection).await {
             Ok(true) => break,
             Ok(false) if tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(LOAD_POLL).await;
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(LOAD_POLL);
             }
             Ok(false) => return Err(format!("not loaded within {}s", timeout.as_secs())),
             Err(e) => return Err(format!("its load state cannot be read: {e}")),
