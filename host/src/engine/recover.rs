@@ -4,7 +4,7 @@
 //! that group forward. States are re-read from every end right before acting, since Milvus
 //! cannot check a fencing token.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -419,18 +419,25 @@ async fn find_lost_job(
     .ok()
 }
 
+/// The report of a recovered restore, its collections in the record's order. Each is found
+/// by name in a map: at 10,000 collections, scanning the list for each of 40,000 batches and
+/// the verification's list for each collection made recovery quadratic.
 fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report {
     let mut collections: Vec<CollectionReport> = Vec::new();
+    let mut by_target: HashMap<String, usize> = HashMap::new();
+    // The live rows the plan counted, for verification.
+    let mut counted = HashMap::new();
+    for c in record.verify.iter().flat_map(|v| &v.collections) {
+        counted.entry(c.target.as_str()).or_insert(c);
+    }
     for g in &record.groups {
         for b in &g.batches {
             let target = b.planned.namespace().to_string();
-            match collections.iter_mut().find(|c| c.target == target) {
-                Some(c) => c.batches += 1,
+            match by_target.get(&target) {
+                Some(&c) => collections[c].batches += 1,
                 None => {
-                    // The live rows the plan counted, for verification.
-                    let counted = (record.verify.iter())
-                        .flat_map(|v| &v.collections)
-                        .find(|c| c.target == target);
+                    let counted = counted.get(target.as_str()).copied();
+                    by_target.insert(target.clone(), collections.len());
                     collections.push(CollectionReport {
                         source: counted.map(|c| c.source.clone()).unwrap_or_default(),
                         partitions: 0,

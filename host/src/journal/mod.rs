@@ -14,6 +14,7 @@ pub mod embedded;
 pub mod etcd;
 pub mod etcd_client;
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -618,10 +619,16 @@ impl RestoreRecord {
     /// it, was lost). Once some group is decided for commit, only those of the groups that
     /// are not: the committed ones are visible. A collection that existed before the
     /// restore is never among them unless the restore dropped and recreated it.
+    ///
+    /// Each name is looked up in a set: at 10,000 collections, scanning the list for each
+    /// was 10⁸ comparisons, and scanning the batches for each 4 × 10⁸.
     pub fn collections_to_drop(&self) -> Vec<CreatedCollection> {
         let mut all = self.created_collections.clone();
+        let mut recorded: HashSet<(&str, &str)> = (self.created_collections.iter())
+            .map(|c| (c.db.as_str(), c.name.as_str()))
+            .collect();
         for (db, name) in &self.to_create {
-            if !all.iter().any(|c| &c.db == db && &c.name == name) {
+            if recorded.insert((db.as_str(), name.as_str())) {
                 all.push(CreatedCollection {
                     db: db.clone(),
                     name: name.clone(),
@@ -630,14 +637,12 @@ impl RestoreRecord {
             }
         }
         if self.has_commit_decision() {
-            let undecided = (self.groups.iter())
+            let undecided: HashSet<(&str, &str)> = (self.groups.iter())
                 .filter(|g| !matches!(g.decision, Some(Decision::Commit { .. })))
-                .flat_map(|g| g.batches.iter());
-            all.retain(|c| {
-                undecided
-                    .clone()
-                    .any(|b| b.planned.db == c.db && b.planned.collection == c.name)
-            });
+                .flat_map(|g| g.batches.iter())
+                .map(|b| (b.planned.db.as_str(), b.planned.collection.as_str()))
+                .collect();
+            all.retain(|c| undecided.contains(&(c.db.as_str(), c.name.as_str())));
         }
         all
     }
