@@ -3,8 +3,10 @@
 //! DDL to a secondary (it would be refused), it waits until each shows the collection, since a
 //! mirror whose collection has not arrived is silently never created (docs/milvus-facts.md §2.2).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -56,6 +58,9 @@ pub enum ArrivalError {
     },
 }
 
+/// Collections made on the target at once ([`apply`]).
+const COLLECTIONS_AT_ONCE: usize = 4;
+
 /// How often a secondary is asked whether a collection arrived: soon after the target made
 /// it at first (a stream tens of milliseconds behind brings it then, and the collection's
 /// jobs wait for it), then less often, doubling up to the second bound.
@@ -80,11 +85,11 @@ pub fn to_create(
         .collect()
 }
 
-/// Creates what the plan needs on the target, collection by collection in plan order.
-/// `exists[i]` says whether collection `i` was there at preflight. Each collection this
+/// Creates what the plan needs on the target, [`COLLECTIONS_AT_ONCE`] collections at once, in
+/// plan order. `exists[i]` says whether collection `i` was there at preflight. Each collection this
 /// restore creates goes to `created` as soon as it exists, with the id the target gave it
 /// (it is dropped again if the restore rolls back, while it still has that id), and `made`
-/// counts the collections done so far, with their partitions and indexes, so that waiting
+/// counts the collections done so far from the plan's first, with their partitions and indexes, so that waiting
 /// on the secondaries can start collection by collection. Every create and drop of a
 /// collection waits for `fence` first. Stops at the first error.
 #[allow(clippy::too_many_arguments)]
@@ -106,53 +111,98 @@ pub async fn apply(
             tracing::info!(end = %target.name, db, "created database");
         }
     }
-    for (i, (c, &existed)) in plan.collections.iter().zip(exists).enumerate() {
-        let (db, name) = (&c.target.db, &c.target.collection);
-        match (creation, existed) {
-            (CollectionCreation::UseExisting, _) => {}
-            (CollectionCreation::DropAndCreate, true) => {
-                fenced(deadline, fence, || target.grpc.drop_collection(db, name)).await??;
-                tracing::info!(end = %target.name, collection = %c.target, "dropped existing collection");
-                created(create_collection(target, fence, c, deadline).await?);
+    // A few collections at once, as milvus-backup makes two at once: each is a dozen round
+    // trips, and one at a time, on a target busy importing the first batches, they were the
+    // restore's longest chain. `made` still counts the plan's collections in order, which
+    // is how the arrivals wait for them. After a failure no collection is begun, and those
+    // under way finish, so that each one made is recorded with its id for the rollback.
+    let failed = AtomicBool::new(false);
+    let failed = &failed;
+    let count = plan.collections.len().min(exists.len());
+    let mut in_order = futures::stream::iter(0..count)
+        .map(|i| async move {
+            if failed.load(Ordering::Relaxed) {
+                return Ok(());
             }
-            _ => created(create_collection(target, fence, c, deadline).await?),
-        }
-        if c.verify_field_ids {
-            let described = retry(deadline, || target.grpc.describe_collection(db, name)).await?;
-            let mismatched = mismatched_field_ids(&c.schema, &described.schema);
-            if !mismatched.is_empty() {
-                return Err(Error::FieldIds {
-                    collection: c.target.to_string(),
-                    mismatched,
-                });
+            let c = &plan.collections[i];
+            let made = make_collection(target, fence, c, exists[i], creation, deadline, created);
+            let made = made.await;
+            failed.fetch_or(made.is_err(), Ordering::Relaxed);
+            made
+        })
+        .buffered(COLLECTIONS_AT_ONCE);
+    let mut first_failure = None;
+    let mut done = 0;
+    while let Some(made_one) = in_order.next().await {
+        match made_one {
+            Ok(()) if first_failure.is_none() => {
+                done += 1;
+                made.send_replace(done);
             }
-        }
-        // With a partition key, Milvus makes the partitions itself.
-        if c.partition_num == 0 {
-            let present = retry(deadline, || target.grpc.show_partitions(db, name)).await?;
-            for p in c.partitions.iter().filter(|p| !present.contains(p)) {
-                retry(deadline, || target.grpc.create_partition(db, name, p)).await?;
-            }
-        }
-        if !c.indexes.is_empty() {
-            let present = retry(deadline, || target.grpc.index_names(db, name)).await?;
-            for index in &c.indexes {
-                if !index.index_name.is_empty() && present.contains(&index.index_name) {
-                    continue;
-                }
-                let spec = IndexSpec {
-                    field_name: index.field_name.clone(),
-                    index_name: index.index_name.clone(),
-                    params: index
-                        .params
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
-                };
-                retry(deadline, || target.grpc.create_index(db, name, &spec)).await?;
+            Ok(()) => {}
+            Err(e) => {
+                first_failure.get_or_insert(e);
             }
         }
-        made.send_replace(i + 1);
+    }
+    first_failure.map_or(Ok(()), Err)
+}
+
+/// Makes collection `c` as the plan says: created (after a drop, if it `existed` and the
+/// plan drops and recreates), its field ids checked, its partitions and indexes made.
+async fn make_collection(
+    target: &EndClient,
+    fence: &dyn Fence,
+    c: &CollectionPlan,
+    existed: bool,
+    creation: CollectionCreation,
+    deadline: Instant,
+    created: &(dyn Fn(CreatedCollection) + Sync),
+) -> Result<(), Error> {
+    let (db, name) = (&c.target.db, &c.target.collection);
+    match (creation, existed) {
+        (CollectionCreation::UseExisting, _) => {}
+        (CollectionCreation::DropAndCreate, true) => {
+            fenced(deadline, fence, || target.grpc.drop_collection(db, name)).await??;
+            tracing::info!(end = %target.name, collection = %c.target, "dropped existing collection");
+            created(create_collection(target, fence, c, deadline).await?);
+        }
+        _ => created(create_collection(target, fence, c, deadline).await?),
+    }
+    if c.verify_field_ids {
+        let described = retry(deadline, || target.grpc.describe_collection(db, name)).await?;
+        let mismatched = mismatched_field_ids(&c.schema, &described.schema);
+        if !mismatched.is_empty() {
+            return Err(Error::FieldIds {
+                collection: c.target.to_string(),
+                mismatched,
+            });
+        }
+    }
+    // With a partition key, Milvus makes the partitions itself.
+    if c.partition_num == 0 {
+        let present = retry(deadline, || target.grpc.show_partitions(db, name)).await?;
+        for p in c.partitions.iter().filter(|p| !present.contains(p)) {
+            retry(deadline, || target.grpc.create_partition(db, name, p)).await?;
+        }
+    }
+    if !c.indexes.is_empty() {
+        let present = retry(deadline, || target.grpc.index_names(db, name)).await?;
+        for index in &c.indexes {
+            if !index.index_name.is_empty() && present.contains(&index.index_name) {
+                continue;
+            }
+            let spec = IndexSpec {
+                field_name: index.field_name.clone(),
+                index_name: index.index_name.clone(),
+                params: index
+                    .params
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            };
+            retry(deadline, || target.grpc.create_index(db, name, &spec)).await?;
+        }
     }
     Ok(())
 }

@@ -361,22 +361,30 @@ async fn a_file_that_fails_late_in_the_stage_aborts_the_jobs_created_before_it()
 /// everywhere, nothing commits, and every collection the restore created is dropped.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_ddl_call_that_fails_late_aborts_the_jobs_created_before_it() -> anyhow::Result<()> {
+    a_ddl_call_fails_at(39).await
+}
+
+/// The DDL makes a few collections at once: when one in the middle of the plan fails, the
+/// ones being made beside it are finished and recorded, and the rollback drops them too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ddl_call_that_fails_mid_plan_leaves_none_of_the_collections_made_beside_it()
+-> anyhow::Result<()> {
+    a_ddl_call_fails_at(20).await
+}
+
+/// Restores forty collections with slow DDL answers, the index of collection `failing`
+/// naming a field its schema lacks, and holds the rollback to leaving nothing.
+async fn a_ddl_call_fails_at(failing: usize) -> anyhow::Result<()> {
     let world = World::start(WorldSpec::with_collections(40)).await?;
-    // The last collection's index names a field its schema lacks: with `rebuild_index`,
-    // Milvus refuses that index after the collection itself was created.
-    let last = &world
-        .backup
-        .info
-        .collection_backups
-        .last()
-        .expect("forty collections")
-        .collection_name;
+    // The collection's index names a field its schema lacks: with `rebuild_index`, Milvus
+    // refuses that index after the collection itself was created.
+    let failing = &world.backup.info.collection_backups[failing].collection_name;
     let meta = world
         .path("backups")
         .join(world.backup.backup_dir.as_ref())
         .join("meta");
-    let edited = point_index_at_a_missing_field(&meta, last)?;
-    assert!(edited > 0, "no meta file describes {last}'s index");
+    let edited = point_index_at_a_missing_field(&meta, failing)?;
+    assert!(edited > 0, "no meta file describes {failing}'s index");
     // Slow DDL answers, so that the early collections' jobs are created while the DDL of
     // the later ones still runs.
     world
