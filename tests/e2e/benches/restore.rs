@@ -29,7 +29,11 @@
 //! dropped: on this 2-core machine, scale runs in a row took from 13 s of system time to 27 s,
 //! whatever the build, and 13 s again after a drop. Run the builds in alternation, each after
 //! `sync; echo 2 > /proc/sys/vm/drop_caches` (as root), and read the CPU times beside the
-//! wall time.
+//! wall time. On an ext4 without a journal, a run also pays for what was deleted in the
+//! minutes before it (the last run's cleanup, its world's teardown): the inode allocator
+//! steps over every recently deleted inode whose table block is cached, and at 1,000
+//! collections that (`recently_deleted` under `ext4_mkdir`) took 15 % of both cores. Give
+//! each build the same predecessor, and compare runs of one sitting only.
 
 use std::time::{Duration, Instant};
 
