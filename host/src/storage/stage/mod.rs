@@ -559,6 +559,20 @@ mod tests {
         }
     }
 
+    /// A target and its secondary `s1`, each with a store of its own.
+    fn target_and_s1<'a>(target: &'a OpenedStore, s1: &'a OpenedStore) -> [Destination<'a>; 2] {
+        [
+            Destination {
+                end: "target",
+                store: target,
+            },
+            Destination {
+                end: "s1",
+                store: s1,
+            },
+        ]
+    }
+
     fn transfers(staged: &Staged, end: &str) -> BTreeSet<Transfer> {
         let store = staged
             .stores
@@ -788,16 +802,7 @@ mod tests {
         let backup = local(a.path());
         let (target, secondary) = (local(b.path()), local(c.path()));
         let files = write_backup(&backup, &[10, 20, 30]).await;
-        let destinations = [
-            Destination {
-                end: "target",
-                store: &target,
-            },
-            Destination {
-                end: "s1",
-                store: &secondary,
-            },
-        ];
+        let destinations = target_and_s1(&target, &secondary);
 
         // Linked: file f is ready right after its second placement (one per store), before
         // the next file starts.
@@ -907,16 +912,7 @@ mod tests {
         // Three runs of files, each file in directories of its own.
         let files = write_backup(&backup, &vec![1; 2 * DIR_RUN + 1]).await;
         let prefix = prefix("runs");
-        let destinations = [
-            Destination {
-                end: "target",
-                store: &target,
-            },
-            Destination {
-                end: "s1",
-                store: &secondary,
-            },
-        ];
+        let destinations = target_and_s1(&target, &secondary);
         let last = &files[files.len() - 2];
         let last_dir = |root: &std::path::Path| {
             let placed = root.join("lockstep-staging/runs.ab.1").join(&last.path);
