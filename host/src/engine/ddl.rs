@@ -86,12 +86,13 @@ pub fn to_create(
 }
 
 /// Creates what the plan needs on the target, [`COLLECTIONS_AT_ONCE`] collections at once, in
-/// plan order. `exists[i]` says whether collection `i` was there at preflight. Each collection this
-/// restore creates goes to `created` as soon as it exists, with the id the target gave it
-/// (it is dropped again if the restore rolls back, while it still has that id), and `made`
-/// counts the collections done so far from the plan's first, with their partitions and indexes, so that waiting
-/// on the secondaries can start collection by collection. Every create and drop of a
-/// collection waits for `fence` first. Stops at the first error.
+/// plan order. `exists[i]` says whether collection `i` was there at preflight. Each
+/// collection this restore creates goes to `created` as soon as it exists, with the id the
+/// target gave it (it is dropped again if the restore rolls back, while it still has that
+/// id), and `made` counts the collections done so far from the plan's first, with their
+/// partitions and indexes, so that waiting on the secondaries can start collection by
+/// collection. Every create and drop of a collection waits for `fence` first. At the first
+/// error no collection is begun; it is returned once those under way finished.
 #[allow(clippy::too_many_arguments)]
 pub async fn apply(
     ends: &Ends,
