@@ -180,7 +180,7 @@ impl std::fmt::Display for Verification {
 /// 200 ms, counting 1,000 collections eight at a time still added 13 % to the restore.
 const LOAD_POLL_FIRST: Duration = Duration::from_millis(5);
 
-/// How often an end's load state is asked while it loads.
+/// The longest wait between two asks of an end's load state while it loads.
 const LOAD_POLL: Duration = Duration::from_millis(200);
 
 /// Where a sample's rows are read from: a backup, as planned (the restore's own plan, or a

@@ -126,10 +126,10 @@ pub async fn apply(
                 return Ok(());
             }
             let c = &plan.collections[i];
-            let made = make_collection(target, fence, c, exists[i], creation, deadline, created);
-            let made = made.await;
-            failed.fetch_or(made.is_err(), Ordering::Relaxed);
-            made
+            let made_one =
+                make_collection(target, fence, c, exists[i], creation, deadline, created).await;
+            failed.fetch_or(made_one.is_err(), Ordering::Relaxed);
+            made_one
         })
         .buffered(COLLECTIONS_AT_ONCE);
     let mut first_failure = None;
