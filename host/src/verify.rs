@@ -33,7 +33,7 @@ use milvus_formats::value::{self, Value};
 use object_store::ObjectStore;
 
 use crate::backup::sample::{self, Sample};
-use crate::backup::{Backup, Namespace, RestorePlan};
+use crate::backup::{BackupFiles, Namespace, RestorePlan};
 use crate::milvus::GrpcClient;
 
 /// One end to verify, by name; `target` is the one that takes load and release.
@@ -187,7 +187,7 @@ const LOAD_POLL: Duration = Duration::from_millis(200);
 /// plan made again from the backup), and how many keys of each collection.
 pub struct Sampler<'a> {
     pub store: &'a dyn ObjectStore,
-    pub backup: &'a Backup,
+    pub backup: &'a BackupFiles,
     pub plan: &'a RestorePlan,
     pub keys: usize,
 }
@@ -211,7 +211,7 @@ impl Sampler<'_> {
 /// the restore (`lockstep verify --sample`, a recovery that has the job).
 pub struct Reopened {
     store: crate::storage::OpenedStore,
-    backup: Backup,
+    backup: BackupFiles,
     plan: RestorePlan,
 }
 
@@ -256,7 +256,7 @@ impl Reopened {
             .map_err(read)?;
         Ok(Reopened {
             store,
-            backup,
+            backup: backup.files,
             plan,
         })
     }

@@ -318,7 +318,7 @@ impl CollectionBatcher<'_> {
         let wanted: Vec<String> = std::iter::once(format!("{dir}/")).chain(listed).collect();
         match wanted
             .into_iter()
-            .find(|p| !self.backup.binlogs.has_prefix(p))
+            .find(|p| !self.backup.files.binlogs.has_prefix(p))
         {
             None => Ok(()),
             Some(prefix) => Err(Error::MissingBinlogs {
@@ -336,7 +336,7 @@ impl CollectionBatcher<'_> {
     fn data_entry(&self, dirs: &str) -> Vec<String> {
         let insert = format!("{BINLOG_DIR}/insert_log/{dirs}/");
         let delta = format!("{BINLOG_DIR}/delta_log/{dirs}/");
-        if self.backup.binlogs.has_prefix(&delta) {
+        if self.backup.files.binlogs.has_prefix(&delta) {
             vec![insert, delta]
         } else {
             vec![insert]
@@ -410,7 +410,7 @@ impl CollectionBatcher<'_> {
         let bytes = files
             .iter()
             .flatten()
-            .map(|prefix| self.backup.binlogs.bytes_under(prefix))
+            .map(|prefix| self.backup.files.binlogs.bytes_under(prefix))
             .sum();
         let rows = segments.iter().map(|s| s.num_of_rows).sum();
         let counted: i64 = segments

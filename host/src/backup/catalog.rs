@@ -26,8 +26,8 @@ impl Summary {
     pub fn of(backup: &Backup) -> Summary {
         Summary {
             id: backup.info.id.clone(),
-            name: backup.location.name.clone(),
-            format: backup.format,
+            name: backup.files.location.name.clone(),
+            format: backup.files.format,
             collections: backup.info.collection_backups.len(),
             segments: backup.info.segments().count(),
             rows: backup.info.segments().map(|(_, s)| s.num_of_rows).sum(),
@@ -47,7 +47,7 @@ pub enum Listed {
 impl Listed {
     pub fn name(&self) -> &str {
         match self {
-            Listed::Read(backup) => &backup.location.name,
+            Listed::Read(backup) => &backup.files.location.name,
             Listed::Unreadable { name, .. } => name,
         }
     }

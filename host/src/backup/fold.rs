@@ -82,6 +82,7 @@ pub struct LogIds(i64);
 impl LogIds {
     pub fn above(backup: &Backup) -> Self {
         let highest = backup
+            .files
             .binlogs
             .under("")
             .filter_map(|(path, _)| path.rsplit('/').next()?.parse::<i64>().ok())

@@ -38,7 +38,7 @@ pub use plan::{
     CollectionConflict, CollectionPlan, DataRows, L0Route, PlanTotals, RestorePlan,
     check_collection_exists, plan,
 };
-pub use read::{Backup, BackupFormat, BinlogIndex, MetaSource, read};
+pub use read::{Backup, BackupFiles, BackupFormat, BinlogIndex, MetaSource, read};
 pub use rename::{RenameError, RenameRule, RenameRules, Renaming};
 pub use store::{BINLOG_DIR, BackupLocation, is_backup_name};
 

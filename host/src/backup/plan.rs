@@ -239,6 +239,7 @@ pub fn plan(
         for prefix in batch.files.iter().flatten() {
             staged.extend(
                 backup
+                    .files
                     .binlogs
                     .under(prefix)
                     .map(|(path, size)| (path.to_owned(), size)),
@@ -248,7 +249,7 @@ pub fn plan(
     let files_to_stage: Vec<BackupFile> = staged
         .into_iter()
         .map(|(path, size)| BackupFile {
-            source: backup.binlogs.source(&path).map(str::to_owned),
+            source: backup.files.binlogs.source(&path).map(str::to_owned),
             path,
             size,
             written: None,
@@ -268,7 +269,7 @@ pub fn plan(
         bytes_to_stage: files_to_stage.iter().map(|f| f.size).sum(),
     };
     tracing::debug!(
-        backup = %backup.location,
+        backup = %backup.files.location,
         collections = totals.collections,
         batches = totals.batches,
         bytes_to_stage = totals.bytes_to_stage,
@@ -325,7 +326,7 @@ fn plan_collection(
     };
     // A snapshot bundle carries its indexes' definitions, and Milvus's own restore of it
     // restores them: so does this one, whatever `rebuild_index` says.
-    let snapshot = backup.format == BackupFormat::Snapshot;
+    let snapshot = backup.files.format == BackupFormat::Snapshot;
     let indexes = if options.rebuild_index || snapshot {
         plan_indexes(collection, &source, options)?
     } else {
@@ -375,7 +376,7 @@ mod tests {
     use super::super::index::IndexedField;
     use super::super::meta::{BackupInfo, PartitionBackupInfo, SegmentBackupInfo};
     use super::super::options::L0Batching;
-    use super::super::read::{BinlogIndex, MetaSource, read};
+    use super::super::read::{BackupFiles, BinlogIndex, MetaSource, read};
     use super::super::rename::{RenameRule, RenameRules, Renaming};
     use super::super::store::BackupLocation;
     use super::*;
@@ -432,14 +433,16 @@ mod tests {
         };
         let files = files.iter().map(|f| f.to_string()).chain(sealed);
         Backup {
-            location: BackupLocation::new("memory://t", "backup", "b"),
+            files: BackupFiles {
+                location: BackupLocation::new("memory://t", "backup", "b"),
+                format: BackupFormat::Binlog,
+                binlogs: BinlogIndex::new(files.map(|f| (f, 1))),
+            },
             info: BackupInfo {
                 collection_backups: vec![collection],
                 ..Default::default()
             },
-            format: BackupFormat::Binlog,
             meta_source: MetaSource::FullMeta,
-            binlogs: BinlogIndex::new(files.map(|f| (f, 1))),
             storage_v3: Vec::new(),
         }
     }
@@ -1089,7 +1092,7 @@ mod snapshot_twin {
     async fn a_snapshot_backup_plans_as_its_binlog_twin() {
         let (_, binlog) = planned(Format::Binlog).await;
         let (snapshot_backup, snapshot) = planned(Format::Snapshot).await;
-        assert_eq!(snapshot_backup.format, BackupFormat::Snapshot);
+        assert_eq!(snapshot_backup.files.format, BackupFormat::Snapshot);
         assert_eq!(snapshot.totals, binlog.totals);
         assert!(snapshot.totals.rows > 0);
         let batches = |p: &RestorePlan| -> Vec<(String, Vec<Vec<String>>, i64)> {

@@ -35,7 +35,7 @@ use object_store::ObjectStore;
 use super::batch::{BatchKind, ImportBatch};
 use super::fold::{self, L0Deletes};
 use super::plan::{CollectionPlan, DataRows, L0Route, RestorePlan};
-use super::read::Backup;
+use super::read::{Backup, BackupFiles};
 
 /// `common.TimeStampField`: every segment's column of row timestamps.
 const TIMESTAMP_FIELD: i64 = 1;
@@ -117,7 +117,7 @@ pub async fn count(
         collection.l0 = has_l0.then_some(route);
         collection.rows = None;
         l0.push(match has_l0 {
-            true => match l0_deletes(store, backup, collection).await {
+            true => match l0_deletes(store, &backup.files, collection).await {
                 Ok(deletes) => Some(deletes),
                 Err(why) => {
                     found.unreadable.push((collection.target.to_string(), why));
@@ -156,7 +156,7 @@ pub async fn count(
     let counted: Vec<Result<BatchRows, Failure>> = futures::stream::iter(0..batches.len())
         .map(|i| {
             let (_, _, batch, pk, l0) = batches[i];
-            batch_rows(store, backup, &dirs, batch, pk, l0, fold)
+            batch_rows(store, &backup.files, &dirs, batch, pk, l0, fold)
         })
         .buffered(BATCHES_IN_FLIGHT)
         .collect()
@@ -225,7 +225,7 @@ pub async fn count(
 /// Every delete of a collection's L0 batches.
 pub(super) async fn l0_deletes(
     store: &dyn ObjectStore,
-    backup: &Backup,
+    backup: &BackupFiles,
     collection: &CollectionPlan,
 ) -> Result<L0Deletes, Unreadable> {
     let mut deletes = L0Deletes::default();
@@ -290,7 +290,7 @@ fn meta_rows(dirs: &SegmentDirs, prefix: &str) -> (Vec<i64>, i64) {
 /// deletes a group's keys take are its own too.
 async fn batch_rows(
     store: &dyn ObjectStore,
-    backup: &Backup,
+    backup: &BackupFiles,
     dirs: &SegmentDirs,
     batch: &ImportBatch,
     pk_field: Option<i64>,
@@ -351,7 +351,7 @@ async fn batch_rows(
 /// A group's rows: (primary key, timestamp), row for row.
 pub(super) async fn group_rows(
     store: &dyn ObjectStore,
-    backup: &Backup,
+    backup: &BackupFiles,
     kind: StorageKind,
     prefix: &str,
     pk_field: i64,
@@ -417,7 +417,7 @@ pub(super) fn field_dir(path: &str) -> Option<i64> {
 /// Every delete of the delta logs under `prefix`.
 pub(super) async fn group_deletes(
     store: &dyn ObjectStore,
-    backup: &Backup,
+    backup: &BackupFiles,
     kind: StorageKind,
     prefix: &str,
 ) -> Result<Vec<Delete>, Unreadable> {
@@ -440,7 +440,7 @@ pub(super) async fn group_deletes(
 
 pub(super) async fn get(
     store: &dyn ObjectStore,
-    backup: &Backup,
+    backup: &BackupFiles,
     path: &str,
 ) -> Result<bytes::Bytes, Unreadable> {
     backup
@@ -613,7 +613,7 @@ mod tests {
                 .find(|g| g.len() == 2 && file.path.starts_with(&g[1]))
                 .expect("its group");
             let kind = StorageKind::of(batch.storage_version).expect("a known version");
-            let rows = group_rows(store.as_ref(), &backup, kind, &group[0], 100)
+            let rows = group_rows(store.as_ref(), &backup.files, kind, &group[0], 100)
                 .await
                 .expect("the group reads");
             assert!(!deletes.is_empty());

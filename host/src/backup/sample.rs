@@ -23,7 +23,7 @@ use object_store::ObjectStore;
 
 use super::batch::BatchKind;
 use super::plan::CollectionPlan;
-use super::read::Backup;
+use super::read::BackupFiles;
 use super::rows::{self, Unreadable};
 use crate::storage::BackupFile;
 
@@ -116,7 +116,7 @@ fn hash(pk: &Pk) -> u64 {
 /// were folded, the delta logs written for them are among those, not in the backup.
 pub async fn sample(
     store: &dyn ObjectStore,
-    backup: &Backup,
+    backup: &BackupFiles,
     staged: &[BackupFile],
     collection: &CollectionPlan,
     n: usize,
@@ -237,7 +237,7 @@ fn data_type(field: &FieldSchema) -> DataType {
 /// segment was written) shows its default, or null.
 async fn group_values(
     store: &dyn ObjectStore,
-    backup: &Backup,
+    backup: &BackupFiles,
     kind: StorageKind,
     prefix: &str,
     fields: &[&FieldSchema],

@@ -141,7 +141,7 @@ async fn verify_segment(
     let mut found = Vec::new();
     let mut present = Vec::new();
     for (path, field) in inserts.iter().chain(&deltas) {
-        match backup.binlogs.size(path) {
+        match backup.files.binlogs.size(path) {
             None => found.push(finding(path, "missing: the meta names it".into())),
             Some(0) => found.push(finding(path, "empty (0 bytes)".into())),
             Some(_) => present.push((path.as_str(), *field)),
@@ -166,7 +166,7 @@ async fn verify_segment(
     let mut rows_by_field: Vec<(i64, usize)> = Vec::new();
     let mut pk_seen = false;
     for (path, field) in present {
-        let bytes = match backup.binlog_bytes(store, path).await {
+        let bytes = match backup.files.binlog_bytes(store, path).await {
             Ok(bytes) => bytes,
             Err(e) => {
                 found.push(finding(path, format!("cannot be read: {e}")));
@@ -348,7 +348,11 @@ mod tests {
     #[tokio::test]
     async fn a_missing_object_an_empty_one_and_one_that_does_not_decode_are_named() {
         let (store, backup) = generated(DeltaForm::Json).await;
-        let mut paths = backup.binlogs.under("binlogs/insert_log/").map(|(p, _)| p);
+        let mut paths = backup
+            .files
+            .binlogs
+            .under("binlogs/insert_log/")
+            .map(|(p, _)| p);
         let missing = paths.next().expect("an insert log").to_owned();
         let empty = paths.next().expect("another").to_owned();
         // In another collection's segment: a segment with a missing object is not read.

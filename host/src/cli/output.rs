@@ -144,14 +144,14 @@ pub fn check(
             if findings.is_empty() {
                 println!(
                     "backup {} is sound at level {level:?}: {} collections, {segments} segments, {} objects",
-                    backup.location.name,
+                    backup.files.location.name,
                     backup.info.collection_backups.len(),
-                    backup.binlogs.len()
+                    backup.files.binlogs.len()
                 );
             } else {
                 println!(
                     "backup {}: {} problem(s) at level {level:?}:",
-                    backup.location.name,
+                    backup.files.location.name,
                     findings.len()
                 );
                 for f in findings {
@@ -160,11 +160,11 @@ pub fn check(
             }
         }
         OutputFormat::Json => print_json(&json!({
-            "backup": backup.location.name,
+            "backup": backup.files.location.name,
             "level": format!("{level:?}").to_lowercase(),
             "collections": backup.info.collection_backups.len(),
             "segments": segments,
-            "objects": backup.binlogs.len(),
+            "objects": backup.files.binlogs.len(),
             "sound": findings.is_empty(),
             "findings": findings,
         })),

@@ -4,12 +4,13 @@
 //! collections exist) and never writes. Each refusal says why and what to do; all of them are
 //! collected, so an operator fixes a job once, not once per run.
 
+use futures::StreamExt as _;
 use futures::future::join_all;
 
 use super::ends::Ends;
 use super::refusal::{EndRunning, Refusal};
 use super::route::{self, Choice, ImportApi, Route};
-use crate::backup::{self, Backup, CollectionCreation, L0Route, RestorePlan};
+use crate::backup::{self, Backup, BackupFiles, CollectionCreation, L0Route, RestorePlan};
 use crate::job::{Atomicity, Job};
 use crate::milvus::{ServerVersion, Topology, topology::same_endpoint};
 use crate::storage::{self, OpenedStore};
@@ -19,9 +20,10 @@ pub struct Preflight {
     /// Per end, in [`Ends::all`] order.
     pub versions: Vec<ServerVersion>,
     pub backup_store: OpenedStore,
-    /// Its binlog index keeps only where moved files are unless `[verify]` samples: the
-    /// plan lists what is staged.
-    pub backup: Backup,
+    /// The backup's files, without its meta tree (the plan holds what the restore takes
+    /// from it). Their index keeps only where moved files are unless `[verify]` samples:
+    /// the plan lists what is staged.
+    pub backup: BackupFiles,
     pub plan: RestorePlan,
     /// Per collection of the plan: whether the target already has it.
     pub exists: Vec<bool>,
@@ -54,6 +56,8 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
             check_l0_import(job, ends, &known, unfoldable, &mut refusals);
         }
     }
+    // The meta tree is planned and checked: from here on the restore asks only the files.
+    let files = read.map(|backup| backup.files);
     let mut exists = Vec::new();
     if let Some(plan) = &planned {
         if route.route == Route::TwoPhase {
@@ -62,17 +66,17 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
         exists = existing_collections(job, ends, plan, &mut refusals).await;
     }
 
-    match (refusals.is_empty(), backup_store, read, planned) {
-        (true, Some(backup_store), Some(mut backup), Some(plan)) => {
+    match (refusals.is_empty(), backup_store, files, planned) {
+        (true, Some(backup_store), Some(mut files), Some(plan)) => {
             // After the commit a sample reads the segments' files by the listing; without
             // one, nothing asks it more than where a moved file is.
             if job.verify.sample.is_none() {
-                backup.binlogs.keep_sources();
+                files.binlogs.keep_sources();
             }
             Ok(Preflight {
                 versions: known,
                 backup_store,
-                backup,
+                backup: files,
                 plan,
                 exists,
                 route,
@@ -174,6 +178,11 @@ async fn backup_and_plan(
     (Some(backup_store), Some(read), planned)
 }
 
+/// Collections whose existence is asked of the target at once. All of them at once sent a
+/// server 10,000 calls in one burst, and held each one's request (11 MB per 1,000
+/// collections, the largest part of a restore's memory after the backup's meta).
+const ASKED_AT_ONCE: usize = 16;
+
 /// Per collection of the plan, whether the target already has it, refusing what the job's
 /// collection creation does not allow.
 async fn existing_collections(
@@ -183,12 +192,16 @@ async fn existing_collections(
     refusals: &mut Vec<Refusal>,
 ) -> Vec<bool> {
     let target = ends.target();
-    let answers = join_all(plan.collections.iter().map(|c| {
-        target
-            .grpc
-            .has_collection(&c.target.db, &c.target.collection)
-    }))
-    .await;
+    // By index: a closure over a borrowed item would keep the restore's future from being
+    // `Send` (rust-lang/rust#102211).
+    let answers: Vec<_> = futures::stream::iter(0..plan.collections.len())
+        .map(|i| {
+            let c = &plan.collections[i].target;
+            target.grpc.has_collection(&c.db, &c.collection)
+        })
+        .buffered(ASKED_AT_ONCE)
+        .collect()
+        .await;
     let mut exists = Vec::new();
     for (c, answer) in plan.collections.iter().zip(answers) {
         match answer {

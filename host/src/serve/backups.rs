@@ -150,7 +150,7 @@ pub async fn list(
         .filter_map(|entry| match entry {
             catalog::Listed::Read(backup) => Some(BackupSummary {
                 id: backup.info.id.clone(),
-                name: backup.location.name.clone(),
+                name: backup.files.location.name.clone(),
                 size: backup.info.size,
                 milvus_version: backup.info.milvus_version.clone(),
             }),
@@ -242,7 +242,7 @@ pub async fn get_backup(
 /// The bytes under the backup's `meta/`, as milvus-backup's `meta_size`; 0 when unlisted.
 async fn meta_size(store: &dyn object_store::ObjectStore, backup: &Backup) -> i64 {
     use futures::TryStreamExt as _;
-    let meta = backup.location.path("meta");
+    let meta = backup.files.location.path("meta");
     store
         .list(Some(&meta))
         .try_fold(0i64, |sum, object| async move {
@@ -258,7 +258,7 @@ fn brief(backup: &Backup, meta_size: i64) -> BackupInfoBrief {
         id: info.id.clone(),
         state_code: BACKUP_SUCCESS,
         progress: 100,
-        name: backup.location.name.clone(),
+        name: backup.files.location.name.clone(),
         backup_timestamp: info.backup_timestamp,
         collection_backups: info
             .collection_backups
