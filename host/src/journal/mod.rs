@@ -416,19 +416,18 @@ pub struct RestoreRecord {
     pub verify: Option<RecordedVerify>,
 }
 
-/// `[verify]`'s question as a record keeps it: how long to wait for a load, and the live
-/// rows the backup's data holds for each collection the plan restores.
 /// A finished restore's report as its record holds it: the report's JSON text, kept as
 /// text rather than as a tree of values, which for a restore of tens of thousands of jobs
-/// is several times the size, built just to be written once.
+/// is several times the size, built just to be written once; shared, so that a copy of the
+/// record handed to a journal's writer does not copy it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct StoredReport(Box<serde_json::value::RawValue>);
+pub struct StoredReport(Arc<serde_json::value::RawValue>);
 
 impl StoredReport {
     /// `report` as a record stores it.
     pub fn of(report: &impl Serialize) -> serde_json::Result<StoredReport> {
-        serde_json::value::to_raw_value(report).map(StoredReport)
+        serde_json::value::to_raw_value(report).map(|raw| StoredReport(raw.into()))
     }
 
     /// The report read back as `T`: the engine's `Report`, or a `serde_json::Value` to look
@@ -446,6 +445,8 @@ impl PartialEq for StoredReport {
 
 impl Eq for StoredReport {}
 
+/// `[verify]`'s question as a record keeps it: how long to wait for a load, and the live
+/// rows the backup's data holds for each collection the plan restores.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordedVerify {
     pub timeout_ms: u64,
