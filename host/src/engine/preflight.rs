@@ -204,7 +204,7 @@ async fn backup_and_plan(
 
 /// Collections whose existence is asked of the target at once. All of them at once sent a
 /// server 10,000 calls in one burst, and held each one's request (11 MB per 1,000
-/// collections, the largest part of a restore's memory after the backup's meta).
+/// collections, the largest part of preflight's peak after the backup's meta).
 const ASKED_AT_ONCE: usize = 16;
 
 /// Per collection of the plan, whether the target already has it, refusing what the job's
