@@ -276,9 +276,9 @@ async fn rest_import(
     let id = Some(job.to_string());
     let pair = Pair {
         job: job.clone(),
-        db: b.planned.db.clone(),
+        db: b.planned.db.as_str().into(),
         end: 0,
-        collection: b.planned.namespace().to_string(),
+        collection: b.planned.namespace().to_string().into(),
     };
     // An end that stops answering, or no longer knows the job, is given a call's deadline
     // from the last time it answered with the job.

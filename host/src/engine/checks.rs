@@ -95,7 +95,7 @@ impl CheckContext {
                 .map(|(i, j)| CheckImportJob {
                     id: j.job_id.as_ref().map(|i| i.0.clone()).unwrap_or_default(),
                     batch: (first + i) as u32,
-                    collection: j.collection.clone(),
+                    collection: j.collection.to_string(),
                     partition: j.partition.clone(),
                     states: tracker
                         .end_names
@@ -375,7 +375,7 @@ mod tests {
                 .map(|(i, b)| Tracked {
                     batch_id: b.planned.batch_id.clone(),
                     db: "default".into(),
-                    collection: format!("default.{}", b.planned.collection),
+                    collection: format!("default.{}", b.planned.collection).into(),
                     partition: b.planned.partition.clone(),
                     expected: None,
                     job_id: Some(MilvusJobId(format!("{}", 100 + i))),

@@ -8,7 +8,9 @@
 //! move. The progress display and the journal's progress snapshot read every group's; the
 //! group's sentry reads its own; the early cleanup waits until all of them are past commit.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -60,7 +62,15 @@ pub(super) fn plan(
     preflight: &Preflight,
     import_prefix: &str,
 ) -> Vec<CommitGroup> {
-    let record = |b: &ImportBatch| {
+    // A collection's batches are planned together and mostly with the same options: each
+    // shares the map of the batch before it when they are alike.
+    let mut last_options: Option<Arc<BTreeMap<String, String>>> = None;
+    let mut record = |b: &ImportBatch| {
+        let options = b.options();
+        let options = match &last_options {
+            Some(last) if **last == options => last.clone(),
+            _ => last_options.insert(Arc::new(options)).clone(),
+        };
         BatchRecord::new(PlannedBatch {
             batch_id: b.id.to_string(),
             db: b.target.db.clone(),
@@ -82,7 +92,7 @@ pub(super) fn plan(
                         .collect()
                 })
                 .collect(),
-            options: b.options(),
+            options,
             expected_rows: b.expected_rows(),
         })
     };
@@ -93,7 +103,8 @@ pub(super) fn plan(
                 .plan
                 .collections
                 .iter()
-                .flat_map(|c| c.batches.iter().map(record))
+                .flat_map(|c| c.batches.iter())
+                .map(&mut record)
                 .collect(),
             decision: None,
         }],
@@ -104,7 +115,7 @@ pub(super) fn plan(
             .filter(|c| !c.batches.is_empty())
             .map(|c| CommitGroup {
                 id: c.target.to_string(),
-                batches: c.batches.iter().map(record).collect(),
+                batches: c.batches.iter().map(&mut record).collect(),
                 decision: None,
             })
             .collect(),
@@ -121,11 +132,12 @@ fn idempotency_key(restore_id: &RestoreId, batch_id: &str) -> String {
 /// A tracker for every group's jobs, none submitted yet.
 pub(super) fn trackers(ends: &Ends, preflight: &Preflight, groups: &[CommitGroup]) -> Vec<Tracker> {
     let names: Vec<String> = ends.all().iter().map(|e| e.name.clone()).collect();
-    let batches = preflight
-        .plan
-        .collections
-        .iter()
-        .flat_map(|c| c.batches.iter());
+    // A collection's names are made once, for all of its jobs.
+    let batches = preflight.plan.collections.iter().flat_map(|c| {
+        let db: Arc<str> = c.target.db.as_str().into();
+        let collection: Arc<str> = c.target.to_string().into();
+        (c.batches.iter()).map(move |batch| (batch, db.clone(), collection.clone()))
+    });
     let mut batches = batches.zip(groups.iter().flat_map(|g| g.batches.iter()));
     groups
         .iter()
@@ -134,10 +146,10 @@ pub(super) fn trackers(ends: &Ends, preflight: &Preflight, groups: &[CommitGroup
             jobs: batches
                 .by_ref()
                 .take(group.batches.len())
-                .map(|(batch, b)| Tracked {
+                .map(|((batch, db, collection), b)| Tracked {
                     batch_id: b.planned.batch_id.clone(),
-                    db: b.planned.db.clone(),
-                    collection: batch.target.to_string(),
+                    db,
+                    collection,
                     partition: b.planned.partition.clone(),
                     expected: batch.expected_rows(),
                     job_id: None,

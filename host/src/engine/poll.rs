@@ -35,11 +35,11 @@ const FOREIGN_ROWS: usize = 256;
 pub struct Pair {
     pub job: MilvusJobId,
     /// The job's target database, named in `DB-Name` when it is described.
-    pub db: String,
+    pub db: Arc<str>,
     pub end: usize,
     /// The job's target collection, `db.collection`: the pairs of one collection on one end
     /// are read with one list.
-    pub collection: String,
+    pub collection: Arc<str>,
 }
 
 /// What an end said about a job, from a describe or from the job's row in a list.
@@ -218,7 +218,7 @@ pub async fn watch<E: From<Denied>>(
 /// a crowded end (`db.collection` begins with its database's name).
 fn scope<'p>(p: &'p Pair, crowded: &HashSet<usize>) -> (usize, &'p str) {
     if crowded.contains(&p.end) {
-        (p.end, p.collection.as_str())
+        (p.end, &*p.collection)
     } else {
         (p.end, names(&p.collection).0)
     }
@@ -338,12 +338,12 @@ async fn list(
         .iter()
         .zip(&found)
         .filter(|(_, row)| row.is_some())
-        .map(|(&i, _)| pairs[i].collection.as_str())
+        .map(|(&i, _)| &*pairs[i].collection)
         .collect();
     let mut sightings = Vec::with_capacity(group.len());
     let mut made = 1;
     for (i, row) in group.into_iter().zip(found) {
-        let collection = pairs[i].collection.as_str();
+        let collection = &*pairs[i].collection;
         let sight = match row {
             Some(row) => Sight::Seen(row.into()),
             None if answered && (absent.contains(&i) || explained.contains(collection)) => {

@@ -245,8 +245,8 @@ fn tracker_of(group: &CommitGroup, names: &[String]) -> Tracker {
     let jobs = (group.batches.iter())
         .map(|b| Tracked {
             batch_id: b.planned.batch_id.clone(),
-            db: b.planned.db.clone(),
-            collection: b.planned.namespace().to_string(),
+            db: b.planned.db.as_str().into(),
+            collection: b.planned.namespace().to_string().into(),
             partition: b.planned.partition.clone(),
             expected: b.planned.expected_rows,
             job_id: b.job_id.clone(),

@@ -148,7 +148,7 @@ pub fn mismatches(tracker: &Tracker, jobs: &[usize]) -> Vec<RowMismatch> {
                 end: tracker.end_names[end].clone(),
                 job_id: id.to_string(),
                 batch: job.batch_id.clone(),
-                collection: job.collection.clone(),
+                collection: job.collection.to_string(),
                 against,
                 imported,
             });
@@ -173,7 +173,7 @@ pub async fn after_commit(
             .iter()
             .map(|&j| &tracker.jobs[j])
             .find(|j| j.job_id.as_ref() == Some(&e.job_id))
-            .map(|j| j.collection.clone())
+            .map(|j| j.collection.to_string())
             .unwrap_or_default();
         divergences.push(Divergence {
             end: e.end.clone(),

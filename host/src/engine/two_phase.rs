@@ -3,6 +3,7 @@
 //! until no end holds an Uncommitted job. The journal and the decision itself are the
 //! caller's (`run`); this module only talks to the ends.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -69,9 +70,11 @@ type Fenced<T> = Result<crate::milvus::Result<T>, Lost>;
 #[derive(Debug, Clone)]
 pub struct Tracked {
     pub batch_id: String,
-    /// The target database, which job calls name in `DB-Name`.
-    pub db: String,
-    pub collection: String,
+    /// The target database, which job calls name in `DB-Name`. It and the collection are
+    /// shared by the collection's jobs, and by every pair a watch of them makes.
+    pub db: Arc<str>,
+    /// `db.collection`.
+    pub collection: Arc<str>,
     pub partition: String,
     /// What every end must import; `None` for L0 batches and for records written before
     /// row accounting.
@@ -114,7 +117,7 @@ impl Tracker {
             .iter()
             .map(|j| super::report::JobReport {
                 batch: j.batch_id.clone(),
-                collection: j.collection.clone(),
+                collection: j.collection.to_string(),
                 partition: j.partition.clone(),
                 job_id: j.job_id.as_ref().map(|i| i.0.clone()),
                 rows: j.expected.map_or(0, |e| e.inserted),
@@ -176,8 +179,8 @@ impl Tracker {
 
     /// The (job, end) pairs of `jobs` that have a job id, with the tracker index of each.
     fn pairs(&self, jobs: &[usize], ends: usize) -> (Vec<Pair>, Vec<usize>) {
-        let mut pairs = Vec::new();
-        let mut owner = Vec::new();
+        let mut pairs = Vec::with_capacity(jobs.len() * ends);
+        let mut owner = Vec::with_capacity(jobs.len() * ends);
         for &j in jobs {
             if let Some(id) = &self.jobs[j].job_id {
                 for end in 0..ends {
@@ -378,7 +381,7 @@ pub async fn commit(
                         .as_ref()
                         .map(|i| i.0.clone())
                         .unwrap_or_default(),
-                    collection: tracker.jobs[j].collection.clone(),
+                    collection: tracker.jobs[j].collection.to_string(),
                     reason: format!("the target refused the commit: {e}"),
                 })
         })
@@ -406,7 +409,7 @@ pub async fn complete(
     // Commits sent again go out beside the wait, each once the fence passed; the first
     // fence that fails ends the wait (the new holder finishes it).
     let (recommit, mut to_recommit) =
-        tokio::sync::mpsc::unbounded_channel::<(String, MilvusJobId)>();
+        tokio::sync::mpsc::unbounded_channel::<(Arc<str>, MilvusJobId)>();
     let mut shown = Shown::default();
     let mut said = started;
     // When each pair was first seen missing, while it still is.
@@ -422,7 +425,7 @@ pub async fn complete(
         let divergence = |reason: String| Divergence {
             end: names[end].clone(),
             job_id: pairs[i].job.0.clone(),
-            collection: tracker.jobs[j].collection.clone(),
+            collection: tracker.jobs[j].collection.to_string(),
             reason,
         };
         match &sight {
@@ -488,7 +491,7 @@ fn forgotten(end: &str) -> String {
 async fn resend_commits(
     fence: &dyn Fence,
     target: &crate::milvus::RestClient,
-    to_recommit: &mut tokio::sync::mpsc::UnboundedReceiver<(String, MilvusJobId)>,
+    to_recommit: &mut tokio::sync::mpsc::UnboundedReceiver<(Arc<str>, MilvusJobId)>,
 ) -> Lost {
     while let Some((db, id)) = to_recommit.recv().await {
         if let Err(lost) = fence.check().await {
@@ -602,7 +605,7 @@ async fn send_aborts(
         .iter()
         .filter_map(|&j| {
             let job = &tracker.jobs[j];
-            job.job_id.clone().map(|id| (job.db.as_str(), id))
+            job.job_id.clone().map(|id| (&*job.db, id))
         })
         .collect();
     let ids = &ids;

@@ -316,8 +316,10 @@ pub struct PlannedBatch {
     /// The import paths, one inner list per file group; recovery matches a job whose create
     /// answer was lost by them when the target ignores Idempotency-Key.
     pub files: Vec<Vec<String>>,
-    /// The import options sent (without `auto_commit`, which the strategy decides).
-    pub options: std::collections::BTreeMap<String, String>,
+    /// The import options sent (without `auto_commit`, which the strategy decides). Batches
+    /// planned with the same options share one map: at 10,000 collections a map each was
+    /// 20 MB held through the restore.
+    pub options: Arc<std::collections::BTreeMap<String, String>>,
     /// What every end must import of the batch, so that recovery holds a roll-forward to
     /// the same account; absent in records written before row accounting.
     #[serde(default)]
@@ -553,7 +555,7 @@ impl PlannedBatch {
             collection_name: self.collection.clone(),
             partition_name: (!self.partition.is_empty()).then(|| self.partition.clone()),
             files: self.files.clone(),
-            options: self.options.clone(),
+            options: (*self.options).clone(),
         }
     }
 
@@ -767,11 +769,11 @@ mod tests {
             idempotency_key: String::new(),
             files: vec![vec!["bk/1/".into()]],
             // A record as an older or edited journal might hold it.
-            options: std::collections::BTreeMap::from([
+            options: Arc::new(std::collections::BTreeMap::from([
                 ("backup".to_owned(), "true".to_owned()),
                 ("timeout".to_owned(), "300s".to_owned()),
                 ("auto_commit".to_owned(), "true".to_owned()),
-            ]),
+            ])),
             expected_rows: None,
         };
         let held = record.create_held_import();
@@ -784,7 +786,7 @@ mod tests {
         );
         assert_eq!(held.partition_name.as_deref(), Some("p"));
         assert_eq!(held.files, record.files);
-        assert_eq!(record.create_import().options, record.options);
+        assert_eq!(record.create_import().options, *record.options);
     }
 
     /// A restore that created c0, c1, … (one more than it has groups), group i importing

@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs as _};
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::{
     BoxError, CONNECT_TIMEOUT, Error, JobState, MilvusJobId, REQUEST_TIMEOUT, Result, Tls,
@@ -61,13 +62,16 @@ pub struct ImportListEntry {
     pub reason: Option<String>,
 }
 
+/// The answer around every route's data. The data is kept as the text it came in and read
+/// into the route's own type from there: a list of every job of a database is megabytes at
+/// thousands of collections, and a tree of JSON values built first held several times that.
 #[derive(Deserialize)]
-struct Envelope {
+struct Envelope<'a> {
     code: i32,
     #[serde(default)]
     message: Option<String>,
-    #[serde(default)]
-    data: Option<Value>,
+    #[serde(default, borrow)]
+    data: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -216,7 +220,7 @@ impl RestClient {
     /// Commits an Uncommitted job. Milvus answers 0 when the job is already Committing or
     /// Completed, so a retried commit is safe.
     pub async fn commit(&self, db: &str, job: &MilvusJobId) -> Result<()> {
-        let _: Value = self
+        let _: IgnoredAny = self
             .post("commit", &JobIdBody { job_id: &job.0 }, Headers::db(db))
             .await?;
         Ok(())
@@ -224,7 +228,7 @@ impl RestClient {
 
     /// Aborts a job before its commit. A repeated abort of a Failed job answers 0.
     pub async fn abort(&self, db: &str, job: &MilvusJobId) -> Result<()> {
-        let _: Value = self
+        let _: IgnoredAny = self
             .post("abort", &JobIdBody { job_id: &job.0 }, Headers::db(db))
             .await?;
         Ok(())
@@ -276,8 +280,7 @@ impl RestClient {
                 .bytes()
                 .await
                 .ok()
-                .and_then(|body| serde_json::from_slice::<Envelope>(&body).ok())
-                .and_then(|env| env.message);
+                .and_then(|body| serde_json::from_slice::<Envelope>(&body).ok()?.message);
             return Err(Error::Http {
                 end: self.end.clone(),
                 call,
@@ -300,8 +303,8 @@ impl RestClient {
                 message: env.message.unwrap_or_default(),
             });
         }
-        let data = env.data.unwrap_or(Value::Object(Default::default()));
-        serde_json::from_value(data).map_err(|e| self.protocol(&call, format!("data: {e}")))
+        let data = env.data.map_or("{}", RawValue::get);
+        serde_json::from_str(data).map_err(|e| self.protocol(&call, format!("data: {e}")))
     }
 
     fn protocol(&self, call: &str, detail: String) -> Error {
