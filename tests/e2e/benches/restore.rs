@@ -14,9 +14,10 @@
 //!   and lockstep's own CPU time, user and system;
 //! - keys: on the same scale with L0 segments, reading every key and folding the L0 deletes
 //!   (preflight's part of the data work, timed in this process) against the whole restore;
-//! - verify: what `[verify] rows = "count"` adds to that restore, against none, in
-//!   alternating runs; sample: the same for a sample of 1,000 keys per collection (both
-//!   named, or none, alternate all three);
+//! - verify: what `[verify] rows = "count"` adds to that restore, against none, the median
+//!   of rounds whose first variant turns, the kernel's caches dropped before each run;
+//!   sample: the same for a sample of 1,000 keys per collection (both named, or none, run
+//!   all three);
 //! - growth: 100, 1,000 and 10,000 collections × 4 partitions, 3 ends, instant imports, in
 //!   one run: wall, CPU, peak RSS and status calls per job and end at each size, so that
 //!   what does not grow linearly shows (`-- growth 100 1000` runs the sizes named).
@@ -344,7 +345,19 @@ fn own_hwm_kib() -> u64 {
     vm_hwm_kib(std::process::id()).unwrap_or(0)
 }
 
-const DATA_ROUNDS: usize = 2;
+/// Rounds of the verify figure. Each round runs every variant once, and the round's first
+/// variant turns from round to round, so that no variant always follows the same one: a run
+/// pays for the teardown of the world before it (see this file's doc).
+const VERIFY_ROUNDS: usize = 6;
+
+/// Drops the kernel's dentry and inode caches (`sync; echo 2 > /proc/sys/vm/drop_caches`),
+/// which only root may do, so that each run starts from the same kernel state. Without it
+/// the system time of runs in a row grew from 10 s to 26 s whatever was measured. Says
+/// whether it could.
+fn drop_kernel_caches() -> bool {
+    let synced = std::process::Command::new("sync").status();
+    synced.is_ok_and(|s| s.success()) && std::fs::write("/proc/sys/vm/drop_caches", "2").is_ok()
+}
 
 /// Reading every key and folding the L0 deletes, as preflight runs them, timed in this
 /// process, against a restore of the same backup (verified by count) in the same run.
@@ -403,9 +416,13 @@ async fn verify_cost(count: bool, sample: bool) -> anyhow::Result<()> {
     .filter_map(|(wanted, name, verify)| wanted.then_some((name, verify)))
     .collect();
     let mut walls: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
-    for _ in 0..DATA_ROUNDS {
-        for (i, (name, verify)) in variants.iter().enumerate() {
+    let mut dropped = true;
+    for round in 0..VERIFY_ROUNDS {
+        for turn in 0..variants.len() {
+            let i = (round + turn) % variants.len();
+            let (name, verify) = variants[i];
             let world = World::start(data_world()).await?;
+            dropped &= drop_kernel_caches();
             let run = restore(
                 &world,
                 &format!("[restore]\nrebuild_index = true\n{verify}"),
@@ -428,6 +445,12 @@ async fn verify_cost(count: bool, sample: bool) -> anyhow::Result<()> {
         })
         .collect();
     let base = medians[0];
+    if !dropped {
+        println!(
+            "  the kernel's caches could not be dropped before every run (not root?): runs in a row drift"
+        );
+    }
+    println!("  {VERIFY_ROUNDS} rounds, each variant first in turn; medians over the rounds:");
     for ((name, _), m) in variants.iter().zip(&medians).skip(1) {
         println!(
             "  verify {name}: median {m:.1} s against {base:.1} s without: {:+.1}%{}",
