@@ -255,7 +255,10 @@ pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec
         never = show_progress(attempt, seen.clone()) => match never {},
     };
     results.sort_by_key(|(index, _)| *index);
-    let trackers: Vec<Tracker> = seen.iter().map(|t| t.borrow().clone()).collect();
+    // Taken, not copied: every group is done with its channel.
+    let trackers: Vec<Tracker> = (published.iter())
+        .map(|p| p.send_replace(Tracker::default()))
+        .collect();
     attempt.show(&trackers.iter().collect::<Vec<_>>());
     Ran {
         checks: (results.iter_mut())
@@ -348,7 +351,7 @@ async fn run_group(mut group: Group<'_, '_>) -> (GroupEnd, Vec<CheckEntry>) {
 
 impl Group<'_, '_> {
     fn publish(&self) {
-        self.published.send_replace(self.tracker.clone());
+        self.published.send_modify(|t| self.tracker.copy_to(t));
     }
 
     /// How long each call to an end may keep retrying.
@@ -444,9 +447,7 @@ impl Group<'_, '_> {
         let (attempt, job) = (self.attempt, self.groups.job);
         let grace = job.two_phase.mirror_grace;
         let published = self.published;
-        let publish = |t: &Tracker| {
-            published.send_replace(t.clone());
-        };
+        let publish = |t: &Tracker| published.send_modify(|p| t.copy_to(p));
         let held = two_phase::hold(
             attempt.ends,
             &mut self.tracker,
@@ -538,9 +539,7 @@ impl Group<'_, '_> {
         let completion = Instant::now()
             + (self.groups.job.two_phase.completion_timeout).unwrap_or(DEFAULT_COMPLETION_TIMEOUT);
         let published = self.published;
-        let publish = |t: &Tracker| {
-            published.send_replace(t.clone());
-        };
+        let publish = |t: &Tracker| published.send_modify(|p| t.copy_to(p));
         let (more, finished) = two_phase::complete(
             ends,
             attempt,
