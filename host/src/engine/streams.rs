@@ -24,6 +24,10 @@ use crate::milvus::ReplicateProgress;
 /// How long a checkpoint has to move: several of Milvus's time-tick intervals, and short
 /// enough that a refusal comes before anything else would have been done.
 const PROBE: Duration = Duration::from_secs(5);
+/// The first wait before the checkpoints are read again; each wait after it is twice the
+/// one before, up to [`POLL`]. A checkpoint that already moves is seen sooner than at a
+/// full poll, which a restore would wait out whole whenever its backup is read faster.
+const FIRST_POLL: Duration = Duration::from_millis(25);
 /// How often the checkpoints are read again while some have not moved.
 const POLL: Duration = Duration::from_millis(200);
 
@@ -76,6 +80,7 @@ async fn probe(source: &MilvusCluster, secondary: &EndClient) -> Option<Refusal>
             }
         }
     }
+    let mut pause = FIRST_POLL;
     while !waiting.is_empty() {
         if start.elapsed() >= PROBE {
             return Some(stalled_refusal(
@@ -85,7 +90,8 @@ async fn probe(source: &MilvusCluster, secondary: &EndClient) -> Option<Refusal>
                 start.elapsed(),
             ));
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(POLL);
         let mut still = Vec::new();
         for ((pchannel, first), answer) in read(waiting).await {
             match answer {
