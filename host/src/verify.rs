@@ -524,18 +524,19 @@ async fn count_on(
             Err(e) => return Err(format!("its load state cannot be read: {e}")),
         }
     }
-    let shows = end
-        .grpc
-        .count_rows(db, collection, &[])
-        .await
-        .map_err(|e| format!("count(*) failed: {e}"))?;
+    // The collection's count and its partitions' at once: one round trip's wait, where one
+    // after another took five, and a verification is mostly such waits.
+    let (shows, partitions) = tokio::join!(
+        end.grpc.count_rows(db, collection, &[]),
+        join_all((expected.partitions.keys()).map(|partition| {
+            end.grpc
+                .count_rows(db, collection, std::slice::from_ref(partition))
+        }))
+    );
+    let shows = shows.map_err(|e| format!("count(*) failed: {e}"))?;
     let mut differ = Vec::new();
-    for (partition, live) in &expected.partitions {
-        let n = end
-            .grpc
-            .count_rows(db, collection, std::slice::from_ref(partition))
-            .await
-            .map_err(|e| format!("count(*) of partition {partition} failed: {e}"))?;
+    for ((partition, live), n) in expected.partitions.iter().zip(partitions) {
+        let n = n.map_err(|e| format!("count(*) of partition {partition} failed: {e}"))?;
         if n != *live {
             differ.push((partition.clone(), *live, n));
         }

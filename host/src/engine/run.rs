@@ -534,12 +534,36 @@ async fn conclude(
         c.committed = *committed;
     }
     report.divergences = landed.divergences;
+    let settled = landed.unconverged.is_empty();
+    // A restore that every end completed, with nothing failed, keeps what it committed
+    // whatever a query then shows: its staged files go while the ends are asked (nothing
+    // after Completed reads them, and verification asks only the ends), instead of after.
+    // A failure decides below whether anything stays.
+    let clean_now = settled
+        && landed.cleaned_early.is_none()
+        && landed.stop.is_none()
+        && landed.failure.is_none()
+        && report.staging.is_some();
+    let staged = &preflight.plan.files_to_stage;
     // What a query sees of what was committed, once every end completed it (with collection
     // atomicity, also before a stop that left other collections undecided): a restore left
     // incomplete is verified by `lockstep verify` once it is finished.
-    if landed.unconverged.is_empty() {
-        report.verification = verification::run(attempt, job, report, preflight).await;
-    }
+    let (verified, cleaned_now) = tokio::join!(
+        async {
+            if !settled {
+                return None;
+            }
+            verification::run(attempt, job, report, preflight).await
+        },
+        async {
+            if !clean_now {
+                return None;
+            }
+            Some(staging::clean_up(job, attempt, &attempt.id, staged).await)
+        }
+    );
+    report.verification = verified;
+    let cleaned = landed.cleaned_early.or(cleaned_now);
     if let Some(stop) = landed.stop {
         let reason = stop.reason();
         for &group in &landed.aborted {
@@ -568,7 +592,6 @@ async fn conclude(
         ends: attempt.ends.len(),
     };
     let (outcome, summary) = outcome::decide(&facts, &attempt.id);
-    let settled = facts.unconverged.is_empty();
     report.summary = summary;
     if outcome == Outcome::RolledBack {
         return Ok(outcome);
@@ -582,10 +605,9 @@ async fn conclude(
         tracing::warn!(error = %error_chain(&e), "could not record the completing phase");
     }
     if let Some(s) = report.staging.as_mut() {
-        match landed.cleaned_early {
+        match cleaned {
             Some(cleaned) => s.cleaned_up = cleaned,
             None if settled => {
-                let staged = &preflight.plan.files_to_stage;
                 s.cleaned_up = staging::clean_up(job, attempt, &attempt.id, staged).await;
             }
             None => {}
