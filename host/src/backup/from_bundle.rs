@@ -179,16 +179,11 @@ fn segment_info(
                         let path = staged_path(&log.path, kind, collection_id, segment, group_id)?;
                         let source = format!("{}/{}", bundle.dir, log.path);
                         let size = bundle.files.get(&source).copied().unwrap_or(0);
-                        files.push(BundleFile {
-                            path: path.clone(),
-                            source,
-                            size,
-                        });
+                        files.push(BundleFile { path, source, size });
                         Ok(Binlog {
                             entries_num: log.entries,
                             timestamp_from: log.timestamp_from,
                             timestamp_to: log.timestamp_to,
-                            log_path: path,
                             log_size: log.size,
                             log_id: log.log_id,
                         })
@@ -220,7 +215,6 @@ fn segment_info(
         is_l0: l0,
         v_channel: segment.channel.clone(),
         storage_version: segment.storage_version,
-        ..SegmentBackupInfo::default()
     })
 }
 
@@ -485,20 +479,24 @@ mod tests {
         );
         assert_eq!((s.v_channel.as_str(), s.storage_version), ("ch_0", 2));
         assert_eq!(
-            s.binlogs[0].binlogs[0].log_path,
-            "binlogs/insert_log/1001/1003/1005/1005/100/7"
+            (s.binlogs[0].field_id, s.binlogs[0].binlogs[0].log_id),
+            (100, 7)
         );
         let l0 = &tree.partition_backups[0].segment_backups[1];
         assert_eq!((l0.segment_id, l0.group_id, l0.is_l0), (1007, 1007, true));
-        assert_eq!(
-            l0.deltalogs[0].binlogs[0].log_path,
-            "binlogs/delta_log/1001/1003/1007/1007/9"
-        );
+        assert_eq!(l0.deltalogs[0].binlogs[0].log_id, 9);
         assert_eq!(tree.l0_segments.len(), 1);
-        assert_eq!(
-            tree.l0_segments[0].deltalogs[0].binlogs[0].log_path,
-            "binlogs/delta_log/1001/-1/1008/9"
-        );
+        assert_eq!(tree.l0_segments[0].deltalogs[0].binlogs[0].log_id, 9);
+        // Each log is staged where a binlog backup holds it: under its segment's group, and
+        // an all-partition L0 segment's under partition -1.
+        let staged: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        for path in [
+            "binlogs/insert_log/1001/1003/1005/1005/100/7",
+            "binlogs/delta_log/1001/1003/1007/1007/9",
+            "binlogs/delta_log/1001/-1/1008/9",
+        ] {
+            assert!(staged.contains(&path), "{path} in {staged:?}");
+        }
         assert!(files.contains(&BundleFile {
             path: "binlogs/delta_log/1001/1003/1005/1005/8".into(),
             source: "bundle/exports/u/files/delta_log/1001/1003/1005/8".into(),

@@ -162,7 +162,7 @@ pub struct SegmentBackupInfo {
     pub partition_id: i64,
     pub num_of_rows: i64,
     pub binlogs: Vec<FieldBinlog>,
-    pub statslogs: Vec<FieldBinlog>,
+    // `statslogs` is not read: an import reads a segment's insert and delta logs only.
     pub deltalogs: Vec<FieldBinlog>,
     pub size: i64,
     /// The virtual partition the backup stored this segment under, so that one import
@@ -189,7 +189,9 @@ pub struct Binlog {
     pub entries_num: i64,
     pub timestamp_from: u64,
     pub timestamp_to: u64,
-    pub log_path: String,
+    // `log_path` is not read: it is where the log was in the backed-up Milvus's bucket, and
+    // the backup holds its copy under the segment's directory by field and log id. Kept,
+    // the paths were most of a segment's share of the meta tree.
     pub log_size: i64,
     pub log_id: i64,
 }
