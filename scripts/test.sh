@@ -10,18 +10,27 @@ bash plugins/build.sh
 # The end-to-end tests and the pytest suite run the built binaries; the crash and fault tests
 # need lockstep's crash points, named here rather than left to feature unification.
 cargo build --workspace --bins --features lockstep/fault-injection
-# fuzz/tests/mutate.rs fuzzes each parser this many seconds from its named seeds.
-LOCKSTEP_FUZZ_SECS=10 cargo nextest run --workspace --no-fail-fast
+# The real-Milvus tests below run copies of the binaries just built: nextest's build links
+# target/debug/lockstep again (with the features the tests unify), and must not replace it
+# under a test that runs it.
+scratch="$(mktemp -d)"
+cp target/debug/lockstep target/debug/milvus-sim "$scratch/"
+# Every test binary is built before the real Milvus starts below, so that its server does not
+# come up on two cores busy compiling.
+cargo nextest run --workspace --no-run
 # The binary against a real Milvus 2.3.5 on the suite's etcd (tests/real-milvus/README.md),
-# beside the rest: its 13 minutes are nearly all the server's own waits (one core stays 90 %
-# idle), and nothing after this point builds the binary it runs. Its output comes at the end.
-real_milvus_log="$(mktemp)"
+# beside everything else: its 13 minutes are nearly all the server's own waits (one core
+# stays 90 % idle). Its output comes at the end.
 # A process group of its own, so that a step failing before it ends can interrupt it: on
 # SIGINT pytest's teardown stops the server it started. (bash starts a background command
 # with SIGINT ignored unless told otherwise.)
-(trap - INT; exec setsid .venv-milvus23/bin/pytest -q tests/real-milvus >"$real_milvus_log" 2>&1) &
+(trap - INT; export LOCKSTEP_BIN="$scratch/lockstep" MILVUS_SIM_BIN="$scratch/milvus-sim"
+    exec setsid .venv-milvus23/bin/pytest -q tests/real-milvus \
+    >"$scratch/real-milvus.log" 2>&1) &
 real_milvus=$!
 trap 'kill -INT -- "-$real_milvus" 2>/dev/null || true' EXIT
+# fuzz/tests/mutate.rs fuzzes each parser this many seconds from its named seeds.
+LOCKSTEP_FUZZ_SECS=10 cargo nextest run --workspace --no-fail-fast
 # Seeded fault schedules over whole restores, DESIGN.md §2 checked after each (issue 6).
 # Each seed has a world of its own; two at once keep CI under 40 minutes.
 cargo run -q -p e2e --bin faults -- --seeds 1..51 --parallel 2
@@ -35,6 +44,6 @@ real_milvus_status=0
 wait "$real_milvus" || real_milvus_status=$?
 trap - EXIT
 echo "== real Milvus 2.3.5 (tests/real-milvus)"
-cat "$real_milvus_log"
-rm -f "$real_milvus_log"
+cat "$scratch/real-milvus.log"
+rm -rf "$scratch"
 exit "$real_milvus_status"
