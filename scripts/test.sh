@@ -21,14 +21,12 @@ cargo nextest run --workspace --no-run
 # The binary against a real Milvus 2.3.5 on the suite's etcd (tests/real-milvus/README.md),
 # beside everything else: its 13 minutes are nearly all the server's own waits (one core
 # stays 90 % idle). Its output comes at the end.
-# A process group of its own, so that a step failing before it ends can interrupt it: on
-# SIGINT pytest's teardown stops the server it started. (bash starts a background command
-# with SIGINT ignored unless told otherwise.)
-(trap - INT; export LOCKSTEP_BIN="$scratch/lockstep" MILVUS_SIM_BIN="$scratch/milvus-sim"
-    exec setsid .venv-milvus23/bin/pytest -q tests/real-milvus \
-    >"$scratch/real-milvus.log" 2>&1) &
+# A process group of its own, so that a step failing before it ends can stop it: on SIGTERM
+# pytest's teardown stops the server it started (tests/real-milvus/conftest.py).
+(export LOCKSTEP_BIN="$scratch/lockstep" MILVUS_SIM_BIN="$scratch/milvus-sim"
+    exec setsid .venv-milvus23/bin/pytest -q tests/real-milvus >"$scratch/real-milvus.log" 2>&1) &
 real_milvus=$!
-trap 'kill -INT -- "-$real_milvus" 2>/dev/null || true' EXIT
+trap 'kill -TERM -- "-$real_milvus" 2>/dev/null || true' EXIT
 # fuzz/tests/mutate.rs fuzzes each parser this many seconds from its named seeds.
 LOCKSTEP_FUZZ_SECS=10 cargo nextest run --workspace --no-fail-fast
 # Seeded fault schedules over whole restores, DESIGN.md §2 checked after each (issue 6).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +25,12 @@ sys.path.insert(0, str(HERE))
 
 from make_backup import Target, populate, write_backup  # noqa: E402
 from server import MilvusServer, ServerError, etcd_healthy, etcd_url, find_milvus_server  # noqa: E402
+
+# scripts/test.sh stops this run with SIGTERM when a step beside it fails: SIGTERM ends it as
+# Ctrl-C would, through the teardown that stops the server. (Not SIGINT: a background job of
+# a non-interactive shell starts with SIGINT ignored, and a shell cannot undo an ignore it
+# inherited.)
+signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 LOCKSTEP_BIN = pathlib.Path(os.environ.get("LOCKSTEP_BIN", REPO / "target" / "debug" / "lockstep"))
 LOCKSTEP_TIMEOUT = float(os.environ.get("LOCKSTEP_REAL_TIMEOUT", "900"))
