@@ -14,6 +14,7 @@ cargo build --workspace --bins --features lockstep/fault-injection
 # target/debug/lockstep again (with the features the tests unify), and must not replace it
 # under a test that runs it.
 scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
 cp target/debug/lockstep target/debug/milvus-sim "$scratch/"
 # Every test binary is built before the real Milvus starts below, so that its server does not
 # come up on two cores busy compiling.
@@ -26,7 +27,9 @@ cargo nextest run --workspace --no-run
 (export LOCKSTEP_BIN="$scratch/lockstep" MILVUS_SIM_BIN="$scratch/milvus-sim"
     exec setsid .venv-milvus23/bin/pytest -q tests/real-milvus >"$scratch/real-milvus.log" 2>&1) &
 real_milvus=$!
-trap 'kill -TERM -- "-$real_milvus" 2>/dev/null || true' EXIT
+# (The group exists once the subshell has called setsid; until then, the subshell is signalled.)
+trap 'kill -TERM -- "-$real_milvus" 2>/dev/null || kill -TERM "$real_milvus" 2>/dev/null || true
+    rm -rf "$scratch"' EXIT
 # fuzz/tests/mutate.rs fuzzes each parser this many seconds from its named seeds.
 LOCKSTEP_FUZZ_SECS=10 cargo nextest run --workspace --no-fail-fast
 # Seeded fault schedules over whole restores, DESIGN.md §2 checked after each (issue 6).
