@@ -10,10 +10,7 @@
 //! never mistakes its own host's write for someone else's, and a stale snapshot never
 //! overwrites a newer one.
 
-use std::fs::File;
-use std::io::{self, BufWriter, Write as _};
 use std::ops::Deref;
-use std::path::Path;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -575,20 +572,8 @@ fn write_report_files(engine: &Engine, report: &Report) {
     if report.restore_id.is_empty() {
         return;
     }
-    let write = || -> io::Result<()> {
-        std::fs::create_dir_all(&engine.reports_dir)?;
-        let json = engine
-            .reports_dir
-            .join(format!("{}.json", report.restore_id));
-        write_file(&json, |out| {
-            serde_json::to_writer_pretty(out, report).map_err(io::Error::from)
-        })?;
-        write_file(
-            &engine
-                .reports_dir
-                .join(format!("{}.txt", report.restore_id)),
-            |out| write!(out, "{report}"),
-        )?;
+    let write = || -> std::io::Result<()> {
+        let json = report.write_files(&engine.reports_dir)?;
         let latest = format!(
             "{}.latest.json",
             journal::RestoreId::content_prefix(&report.job_name, "").trim_end_matches('.')
@@ -598,16 +583,4 @@ fn write_report_files(engine: &Engine, report: &Report) {
     if let Err(e) = write() {
         tracing::error!(error = %e, dir = %engine.reports_dir.display(), "could not write the report files");
     }
-}
-
-/// Writes the file at `path` as `body` makes it, a buffer at a time: a report of thousands
-/// of collections is tens of megabytes of text (20 MB of JSON at 3,000), which was made
-/// whole beside the report, at the restore's peak.
-fn write_file(
-    path: &Path,
-    body: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
-) -> io::Result<()> {
-    let mut out = BufWriter::new(File::create(path)?);
-    body(&mut out)?;
-    out.flush()
 }

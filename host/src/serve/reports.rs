@@ -40,16 +40,7 @@ pub fn refused_file(path: &Path, bytes: &[u8], error: &crate::job::Error) -> Rep
 
 /// Writes `report` as JSON and text and points its job's `latest` links at it.
 pub fn write(reports_dir: &Path, report: &Report) -> io::Result<()> {
-    std::fs::create_dir_all(reports_dir)?;
-    let json = serde_json::to_vec_pretty(report).map_err(io::Error::other)?;
-    std::fs::write(
-        reports_dir.join(format!("{}.json", report.restore_id)),
-        json,
-    )?;
-    std::fs::write(
-        reports_dir.join(format!("{}.txt", report.restore_id)),
-        report.to_string(),
-    )?;
+    report.write_files(reports_dir)?;
     link_latest(reports_dir, report)
 }
 
