@@ -119,7 +119,7 @@ pub(super) async fn delete_prefix(
         let removed: Vec<Path> = store.store.delete_stream(locations).try_collect().await?;
         return Ok(removed.len() as u64);
     };
-    let dir = files.path_to_filesystem(prefix.path())?;
+    let dir = files.path(prefix.path())?;
     let mut removed = 0;
     if !staged.is_empty() {
         let to_path = |name: &str| {
@@ -128,7 +128,7 @@ pub(super) async fn delete_prefix(
                     store: "LocalFileSystem",
                     source: e.into(),
                 })
-                .and_then(|key| files.path_to_filesystem(&key))
+                .and_then(|key| files.path(&key))
         };
         removed = remove_known(&dir, staged, &to_path).await?;
         if !dir.exists() {

@@ -72,8 +72,8 @@ pub(super) async fn copy(
         return Ok(Transfer::ServerSideCopy);
     }
     if let (Some(from_files), Some(to_files)) = (from_store.local(), to_store.local()) {
-        let src = from_files.path_to_filesystem(from)?;
-        let dst = to_files.path_to_filesystem(to)?;
+        let src = from_files.path(from)?;
+        let dst = to_files.path(to)?;
         let placed = {
             let _slot = local
                 .acquire()

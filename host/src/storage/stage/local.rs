@@ -4,11 +4,10 @@
 use std::collections::{BTreeSet, HashMap};
 
 use futures::TryStreamExt as _;
-use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 
 use super::super::Error;
-use super::super::open::{OpenedStore, StoreId};
+use super::super::open::{LocalFiles, OpenedStore, StoreId};
 use super::files::StoreGroup;
 
 /// Sizes of every object under `prefix`.
@@ -23,7 +22,7 @@ pub(super) async fn list_sizes(
         source,
     };
     if let Some(files) = store.local() {
-        let dir = files.path_to_filesystem(prefix).map_err(failed)?;
+        let dir = files.path(prefix).map_err(failed)?;
         let key = prefix.clone();
         let walked = blocking(move || {
             let mut sizes = HashMap::new();
@@ -50,14 +49,14 @@ pub(super) async fn list_sizes(
 /// `create_dir_all` a file checks every directory again for every file; `cp -al` makes
 /// each once.)
 pub(super) async fn make_dirs(
-    files: &LocalFileSystem,
+    files: &LocalFiles,
     prefix: &Path,
     targets: impl Iterator<Item = Path>,
 ) -> object_store::Result<()> {
-    let root = files.path_to_filesystem(prefix)?;
+    let root = files.path(prefix)?;
     let mut dirs = BTreeSet::new();
     for target in targets {
-        let path = files.path_to_filesystem(&target)?;
+        let path = files.path(&target)?;
         let mut dir = path.parent();
         while let Some(d) = dir.filter(|d| d.starts_with(&root) && *d != root) {
             if !dirs.insert(d.to_owned()) {

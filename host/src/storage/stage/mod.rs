@@ -358,7 +358,7 @@ const STAT_CHUNK: usize = 4096;
 /// Verifies that a local store holds each of `files` at its place (`to`) with its size: one
 /// `stat` a file, without walking the directories to find them.
 async fn check_sizes<F: Borrow<BackupFile>>(
-    local: &object_store::local::LocalFileSystem,
+    local: &super::open::LocalFiles,
     ends: &str,
     files: &[F],
     to: &(dyn Fn(&BackupFile) -> Result<Path, Error> + Sync),
@@ -367,13 +367,11 @@ async fn check_sizes<F: Borrow<BackupFile>>(
         let mut keys = Vec::with_capacity(chunk.len());
         for file in chunk.iter().map(F::borrow) {
             let key = to(file)?;
-            let path = local
-                .path_to_filesystem(&key)
-                .map_err(|source| Error::List {
-                    end: ends.to_owned(),
-                    prefix: key.to_string(),
-                    source,
-                })?;
+            let path = local.path(&key).map_err(|source| Error::List {
+                end: ends.to_owned(),
+                prefix: key.to_string(),
+                source,
+            })?;
             keys.push((key, path, file.size));
         }
         let sizes = stat_sizes(keys.iter().map(|(_, path, _)| path.clone()).collect())
