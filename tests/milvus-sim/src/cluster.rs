@@ -136,6 +136,8 @@ pub(crate) struct Shared {
     pub version: ServerVersion,
     pub pchannels: Vec<String>,
     pub store: Arc<dyn ObjectStore>,
+    /// The directory `store` keeps its files in, when it is a local one.
+    pub dir: Option<std::path::PathBuf>,
     /// Kept so a temporary storage directory lives as long as the cluster.
     pub _temp_dir: Option<tempfile::TempDir>,
     pub state: Mutex<State>,
@@ -155,6 +157,21 @@ pub(crate) struct Shared {
     pub server: tokio::sync::Mutex<Option<crate::server::Serving>>,
 }
 
+/// A cluster's import store, owned: see [`Source`](crate::import_reader::Source).
+pub struct ImportStore {
+    pub store: Arc<dyn ObjectStore>,
+    pub dir: Option<std::path::PathBuf>,
+}
+
+impl ImportStore {
+    pub fn source(&self) -> crate::import_reader::Source<'_> {
+        crate::import_reader::Source {
+            store: self.store.as_ref(),
+            dir: self.dir.as_deref(),
+        }
+    }
+}
+
 /// A handle on one cluster; cheap to clone.
 #[derive(Clone)]
 pub struct Cluster(pub(crate) Arc<Shared>);
@@ -162,8 +179,7 @@ pub struct Cluster(pub(crate) Arc<Shared>);
 impl Cluster {
     pub(crate) fn new(
         spec: ClusterSpec,
-        store: Arc<dyn ObjectStore>,
-        temp_dir: Option<tempfile::TempDir>,
+        storage: crate::storage::Opened,
         registry: Weak<Registry>,
     ) -> Cluster {
         let first_id = (jiff::Timestamp::now().as_millisecond().max(0)) << 18;
@@ -174,8 +190,9 @@ impl Cluster {
             version: ServerVersion::parse(&spec.version),
             pchannels: spec.pchannel_names(),
             spec,
-            store,
-            _temp_dir: temp_dir,
+            store: storage.store,
+            dir: storage.dir,
+            _temp_dir: storage.temp_dir,
             state: Mutex::new(State {
                 catalog,
                 jobs: BTreeMap::new(),
@@ -243,11 +260,28 @@ impl Cluster {
 
     /// Where its imports read from: its store, or under local storage the filesystem from
     /// its root, where Milvus's local chunk manager resolves a path.
-    pub fn import_store(&self) -> Arc<dyn ObjectStore> {
+    pub fn import_store(&self) -> ImportStore {
         match self.0.spec.storage_type {
-            StorageType::Minio => self.store(),
-            StorageType::Local => Arc::new(object_store::local::LocalFileSystem::new()),
+            StorageType::Minio => ImportStore {
+                store: self.store(),
+                dir: self.0.dir.clone(),
+            },
+            StorageType::Local => ImportStore {
+                store: Arc::new(object_store::local::LocalFileSystem::new()),
+                dir: Some("/".into()),
+            },
         }
+    }
+
+    /// Where the cluster keeps what job `job_id` imported, in its import store: in its own
+    /// storage (under local storage, its own directory seen from the root; a relative path
+    /// there would land in the host's `/`).
+    pub fn kept_dir(&self, job_id: i64) -> String {
+        let own = match (self.0.spec.storage_type, &self.0.dir) {
+            (StorageType::Local, Some(dir)) => format!("{}/", dir.display()),
+            _ => String::new(),
+        };
+        format!("{}sim-imported/{job_id}", own.trim_start_matches('/'))
     }
 
     pub fn addr(&self) -> SocketAddr {

@@ -182,7 +182,7 @@ async fn read_files(cluster: &Cluster, job_id: i64) -> Result<ReadOutcome, Strin
     let store = cluster.import_store();
     let _slot = cluster.0.import_reads.acquire().await;
     let read = import_reader::read_groups(
-        store.as_ref(),
+        store.source(),
         job.parsed_options.source,
         &job.files,
         schema.as_ref(),
@@ -197,8 +197,8 @@ async fn read_files(cluster: &Cluster, job_id: i64) -> Result<ReadOutcome, Strin
         read => read.map_err(|e| e.to_string())?,
     };
     if job.parsed_options.source == ImportSource::Binlogs {
-        let dir = format!("sim-imported/{job_id}");
-        read.data.kept = import_reader::keep_groups(store.as_ref(), &job.files, &dir)
+        let dir = cluster.kept_dir(job_id);
+        read.data.kept = import_reader::keep_groups(store.source(), &job.files, &dir)
             .await
             .map_err(|e| e.to_string())?;
     }

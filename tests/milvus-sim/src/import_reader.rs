@@ -95,6 +95,25 @@ impl Default for ReadOutcome {
     }
 }
 
+/// What an import reads from: a store, and the directory it keeps its files in when it is a
+/// local one. There listing and keeping go through the file system: the store's own listing
+/// stats every file and maps each name through a `file://` URL, and its copy probes for the
+/// target, makes each parent directory on a miss and renames a temporary link; with three
+/// ends importing a 1,000-collection restore in one process those were a fifth of the
+/// emulator's CPU.
+#[derive(Clone, Copy)]
+pub struct Source<'a> {
+    pub store: &'a dyn ObjectStore,
+    pub dir: Option<&'a std::path::Path>,
+}
+
+impl<'a> Source<'a> {
+    /// A store read through its own calls alone.
+    pub fn of(store: &'a dyn ObjectStore) -> Self {
+        Source { store, dir: None }
+    }
+}
+
 /// Import paths are bucket-relative; a leading `/` is dropped.
 fn object_path(raw: &str) -> Result<Path, ReadError> {
     Path::parse(raw.trim_start_matches('/')).map_err(|_| ReadError::ObjectNotFound {
@@ -118,17 +137,31 @@ async fn get(store: &dyn ObjectStore, path: &Path) -> Result<bytes::Bytes, ReadE
     })
 }
 
-async fn list(store: &dyn ObjectStore, prefix: &str) -> Result<Vec<Path>, ReadError> {
+/// The paths of the objects under `prefix`, sorted.
+async fn list(from: Source<'_>, prefix: &str) -> Result<Vec<Path>, ReadError> {
     let prefix_path = object_path(prefix)?;
-    let mut paths: Vec<Path> = store
-        .list(Some(&prefix_path))
-        .map_ok(|meta| meta.location)
-        .try_collect()
-        .await
-        .map_err(|source| ReadError::Storage {
-            path: prefix.to_owned(),
-            source,
-        })?;
+    let failed = |source| ReadError::Storage {
+        path: prefix.to_owned(),
+        source,
+    };
+    let mut paths: Vec<Path> = match from.dir {
+        Some(dir) => {
+            let dir = dir.join(prefix_path.as_ref());
+            blocking(move || {
+                let mut paths = Vec::new();
+                walk_files(&dir, &prefix_path, &mut paths).map(|()| paths)
+            })
+            .await
+            .map_err(failed)?
+        }
+        None => from
+            .store
+            .list(Some(&prefix_path))
+            .map_ok(|meta| meta.location)
+            .try_collect()
+            .await
+            .map_err(failed)?,
+    };
     if paths.is_empty() {
         return Err(ReadError::EmptyPrefix {
             prefix: prefix.to_owned(),
@@ -229,7 +262,7 @@ fn manifest_entry(path: &Path, bytes: &[u8]) -> ManifestEntry {
 /// Reads every group of a job into the collection of `schema` (every field of which must have
 /// binlogs, of its data type).
 pub async fn read_groups(
-    store: &dyn ObjectStore,
+    from: Source<'_>,
     source: ImportSource,
     groups: &[Vec<String>],
     schema: Option<&CollectionSchema>,
@@ -242,7 +275,7 @@ pub async fn read_groups(
         let result = match source {
             ImportSource::Binlogs => {
                 read_binlog_group(
-                    store,
+                    from,
                     (index, &group[0]),
                     group.get(1).map(String::as_str),
                     schema,
@@ -251,11 +284,11 @@ pub async fn read_groups(
                 .await?
             }
             ImportSource::L0Deltas => {
-                read_binlog_group(store, (index, ""), Some(&group[0]), None, &mut outcome).await?
+                read_binlog_group(from, (index, ""), Some(&group[0]), None, &mut outcome).await?
             }
             ImportSource::RowFiles => {
                 outcome.data.keys = None;
-                read_row_group(store, group, &mut outcome.manifest).await?
+                read_row_group(from.store, group, &mut outcome.manifest).await?
             }
         };
         outcome.rows += result.rows;
@@ -271,7 +304,7 @@ pub async fn read_groups(
 /// One binlog group: its rows (the keys of those its own deletes leave go into `outcome`'s
 /// data), or for an L0 group (no insert prefix) its deletes.
 async fn read_binlog_group(
-    store: &dyn ObjectStore,
+    from: Source<'_>,
     (group, insert_prefix): (usize, &str),
     delta_prefix: Option<&str>,
     schema: Option<&CollectionSchema>,
@@ -283,13 +316,13 @@ async fn read_binlog_group(
     // and their timestamps, row for row.
     let (mut pks, mut timestamps): (Option<Vec<binlog::Pk>>, Vec<i64>) = (None, Vec::new());
     if !insert_prefix.is_empty() {
-        let logs_by_field = logs_by_field(store, insert_prefix).await?;
+        let logs_by_field = logs_by_field(from, insert_prefix).await?;
         verify_fields(schema, &logs_by_field, insert_prefix)?;
         let mut rows_by_field: BTreeMap<i64, i64> = BTreeMap::new();
         for (field_id, paths) in &logs_by_field {
             let field = schema.and_then(|s| s.fields.iter().find(|f| f.field_id == *field_id));
             for path in paths {
-                let bytes = get(store, path).await?;
+                let bytes = get(from.store, path).await?;
                 let log = read_insert(path, &bytes, *field_id, field)?;
                 *rows_by_field.entry(*field_id).or_default() += log.rows;
                 match log.keys {
@@ -318,8 +351,8 @@ async fn read_binlog_group(
     // empty delta path rather than listing its whole bucket.
     let mut deletes = Vec::new();
     if let Some(prefix) = delta_prefix.filter(|p| !p.is_empty()) {
-        for path in list(store, prefix).await? {
-            let bytes = get(store, &path).await?;
+        for path in list(from, prefix).await? {
+            let bytes = get(from.store, &path).await?;
             deletes.extend(read_deletes(&path, &bytes)?);
             result.size += bytes.len() as u64;
             manifest.push(manifest_entry(&path, &bytes));
@@ -365,11 +398,11 @@ async fn read_binlog_group(
 /// The insert logs under `insert_prefix`, by the field whose directory holds them, each
 /// field's in path order (the order its rows are numbered in).
 async fn logs_by_field(
-    store: &dyn ObjectStore,
+    from: Source<'_>,
     insert_prefix: &str,
 ) -> Result<BTreeMap<i64, Vec<Path>>, ReadError> {
     let mut logs: BTreeMap<i64, Vec<Path>> = BTreeMap::new();
-    for path in list(store, insert_prefix).await? {
+    for path in list(from, insert_prefix).await? {
         let parts: Vec<_> = path.parts().collect();
         let field_id = parts
             .len()
@@ -384,11 +417,54 @@ async fn logs_by_field(
     Ok(logs)
 }
 
+/// Runs file-system calls on tokio's blocking threads; an I/O error as the store reports one.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> object_store::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+        .map_err(|source| object_store::Error::Generic {
+            store: "LocalFileSystem",
+            source: source.into(),
+        })
+}
+
+/// Adds to `paths` every file under `dir`, the local directory of `key`, as a path under
+/// `key`: nothing if `dir` is missing or no directory, as the store lists nothing there.
+/// Names holding a `#` are skipped, as the store skips its part-written copies.
+fn walk_files(dir: &std::path::Path, key: &Path, paths: &mut Vec<Path>) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(());
+        }
+        entries => entries?,
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let child = key.clone().join(name.as_ref());
+        if entry.file_type()?.is_dir() {
+            walk_files(&entry.path(), &child, paths)?;
+        } else if !name.contains('#') {
+            paths.push(child);
+        }
+    }
+    Ok(())
+}
+
 /// Copies each group's insert logs (the first path of each) under `dir/{group}/`, as Milvus
 /// writes what it imported into segments of its own: a query reads its rows from there once
-/// the files it imported from are gone. Returns each group's copy, a prefix.
+/// the files it imported from are gone. Returns each group's copy, a prefix. In a local
+/// directory the copies are hard links, made with their directories in one pass.
 pub async fn keep_groups(
-    store: &dyn ObjectStore,
+    from: Source<'_>,
     groups: &[Vec<String>],
     dir: &str,
 ) -> Result<Vec<String>, ReadError> {
@@ -399,38 +475,74 @@ pub async fn keep_groups(
             continue;
         };
         let to = format!("{dir}/{index}/");
-        let from = object_path(prefix)?.to_string();
-        for path in list(store, prefix).await? {
-            let rest = path.as_ref().strip_prefix(&from).unwrap_or(path.as_ref());
-            let target = Path::from(format!("{to}{}", rest.trim_start_matches('/')));
-            store
-                .copy(&path, &target)
-                .await
-                .map_err(|source| ReadError::Storage {
-                    path: path.to_string(),
-                    source,
-                })?;
+        let under = object_path(prefix)?.to_string();
+        let copies: Vec<(Path, Path)> = (list(from, prefix).await?.into_iter())
+            .map(|path| {
+                let rest = path.as_ref().strip_prefix(&under).unwrap_or(path.as_ref());
+                let target = Path::from(format!("{to}{}", rest.trim_start_matches('/')));
+                (path, target)
+            })
+            .collect();
+        let failed = |source| ReadError::Storage {
+            path: prefix.to_owned(),
+            source,
+        };
+        match from.dir {
+            Some(root) => {
+                let links: Vec<_> = (copies.iter())
+                    .map(|(from, to)| (root.join(from.as_ref()), root.join(to.as_ref())))
+                    .collect();
+                blocking(move || link_all(&links)).await.map_err(failed)?;
+            }
+            None => {
+                for (path, target) in &copies {
+                    from.store.copy(path, target).await.map_err(failed)?;
+                }
+            }
         }
         kept.push(to);
     }
     Ok(kept)
 }
 
+/// Links each `(from, to)`, making each directory `to` needs once (the pairs come in path
+/// order, so one directory's files come together), and replacing a file already at `to`.
+fn link_all(links: &[(std::path::PathBuf, std::path::PathBuf)]) -> std::io::Result<()> {
+    let mut made: Option<&std::path::Path> = None;
+    for (from, to) in links {
+        let parent = to.parent();
+        if parent != made {
+            if let Some(parent) = parent {
+                std::fs::create_dir_all(parent)?;
+            }
+            made = parent;
+        }
+        match std::fs::hard_link(from, to) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                std::fs::remove_file(to)?;
+                std::fs::hard_link(from, to)?;
+            }
+            linked => linked?,
+        }
+    }
+    Ok(())
+}
+
 /// The values of rows `rows` (sorted row numbers of the group) of each field of `fields` in
 /// the insert logs under `insert_prefix`: what a query that returns fields reads.
 pub async fn read_values(
-    store: &dyn ObjectStore,
+    from: Source<'_>,
     insert_prefix: &str,
     fields: &[i64],
     rows: &[usize],
 ) -> Result<BTreeMap<i64, Vec<Value>>, ReadError> {
-    let logs = logs_by_field(store, insert_prefix).await?;
+    let logs = logs_by_field(from, insert_prefix).await?;
     let mut out = BTreeMap::new();
     for field in fields {
         let mut values = Vec::with_capacity(rows.len());
         let mut first = 0;
         for path in logs.get(field).map(Vec::as_slice).unwrap_or_default() {
-            let bytes = get(store, path).await?;
+            let bytes = get(from.store, path).await?;
             let picked = binlog::parse(&bytes)
                 .and_then(|log| binlog::values(&log, first, rows))
                 .map_err(|e| ReadError::BadBinlog {
@@ -588,7 +700,7 @@ mod tests {
         )
     }
 
-    async fn put(store: &InMemory, path: &str, bytes: Vec<u8>) {
+    async fn put(store: &dyn ObjectStore, path: &str, bytes: Vec<u8>) {
         store
             .put(&Path::from(path), PutPayload::from(bytes))
             .await
@@ -619,7 +731,7 @@ mod tests {
 
     /// Two binlogs of 7 and 5 rows for each of `fields` under `prefix`: pks 1 to 12, all
     /// written at timestamp 5.
-    async fn put_segment(store: &InMemory, prefix: &str, fields: &[i64]) {
+    async fn put_segment(store: &dyn ObjectStore, prefix: &str, fields: &[i64]) {
         for field in fields {
             for (log, pks) in [(1, 1..8), (2, 8..13)] {
                 let object = match field {
@@ -662,32 +774,90 @@ mod tests {
             "/bk/binlogs/delta_log/1/2/3/".into(),
         ]];
         let schema = id_and_vector();
-        let out = read_groups(&store, ImportSource::Binlogs, &groups, Some(&schema))
-            .await
-            .expect("reads");
+        let out = read_groups(
+            Source::of(&store),
+            ImportSource::Binlogs,
+            &groups,
+            Some(&schema),
+        )
+        .await
+        .expect("reads");
         assert_eq!(
             (out.rows, out.deleted_rows, out.manifest.len()),
             (12, 2, 10)
         );
         assert_eq!(out.manifest[0].crc32c, crc32c::crc32c(&insert(0, 7)));
         // Without a known schema the keys are not known: every delete counts.
-        let out = read_groups(&store, ImportSource::Binlogs, &groups, None)
+        let out = read_groups(Source::of(&store), ImportSource::Binlogs, &groups, None)
             .await
             .expect("reads");
         assert_eq!((out.rows, out.deleted_rows), (12, 5));
         // An L0 import counts its deletes.
         let l0 = vec![vec!["bk/binlogs/delta_log/1/2/3/30/".into()]];
-        let out = read_groups(&store, ImportSource::L0Deltas, &l0, None)
+        let out = read_groups(Source::of(&store), ImportSource::L0Deltas, &l0, None)
             .await
             .expect("reads");
         assert_eq!((out.rows, out.deleted_rows), (0, 5));
+    }
+
+    /// A local directory is listed, and what an import keeps is linked, through the file
+    /// system: the job reads, keeps and later serves the same as through the store's calls.
+    #[tokio::test]
+    async fn a_local_directory_reads_and_keeps_as_its_store_does() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("canonical");
+        let store = object_store::local::LocalFileSystem::new_with_prefix(&root).expect("store");
+        let ins = "bk/binlogs/insert_log/1/2/3/30";
+        put_segment(&store, ins, &[0, 1, 100, 101]).await;
+        put(&store, "bk/binlogs/delta_log/1/2/3/30/9", delta(&[3, 99])).await;
+        // What an interrupted copy leaves: skipped by both listings.
+        std::fs::write(root.join(ins).join("100/3#1"), b"partial").expect("write");
+        let local = Source {
+            store: &store,
+            dir: Some(&root),
+        };
+        let groups = vec![vec![
+            format!("{ins}/"),
+            "bk/binlogs/delta_log/1/2/3/".into(),
+        ]];
+        let schema = id_and_vector();
+        let read = |from| read_groups(from, ImportSource::Binlogs, &groups, Some(&schema));
+        let (by_store, by_files) = (
+            read(Source::of(&store)).await.expect("reads"),
+            read(local).await.expect("reads"),
+        );
+        assert_eq!((by_files.rows, by_files.deleted_rows), (12, 1));
+        assert_eq!(by_files.manifest, by_store.manifest);
+        assert_eq!(by_files.manifest.len(), 9);
+        let missing = vec![vec!["bk/none/".to_owned()]];
+        assert!(matches!(
+            read_groups(local, ImportSource::Binlogs, &missing, None).await,
+            Err(ReadError::EmptyPrefix { .. })
+        ));
+
+        let kept = keep_groups(local, &groups, "kept/7").await.expect("kept");
+        assert_eq!(kept, ["kept/7/0/"]);
+        // A job kept again (a restarted driver) replaces its links.
+        keep_groups(local, &groups, "kept/7")
+            .await
+            .expect("kept again");
+        let through_store = keep_groups(Source::of(&store), &groups, "kept/8")
+            .await
+            .expect("kept");
+        std::fs::remove_dir_all(root.join("bk")).expect("the imported files go");
+        for (from, prefix) in [(local, &kept[0]), (Source::of(&store), &through_store[0])] {
+            let values = read_values(from, prefix, &[100], &[0, 11])
+                .await
+                .expect("the kept rows");
+            assert_eq!(values[&100], [Value::Int(1), Value::Int(12)], "{prefix}");
+        }
     }
 
     #[tokio::test]
     async fn a_segment_missing_a_binlog_fails_as_milvus_verify_does() {
         async fn read(store: InMemory) -> String {
             read_groups(
-                &store,
+                Source::of(&store),
                 ImportSource::Binlogs,
                 &[vec!["seg/".into()]],
                 Some(&id_and_vector()),
@@ -727,9 +897,14 @@ mod tests {
     #[tokio::test]
     async fn failures_name_the_path() {
         let store = InMemory::new();
-        let missing = read_groups(&store, ImportSource::Binlogs, &[vec!["nope/".into()]], None)
-            .await
-            .expect_err("empty prefix");
+        let missing = read_groups(
+            Source::of(&store),
+            ImportSource::Binlogs,
+            &[vec!["nope/".into()]],
+            None,
+        )
+        .await
+        .expect_err("empty prefix");
         assert!(
             missing.to_string().contains("key not found[key=nope/]"),
             "{missing}"
@@ -784,7 +959,7 @@ mod tests {
             }
             put(&store, &format!("{prefix}/1/100/1"), object).await;
             let err = read_groups(
-                &store,
+                Source::of(&store),
                 ImportSource::Binlogs,
                 &[vec![prefix.into()]],
                 Some(&id_and_vector()),
@@ -803,7 +978,7 @@ mod tests {
         }
         put(&store, "rows/1/100/1", pk_of(2)).await;
         let err = read_groups(
-            &store,
+            Source::of(&store),
             ImportSource::Binlogs,
             &[vec!["rows".into()]],
             Some(&id_and_vector()),
@@ -815,7 +990,7 @@ mod tests {
             "imported rows are not aligned, field100:2 rows, field0:3 rows, prefix=rows"
         );
         let not_found = read_groups(
-            &store,
+            Source::of(&store),
             ImportSource::RowFiles,
             &[vec!["a.json".into()]],
             None,
@@ -827,7 +1002,7 @@ mod tests {
             "{not_found}"
         );
         let text = read_groups(
-            &store,
+            Source::of(&store),
             ImportSource::RowFiles,
             &[vec!["a.txt".into()]],
             None,
@@ -837,7 +1012,7 @@ mod tests {
         assert_eq!(text.to_string(), "unsupported file type: a.txt");
         put(&store, "a.parquet", b"PAR1 but no footer".to_vec()).await;
         let parquet = read_groups(
-            &store,
+            Source::of(&store),
             ImportSource::RowFiles,
             &[vec!["a.parquet".into()]],
             None,
@@ -876,7 +1051,7 @@ mod tests {
             vec!["r/c.csv".into()],
             vec!["r/d.parquet".into()],
         ];
-        let out = read_groups(&store, ImportSource::RowFiles, &groups, None)
+        let out = read_groups(Source::of(&store), ImportSource::RowFiles, &groups, None)
             .await
             .expect("reads");
         assert_eq!(

@@ -172,7 +172,7 @@ async fn rows(
     let mut columns: Vec<Vec<Value>> = vec![Vec::new(); outputs.len()];
     for (prefix, rows) in &mut by_group {
         rows.sort_unstable();
-        let read = crate::import_reader::read_values(store.as_ref(), prefix, &ids, rows)
+        let read = crate::import_reader::read_values(store.source(), prefix, &ids, rows)
             .await
             .map_err(|e| MilvusError::new(65535, format!("cannot read the rows: {e}")))?;
         let changed: Vec<bool> = (rows.iter())

@@ -76,12 +76,11 @@ impl Sim {
         for spec in topology.clusters {
             let id = spec.id.clone();
             let port = spec.port;
-            let (store, temp_dir) =
-                storage::open(&spec.storage).map_err(|source| SimError::Storage {
-                    cluster: id.clone(),
-                    source,
-                })?;
-            let cluster = Cluster::new(spec, store, temp_dir, Arc::downgrade(&registry));
+            let storage = storage::open(&spec.storage).map_err(|source| SimError::Storage {
+                cluster: id.clone(),
+                source,
+            })?;
+            let cluster = Cluster::new(spec, storage, Arc::downgrade(&registry));
             let (listener, addr) = bind(&cluster, SocketAddr::from(([127, 0, 0, 1], port))).await?;
             *cluster.0.addr.lock().expect("addr lock is never poisoned") = Some(addr);
             let tls = bind_tls(&cluster, SocketAddr::from(([127, 0, 0, 1], 0))).await?;

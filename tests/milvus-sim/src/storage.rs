@@ -23,12 +23,23 @@ pub enum StorageError {
     },
 }
 
-/// The store, and the temporary directory backing it when the spec asked for one.
-pub fn open(
-    spec: &StorageSpec,
-) -> Result<(Arc<dyn ObjectStore>, Option<tempfile::TempDir>), StorageError> {
+/// A cluster's store, as [`open`] made it.
+pub struct Opened {
+    pub store: Arc<dyn ObjectStore>,
+    /// The directory a local store keeps its objects in, as files at their paths.
+    pub dir: Option<std::path::PathBuf>,
+    /// The temporary directory backing it when the spec asked for one.
+    pub temp_dir: Option<tempfile::TempDir>,
+}
+
+pub fn open(spec: &StorageSpec) -> Result<Opened, StorageError> {
+    let opened = |(store, dir): (Arc<dyn ObjectStore>, Option<std::path::PathBuf>)| Opened {
+        store,
+        dir,
+        temp_dir: None,
+    };
     match spec {
-        StorageSpec::Memory => Ok((Arc::new(InMemory::new()), None)),
+        StorageSpec::Memory => Ok(opened((Arc::new(InMemory::new()), None))),
         StorageSpec::TempDir => {
             let dir = tempfile::Builder::new()
                 .prefix("milvus-sim-")
@@ -38,14 +49,17 @@ pub fn open(
                     source,
                 })?;
             let store = local(dir.path())?;
-            Ok((store, Some(dir)))
+            Ok(Opened {
+                temp_dir: Some(dir),
+                ..opened(store)
+            })
         }
         StorageSpec::Local(path) => {
             std::fs::create_dir_all(path).map_err(|source| StorageError::CreateDir {
                 path: path.display().to_string(),
                 source,
             })?;
-            Ok((local(path)?, None))
+            Ok(opened(local(path)?))
         }
         StorageSpec::S3(s3) => {
             let mut builder = AmazonS3Builder::new()
@@ -68,15 +82,25 @@ pub fn open(
                 what: format!("s3://{}", s3.bucket),
                 source,
             })?;
-            Ok((Arc::new(store), None))
+            Ok(opened((Arc::new(store), None)))
         }
     }
 }
 
-fn local(path: &std::path::Path) -> Result<Arc<dyn ObjectStore>, StorageError> {
+/// A store over directory `path`, and the directory it keeps its files in (`path`
+/// canonicalised, as the store resolves it).
+fn local(
+    path: &std::path::Path,
+) -> Result<(Arc<dyn ObjectStore>, Option<std::path::PathBuf>), StorageError> {
     let store = LocalFileSystem::new_with_prefix(path).map_err(|source| StorageError::Open {
         what: path.display().to_string(),
         source,
     })?;
-    Ok(Arc::new(store))
+    let dir = path
+        .canonicalize()
+        .map_err(|source| StorageError::CreateDir {
+            path: path.display().to_string(),
+            source,
+        })?;
+    Ok((Arc::new(store), Some(dir)))
 }
