@@ -59,7 +59,7 @@ pub enum ArrivalError {
 }
 
 /// Collections made on the target at once ([`apply`]).
-const COLLECTIONS_AT_ONCE: usize = 4;
+const COLLECTIONS_AT_ONCE: usize = 16;
 
 /// How often a secondary is asked whether a collection arrived: soon after the target made
 /// it at first (a stream tens of milliseconds behind brings it then, and the collection's
@@ -112,9 +112,10 @@ pub async fn apply(
             tracing::info!(end = %target.name, db, "created database");
         }
     }
-    // A few collections at once, as milvus-backup makes two at once: each is a dozen round
-    // trips, and one at a time, on a target busy importing the first batches, they were the
-    // restore's longest chain. `made` still counts the plan's collections in order, which
+    // Several collections at once (milvus-backup makes two): each is a dozen round trips,
+    // and one at a time, on a target busy importing the first batches, they were the
+    // restore's longest chain; at four at once they still were, at 1,000 collections on
+    // milvus-sim (6.3 s of a 14 s restore; 3.4 s at sixteen). `made` still counts the plan's collections in order, which
     // is how the arrivals wait for them. After a failure no collection is begun, and those
     // under way finish, so that each one made is recorded with its id for the rollback.
     let failed = AtomicBool::new(false);
