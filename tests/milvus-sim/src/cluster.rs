@@ -589,12 +589,16 @@ impl Cluster {
             .is_none_or(|done| Stamp::now().unix_ms - done.unix_ms <= retention.as_millis() as i64)
     }
 
-    /// list: every job, optionally of one collection of a database.
-    pub fn list_imports(
+    /// list: what `row` makes of every job, optionally of one collection of a database.
+    /// `row` runs under the state's lock (it must not take it): a whole job is not cloned
+    /// for the few fields a list shows, which with 40,000 jobs on an end was most of the
+    /// emulator's time in a restore's polls.
+    pub fn list_imports<T>(
         &self,
         db: &str,
         collection: Option<&str>,
-    ) -> Result<Vec<ImportJob>, MilvusError> {
+        row: impl FnMut(&ImportJob) -> T,
+    ) -> Result<Vec<T>, MilvusError> {
         let state = self.lock();
         let collection_id = match collection {
             Some(name) if !name.is_empty() => Some(state.catalog.collection(db, name)?.id),
@@ -603,9 +607,10 @@ impl Cluster {
         Ok(state
             .jobs
             .values()
-            .filter(|e| collection_id.is_none_or(|id| e.job.collection_id == id))
-            .filter(|e| self.retained(&e.job))
-            .map(|e| e.job.clone())
+            .map(|e| &e.job)
+            .filter(|job| collection_id.is_none_or(|id| job.collection_id == id))
+            .filter(|job| self.retained(job))
+            .map(row)
             .collect())
     }
 

@@ -729,10 +729,12 @@ impl MilvusService for MilvusGrpc {
     ) -> Result<Response<ListImportTasksResponse>, tonic::Status> {
         self.serve("ListImportTasks", request, |cluster, req| {
             // Milvus ignores `limit` here (docs/milvus-facts.md §4.4).
-            let jobs = cluster.list_imports(&req.db_name, Some(&req.collection_name))?;
+            let tasks = cluster.list_imports(&req.db_name, Some(&req.collection_name), |j| {
+                import_state_of(cluster, j)
+            })?;
             Ok(ListImportTasksResponse {
                 status: Some(merr::success()),
-                tasks: jobs.iter().map(|j| import_state_of(cluster, j)).collect(),
+                tasks,
             })
         })
         .await

@@ -488,26 +488,26 @@ async fn list(
         let body = Body::parse(&bytes, "OptionalCollectionNameReq")?;
         let db = db_name(&body, &headers)?;
         let collection = body.string("collectionName")?;
-        let jobs = cluster.list_imports(&db, Some(&collection))?;
+        let jobs = cluster.list_imports(&db, Some(&collection), |job| {
+            let mut record = json!({
+                "jobId": job.job_id.to_string(),
+                "collectionName": job.collection_name,
+                "state": job.external_state().name(),
+                "progress": job.progress(cluster.stage_fraction(job)),
+            });
+            if !job.reason.is_empty() {
+                record["reason"] = json!(job.reason);
+            }
+            record
+        })?;
         // Jobs of collections the caller may not import into are left out, not refused.
         let records: Vec<Value> = jobs
-            .iter()
-            .filter(|job| {
+            .into_iter()
+            .filter(|record| {
+                let name = record["collectionName"].as_str().unwrap_or_default();
                 guard
-                    .require(&Required::collection("Import", &db, &job.collection_name))
+                    .require(&Required::collection("Import", &db, name))
                     .is_ok()
-            })
-            .map(|job| {
-                let mut record = json!({
-                    "jobId": job.job_id.to_string(),
-                    "collectionName": job.collection_name,
-                    "state": job.external_state().name(),
-                    "progress": job.progress(cluster.stage_fraction(job)),
-                });
-                if !job.reason.is_empty() {
-                    record["reason"] = json!(job.reason);
-                }
-                record
             })
             .collect();
         Ok(json!({ "records": records }))

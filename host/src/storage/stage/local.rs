@@ -1,7 +1,7 @@
 //! Local stores: listing what is there, blocking work off the runtime, and making what a
 //! stage wrote durable.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{HashMap, HashSet};
 
 use futures::TryStreamExt as _;
 use object_store::path::Path;
@@ -44,31 +44,37 @@ pub(super) async fn list_sizes(
         .map_err(failed)
 }
 
-/// Makes, once each and parents first, the directory of every one of `targets` and every
-/// directory between it and `prefix`'s: the links then go straight into them. (A
-/// `create_dir_all` a file checks every directory again for every file; `cp -al` makes
-/// each once.)
+/// Makes, once each and parents first, the directory of every one of `targets` (paths under
+/// `prefix`) and every directory between it and `prefix`'s: the links then go straight into
+/// them. (A `create_dir_all` a file checks every directory again for every file; `cp -al`
+/// makes each once.) The directories are found and ordered as object paths, strings: a
+/// parent is a prefix of its child's path, so it sorts first. As `PathBuf`s in an ordered
+/// set (compared component by component) they cost a restore of 10,000 collections some
+/// 5 % of its CPU.
 pub(super) async fn make_dirs(
     files: &LocalFiles,
     prefix: &Path,
     targets: impl Iterator<Item = Path>,
 ) -> object_store::Result<()> {
     let root = files.path(prefix)?;
-    let mut dirs = BTreeSet::new();
+    let mut dirs = HashSet::new();
     for target in targets {
-        let path = files.path(&target)?;
-        let mut dir = path.parent();
-        while let Some(d) = dir.filter(|d| d.starts_with(&root) && *d != root) {
-            if !dirs.insert(d.to_owned()) {
+        let relative =
+            (target.as_ref().strip_prefix(prefix.as_ref())).and_then(|rest| rest.strip_prefix('/'));
+        let mut dir = relative.unwrap_or_default();
+        while let Some((parent, _)) = dir.rsplit_once('/') {
+            if !dirs.insert(parent.to_owned()) {
                 break;
             }
-            dir = d.parent();
+            dir = parent;
         }
     }
+    let mut dirs: Vec<String> = dirs.into_iter().collect();
+    dirs.sort_unstable();
     blocking(move || {
         std::fs::create_dir_all(&root)?;
         for dir in dirs {
-            match std::fs::create_dir(&dir) {
+            match std::fs::create_dir(root.join(dir)) {
                 Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
                 _ => {}
             }
