@@ -115,9 +115,10 @@ pub async fn apply(
     // Several collections at once (milvus-backup makes two): each is a dozen round trips,
     // and one at a time, on a target busy importing the first batches, they were the
     // restore's longest chain; at four at once they still were, at 1,000 collections on
-    // milvus-sim (6.3 s of a 14 s restore; 3.4 s at sixteen). `made` still counts the plan's collections in order, which
-    // is how the arrivals wait for them. After a failure no collection is begun, and those
-    // under way finish, so that each one made is recorded with its id for the rollback.
+    // milvus-sim (6.3 s of a 14 s restore; 3.4 s at sixteen). `made` still counts the
+    // plan's collections in order, which is how the arrivals wait for them. After a failure
+    // no collection is begun, and those under way finish, so that each one made is recorded
+    // with its id for the rollback.
     let failed = AtomicBool::new(false);
     let failed = &failed;
     let count = plan.collections.len().min(exists.len());

@@ -596,8 +596,8 @@ impl Cluster {
 
     /// list: what `row` makes of every job, optionally of one collection of a database.
     /// `row` runs under the state's lock (it must not take it): a whole job is not cloned
-    /// for the few fields a list shows, which with 40,000 jobs on an end was most of the
-    /// emulator's time in a restore's polls.
+    /// for the few fields a list shows (with 40,000 jobs on an end, each poll of a whole-end
+    /// list cloned every one, with its files, options, history and manifest).
     pub fn list_imports<T>(
         &self,
         db: &str,
