@@ -160,6 +160,14 @@ fn open_local(spec: &StorageSpec, dir: PathBuf) -> Result<OpenedStore, Error> {
     })
 }
 
+/// Whether a local store takes file `name` for one of its part-written copies (`{name}#N`),
+/// which it neither lists nor lets be read or written: its first `#` is followed by digits
+/// only.
+pub(super) fn part_written(name: &str) -> bool {
+    name.split_once('#')
+        .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Where a local directory store keeps its objects: each is the file at its path under the
 /// store's (canonical) directory.
 #[derive(Debug, Clone)]
@@ -178,10 +186,6 @@ impl LocalFiles {
     /// listings skip (the stage writes its own copies so before renaming them), and an empty
     /// path.
     pub fn path(&self, location: &Path) -> object_store::Result<PathBuf> {
-        let part_written = |name: &str| {
-            name.split_once('#')
-                .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        };
         match location.filename() {
             Some(name) if !part_written(name) => Ok(self.dir.join(location.as_ref())),
             _ => Err(object_store::Error::Generic {

@@ -432,7 +432,9 @@ async fn blocking<T: Send + 'static>(
 
 /// Adds to `paths` every file under `dir`, the local directory of `key`, as a path under
 /// `key`: nothing if `dir` is missing or no directory, as the store lists nothing there.
-/// Names holding a `#` are skipped, as the store skips its part-written copies.
+/// Each name is a key part as it stands, as the store lists it (a file `a%23b` is the
+/// object `a%23b`); a name whose first `#` only digits follow is skipped, as the store skips
+/// it: the form of its part-written copies.
 fn walk_files(dir: &std::path::Path, key: &Path, paths: &mut Vec<Path>) -> std::io::Result<()> {
     let entries = match std::fs::read_dir(dir) {
         Err(e)
@@ -449,10 +451,19 @@ fn walk_files(dir: &std::path::Path, key: &Path, paths: &mut Vec<Path>) -> std::
         let entry = entry?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        let child = key.clone().join(name.as_ref());
+        let part = object_store::path::PathPart::parse(&name).map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: {e}", entry.path().display()),
+            )
+        })?;
+        let child = key.clone().join(part);
         if entry.file_type()?.is_dir() {
             walk_files(&entry.path(), &child, paths)?;
-        } else if !name.contains('#') {
+        } else if !name
+            .split_once('#')
+            .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        {
             paths.push(child);
         }
     }
@@ -812,6 +823,13 @@ mod tests {
         put(&store, "bk/binlogs/delta_log/1/2/3/30/9", delta(&[3, 99])).await;
         // What an interrupted copy leaves: skipped by both listings.
         std::fs::write(root.join(ins).join("100/3#1"), b"partial").expect("write");
+        // Delta logs whose names hold a `#` but are no part-written copies, one kept encoded
+        // on disk (`x%23y`) and one as it stands: read by both.
+        put(&store, "bk/binlogs/delta_log/1/2/3/30/x#y", delta(&[4])).await;
+        let raw = Path::parse("bk/binlogs/delta_log/1/2/3/30/z#w").expect("a path");
+        (store.put(&raw, PutPayload::from(delta(&[5]))))
+            .await
+            .expect("put");
         let local = Source {
             store: &store,
             dir: Some(&root),
@@ -826,9 +844,9 @@ mod tests {
             read(Source::of(&store)).await.expect("reads"),
             read(local).await.expect("reads"),
         );
-        assert_eq!((by_files.rows, by_files.deleted_rows), (12, 1));
+        assert_eq!((by_files.rows, by_files.deleted_rows), (12, 3));
         assert_eq!(by_files.manifest, by_store.manifest);
-        assert_eq!(by_files.manifest.len(), 9);
+        assert_eq!(by_files.manifest.len(), 11);
         let missing = vec![vec!["bk/none/".to_owned()]];
         assert!(matches!(
             read_groups(local, ImportSource::Binlogs, &missing, None).await,

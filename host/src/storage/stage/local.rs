@@ -4,10 +4,10 @@
 use std::collections::{HashMap, HashSet};
 
 use futures::TryStreamExt as _;
-use object_store::path::Path;
+use object_store::path::{Path, PathPart};
 
 use super::super::Error;
-use super::super::open::{LocalFiles, OpenedStore, StoreId};
+use super::super::open::{LocalFiles, OpenedStore, StoreId, part_written};
 use super::files::StoreGroup;
 
 /// Sizes of every object under `prefix`.
@@ -104,8 +104,9 @@ pub(super) async fn stat_sizes(
 }
 
 /// Calls `visit` with the key and directory entry of every file under `dir`, the local
-/// directory of the store's `key`; nothing if `dir` does not exist. Files whose name holds a
-/// `#` are skipped, as the store's own listing skips them: they are part-written copies.
+/// directory of the store's `key`; nothing if `dir` does not exist. Each name is a key part
+/// as it stands, as the store lists it (a file `a%25b` is the object `a%25b`, not `a%b`), and
+/// part-written copies are skipped, as the store's own listing skips them.
 ///
 /// The store's own listing stats and converts every entry it walks, which took seconds for
 /// the tens of thousands of binlogs of a large backup; this reads directory entries and
@@ -128,10 +129,16 @@ pub(super) fn walk_files(
                 format!("{} is not UTF-8", entry.path().display()),
             ));
         };
-        let child = key.clone().join(name);
+        let part = PathPart::parse(name).map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: {e}", entry.path().display()),
+            )
+        })?;
+        let child = key.clone().join(part);
         if entry.file_type()?.is_dir() {
             walk_files(&entry.path(), &child, visit)?;
-        } else if !name.contains('#') {
+        } else if !part_written(name) {
             visit(child, &entry)?;
         }
     }

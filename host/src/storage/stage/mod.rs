@@ -718,6 +718,34 @@ mod tests {
         files
     }
 
+    /// A local store's listing, walked by the stage itself, names each object as the store's
+    /// own listing does: a name that holds `%` or `#` as it stands, part-written copies left
+    /// out.
+    #[tokio::test]
+    async fn a_local_listing_names_objects_as_the_store_does() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = local(dir.path());
+        for (path, bytes) in [
+            (Path::from("odd/per%cent"), 1),
+            (Path::from("odd/hash#tag"), 2),
+            (Path::parse("odd/raw#tag/x#1y").expect("a path"), 3),
+            (Path::from("odd/1/2"), 4),
+        ] {
+            let payload = PutPayload::from(vec![0; bytes]);
+            store.store.put(&path, payload).await.expect("put");
+        }
+        std::fs::write(dir.path().join("odd/1/2#1"), b"partial").expect("write");
+        let prefix = Path::from("odd");
+        let walked = list_sizes(&store, &prefix, "target").await.expect("listed");
+        let listed: std::collections::HashMap<Path, u64> = (store.store.list(Some(&prefix)))
+            .map_ok(|meta| (meta.location, meta.size))
+            .try_collect()
+            .await
+            .expect("listed");
+        assert_eq!(walked, listed);
+        assert_eq!(walked.len(), 4, "{walked:?}");
+    }
+
     #[tokio::test]
     async fn streams_large_files_into_a_remote_store_in_parts() {
         let dir = tempfile::tempdir().expect("tempdir");
