@@ -11,6 +11,14 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// jemalloc, not the C library's malloc: a restore's largest allocations (the backup's meta
+/// tree, its plan) are made early and freed, and glibc's per-thread arenas kept what was
+/// freed and mixed it with what the rest of the restore allocated. At 10,000 collections
+/// (one run each, on tmpfs) the same build peaked at 435 MB resident on glibc and 326 MB on
+/// jemalloc, with the same heap (a 252 MB peak).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     cli::init_logging(args.log_format);
