@@ -216,7 +216,10 @@ pub async fn count(
             fold::apply(collection, folded, &mut ids, &mut plan.files_to_stage);
         }
     }
-    plan.files_to_stage.sort_by(|a, b| a.path.cmp(&b.path));
+    // Unstable: the paths are unique, and a stable sort holds a copy of half the list (9 MB
+    // at 10,000 collections, at preflight's peak).
+    plan.files_to_stage
+        .sort_unstable_by(|a, b| a.path.cmp(&b.path));
     plan.totals.batches = plan.collections.iter().map(|c| c.batches.len()).sum();
     plan.totals.bytes_to_stage = plan.files_to_stage.iter().map(|f| f.size).sum();
     found
