@@ -362,8 +362,9 @@ impl<T> Default for LevelInfos<T> {
 
 /// A list of the meta read to its length. serde grows a list by doubling as it reads it, and
 /// a backup's tree is mostly short lists (a segment's fields, each field's one binlog, a
-/// partition's one segment) that would keep three empty places for every one used: at
-/// 10,000 collections a third of the tree, the largest part of preflight's peak.
+/// partition's one segment): a list of one kept room for four, one of five room for eight.
+/// At 10,000 collections that slack was over a third of the tree, the largest part of
+/// preflight's peak.
 fn exact<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
