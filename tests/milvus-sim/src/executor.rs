@@ -15,7 +15,7 @@ use crate::cluster::{Cluster, IMPORT_TIMEOUT};
 use crate::faults::Drift;
 use crate::import_reader::{self, ReadError, ReadOutcome};
 use crate::jobs::JobState;
-use crate::options::{CommitMode, ImportSource};
+use crate::options::CommitMode;
 use crate::version::ImportFace;
 
 /// What a stage ended with.
@@ -186,9 +186,10 @@ async fn read_files(cluster: &Cluster, job_id: i64) -> Result<ReadOutcome, Strin
         job.parsed_options.source,
         &job.files,
         schema.as_ref(),
+        Some(&cluster.kept_dir(job_id)),
     )
     .await;
-    let mut read = match read {
+    let read = match read {
         // Milvus 2.3's binlog parser lists an insert prefix that holds nothing
         // (`logsCount=0`) and completes the import with 0 rows, no error.
         Err(ReadError::EmptyPrefix { .. }) if cluster.import_face() == ImportFace::V1Only => {
@@ -196,11 +197,5 @@ async fn read_files(cluster: &Cluster, job_id: i64) -> Result<ReadOutcome, Strin
         }
         read => read.map_err(|e| e.to_string())?,
     };
-    if job.parsed_options.source == ImportSource::Binlogs {
-        let dir = cluster.kept_dir(job_id);
-        read.data.kept = import_reader::keep_groups(store.source(), &job.files, &dir)
-            .await
-            .map_err(|e| e.to_string())?;
-    }
     Ok(read)
 }

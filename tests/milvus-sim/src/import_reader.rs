@@ -144,15 +144,12 @@ async fn list(from: Source<'_>, prefix: &str) -> Result<Vec<Path>, ReadError> {
         path: prefix.to_owned(),
         source,
     };
-    let mut paths: Vec<Path> = match from.dir {
+    let paths: Vec<Path> = match from.dir {
         Some(dir) => {
             let dir = dir.join(prefix_path.as_ref());
-            blocking(move || {
-                let mut paths = Vec::new();
-                walk_files(&dir, &prefix_path, &mut paths).map(|()| paths)
-            })
-            .await
-            .map_err(failed)?
+            blocking(move || walk(&dir, &prefix_path))
+                .await
+                .map_err(failed)?
         }
         None => from
             .store
@@ -162,6 +159,58 @@ async fn list(from: Source<'_>, prefix: &str) -> Result<Vec<Path>, ReadError> {
             .await
             .map_err(failed)?,
     };
+    sorted_found(paths, prefix)
+}
+
+/// The objects under `prefix`, sorted by path, each with its bytes. In a local directory one
+/// blocking call walks and reads them all: through the store, each object's `get` hands off
+/// to a blocking thread twice, and with three ends importing 40,000 segments each those
+/// hand-offs, not the reading, were most of the emulator's time. A segment's objects are
+/// held at once, which bounds the memory by the largest segment, as Milvus's reader is.
+async fn read_objects(
+    from: Source<'_>,
+    prefix: &str,
+) -> Result<Vec<(Path, bytes::Bytes)>, ReadError> {
+    let Some(root) = from.dir else {
+        let mut objects = Vec::new();
+        for path in list(from, prefix).await? {
+            let bytes = get(from.store, &path).await?;
+            objects.push((path, bytes));
+        }
+        return Ok(objects);
+    };
+    let prefix_path = object_path(prefix)?;
+    let (root, owned) = (root.to_path_buf(), prefix.to_owned());
+    let read = tokio::task::spawn_blocking(move || -> Result<_, ReadError> {
+        let failed = |path: &Path, e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::NotFound => ReadError::ObjectNotFound {
+                path: path.to_string(),
+            },
+            _ => ReadError::Storage {
+                path: path.to_string(),
+                source: io_error(e),
+            },
+        };
+        let paths = walk(&root.join(prefix_path.as_ref()), &prefix_path)
+            .map_err(|e| failed(&prefix_path, e))?;
+        sorted_found(paths, &owned)?
+            .into_iter()
+            .map(|path| match std::fs::read(root.join(path.as_ref())) {
+                Ok(bytes) => Ok((path, bytes.into())),
+                Err(e) => Err(failed(&path, e)),
+            })
+            .collect()
+    });
+    read.await.unwrap_or_else(|e| {
+        Err(ReadError::Storage {
+            path: prefix.to_owned(),
+            source: io_error(std::io::Error::other(e)),
+        })
+    })
+}
+
+/// `paths` sorted; an empty prefix is an error, as Milvus's reader makes it.
+fn sorted_found(mut paths: Vec<Path>, prefix: &str) -> Result<Vec<Path>, ReadError> {
     if paths.is_empty() {
         return Err(ReadError::EmptyPrefix {
             prefix: prefix.to_owned(),
@@ -260,31 +309,38 @@ fn manifest_entry(path: &Path, bytes: &[u8]) -> ManifestEntry {
 }
 
 /// Reads every group of a job into the collection of `schema` (every field of which must have
-/// binlogs, of its data type).
+/// binlogs, of its data type). A binlog import's groups are then kept under `keep` (see
+/// [`keep_groups`]), from what was read rather than listed again.
 pub async fn read_groups(
     from: Source<'_>,
     source: ImportSource,
     groups: &[Vec<String>],
     schema: Option<&CollectionSchema>,
+    keep: Option<&str>,
 ) -> Result<ReadOutcome, ReadError> {
     let mut outcome = ReadOutcome::default();
+    let mut inserted = Vec::with_capacity(groups.len());
     for (index, group) in groups.iter().enumerate() {
         if group.is_empty() {
             return Err(ReadError::EmptyGroup { index });
         }
         let result = match source {
             ImportSource::Binlogs => {
-                read_binlog_group(
+                let (result, objects) = read_binlog_group(
                     from,
                     (index, &group[0]),
                     group.get(1).map(String::as_str),
                     schema,
                     &mut outcome,
                 )
-                .await?
+                .await?;
+                inserted.push(objects);
+                result
             }
             ImportSource::L0Deltas => {
-                read_binlog_group(from, (index, ""), Some(&group[0]), None, &mut outcome).await?
+                read_binlog_group(from, (index, ""), Some(&group[0]), None, &mut outcome)
+                    .await?
+                    .0
             }
             ImportSource::RowFiles => {
                 outcome.data.keys = None;
@@ -298,40 +354,44 @@ pub async fn read_groups(
             ..result
         });
     }
+    if let Some(dir) = keep.filter(|_| source == ImportSource::Binlogs) {
+        outcome.data.kept = keep_groups(from, groups, &inserted, dir).await?;
+    }
     Ok(outcome)
 }
 
 /// One binlog group: its rows (the keys of those its own deletes leave go into `outcome`'s
-/// data), or for an L0 group (no insert prefix) its deletes.
+/// data), or for an L0 group (no insert prefix) its deletes; and the insert logs it read.
 async fn read_binlog_group(
     from: Source<'_>,
     (group, insert_prefix): (usize, &str),
     delta_prefix: Option<&str>,
     schema: Option<&CollectionSchema>,
     outcome: &mut ReadOutcome,
-) -> Result<GroupResult, ReadError> {
+) -> Result<(GroupResult, Vec<Path>), ReadError> {
     let manifest = &mut outcome.manifest;
     let mut result = GroupResult::default();
     // The primary keys of the segment's rows (None without a schema or an insert prefix),
     // and their timestamps, row for row.
     let (mut pks, mut timestamps): (Option<Vec<binlog::Pk>>, Vec<i64>) = (None, Vec::new());
+    let mut inserted = Vec::new();
     if !insert_prefix.is_empty() {
-        let logs_by_field = logs_by_field(from, insert_prefix).await?;
+        let logs_by_field = by_field(read_objects(from, insert_prefix).await?, |(path, _)| path)?;
         verify_fields(schema, &logs_by_field, insert_prefix)?;
         let mut rows_by_field: BTreeMap<i64, i64> = BTreeMap::new();
-        for (field_id, paths) in &logs_by_field {
-            let field = schema.and_then(|s| s.fields.iter().find(|f| f.field_id == *field_id));
-            for path in paths {
-                let bytes = get(from.store, path).await?;
-                let log = read_insert(path, &bytes, *field_id, field)?;
-                *rows_by_field.entry(*field_id).or_default() += log.rows;
+        for (field_id, objects) in logs_by_field {
+            let field = schema.and_then(|s| s.fields.iter().find(|f| f.field_id == field_id));
+            for (path, bytes) in objects {
+                let log = read_insert(&path, &bytes, field_id, field)?;
+                *rows_by_field.entry(field_id).or_default() += log.rows;
                 match log.keys {
                     Keys::Pks(values) => pks.get_or_insert_default().extend(values),
                     Keys::Timestamps(values) => timestamps.extend(values),
                     Keys::None => {}
                 }
                 result.size += bytes.len() as u64;
-                manifest.push(manifest_entry(path, &bytes));
+                manifest.push(manifest_entry(&path, &bytes));
+                inserted.push(path);
             }
         }
         // Milvus reads a segment as rows of every field at once; fields of different
@@ -351,8 +411,7 @@ async fn read_binlog_group(
     // empty delta path rather than listing its whole bucket.
     let mut deletes = Vec::new();
     if let Some(prefix) = delta_prefix.filter(|p| !p.is_empty()) {
-        for path in list(from, prefix).await? {
-            let bytes = get(from.store, &path).await?;
+        for (path, bytes) in read_objects(from, prefix).await? {
             deletes.extend(read_deletes(&path, &bytes)?);
             result.size += bytes.len() as u64;
             manifest.push(manifest_entry(&path, &bytes));
@@ -392,17 +451,16 @@ async fn read_binlog_group(
             count
         }
     };
-    Ok(result)
+    Ok((result, inserted))
 }
 
-/// The insert logs under `insert_prefix`, by the field whose directory holds them, each
-/// field's in path order (the order its rows are numbered in).
-async fn logs_by_field(
-    from: Source<'_>,
-    insert_prefix: &str,
-) -> Result<BTreeMap<i64, Vec<Path>>, ReadError> {
-    let mut logs: BTreeMap<i64, Vec<Path>> = BTreeMap::new();
-    for path in list(from, insert_prefix).await? {
+/// Insert logs (sorted, each a path or a path and its bytes) by the field whose directory
+/// holds them, each field's in path order (the order its rows are
+/// numbered in).
+fn by_field<T>(logs: Vec<T>, path_of: fn(&T) -> &Path) -> Result<BTreeMap<i64, Vec<T>>, ReadError> {
+    let mut by_field: BTreeMap<i64, Vec<T>> = BTreeMap::new();
+    for log in logs {
+        let path = path_of(&log);
         let parts: Vec<_> = path.parts().collect();
         let field_id = parts
             .len()
@@ -412,9 +470,9 @@ async fn logs_by_field(
                 path: path.to_string(),
                 detail: "the second-to-last path component is not a field id".into(),
             })?;
-        logs.entry(field_id).or_default().push(path);
+        by_field.entry(field_id).or_default().push(log);
     }
-    Ok(logs)
+    Ok(by_field)
 }
 
 /// Runs file-system calls on tokio's blocking threads; an I/O error as the store reports one.
@@ -424,10 +482,22 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-        .map_err(|source| object_store::Error::Generic {
-            store: "LocalFileSystem",
-            source: source.into(),
-        })
+        .map_err(io_error)
+}
+
+/// A file-system error as the local store reports one.
+fn io_error(source: std::io::Error) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "LocalFileSystem",
+        source: source.into(),
+    }
+}
+
+/// Every file under `dir`, the local directory of `key`, as a path under `key` (see
+/// [`walk_files`]).
+fn walk(dir: &std::path::Path, key: &Path) -> std::io::Result<Vec<Path>> {
+    let mut paths = Vec::new();
+    walk_files(dir, key, &mut paths).map(|()| paths)
 }
 
 /// Adds to `paths` every file under `dir`, the local directory of `key`, as a path under
@@ -470,24 +540,26 @@ fn walk_files(dir: &std::path::Path, key: &Path, paths: &mut Vec<Path>) -> std::
     Ok(())
 }
 
-/// Copies each group's insert logs (the first path of each) under `dir/{group}/`, as Milvus
-/// writes what it imported into segments of its own: a query reads its rows from there once
-/// the files it imported from are gone. Returns each group's copy, a prefix. In a local
-/// directory the copies are hard links, made with their directories in one pass.
-pub async fn keep_groups(
+/// Copies each group's insert logs (`inserted`: what was read under the group's insert prefix,
+/// its first path, or nothing) under `dir/{group}/`, as Milvus writes what it imported into segments of its own: a query
+/// reads its rows from there once the files it imported from are gone. Returns each group's
+/// copy, a prefix ("" for a group without insert logs). In a local directory the copies are
+/// hard links, made with their directories in one pass.
+async fn keep_groups(
     from: Source<'_>,
     groups: &[Vec<String>],
+    inserted: &[Vec<Path>],
     dir: &str,
 ) -> Result<Vec<String>, ReadError> {
-    let mut kept = Vec::with_capacity(groups.len());
-    for (index, group) in groups.iter().enumerate() {
-        let Some(prefix) = group.first().filter(|p| !p.is_empty()) else {
+    let mut kept = Vec::with_capacity(inserted.len());
+    for (index, (group, objects)) in groups.iter().zip(inserted).enumerate() {
+        let Some(prefix) = group.first().filter(|_| !objects.is_empty()) else {
             kept.push(String::new());
             continue;
         };
         let to = format!("{dir}/{index}/");
         let under = object_path(prefix)?.to_string();
-        let copies: Vec<(Path, Path)> = (list(from, prefix).await?.into_iter())
+        let copies: Vec<(&Path, Path)> = (objects.iter())
             .map(|path| {
                 let rest = path.as_ref().strip_prefix(&under).unwrap_or(path.as_ref());
                 let target = Path::from(format!("{to}{}", rest.trim_start_matches('/')));
@@ -547,7 +619,7 @@ pub async fn read_values(
     fields: &[i64],
     rows: &[usize],
 ) -> Result<BTreeMap<i64, Vec<Value>>, ReadError> {
-    let logs = logs_by_field(from, insert_prefix).await?;
+    let logs = by_field(list(from, insert_prefix).await?, |path| path)?;
     let mut out = BTreeMap::new();
     for field in fields {
         let mut values = Vec::with_capacity(rows.len());
@@ -583,9 +655,9 @@ pub(crate) const TIMESTAMP_FIELD: i64 = 1;
 /// Timestamp have binlogs, so does every field of the collection's schema, and every field
 /// has as many as RowID. A segment with an object missing fails here rather than importing
 /// the rest.
-fn verify_fields(
+fn verify_fields<T>(
     schema: Option<&CollectionSchema>,
-    logs_by_field: &BTreeMap<i64, Vec<Path>>,
+    logs_by_field: &BTreeMap<i64, Vec<T>>,
     prefix: &str,
 ) -> Result<(), ReadError> {
     let missing = |field: String| ReadError::NoFieldBinlog {
@@ -790,6 +862,7 @@ mod tests {
             ImportSource::Binlogs,
             &groups,
             Some(&schema),
+            None,
         )
         .await
         .expect("reads");
@@ -799,13 +872,19 @@ mod tests {
         );
         assert_eq!(out.manifest[0].crc32c, crc32c::crc32c(&insert(0, 7)));
         // Without a known schema the keys are not known: every delete counts.
-        let out = read_groups(Source::of(&store), ImportSource::Binlogs, &groups, None)
-            .await
-            .expect("reads");
+        let out = read_groups(
+            Source::of(&store),
+            ImportSource::Binlogs,
+            &groups,
+            None,
+            None,
+        )
+        .await
+        .expect("reads");
         assert_eq!((out.rows, out.deleted_rows), (12, 5));
         // An L0 import counts its deletes.
         let l0 = vec![vec!["bk/binlogs/delta_log/1/2/3/30/".into()]];
-        let out = read_groups(Source::of(&store), ImportSource::L0Deltas, &l0, None)
+        let out = read_groups(Source::of(&store), ImportSource::L0Deltas, &l0, None, None)
             .await
             .expect("reads");
         assert_eq!((out.rows, out.deleted_rows), (0, 5));
@@ -839,29 +918,30 @@ mod tests {
             "bk/binlogs/delta_log/1/2/3/".into(),
         ]];
         let schema = id_and_vector();
-        let read = |from| read_groups(from, ImportSource::Binlogs, &groups, Some(&schema));
+        let read =
+            |from, keep| read_groups(from, ImportSource::Binlogs, &groups, Some(&schema), keep);
         let (by_store, by_files) = (
-            read(Source::of(&store)).await.expect("reads"),
-            read(local).await.expect("reads"),
+            read(Source::of(&store), Some("kept/8"))
+                .await
+                .expect("reads"),
+            read(local, Some("kept/7")).await.expect("reads"),
         );
         assert_eq!((by_files.rows, by_files.deleted_rows), (12, 3));
         assert_eq!(by_files.manifest, by_store.manifest);
         assert_eq!(by_files.manifest.len(), 11);
         let missing = vec![vec!["bk/none/".to_owned()]];
         assert!(matches!(
-            read_groups(local, ImportSource::Binlogs, &missing, None).await,
+            read_groups(local, ImportSource::Binlogs, &missing, None, None).await,
             Err(ReadError::EmptyPrefix { .. })
         ));
 
-        let kept = keep_groups(local, &groups, "kept/7").await.expect("kept");
-        assert_eq!(kept, ["kept/7/0/"]);
-        // A job kept again (a restarted driver) replaces its links.
-        keep_groups(local, &groups, "kept/7")
-            .await
-            .expect("kept again");
-        let through_store = keep_groups(Source::of(&store), &groups, "kept/8")
-            .await
-            .expect("kept");
+        let (kept, through_store) = (by_files.data.kept, by_store.data.kept);
+        assert_eq!(
+            (&kept[..], &through_store[..]),
+            (&["kept/7/0/".to_owned()][..], &["kept/8/0/".to_owned()][..])
+        );
+        // A job read again (a restarted driver) replaces its links.
+        read(local, Some("kept/7")).await.expect("read again");
         std::fs::remove_dir_all(root.join("bk")).expect("the imported files go");
         for (from, prefix) in [(local, &kept[0]), (Source::of(&store), &through_store[0])] {
             let values = read_values(from, prefix, &[100], &[0, 11])
@@ -879,6 +959,7 @@ mod tests {
                 ImportSource::Binlogs,
                 &[vec!["seg/".into()]],
                 Some(&id_and_vector()),
+                None,
             )
             .await
             .expect_err("an incomplete segment")
@@ -919,6 +1000,7 @@ mod tests {
             Source::of(&store),
             ImportSource::Binlogs,
             &[vec!["nope/".into()]],
+            None,
             None,
         )
         .await
@@ -981,6 +1063,7 @@ mod tests {
                 ImportSource::Binlogs,
                 &[vec![prefix.into()]],
                 Some(&id_and_vector()),
+                None,
             )
             .await
             .expect_err(prefix);
@@ -1000,6 +1083,7 @@ mod tests {
             ImportSource::Binlogs,
             &[vec!["rows".into()]],
             Some(&id_and_vector()),
+            None,
         )
         .await
         .expect_err("unaligned");
@@ -1011,6 +1095,7 @@ mod tests {
             Source::of(&store),
             ImportSource::RowFiles,
             &[vec!["a.json".into()]],
+            None,
             None,
         )
         .await
@@ -1024,6 +1109,7 @@ mod tests {
             ImportSource::RowFiles,
             &[vec!["a.txt".into()]],
             None,
+            None,
         )
         .await
         .expect_err("text");
@@ -1033,6 +1119,7 @@ mod tests {
             Source::of(&store),
             ImportSource::RowFiles,
             &[vec!["a.parquet".into()]],
+            None,
             None,
         )
         .await
@@ -1069,9 +1156,15 @@ mod tests {
             vec!["r/c.csv".into()],
             vec!["r/d.parquet".into()],
         ];
-        let out = read_groups(Source::of(&store), ImportSource::RowFiles, &groups, None)
-            .await
-            .expect("reads");
+        let out = read_groups(
+            Source::of(&store),
+            ImportSource::RowFiles,
+            &groups,
+            None,
+            None,
+        )
+        .await
+        .expect("reads");
         assert_eq!(
             out.groups.iter().map(|g| g.rows).collect::<Vec<_>>(),
             [2, 1, 2, 4]
