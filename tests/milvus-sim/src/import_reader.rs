@@ -461,18 +461,20 @@ fn by_field<T>(logs: Vec<T>, path_of: fn(&T) -> &Path) -> Result<BTreeMap<i64, V
     let mut by_field: BTreeMap<i64, Vec<T>> = BTreeMap::new();
     for log in logs {
         let path = path_of(&log);
-        let parts: Vec<_> = path.parts().collect();
-        let field_id = parts
-            .len()
-            .checked_sub(2)
-            .and_then(|i| parts[i].as_ref().parse::<i64>().ok())
-            .ok_or_else(|| ReadError::BadBinlog {
-                path: path.to_string(),
-                detail: "the second-to-last path component is not a field id".into(),
-            })?;
+        let field_id = field_dir(path).ok_or_else(|| ReadError::BadBinlog {
+            path: path.to_string(),
+            detail: "the second-to-last path component is not a field id".into(),
+        })?;
         by_field.entry(field_id).or_default().push(log);
     }
     Ok(by_field)
+}
+
+/// The field whose directory holds an insert log: its path's second-to-last component.
+fn field_dir(path: &Path) -> Option<i64> {
+    let parts: Vec<_> = path.parts().collect();
+    let dir = parts.len().checked_sub(2)?;
+    parts[dir].as_ref().parse().ok()
 }
 
 /// Runs file-system calls on tokio's blocking threads; an I/O error as the store reports one.
@@ -541,10 +543,13 @@ fn walk_files(dir: &std::path::Path, key: &Path, paths: &mut Vec<Path>) -> std::
 }
 
 /// Copies each group's insert logs (`inserted`: what was read under the group's insert prefix,
-/// its first path, or nothing) under `dir/{group}/`, as Milvus writes what it imported into segments of its own: a query
-/// reads its rows from there once the files it imported from are gone. Returns each group's
-/// copy, a prefix ("" for a group without insert logs). In a local directory the copies are
-/// hard links, made with their directories in one pass.
+/// its first path, or nothing) into `dir/`, as Milvus writes what it imported into segments of
+/// its own: a query reads its rows from there once the files it imported from are gone. A copy
+/// is named `{group}.{field}.{path under the insert prefix, '/' as '.'}`, all of a job's in one
+/// directory: making a directory a field for each of 120,000 jobs was most of the emulator's
+/// kernel time at 10,000 collections. Returns each group's copies as the name prefix
+/// `dir/{group}.` ("" for a group without insert logs), which [`read_values`] reads. In a local
+/// directory the copies are hard links.
 async fn keep_groups(
     from: Source<'_>,
     groups: &[Vec<String>],
@@ -557,13 +562,15 @@ async fn keep_groups(
             kept.push(String::new());
             continue;
         };
-        let to = format!("{dir}/{index}/");
+        let to = format!("{dir}/{index}.");
         let under = object_path(prefix)?.to_string();
         let copies: Vec<(&Path, Path)> = (objects.iter())
             .map(|path| {
                 let rest = path.as_ref().strip_prefix(&under).unwrap_or(path.as_ref());
-                let target = Path::from(format!("{to}{}", rest.trim_start_matches('/')));
-                (path, target)
+                // Read by field, as it was: `by_field` saw this path's field directory.
+                let field = field_dir(path).unwrap_or_default();
+                let name = rest.trim_start_matches('/').replace('/', ".");
+                (path, Path::from(format!("{to}{field}.{name}")))
             })
             .collect();
         let failed = |source| ReadError::Storage {
@@ -588,8 +595,8 @@ async fn keep_groups(
     Ok(kept)
 }
 
-/// Links each `(from, to)`, making each directory `to` needs once (the pairs come in path
-/// order, so one directory's files come together), and replacing a file already at `to`.
+/// Links each `(from, to)`, making each directory `to` needs once (the pairs of one directory
+/// come together), and replacing a file already at `to`.
 fn link_all(links: &[(std::path::PathBuf, std::path::PathBuf)]) -> std::io::Result<()> {
     let mut made: Option<&std::path::Path> = None;
     for (from, to) in links {
@@ -612,14 +619,25 @@ fn link_all(links: &[(std::path::PathBuf, std::path::PathBuf)]) -> std::io::Resu
 }
 
 /// The values of rows `rows` (sorted row numbers of the group) of each field of `fields` in
-/// the insert logs under `insert_prefix`: what a query that returns fields reads.
+/// the insert logs a group's import kept (`kept`, as [`keep_groups`] names them): what a
+/// query that returns fields reads.
 pub async fn read_values(
     from: Source<'_>,
-    insert_prefix: &str,
+    kept: &str,
     fields: &[i64],
     rows: &[usize],
 ) -> Result<BTreeMap<i64, Vec<Value>>, ReadError> {
-    let logs = by_field(list(from, insert_prefix).await?, |path| path)?;
+    let (dir, group) = kept.rsplit_once('/').unwrap_or(("", kept));
+    let mut logs: BTreeMap<i64, Vec<Path>> = BTreeMap::new();
+    for path in list(from, &format!("{dir}/")).await? {
+        let field = (path.filename())
+            .and_then(|name| name.strip_prefix(group))
+            .and_then(|rest| rest.split_once('.'))
+            .and_then(|(field, _)| field.parse().ok());
+        if let Some(field) = field {
+            logs.entry(field).or_default().push(path);
+        }
+    }
     let mut out = BTreeMap::new();
     for field in fields {
         let mut values = Vec::with_capacity(rows.len());
@@ -637,7 +655,7 @@ pub async fn read_values(
         }
         if values.len() != rows.len() {
             return Err(ReadError::BadBinlog {
-                path: format!("{insert_prefix}{field}"),
+                path: format!("{kept}{field}"),
                 detail: format!("{} of {} rows asked for read", values.len(), rows.len()),
             });
         }
@@ -938,8 +956,24 @@ mod tests {
         let (kept, through_store) = (by_files.data.kept, by_store.data.kept);
         assert_eq!(
             (&kept[..], &through_store[..]),
-            (&["kept/7/0/".to_owned()][..], &["kept/8/0/".to_owned()][..])
+            (&["kept/7/0.".to_owned()][..], &["kept/8/0.".to_owned()][..])
         );
+        // One directory a job, its copies named by group and field.
+        let names: Vec<String> = (std::fs::read_dir(root.join("kept/7")).expect("kept"))
+            .map(|e| {
+                e.expect("an entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        assert_eq!(names.len(), 8, "{names:?}");
+        assert!(
+            names
+                .iter()
+                .all(|n| n.starts_with("0.") && root.join("kept/7").join(n).is_file())
+        );
+        assert!(names.contains(&"0.100.100.1".to_owned()), "{names:?}");
         // A job read again (a restarted driver) replaces its links.
         read(local, Some("kept/7")).await.expect("read again");
         std::fs::remove_dir_all(root.join("bk")).expect("the imported files go");
