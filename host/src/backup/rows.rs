@@ -359,31 +359,42 @@ pub(super) async fn group_rows(
     prefix: &str,
     pk_field: i64,
 ) -> Result<Vec<(Pk, u64)>, Unreadable> {
-    let mut pks = Vec::new();
-    let mut timestamps = Vec::new();
+    let mut keyed = Vec::new();
     for (path, _) in backup.binlogs.under(prefix) {
         let field = field_dir(path).ok_or_else(|| Unreadable {
             path: path.to_owned(),
             reason: "the second-to-last path component is not a field id".into(),
         })?;
-        let bad = |reason: String| Unreadable {
-            path: path.to_owned(),
-            reason,
-        };
         if kind == StorageKind::Binlog && field != pk_field && field != TIMESTAMP_FIELD {
             continue;
         }
-        let bytes = get(store, backup, path).await?;
-        // Decoding is most of a count's CPU, and the batches in flight would otherwise all
-        // decode on the one thread the count runs on: on a blocking thread they use every
-        // core (at 10,000 collections preflight ran on one of two).
-        let read = tokio::task::spawn_blocking(move || key_columns(kind, field, pk_field, &bytes))
-            .await
-            .unwrap_or_else(|e| Err(e.to_string()))
-            .map_err(bad)?;
-        pks.extend(read.pks);
-        timestamps.extend(read.timestamps.into_iter().map(|t| t as u64));
+        keyed.push((path, field));
     }
+    let files = futures::future::try_join_all(keyed.into_iter().map(|(path, field)| async move {
+        Ok::<_, Unreadable>((path.to_owned(), field, get(store, backup, path).await?))
+    }))
+    .await?;
+    // Decoding is most of a count's CPU, and the batches in flight would otherwise all
+    // decode on the one thread the count runs on: on a blocking thread they use every core
+    // (at 10,000 collections preflight ran on one of two). A group's files go in one hand-off.
+    let decode = move || {
+        let (mut pks, mut timestamps) = (Vec::new(), Vec::new());
+        for (path, field, bytes) in files {
+            let read = key_columns(kind, field, pk_field, &bytes)
+                .map_err(|reason| Unreadable { path, reason })?;
+            pks.extend(read.pks);
+            timestamps.extend(read.timestamps.into_iter().map(|t| t as u64));
+        }
+        Ok((pks, timestamps))
+    };
+    let (pks, timestamps): (Vec<Pk>, Vec<u64>) = tokio::task::spawn_blocking(decode)
+        .await
+        .unwrap_or_else(|e| {
+            Err(Unreadable {
+                path: prefix.to_owned(),
+                reason: format!("its decoding stopped: {e}"),
+            })
+        })?;
     if pks.len() != timestamps.len() {
         return Err(Unreadable {
             path: prefix.to_owned(),
