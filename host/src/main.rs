@@ -23,7 +23,8 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// `_RJEM_MALLOC_CONF` still comes after and wins). Two arenas rather than four a core: the
 /// count decodes on tokio's blocking threads, which jemalloc spreads over its arenas, and
 /// what each arena freed stayed resident in it. At 10,000 collections the peak was 291 to 300 MB
-/// over five runs with eight arenas, 281 to 291 MB over three with two, at the same speed.
+/// over five runs with eight arenas (293.6 on average), 281 to 294 MB over six with two
+/// (288.5), at the same speed.
 #[unsafe(export_name = "_rjem_malloc_conf")]
 static MALLOC_CONF: &[u8; 10] = b"narenas:2\0";
 
