@@ -162,7 +162,8 @@ impl BackupFiles {
     /// from where it is: a snapshot bundle's file for a bundle. A file still listed with its
     /// size is read as that many bytes, in one request: a local store's `get` hands off to a
     /// blocking thread twice (to open, then to read), its `get_ranges` once, and the count
-    /// reads two files of every segment. A file shorter than listed fails to read.
+    /// reads two files of every segment. A file shorter than listed fails to read; one that
+    /// grew since it was listed reads as its listed bytes.
     pub async fn binlog_bytes(
         &self,
         store: &dyn ObjectStore,

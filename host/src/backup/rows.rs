@@ -370,31 +370,43 @@ pub(super) async fn group_rows(
         }
         keyed.push((path, field));
     }
-    let files = futures::future::try_join_all(keyed.into_iter().map(|(path, field)| async move {
-        Ok::<_, Unreadable>((path.to_owned(), field, get(store, backup, path).await?))
-    }))
-    .await?;
-    // Decoding is most of a count's CPU, and the batches in flight would otherwise all
-    // decode on the one thread the count runs on: on a blocking thread they use every core
-    // (at 10,000 collections preflight ran on one of two). A group's files go in one hand-off.
-    let decode = move || {
-        let (mut pks, mut timestamps) = (Vec::new(), Vec::new());
-        for (path, field, bytes) in files {
-            let read = key_columns(kind, field, pk_field, &bytes)
-                .map_err(|reason| Unreadable { path, reason })?;
+    // A binlog segment's key files are read and decoded together, in one hand-off to a
+    // blocking thread. A column group's files hold every column, vectors too: one at a time,
+    // so that what is held is one file, not the segment.
+    let together = match kind {
+        StorageKind::Binlog => keyed.len().max(1),
+        StorageKind::ColumnGroup => 1,
+    };
+    let (mut pks, mut timestamps) = (Vec::new(), Vec::new());
+    for part in keyed.chunks(together) {
+        let read = part.iter().map(|&(path, field)| async move {
+            Ok::<_, Unreadable>((path.to_owned(), field, get(store, backup, path).await?))
+        });
+        let files = futures::future::try_join_all(read).await?;
+        // Decoding is most of a count's CPU, and the batches in flight would otherwise all
+        // decode on the one thread the count runs on: on a blocking thread they use every
+        // core (at 10,000 collections preflight ran on one of two).
+        let decode = move || {
+            (files.into_iter())
+                .map(|(path, field, bytes)| {
+                    key_columns(kind, field, pk_field, &bytes)
+                        .map_err(|reason| Unreadable { path, reason })
+                })
+                .collect::<Result<Vec<KeyColumns>, Unreadable>>()
+        };
+        let decoded = tokio::task::spawn_blocking(decode)
+            .await
+            .unwrap_or_else(|e| {
+                Err(Unreadable {
+                    path: prefix.to_owned(),
+                    reason: format!("its decoding stopped: {e}"),
+                })
+            })?;
+        for read in decoded {
             pks.extend(read.pks);
             timestamps.extend(read.timestamps.into_iter().map(|t| t as u64));
         }
-        Ok((pks, timestamps))
-    };
-    let (pks, timestamps): (Vec<Pk>, Vec<u64>) = tokio::task::spawn_blocking(decode)
-        .await
-        .unwrap_or_else(|e| {
-            Err(Unreadable {
-                path: prefix.to_owned(),
-                reason: format!("its decoding stopped: {e}"),
-            })
-        })?;
+    }
     if pks.len() != timestamps.len() {
         return Err(Unreadable {
             path: prefix.to_owned(),
