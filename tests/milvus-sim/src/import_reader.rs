@@ -361,14 +361,15 @@ pub async fn read_groups(
 }
 
 /// One binlog group: its rows (the keys of those its own deletes leave go into `outcome`'s
-/// data), or for an L0 group (no insert prefix) its deletes; and the insert logs it read.
+/// data), or for an L0 group (no insert prefix) its deletes; and the insert logs it read,
+/// each with its field.
 async fn read_binlog_group(
     from: Source<'_>,
     (group, insert_prefix): (usize, &str),
     delta_prefix: Option<&str>,
     schema: Option<&CollectionSchema>,
     outcome: &mut ReadOutcome,
-) -> Result<(GroupResult, Vec<Path>), ReadError> {
+) -> Result<(GroupResult, Vec<(i64, Path)>), ReadError> {
     let manifest = &mut outcome.manifest;
     let mut result = GroupResult::default();
     // The primary keys of the segment's rows (None without a schema or an insert prefix),
@@ -391,7 +392,7 @@ async fn read_binlog_group(
                 }
                 result.size += bytes.len() as u64;
                 manifest.push(manifest_entry(&path, &bytes));
-                inserted.push(path);
+                inserted.push((field_id, path));
             }
         }
         // Milvus reads a segment as rows of every field at once; fields of different
@@ -543,17 +544,17 @@ fn walk_files(dir: &std::path::Path, key: &Path, paths: &mut Vec<Path>) -> std::
 }
 
 /// Copies each group's insert logs (`inserted`: what was read under the group's insert prefix,
-/// its first path, or nothing) into `dir/`, as Milvus writes what it imported into segments of
+/// its first path, each with its field, or nothing) into `dir/`, as Milvus writes what it imported into segments of
 /// its own: a query reads its rows from there once the files it imported from are gone. A copy
 /// is named `{group}.{field}.{path under the insert prefix, '/' as '.'}`, all of a job's in one
-/// directory: making a directory a field for each of 120,000 jobs was most of the emulator's
-/// kernel time at 10,000 collections. Returns each group's copies as the name prefix
+/// directory: making a directory a field for each of 120,000 jobs was a fifth of the
+/// emulator's kernel time at 10,000 collections. Returns each group's copies as the name prefix
 /// `dir/{group}.` ("" for a group without insert logs), which [`read_values`] reads. In a local
 /// directory the copies are hard links.
 async fn keep_groups(
     from: Source<'_>,
     groups: &[Vec<String>],
-    inserted: &[Vec<Path>],
+    inserted: &[Vec<(i64, Path)>],
     dir: &str,
 ) -> Result<Vec<String>, ReadError> {
     let mut kept = Vec::with_capacity(inserted.len());
@@ -565,10 +566,8 @@ async fn keep_groups(
         let to = format!("{dir}/{index}.");
         let under = object_path(prefix)?.to_string();
         let copies: Vec<(&Path, Path)> = (objects.iter())
-            .map(|path| {
+            .map(|(field, path)| {
                 let rest = path.as_ref().strip_prefix(&under).unwrap_or(path.as_ref());
-                // Read by field, as it was: `by_field` saw this path's field directory.
-                let field = field_dir(path).unwrap_or_default();
                 let name = rest.trim_start_matches('/').replace('/', ".");
                 (path, Path::from(format!("{to}{field}.{name}")))
             })
