@@ -1,14 +1,17 @@
 //! Deleting a restore's staged files, from the list of stores it staged into.
 
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 use futures::{StreamExt as _, TryStreamExt as _};
 use object_store::path::Path;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use super::super::Error;
+use super::super::open::part_written;
 use super::super::open::{OpenedStore, open};
 use super::files::{Destination, group_by_store};
-use super::local::{blocking, local_error, walk_files};
+use super::local::{blocking, local_error};
 use super::paths::{StagingPrefix, join};
 
 /// What to do with staged files once every end completed.
@@ -135,21 +138,7 @@ pub(super) async fn delete_prefix(
             return Ok(removed);
         }
     }
-    let key = prefix.path().clone();
-    let count = {
-        let dir = dir.clone();
-        blocking(move || {
-            let mut count = 0;
-            walk_files(&dir, &key, &mut |_, _| {
-                count += 1;
-                Ok(())
-            })
-            .map(|()| count)
-        })
-        .await
-        .map_err(local_error)?
-    };
-    remove_tree(dir).await.map_err(local_error)?;
+    let count = remove_tree(dir).await.map_err(local_error)?;
     Ok(removed + count)
 }
 
@@ -268,28 +257,24 @@ pub(super) const REMOVALS_IN_FLIGHT: usize = 16;
 
 /// Removes `dir` and everything under it, [`REMOVALS_IN_FLIGHT`] of its subtrees at a time,
 /// then the staging root above it if no other restore's prefix is left in it (as the store's
-/// automatic cleanup would).
+/// automatic cleanup would). Returns how many objects it removed: the files a listing of the
+/// store would have shown (not the part-written copies it skips).
 ///
 /// One `remove_dir_all` unlinks entry after entry, each waiting on the filesystem (with
 /// online discard, on the device too): 40,000 staged binlogs in their 60,000 directories
 /// took 15 s. Unlinks in separate directories proceed side by side, so the tree is split
-/// into subtrees first.
-pub(super) async fn remove_tree(dir: PathBuf) -> std::io::Result<()> {
+/// into subtrees first. The objects are counted as they are removed: a walk to count them
+/// first read every directory twice, and cost a recovery's cleanup more system time than
+/// `rm -rf` of the same tree.
+pub(super) async fn remove_tree(dir: PathBuf) -> std::io::Result<u64> {
     let subtrees = {
         let dir = dir.clone();
         blocking(move || split_tree(&dir, REMOVALS_IN_FLIGHT * 4)).await?
     };
-    futures::stream::iter(subtrees)
-        .map(|tree| {
-            blocking(move || match std::fs::symlink_metadata(&tree) {
-                Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&tree),
-                Ok(_) => std::fs::remove_file(&tree),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(e),
-            })
-        })
+    let removed = futures::stream::iter(subtrees)
+        .map(|tree| blocking(move || remove_counting(&tree)))
         .buffer_unordered(REMOVALS_IN_FLIGHT)
-        .try_collect::<()>()
+        .try_fold(0, |sum, removed| std::future::ready(Ok(sum + removed)))
         .await?;
     blocking(move || {
         // What the split left: the directories above the subtrees, now empty.
@@ -301,9 +286,68 @@ pub(super) async fn remove_tree(dir: PathBuf) -> std::io::Result<()> {
             // A failure only means another restore's prefix is still there.
             let _ = std::fs::remove_dir(root);
         }
-        Ok(())
+        Ok(removed)
     })
     .await
+}
+
+/// Removes `path`, a file or a whole directory tree (nothing if it is gone), and returns
+/// how many objects were among what it removed.
+fn remove_counting(path: &std::path::Path) -> std::io::Result<u64> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => {
+            let dir = rustix::fs::open(path, dir_flags(), Mode::empty())?;
+            let removed = empty_dir(dir)?;
+            std::fs::remove_dir(path)?;
+            Ok(removed)
+        }
+        Ok(_) => {
+            std::fs::remove_file(path)?;
+            Ok(path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .map_or(0, |name| u64::from(!part_written(name))))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// A directory opened to be emptied: never through a symbolic link, which would take the
+/// removal outside the tree.
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+/// Removes everything in the open directory `dir`, each entry by its name relative to the
+/// directory (`unlinkat`), as `rm -rf` does, rather than by a whole path the kernel walks
+/// again for every file. Returns how many objects it removed.
+fn empty_dir(dir: OwnedFd) -> std::io::Result<u64> {
+    let mut entries = rustix::fs::Dir::new(dir)?;
+    let mut removed = 0;
+    while let Some(entry) = entries.read() {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let at = entries.fd()?;
+        // A filesystem that gives no type in its entries is asked for it.
+        let file_type = match entry.file_type() {
+            FileType::Unknown => FileType::from_raw_mode(
+                rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW)?.st_mode,
+            ),
+            known => known,
+        };
+        if file_type == FileType::Directory {
+            removed += empty_dir(rustix::fs::openat(at, name, dir_flags(), Mode::empty())?)?;
+            rustix::fs::unlinkat(entries.fd()?, name, AtFlags::REMOVEDIR)?;
+        } else {
+            rustix::fs::unlinkat(at, name, AtFlags::empty())?;
+            removed += u64::from(name.to_str().is_ok_and(|name| !part_written(name)));
+        }
+    }
+    Ok(removed)
 }
 
 /// The entries under `dir`, a level deeper each round, until there are at least `wanted` or
@@ -314,7 +358,9 @@ pub(super) fn split_tree(dir: &std::path::Path, wanted: usize) -> std::io::Resul
         let mut next = Vec::new();
         let mut split = false;
         for tree in subtrees {
-            if tree.is_dir() {
+            // Not `is_dir`, which follows a link: the entries of a linked directory are
+            // outside the tree, and would be removed through the link.
+            if std::fs::symlink_metadata(&tree).is_ok_and(|meta| meta.is_dir()) {
                 split = true;
                 for entry in std::fs::read_dir(&tree)? {
                     next.push(entry?.path());

@@ -1064,6 +1064,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_walked_cleanup_removes_symbolic_links_not_what_they_point_at() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outside = tempfile::tempdir().expect("tempdir");
+        std::fs::write(outside.path().join("precious"), b"x").expect("write");
+        let store = local(dir.path());
+        let staged = dir.path().join(STAGING_ROOT).join("r12.ab.1");
+        // Deep enough that the removal splits the tree and opens directories below the
+        // subtrees it was given, where the links are met by their directory entries.
+        for i in 0..100 {
+            let segment = staged.join(format!("binlogs/insert_log/{i}/0/0"));
+            std::fs::create_dir_all(&segment).expect("mkdir");
+            std::fs::write(segment.join("1"), b"x").expect("write");
+            std::os::unix::fs::symlink(outside.path(), segment.join("dir-link")).expect("link");
+            std::os::unix::fs::symlink(outside.path().join("precious"), segment.join("file-link"))
+                .expect("link");
+        }
+        std::os::unix::fs::symlink(outside.path(), staged.join("top-link")).expect("link");
+        let destinations = [Destination {
+            end: "target",
+            store: &store,
+        }];
+
+        let deleted = cleanup(&destinations, &prefix("r12"), TempFiles::Delete, &[])
+            .await
+            .expect("cleanup");
+        assert_eq!(deleted, 100 * 3 + 1, "a link is an entry the store lists");
+        assert!(!dir.path().join(STAGING_ROOT).exists());
+        assert!(outside.path().join("precious").is_file());
+    }
+
+    #[tokio::test]
     async fn resume_skips_files_of_the_right_size_and_recopies_the_rest() {
         let (a, b) = (
             tempfile::tempdir().expect("tempdir"),
