@@ -8,8 +8,7 @@ use object_store::path::Path;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use super::super::Error;
-use super::super::open::part_written;
-use super::super::open::{OpenedStore, open};
+use super::super::open::{OpenedStore, open, part_written};
 use super::files::{Destination, group_by_store};
 use super::local::{blocking, local_error};
 use super::paths::{StagingPrefix, join};
@@ -340,14 +339,31 @@ fn empty_dir(dir: OwnedFd) -> std::io::Result<u64> {
             known => known,
         };
         if file_type == FileType::Directory {
-            removed += empty_dir(rustix::fs::openat(at, name, dir_flags(), Mode::empty())?)?;
-            rustix::fs::unlinkat(entries.fd()?, name, AtFlags::REMOVEDIR)?;
-        } else {
-            rustix::fs::unlinkat(at, name, AtFlags::empty())?;
+            let Some(sub) = gone_is_none(rustix::fs::openat(at, name, dir_flags(), Mode::empty()))?
+            else {
+                continue;
+            };
+            removed += empty_dir(sub)?;
+            gone_is_none(rustix::fs::unlinkat(
+                entries.fd()?,
+                name,
+                AtFlags::REMOVEDIR,
+            ))?;
+        } else if gone_is_none(rustix::fs::unlinkat(at, name, AtFlags::empty()))?.is_some() {
             removed += u64::from(name.to_str().is_ok_and(|name| !part_written(name)));
         }
     }
     Ok(removed)
+}
+
+/// What a call on an entry gave, `None` where the entry was already gone: something else
+/// removed it between the read of its directory and the call, which is what was wanted.
+fn gone_is_none<T>(result: rustix::io::Result<T>) -> std::io::Result<Option<T>> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(rustix::io::Errno::NOENT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The entries under `dir`, a level deeper each round, until there are at least `wanted` or
