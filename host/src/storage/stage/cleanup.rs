@@ -1,6 +1,6 @@
 //! Deleting a restore's staged files, from the list of stores it staged into.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -293,22 +293,16 @@ pub(super) async fn remove_tree(dir: PathBuf) -> std::io::Result<u64> {
 /// Removes `path`, a file or a whole directory tree (nothing if it is gone), and returns
 /// how many objects were among what it removed.
 fn remove_counting(path: &std::path::Path) -> std::io::Result<u64> {
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => {
-            let dir = rustix::fs::open(path, dir_flags(), Mode::empty())?;
-            let removed = empty_dir(dir)?;
-            std::fs::remove_dir(path)?;
-            Ok(removed)
-        }
-        Ok(_) => {
-            std::fs::remove_file(path)?;
-            Ok(path
-                .file_name()
-                .and_then(|name| name.to_str())
-                .map_or(0, |name| u64::from(!part_written(name))))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-        Err(e) => Err(e),
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} names no entry of a directory", path.display()),
+        ));
+    };
+    // Its directory gone, so is it: a cleanup of a prefix removed before.
+    match gone_is_none(rustix::fs::open(parent, dir_flags(), Mode::empty()))? {
+        Some(parent) => remove_entry(parent.as_fd(), name, FileType::Unknown),
+        None => Ok(0),
     }
 }
 
@@ -318,9 +312,7 @@ fn dir_flags() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
 
-/// Removes everything in the open directory `dir`, each entry by its name relative to the
-/// directory (`unlinkat`), as `rm -rf` does, rather than by a whole path the kernel walks
-/// again for every file. Returns how many objects it removed.
+/// Removes everything in the open directory `dir`; returns how many objects it removed.
 fn empty_dir(dir: OwnedFd) -> std::io::Result<u64> {
     let mut entries = rustix::fs::Dir::new(dir)?;
     let mut removed = 0;
@@ -330,30 +322,45 @@ fn empty_dir(dir: OwnedFd) -> std::io::Result<u64> {
         if name == c"." || name == c".." {
             continue;
         }
-        let at = entries.fd()?;
-        // A filesystem that gives no type in its entries is asked for it.
-        let file_type = match entry.file_type() {
-            FileType::Unknown => FileType::from_raw_mode(
-                rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW)?.st_mode,
-            ),
-            known => known,
-        };
-        if file_type == FileType::Directory {
-            let Some(sub) = gone_is_none(rustix::fs::openat(at, name, dir_flags(), Mode::empty()))?
-            else {
-                continue;
-            };
-            removed += empty_dir(sub)?;
-            gone_is_none(rustix::fs::unlinkat(
-                entries.fd()?,
-                name,
-                AtFlags::REMOVEDIR,
-            ))?;
-        } else if gone_is_none(rustix::fs::unlinkat(at, name, AtFlags::empty()))?.is_some() {
-            removed += u64::from(name.to_str().is_ok_and(|name| !part_written(name)));
-        }
+        removed += remove_entry(entries.fd()?, name, entry.file_type())?;
     }
     Ok(removed)
+}
+
+/// Removes the entry `name` of the open directory `at`, a whole tree for a directory, by its
+/// name relative to the directory (`unlinkat`), as `rm -rf` does, rather than by a whole path
+/// the kernel walks again for every file. `file_type` is what the directory's listing said
+/// (a filesystem that says nothing there is asked). Returns how many objects it removed;
+/// an entry already gone removed none.
+fn remove_entry<P: rustix::path::Arg + Copy>(
+    at: BorrowedFd<'_>,
+    name: P,
+    file_type: FileType,
+) -> std::io::Result<u64> {
+    let file_type = match file_type {
+        FileType::Unknown => {
+            match gone_is_none(rustix::fs::statat(at, name, AtFlags::SYMLINK_NOFOLLOW))? {
+                Some(stat) => FileType::from_raw_mode(stat.st_mode),
+                None => return Ok(0),
+            }
+        }
+        known => known,
+    };
+    if file_type == FileType::Directory {
+        let Some(dir) = gone_is_none(rustix::fs::openat(at, name, dir_flags(), Mode::empty()))?
+        else {
+            return Ok(0);
+        };
+        let removed = empty_dir(dir)?;
+        gone_is_none(rustix::fs::unlinkat(at, name, AtFlags::REMOVEDIR))?;
+        return Ok(removed);
+    }
+    Ok(
+        match gone_is_none(rustix::fs::unlinkat(at, name, AtFlags::empty()))? {
+            Some(()) => u64::from(name.as_str().is_ok_and(|name| !part_written(name))),
+            None => 0,
+        },
+    )
 }
 
 /// What a call on an entry gave, `None` where the entry was already gone: something else
