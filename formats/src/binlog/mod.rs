@@ -20,6 +20,7 @@
 //! (`fixtures/real-2.3.5/`, whose tests live in this module).
 
 pub mod delta;
+mod pages;
 pub mod payload;
 
 use crate::value::Picked;

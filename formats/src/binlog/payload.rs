@@ -15,6 +15,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::arrow_writer::ArrowWriterOptions;
 use parquet::basic::{Compression, ZstdLevel};
+use parquet::data_type::{ByteArrayType, Int64Type};
 use parquet::file::properties::WriterProperties;
 
 use super::Error;
@@ -206,12 +207,30 @@ fn is_fixed_vector(data_type: DataType) -> bool {
 /// Reads a payload's record batches.
 pub(super) fn read(payload: &[u8]) -> Result<Vec<RecordBatch>, Error> {
     let bad = |e: &dyn std::fmt::Display| Error::Payload(e.to_string());
-    ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::copy_from_slice(payload))
-        .map_err(|e| bad(&e))?
-        .build()
-        .map_err(|e| bad(&e))?
-        .map(|batch| batch.map_err(|e| bad(&e)))
-        .collect()
+    decoding(|| {
+        ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::copy_from_slice(payload))
+            .map_err(|e| bad(&e))?
+            .build()
+            .map_err(|e| bad(&e))?
+            .map(|batch| batch.map_err(|e| bad(&e)))
+            .collect()
+    })
+}
+
+/// Runs `decode`, a panic in it taken as a bad payload: the Parquet reader panics on some
+/// damaged pages (one shorter than its levels need) where it should fail, and a backup's
+/// damaged object must be refused by name, not stop the process or the task reading it.
+pub(super) fn decoding<T>(decode: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+    // What `decode` touched is its own, dropped by the unwind; this thread's zstd
+    // decompressor is reset by every frame it decompresses.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)).unwrap_or_else(|panic| {
+        let why = (panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(Error::Payload(format!(
+            "the Parquet reader failed on it: {why}"
+        )))
+    })
 }
 
 /// Checks that `column` holds `data_type` data as Milvus writes it.
@@ -220,7 +239,7 @@ pub(super) fn check_type(column: &ArrayRef, data_type: DataType) -> Result<(), E
 }
 
 /// Checks that a column of Arrow type `got` holds `data_type` data as Milvus writes it.
-fn check_arrow_type(got: &ArrowType, data_type: DataType) -> Result<(), Error> {
+pub(super) fn check_arrow_type(got: &ArrowType, data_type: DataType) -> Result<(), Error> {
     let fits = match (expected(data_type), got) {
         (Some(want), got) => &want == got,
         (None, ArrowType::FixedSizeBinary(_)) => is_fixed_vector(data_type),
@@ -285,28 +304,28 @@ pub fn footer_rows(payload: &[u8], data_type: DataType) -> Result<usize, Error> 
 }
 
 /// The values of an Int64 payload (RowIDs, timestamps, an Int64 primary key); a null is 0.
+/// Decoded page by page ([`super::pages`]): the keys of a whole backup are read so.
 pub fn int64s(payload: &[u8]) -> Result<Vec<i64>, Error> {
     let mut out = Vec::new();
-    for column in single_columns(payload, DataType::Int64)? {
-        let column = column
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .expect("check_type saw an Int64 column");
-        out.extend(column.iter().map(Option::unwrap_or_default));
-    }
+    super::pages::each_value::<Int64Type>(payload, DataType::Int64, |v| {
+        out.push(v.copied().unwrap_or_default());
+        Ok(())
+    })?;
     Ok(out)
 }
 
 /// The values of a string payload (a delta log's one-column form, a VarChar primary key); a
-/// null is an empty string.
+/// null is an empty string. Decoded page by page, as [`int64s`].
 pub fn strings(payload: &[u8]) -> Result<Vec<String>, Error> {
     let mut out = Vec::new();
-    for column in single_columns(payload, DataType::String)? {
-        let column = column
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .expect("check_type saw a Utf8 column");
-        out.extend(column.iter().map(|v| v.unwrap_or_default().to_owned()));
-    }
+    super::pages::each_value::<ByteArrayType>(payload, DataType::String, |v| {
+        let text = match v {
+            Some(bytes) => std::str::from_utf8(bytes.data())
+                .map_err(|e| Error::Payload(format!("a string that is not UTF-8: {e}")))?,
+            None => "",
+        };
+        out.push(text.to_owned());
+        Ok(())
+    })?;
     Ok(out)
 }

@@ -162,6 +162,46 @@ fn real_values_are_the_rows_the_fixture_inserted() {
     assert_eq!(i8s.values().to_vec(), vec![-1, -2, -3, -4, -5]);
 }
 
+/// The keys' page-by-page reader ([`pages`]) reads every Int64 and VarChar column the real
+/// server wrote as the Arrow reader does.
+#[test]
+fn real_key_columns_read_page_by_page_as_through_arrow() {
+    let mut read = [0, 0];
+    for (bytes, file, _) in fixture_files() {
+        let path = file["path"].as_str().expect("path");
+        let binlog = parse(&bytes).expect("parses");
+        let column = payload_column(binlog.events[0].payload);
+        let footer = parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&bytes::Bytes::copy_from_slice(binlog.events[0].payload))
+            .expect("a footer");
+        let compression = footer.row_group(0).column(0).compression();
+        assert!(
+            matches!(compression, parquet::basic::Compression::ZSTD(_)),
+            "{path}: the server compressed it with zstd, the codec read here: {compression:?}"
+        );
+        match DataType::try_from(binlog.descriptor.payload_type) {
+            Ok(DataType::Int64) if file["kind"] == "insert" => {
+                let arrow = column.as_any().downcast_ref::<Int64Array>().expect("int64");
+                assert_eq!(int64_values(&binlog), Ok(arrow.values().to_vec()), "{path}");
+                read[0] += 1;
+            }
+            Ok(DataType::VarChar) => {
+                let arrow = column.as_any().downcast_ref::<StringArray>().expect("utf8");
+                let want = arrow
+                    .iter()
+                    .map(|v| Pk::VarChar(v.expect("non-null").to_owned()));
+                assert_eq!(pk_values(&binlog), Ok(want.collect()), "{path}");
+                read[1] += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        read[0] >= 3 && read[1] >= 1,
+        "the fixture's key-typed columns: {read:?}"
+    );
+}
+
 /// `values` picks rows out of the real server's binlogs, numbered as one column whose
 /// first rows lie in an earlier log.
 #[test]
