@@ -15,6 +15,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("rest_body", crate::rest_body),
     ("backup_meta", crate::backup_meta),
     ("topology", crate::topology),
+    ("binlog", crate::binlog),
 ];
 
 /// The body of the target named `name`.

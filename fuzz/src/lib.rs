@@ -1,5 +1,5 @@
 //! The fuzz targets' bodies, one per parser an outsider can feed: a job file, the host
-//! config, milvus-backup's `backup.yaml`, a REST restore body, a backup's meta files and milvus-sim's topology file. Each
+//! config, milvus-backup's `backup.yaml`, a REST restore body, a backup's meta files, a binlog object and milvus-sim's topology file. Each
 //! runs the parser through validation (not only the TOML or JSON decoder) and then holds the
 //! answer to what an operator is promised: no panic, and an input that is refused is refused
 //! at a line and column inside it. `cargo fuzz` drives them (fuzz/README.md). As plain tests,
@@ -235,4 +235,20 @@ pub fn topology(data: &[u8]) {
         }
         Err(e) => panic!("topology text refused without problems: {e}"),
     }
+}
+
+/// A binlog object of a backup, through every reading lockstep and milvus-sim do of one: its
+/// rows counted and declared, its keys, its values, its deletes. A damaged object is refused
+/// with a reason; none may panic, whatever its payload's Parquet holds.
+pub fn binlog(data: &[u8]) {
+    use milvus_formats::binlog;
+    let Ok(log) = binlog::parse(data) else {
+        return;
+    };
+    let _ = binlog::insert_rows(&log);
+    let _ = binlog::insert_rows_declared(&log);
+    let _ = binlog::pk_values(&log);
+    let _ = binlog::int64_values(&log);
+    let _ = binlog::values(&log, 0, &[0, 2, 4]);
+    let _ = binlog::deletes(&log);
 }

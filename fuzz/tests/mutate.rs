@@ -75,3 +75,8 @@ fn backup_meta() {
 fn topology() {
     fuzz("topology");
 }
+
+#[test]
+fn binlog() {
+    fuzz("binlog");
+}

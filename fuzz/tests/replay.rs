@@ -51,3 +51,8 @@ fn backup_meta_seeds() {
 fn topology_seeds() {
     replay("topology");
 }
+
+#[test]
+fn binlog_seeds() {
+    replay("binlog");
+}
