@@ -1,5 +1,5 @@
-//! A single-column payload's values, decoded page by page without Arrow: the path the keys take,
-//! every key of a backup and every delete.
+//! A single-column payload's values, decoded page by page without Arrow: the path every key of
+//! a backup takes, and every delete of a one-column delta log.
 //!
 //! Parquet's reader makes a zstd compressor and decompressor for every column chunk it reads,
 //! and making each asks the CPU for its features (`cpuid`). In a virtual machine that
@@ -187,63 +187,27 @@ impl<P: PageReader> Iterator for Zstd<P> {
 
 impl<P: PageReader> PageReader for Zstd<P> {
     fn get_next_page(&mut self) -> parquet::errors::Result<Option<Page>> {
-        let Some(page) = self.pages.get_next_page()? else {
+        let Some(mut page) = self.pages.get_next_page()? else {
             return Ok(None);
         };
-        Ok(Some(match page {
-            Page::DataPage {
-                buf,
-                num_values,
-                encoding,
-                def_level_encoding,
-                rep_level_encoding,
-                statistics,
-            } => Page::DataPage {
-                buf: self.decompress(buf, 0)?,
-                num_values,
-                encoding,
-                def_level_encoding,
-                rep_level_encoding,
-                statistics,
-            },
+        match &mut page {
+            Page::DataPage { buf, .. } | Page::DictionaryPage { buf, .. } => {
+                *buf = self.decompress(std::mem::take(buf), 0)?;
+            }
             Page::DataPageV2 {
                 buf,
-                num_values,
-                encoding,
-                num_nulls,
-                num_rows,
                 def_levels_byte_len,
                 rep_levels_byte_len,
                 is_compressed,
-                statistics,
-            } => Page::DataPageV2 {
-                buf: if is_compressed {
-                    let kept = def_levels_byte_len as usize + rep_levels_byte_len as usize;
-                    self.decompress(buf, kept)?
-                } else {
-                    buf
-                },
-                num_values,
-                encoding,
-                num_nulls,
-                num_rows,
-                def_levels_byte_len,
-                rep_levels_byte_len,
-                is_compressed: false,
-                statistics,
-            },
-            Page::DictionaryPage {
-                buf,
-                num_values,
-                encoding,
-                is_sorted,
-            } => Page::DictionaryPage {
-                buf: self.decompress(buf, 0)?,
-                num_values,
-                encoding,
-                is_sorted,
-            },
-        }))
+                ..
+            } if *is_compressed => {
+                let kept = *def_levels_byte_len as usize + *rep_levels_byte_len as usize;
+                *buf = self.decompress(std::mem::take(buf), kept)?;
+                *is_compressed = false;
+            }
+            Page::DataPageV2 { .. } => {}
+        }
+        Ok(Some(page))
     }
 
     fn peek_next_page(&mut self) -> parquet::errors::Result<Option<PageMetadata>> {
