@@ -111,20 +111,36 @@ pub async fn count(
     route: L0Route,
 ) -> Counted {
     let mut found = Counted::default();
-    let mut l0 = Vec::with_capacity(plan.collections.len());
     for collection in &mut plan.collections {
         let has_l0 = collection.batches.iter().any(|b| b.kind == BatchKind::L0);
         collection.l0 = has_l0.then_some(route);
         collection.rows = None;
-        l0.push(match has_l0 {
-            true => match l0_deletes(store, &backup.files, collection).await {
-                Ok(deletes) => Some(deletes),
-                Err(why) => {
-                    found.unreadable.push((collection.target.to_string(), why));
-                    None
+    }
+    // As many collections' L0 deletes read at once as batches below: one collection after
+    // another, each a read and then a decode, they held the count of 1,000 collections with
+    // L0 segments at 0.60 s against 0.49 s so. By index, as below.
+    let collections = &plan.collections;
+    let read: Vec<Option<Result<L0Deletes, Unreadable>>> =
+        futures::stream::iter(0..collections.len())
+            .map(|c| async move {
+                let collection = &collections[c];
+                match collection.l0 {
+                    Some(_) => Some(l0_deletes(store, &backup.files, collection).await),
+                    None => None,
                 }
-            },
-            false => None,
+            })
+            .buffered(BATCHES_IN_FLIGHT)
+            .collect()
+            .await;
+    let mut l0 = Vec::with_capacity(read.len());
+    for (collection, read) in plan.collections.iter().zip(read) {
+        l0.push(match read {
+            Some(Ok(deletes)) => Some(deletes),
+            Some(Err(why)) => {
+                found.unreadable.push((collection.target.to_string(), why));
+                None
+            }
+            None => None,
         });
     }
 
@@ -507,6 +523,7 @@ mod tests {
 
     use milvus_formats::binlog::DeltaForm;
     use milvus_sim::fixtures::{BackupSpec, GeneratedBackup, L0Segments, generate};
+    use object_store::ObjectStoreExt as _;
     use object_store::memory::InMemory;
     use object_store::path::Path;
 
@@ -582,6 +599,35 @@ mod tests {
             "(segment {id}): its binlogs hold {} rows, its meta says {claimed}",
             claimed - 50
         )));
+    }
+
+    /// The L0 deletes of every collection are read at once: a damaged one names its own
+    /// collection, which cannot be folded, and leaves the others' figures whole.
+    #[tokio::test]
+    async fn a_damaged_l0_delta_log_names_its_collection_alone() {
+        let (store, backup, mut plan, _) = planned(DeltaForm::Json).await;
+        let damaged = &plan.collections[1];
+        let prefix = (damaged.batches.iter())
+            .find(|b| b.kind == BatchKind::L0)
+            .and_then(|b| b.files.first()?.first().cloned())
+            .expect("an L0 batch");
+        let (path, size) = (backup.files.binlogs.under(&prefix).next())
+            .map(|(p, s)| (p.to_owned(), s))
+            .expect("an L0 delta log");
+        let garbage = vec![0x5a; usize::try_from(size).expect("a small log")];
+        store
+            .put(&backup.files.location.path(&path), garbage.into())
+            .await
+            .expect("overwritten");
+        let target = damaged.target.to_string();
+
+        let found = count(store.as_ref(), &backup, &mut plan, L0Route::Fold).await;
+        let named: Vec<&str> = found.unreadable.iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(named, [target.as_str()]);
+        assert!(found.unreadable[0].1.path == path, "{:?}", found.unreadable);
+        assert_eq!(found.unfoldable, [target]);
+        assert!(plan.collections[0].rows.is_some());
+        assert!(plan.collections[1].rows.is_none());
     }
 
     fn live_total(plan: &RestorePlan) -> i64 {
