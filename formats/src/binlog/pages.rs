@@ -56,8 +56,8 @@ fn decode<T: ParquetType>(
         .parse_and_finish(&bytes)
         .map_err(bad)?;
     let file = metadata.file_metadata();
-    let schema = parquet_to_arrow_schema(file.schema_descr(), file.key_value_metadata())
-        .map_err(|e| Error::Payload(e.to_string()))?;
+    let schema =
+        parquet_to_arrow_schema(file.schema_descr(), file.key_value_metadata()).map_err(bad)?;
     let [field] = &schema.fields()[..] else {
         return Err(Error::Payload(format!(
             "{} columns, expected one",
