@@ -24,7 +24,7 @@ use parquet::file::metadata::ParquetMetaDataReader;
 use parquet::file::serialized_reader::SerializedPageReader;
 
 use super::Error;
-use super::payload::check_arrow_type;
+use super::payload::check_one_column;
 
 /// Rows decoded at a time.
 const BATCH: usize = 8192;
@@ -58,13 +58,7 @@ fn decode<T: ParquetType>(
     let file = metadata.file_metadata();
     let schema =
         parquet_to_arrow_schema(file.schema_descr(), file.key_value_metadata()).map_err(bad)?;
-    let [field] = &schema.fields()[..] else {
-        return Err(Error::Payload(format!(
-            "{} columns, expected one",
-            schema.fields().len()
-        )));
-    };
-    check_arrow_type(field.data_type(), data_type)?;
+    check_one_column(&schema, data_type)?;
     let descr = file.schema_descr().column(0);
     if descr.physical_type() != T::get_physical_type() || descr.max_rep_level() != 0 {
         return Err(Error::Payload(format!(
@@ -393,5 +387,9 @@ mod tests {
             WriterVersion::PARQUET_1_0,
         );
         assert!(strings(&payload).is_err());
+        let ints: ArrayRef = Arc::new(Int64Array::from(vec![1]));
+        let two = payload::write(&[("pk", ints.clone()), ("ts", ints)], zstd());
+        let err = int64s(&two).expect_err("two columns");
+        assert!(err.to_string().contains("2 columns, expected one"), "{err}");
     }
 }

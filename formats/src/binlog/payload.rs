@@ -238,8 +238,19 @@ pub(super) fn check_type(column: &ArrayRef, data_type: DataType) -> Result<(), E
     check_arrow_type(column.data_type(), data_type)
 }
 
+/// Checks that a payload's Arrow schema is one column of `data_type` data as Milvus writes it.
+pub(super) fn check_one_column(schema: &Schema, data_type: DataType) -> Result<(), Error> {
+    let [field] = &schema.fields()[..] else {
+        return Err(Error::Payload(format!(
+            "{} columns, expected one",
+            schema.fields().len()
+        )));
+    };
+    check_arrow_type(field.data_type(), data_type)
+}
+
 /// Checks that a column of Arrow type `got` holds `data_type` data as Milvus writes it.
-pub(super) fn check_arrow_type(got: &ArrowType, data_type: DataType) -> Result<(), Error> {
+fn check_arrow_type(got: &ArrowType, data_type: DataType) -> Result<(), Error> {
     let fits = match (expected(data_type), got) {
         (Some(want), got) => &want == got,
         (None, ArrowType::FixedSizeBinary(_)) => is_fixed_vector(data_type),
@@ -291,14 +302,7 @@ pub fn footer_rows(payload: &[u8], data_type: DataType) -> Result<usize, Error> 
     let bad = |e: &dyn std::fmt::Display| Error::Payload(e.to_string());
     let builder = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::copy_from_slice(payload))
         .map_err(|e| bad(&e))?;
-    let fields = builder.schema().fields();
-    if fields.len() != 1 {
-        return Err(Error::Payload(format!(
-            "{} columns, expected one",
-            fields.len()
-        )));
-    }
-    check_arrow_type(fields[0].data_type(), data_type)?;
+    check_one_column(builder.schema(), data_type)?;
     usize::try_from(builder.metadata().file_metadata().num_rows())
         .map_err(|_| Error::Payload("a negative row count in the footer".into()))
 }

@@ -546,10 +546,9 @@ fn walk_files(dir: &std::path::Path, key: &Path, paths: &mut Vec<Path>) -> std::
 /// Copies each group's insert logs (`inserted`: what was read under the group's insert prefix,
 /// its first path, each with its field, or nothing) into `dir/`, as Milvus writes what it
 /// imported into segments of its own: a query reads its rows from there once the files it
-/// imported from are gone. A copy
-/// is named `{group}.{field}.{path under the insert prefix, '/' as '.'}`, all of a job's in one
-/// directory: making a directory a field for each of 120,000 jobs was a fifth of the
-/// emulator's kernel time at 10,000 collections. Returns each group's copies as the name prefix
+/// imported from are gone. A copy is named `{group}.{field}.{path under the insert prefix,
+/// '/' as '.'}`, all of a job's in one directory: making a directory a field for each of
+/// 120,000 jobs was a fifth of the emulator's kernel time at 10,000 collections. Returns each group's copies as the name prefix
 /// `dir/{group}.` ("" for a group without insert logs), which [`read_values`] reads. In a local
 /// directory the copies are hard links.
 async fn keep_groups(
