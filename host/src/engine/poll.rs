@@ -108,6 +108,8 @@ struct Look {
     sightings: Vec<(usize, Sight)>,
     /// Calls it took: a list, and a describe for each job it left out unexplained.
     made: usize,
+    /// Rows its answer brought: a list's, or one for a describe.
+    rows: usize,
     /// The end, when a list of all its jobs brought more than [`FOREIGN_ROWS`] of others.
     crowded: Option<usize>,
 }
@@ -176,6 +178,10 @@ pub async fn watch<E: From<Denied>>(
         let mut seen_crowded = Vec::new();
         while let Some(look) = looks.next().await {
             schedule.spend(look.made);
+            // Its pairs are looked at again as soon as what it brought allows.
+            if look.rows > 0 {
+                schedule.listed(look.rows);
+            }
             seen_crowded.extend(look.crowded);
             for (i, sight) in look.sightings {
                 // A list can answer for a pair finished earlier in this round.
@@ -281,6 +287,7 @@ async fn look(
             Look {
                 sightings: vec![(i, describe(end, &pairs[i].db, &pairs[i].job).await)],
                 made: 1,
+                rows: 1,
                 crowded: None,
             }
         }
@@ -317,6 +324,7 @@ async fn list(
             return Look {
                 sightings,
                 made: 1,
+                rows: 0,
                 crowded: None,
             };
         }
@@ -325,6 +333,7 @@ async fn list(
         // list again would get the same answer forever.
         Err(_) => (Vec::new(), false),
     };
+    let listed = rows.len();
     let mut rows: HashMap<MilvusJobId, ImportListEntry> =
         rows.into_iter().map(|r| (r.job_id.clone(), r)).collect();
     let found: Vec<Option<ImportListEntry>> =
@@ -363,6 +372,7 @@ async fn list(
     Look {
         sightings,
         made,
+        rows: listed,
         crowded,
     }
 }

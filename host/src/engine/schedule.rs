@@ -27,6 +27,13 @@ pub const FIRST_INTERVAL: Duration = Duration::from_millis(200);
 /// The long-run budget, below DESIGN.md §6's ceiling of one per job per second.
 pub const CALLS_PER_JOB_PER_SECOND: f64 = 0.9;
 
+/// Rows a second that one end's lists may bring while ready jobs are looked at: a ready
+/// pair (Uncommitted, or Committing, waiting on something no rate predicts) is looked at as
+/// often as that allows, between [`MIN_INTERVAL`] and [`FIRST_INTERVAL`]. Milvus computes
+/// every row of a list, so a restore of a few hundred jobs is looked at every 50 ms and one
+/// of ten thousand collections (40,000 rows a list) still every 200 ms.
+const READY_ROWS_PER_SECOND: f64 = 20_000.0;
+
 /// Tokens a quiet stretch may save for a burst, per job; a burst covers a few fast polls of
 /// every pair of one job around its transition.
 const BURST_PER_JOB: f64 = 12.0;
@@ -71,6 +78,8 @@ pub struct Schedule {
     capacity: f64,
     rate: f64,
     refilled_at: Instant,
+    /// How soon a ready pair is looked at again: see [`READY_ROWS_PER_SECOND`].
+    ready_interval: Duration,
 }
 
 impl Schedule {
@@ -96,7 +105,15 @@ impl Schedule {
             capacity,
             rate: CALLS_PER_JOB_PER_SECOND * jobs,
             refilled_at: now,
+            ready_interval: FIRST_INTERVAL,
         }
+    }
+
+    /// Records how many rows the answer about to be observed brought (a describe's is one):
+    /// the ready pairs it saw are looked at again as soon as that allows.
+    pub fn listed(&mut self, rows: usize) {
+        self.ready_interval = Duration::from_secs_f64(rows as f64 / READY_ROWS_PER_SECOND)
+            .clamp(MIN_INTERVAL, FIRST_INTERVAL);
     }
 
     /// Stops polling a pair (it reached what the caller waits for).
@@ -155,6 +172,7 @@ impl Schedule {
 
     /// Records what a poll saw and plans the next one.
     pub fn observe(&mut self, pair: usize, progress: i64, now: Instant) {
+        let ready = self.ready_interval;
         let e = &mut self.entries[pair];
         let sample = Sample { at: now, progress };
         let first = *e.first.get_or_insert(sample);
@@ -169,8 +187,9 @@ impl Schedule {
             // Due by the rate, not there yet: fast at first, then back off.
             Some(_) => backoff(MIN_INTERVAL, &mut e.overdue_polls),
             // Ready (Uncommitted or Committing) and still watched: only a commit's effect is
-            // awaited, due any moment; the budget, not a back-off, bounds these looks.
-            None if progress >= READY_PROGRESS => FIRST_INTERVAL,
+            // awaited, due any moment; what a look lists and the budget, not a back-off,
+            // bound these looks.
+            None if progress >= READY_PROGRESS => ready,
             // No rate yet (one sample, or progress flat): back off from the first interval,
             // starting lower when the progress just moved, which says the job is alive.
             None if moved => backoff(FIRST_INTERVAL, &mut e.overdue_polls),
@@ -295,6 +314,28 @@ mod tests {
             assert_eq!(s.entries[0].next_at - t, FIRST_INTERVAL);
             t += FIRST_INTERVAL;
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ready_pair_is_looked_at_as_often_as_its_lists_allow() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new(1, 1, t0, FirstLook::Now);
+        let next = |s: &mut Schedule, rows| {
+            s.listed(rows);
+            s.observe(0, READY_PROGRESS, t0);
+            s.entries[0].next_at - t0
+        };
+        // A few hundred rows a list: the floor.
+        assert_eq!(next(&mut s, 400), MIN_INTERVAL);
+        // 2,000 rows at 20,000 a second: 100 ms.
+        assert_eq!(next(&mut s, 2_000), Duration::from_millis(100));
+        // Ten thousand collections' 40,000 jobs: no faster than before.
+        assert_eq!(next(&mut s, 40_000), FIRST_INTERVAL);
+        // A pair on its way is planned by its rate, whatever the lists.
+        s.listed(400);
+        s.observe(0, 10, t0);
+        s.observe(0, 50, t0 + Duration::from_secs(4));
+        assert!(s.entries[0].next_at - (t0 + Duration::from_secs(4)) > FIRST_INTERVAL);
     }
 
     #[tokio::test(start_paused = true)]
