@@ -188,24 +188,48 @@ pub(super) enum GroupEnd {
 }
 
 /// How the groups ended.
-pub(super) struct Ran {
+pub(super) struct Ran<'r> {
     /// By group.
     pub ends: Vec<GroupEnd>,
     /// What every group's before-commit checks reported, in group order.
     pub checks: Vec<CheckEntry>,
     /// Each group's tracker as it ended, for the report.
     pub trackers: Vec<Tracker>,
-    /// Whether the staged files were deleted while the ends finished committing; `None`
-    /// if that did not happen here.
-    pub cleaned_early: Option<bool>,
+    /// The deletion of the staged files begun while the ends finished committing; `None`
+    /// if that did not begin here.
+    pub cleaned_early: Option<EarlyCleanup<'r>>,
+}
+
+/// The staged files' deletion begun once every end accepted every commit: done by the time
+/// the groups ended, or still going, for the caller to finish beside what follows (the
+/// verification asks only the ends, and nothing reads the files any more).
+pub(super) enum EarlyCleanup<'r> {
+    Done(bool),
+    Going(futures::future::BoxFuture<'r, bool>),
+}
+
+impl EarlyCleanup<'_> {
+    /// Whether the staged files are gone, once the deletion ended.
+    pub async fn finish(self) -> bool {
+        match self {
+            EarlyCleanup::Done(cleaned) => cleaned,
+            EarlyCleanup::Going(cleanup) => cleanup.await,
+        }
+    }
 }
 
 /// Runs every group, each from its own tracker in `trackers`, to its decision and on.
 ///
 /// Once every end accepted every commit, the staged files are deleted while the ends finish
 /// committing, instead of after: no state after Committing reads an import's files (Milvus
-/// reads them in PreImporting and Importing) and a Committing job cannot fail.
-pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec<Tracker>) -> Ran {
+/// reads them in PreImporting and Importing) and a Committing job cannot fail. What is left
+/// of that when the groups end is the caller's to finish ([`EarlyCleanup`]).
+pub(super) async fn run<'r>(
+    attempt: &'r Attempt<'_>,
+    groups: Groups<'r>,
+    trackers: Vec<Tracker>,
+) -> Ran<'r> {
+    let (job, staged) = (groups.job, &groups.preflight.plan.files_to_stage);
     let (published, seen): (Vec<_>, Vec<_>) =
         trackers.iter().map(|t| watch::channel(t.clone())).unzip();
     let budget = Semaphore::new((groups.job.target.max_import_jobs as usize).max(1));
@@ -242,11 +266,12 @@ pub(super) async fn run(attempt: &Attempt<'_>, groups: Groups<'_>, trackers: Vec
         tokio::select! {
             results = &mut runs => (results, None),
             () = past_commit(seen.clone()) => {
-                let job = groups.job;
-                let staged = &groups.preflight.plan.files_to_stage;
-                let (results, cleaned) =
-                    tokio::join!(runs, staging::clean_up(job, attempt, &attempt.id, staged));
-                (results, Some(cleaned))
+                let mut cleanup: futures::future::BoxFuture<'r, bool> =
+                    Box::pin(staging::clean_up(job, attempt, &attempt.id, staged));
+                tokio::select! {
+                    results = &mut runs => (results, Some(EarlyCleanup::Going(cleanup))),
+                    cleaned = &mut cleanup => (runs.await, Some(EarlyCleanup::Done(cleaned))),
+                }
             }
         }
     };

@@ -19,7 +19,7 @@ use super::ends::Ends;
 use super::error::{Error, StageError};
 use super::faults;
 use super::gate::ImportGate;
-use super::group::{self, GroupEnd, Groups};
+use super::group::{self, EarlyCleanup, GroupEnd, Groups};
 use super::outcome::{self, RefusedAt};
 use super::preflight::{Preflight, error_chain, preflight};
 use super::process::{Engine, Interrupted};
@@ -252,14 +252,14 @@ async fn meta_only(
 
 /// The DDL, the arrivals and the stage in turn, the checks before import, then the imports:
 /// held by the commit groups, or auto-committed.
-async fn one_after_another(
-    attempt: &Attempt<'_>,
-    run_on: Groups<'_>,
+async fn one_after_another<'r>(
+    attempt: &'r Attempt<'_>,
+    run_on: Groups<'r>,
     trackers: Vec<Tracker>,
     to: &Destinations,
     (made_tx, made): (watch::Sender<usize>, watch::Receiver<usize>),
     report: &mut Report,
-) -> Result<Landed, Error> {
+) -> Result<Landed<'r>, Error> {
     let Groups {
         job,
         preflight,
@@ -290,14 +290,14 @@ async fn one_after_another(
 /// The DDL, the arrivals, the stage and the commit groups side by side: each batch's job is
 /// created once its collection is on every secondary and its own files are staged. The
 /// first of them to fail stops the others, and the groups abort.
-async fn side_by_side(
-    attempt: &Attempt<'_>,
-    run_on: Groups<'_>,
+async fn side_by_side<'r>(
+    attempt: &'r Attempt<'_>,
+    run_on: Groups<'r>,
     trackers: Vec<Tracker>,
     to: &Destinations,
     (made_tx, made): (watch::Sender<usize>, watch::Receiver<usize>),
     report: &mut Report,
-) -> Landed {
+) -> Landed<'r> {
     let Groups {
         job,
         preflight,
@@ -397,7 +397,7 @@ async fn arrivals(
 }
 
 /// What the imports came to, however they ran: [`conclude`] decides the outcome from it.
-struct Landed {
+struct Landed<'r> {
     /// Per collection of the report, in its order: every row visible on every end.
     committed: Vec<bool>,
     /// Collections with some rows visible and not all, each with what it shows.
@@ -408,8 +408,8 @@ struct Landed {
     /// Groups that stopped after their decision without completing.
     unconverged: Vec<String>,
     jobs: usize,
-    /// Whether the staged files went while the ends finished committing; `None` if not.
-    cleaned_early: Option<bool>,
+    /// The staged files' deletion begun while the ends finished committing; `None` if not.
+    cleaned_early: Option<EarlyCleanup<'r>>,
     /// Why the restore stopped before (some of) its decisions, if it did.
     stop: Option<Error>,
     /// The groups that aborted on that stop.
@@ -420,12 +420,12 @@ struct Landed {
 /// into it decided for commit. `stops` are those of the parts that ran beside the groups:
 /// the restore's stop is the first of them and the groups' that does not follow from
 /// another.
-fn held(
+fn held<'r>(
     groups: &[CommitGroup],
-    ran: group::Ran,
+    ran: group::Ran<'r>,
     report: &mut Report,
     stops: impl IntoIterator<Item = Error>,
-) -> Landed {
+) -> Landed<'r> {
     report.jobs = ran.trackers.iter().flat_map(Tracker::job_reports).collect();
     report.checks.extend(ran.checks);
     let mut divergences = Vec::new();
@@ -477,7 +477,7 @@ fn auto_committed(
     imports: &[auto_commit::BatchImport],
     ends: &Ends,
     report: &mut Report,
-) -> Landed {
+) -> Landed<'static> {
     let target = &ends.target().name;
     report.jobs = imports.iter().map(|b| b.job_report(target)).collect();
     let mut committed = Vec::new();
@@ -527,7 +527,7 @@ async fn conclude(
     attempt: &Attempt<'_>,
     job: &Job,
     preflight: &Preflight,
-    landed: Landed,
+    mut landed: Landed<'_>,
     report: &mut Report,
 ) -> Result<Outcome, Error> {
     for (c, committed) in report.collections.iter_mut().zip(&landed.committed) {
@@ -548,7 +548,9 @@ async fn conclude(
     // What a query sees of what was committed, once every end completed it (with collection
     // atomicity, also before a stop that left other collections undecided): a restore left
     // incomplete is verified by `lockstep verify` once it is finished.
-    let (verified, cleaned_now) = tokio::join!(
+    // A deletion begun while the ends finished committing goes on beside it as well.
+    let early = landed.cleaned_early.take();
+    let (verified, cleaned) = tokio::join!(
         async {
             if !settled {
                 return None;
@@ -556,14 +558,16 @@ async fn conclude(
             verification::run(attempt, job, report, preflight).await
         },
         async {
-            if !clean_now {
-                return None;
+            match early {
+                Some(early) => Some(early.finish().await),
+                None if clean_now => {
+                    Some(staging::clean_up(job, attempt, &attempt.id, staged).await)
+                }
+                None => None,
             }
-            Some(staging::clean_up(job, attempt, &attempt.id, staged).await)
         }
     );
     report.verification = verified;
-    let cleaned = landed.cleaned_early.or(cleaned_now);
     if let Some(stop) = landed.stop {
         let reason = stop.reason();
         for &group in &landed.aborted {
