@@ -410,7 +410,7 @@ async fn check_topology(
     secondaries_match(ends, &me.cluster_id, &targets, refusals);
     // The topology names every secondary; that does not say their replication moves.
     if refusals.is_empty() {
-        refusals.extend(super::streams::stalled(me, ends.secondaries()).await);
+        refusals.extend(super::streams::stalled(me, ends.target(), ends.secondaries()).await);
     }
 }
 

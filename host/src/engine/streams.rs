@@ -8,9 +8,14 @@
 //! A secondary's `GetReplicateInfo` answers, per pchannel of its source, the time tick up to
 //! which it has applied the source's messages. The source's WAL carries a time tick every few
 //! hundred milliseconds even when nothing is written, so on a live replication each
-//! pchannel's checkpoint moves within a second or so. This stage reads every checkpoint,
-//! then reads again until each has moved, for at most [`PROBE`]; one that has not moved by
-//! then is refused by name, with how far behind it stands.
+//! pchannel's checkpoint moves within a second or so. This stage first asks the source for a
+//! timestamp (`AllocTimestamp`, from the clock those ticks come from), then reads every
+//! checkpoint: one within [`RECENT`] of that timestamp was applied a moment ago, and is not
+//! waited for. The others are read again until each has moved, for at most [`PROBE`]; one
+//! that has not moved by then is refused by name, with how far behind it stands. Either way a
+//! replication that stopped just now passes, as it would if it stopped just after the probe:
+//! what the probe catches is one that stopped and stayed stopped (milvus#52727), and what it
+//! saves a live one is the wait for the next tick (up to 200 ms on Milvus).
 
 use std::time::Duration;
 
@@ -30,19 +35,37 @@ const PROBE: Duration = Duration::from_secs(5);
 const FIRST_POLL: Duration = Duration::from_millis(25);
 /// How often the checkpoints are read again while some have not moved.
 const POLL: Duration = Duration::from_millis(200);
+/// How far behind the source's clock a checkpoint may stand and count as moving without a
+/// wait: five of Milvus's time-tick intervals. A stream that lags more is watched move.
+const RECENT: Duration = Duration::from_secs(1);
 
-/// Every secondary whose replication from `source` is not moving, as refusals. A server
-/// without `GetReplicateInfo` cannot say, and is let through with a warning.
-pub async fn stalled(source: &MilvusCluster, secondaries: &[EndClient]) -> Vec<Refusal> {
-    join_all(secondaries.iter().map(|s| probe(source, s)))
+/// Every secondary whose replication from `source` (whose end is `primary`) is not moving,
+/// as refusals. A server without `GetReplicateInfo` cannot say, and is let through with a
+/// warning.
+pub async fn stalled(
+    source: &MilvusCluster,
+    primary: &EndClient,
+    secondaries: &[EndClient],
+) -> Vec<Refusal> {
+    // Asked before any checkpoint is read, so that a recent one is recent against it. A
+    // source without the call has every checkpoint watched move.
+    let now = match primary.grpc.alloc_timestamp().await {
+        Ok(now) => Some(now),
+        Err(e) => {
+            tracing::debug!(error = %e, "no timestamp from the source: every checkpoint is watched move");
+            None
+        }
+    };
+    join_all(secondaries.iter().map(|s| probe(source, now, s)))
         .await
         .into_iter()
         .flatten()
         .collect()
 }
 
-/// One secondary: its checkpoints once, then again until every one has moved.
-async fn probe(source: &MilvusCluster, secondary: &EndClient) -> Option<Refusal> {
+/// One secondary: its checkpoints once, then again until every one that was not recent
+/// against `now` (the source's clock before the first read) has moved.
+async fn probe(source: &MilvusCluster, now: Option<u64>, secondary: &EndClient) -> Option<Refusal> {
     let read = |pchannels: Vec<(String, u64)>| async move {
         let answers = join_all(
             pchannels
@@ -57,6 +80,7 @@ async fn probe(source: &MilvusCluster, secondary: &EndClient) -> Option<Refusal>
     let all = source.pchannels.iter().map(|p| (p.clone(), 0)).collect();
     for ((pchannel, _), answer) in read(all).await {
         match answer {
+            Ok(ReplicateProgress::At(tick)) if now.is_some_and(|now| recent(tick, now)) => {}
             Ok(ReplicateProgress::At(tick)) => waiting.push((pchannel, tick)),
             Ok(ReplicateProgress::NotReplicating) => {
                 return Some(Refusal::NoCheckpoint {
@@ -106,6 +130,12 @@ async fn probe(source: &MilvusCluster, secondary: &EndClient) -> Option<Refusal>
     None
 }
 
+/// Whether time tick `tick` stands within [`RECENT`] of time tick `now`: their physical
+/// parts are milliseconds since the epoch, shifted left 18 bits.
+fn recent(tick: u64, now: u64) -> bool {
+    (now >> 18).saturating_sub(tick >> 18) <= RECENT.as_millis() as u64
+}
+
 fn stalled_refusal(
     source: &MilvusCluster,
     secondary: &EndClient,
@@ -128,5 +158,21 @@ fn stalled_refusal(
         pchannels: waiting.iter().map(|(p, _)| p.clone()).collect(),
         behind,
         waited_ms: waited.as_millis() as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_is_recent_up_to_a_second_behind_the_source() {
+        let at = |ms: u64| ms << 18;
+        let now = at(1_764_000_000_000) | 7;
+        assert!(recent(now, now));
+        assert!(recent(at(1_764_000_000_000 - 1000), now));
+        assert!(!recent(at(1_764_000_000_000 - 1001), now));
+        // The logical part counts for nothing, and a tick read after the timestamp is ahead.
+        assert!(recent(at(1_764_000_000_000 + 5) | 0x3ffff, now));
     }
 }

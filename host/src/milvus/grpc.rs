@@ -181,6 +181,20 @@ impl GrpcClient {
         }
     }
 
+    /// `AllocTimestamp`: a hybrid timestamp the end allocates now, from the clock its WAL's
+    /// time ticks (and so its secondaries' checkpoints) are read in.
+    pub async fn alloc_timestamp(&self) -> Result<u64> {
+        let request = AllocTimestampRequest { base: None };
+        let resp = self
+            .call(
+                "AllocTimestamp",
+                self.inner.clone().alloc_timestamp(request),
+            )
+            .await?;
+        self.check("AllocTimestamp", resp.status)?;
+        Ok(resp.timestamp)
+    }
+
     pub async fn list_databases(&self) -> Result<Vec<String>> {
         let resp = self
             .call(

@@ -82,6 +82,7 @@ answers!(
     CheckHealthResponse,
     ConnectResponse,
     ListDatabasesResponse,
+    AllocTimestampResponse,
     GetReplicateConfigurationResponse,
 );
 
@@ -333,6 +334,7 @@ unchecked!(
     CheckHealthRequest,
     ConnectRequest,
     ListDatabasesRequest,
+    AllocTimestampRequest,
 );
 
 /// Database requests: the database is the object, the privilege cluster-wide in 3.0.
@@ -879,6 +881,21 @@ impl MilvusService for MilvusGrpc {
             checkpoint,
             salvage_checkpoint: None,
         }))
+    }
+
+    /// A hybrid timestamp of now: wall-clock milliseconds shifted left 18 bits, the clock
+    /// the replication checkpoints are read in.
+    async fn alloc_timestamp(
+        &self,
+        request: Request<AllocTimestampRequest>,
+    ) -> Result<Response<AllocTimestampResponse>, tonic::Status> {
+        self.serve("AllocTimestamp", request, |_, _| {
+            Ok(AllocTimestampResponse {
+                status: Some(merr::success()),
+                timestamp: (jiff::Timestamp::now().as_millisecond().max(0) as u64) << 18,
+            })
+        })
+        .await
     }
 
     async fn get_replicate_configuration(

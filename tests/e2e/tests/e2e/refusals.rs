@@ -2,6 +2,9 @@
 
 use e2e::{L0Import, World, WorldSpec};
 
+/// The pchannels of every cluster milvus-sim starts by default.
+const PCHANNELS: usize = milvus_sim::topology::DEFAULT_PCHANNELS as usize;
+
 /// Runs `job` and checks it was refused before anything was written anywhere, for a reason
 /// of `kind` (the report's `refusal_kinds`; `None` for a job file refused before any
 /// preflight) whose text says `why`.
@@ -153,9 +156,27 @@ async fn a_replication_target_the_job_does_not_name() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Each secondary's checkpoints, read once, are within a second of the target's clock: that
+/// replication is moving, and preflight does not wait for its next time tick.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_replication_is_read_once_not_waited_for() -> anyhow::Result<()> {
+    let world = World::start(WorldSpec::default()).await?;
+    let job = world.job("live", "")?;
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 0, "{}", run.explain());
+    for secondary in ["s1", "s2"] {
+        assert_eq!(
+            world.requests(secondary, "/GetReplicateInfo").await?,
+            PCHANNELS,
+            "{secondary}'s checkpoints were read more than once"
+        );
+    }
+    Ok(())
+}
+
 /// Issue 26: the stream to s2 stopped while the topology still names it (milvus#52727).
 /// Preflight refuses by name before anything is written; s1's healthy stream is not named.
-/// A stream that only lags is not refused.
+/// A stream that only lags is not refused: it is read again until it moves.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_secondary_whose_replication_stopped() -> anyhow::Result<()> {
     let world = World::start(WorldSpec::default()).await?;
@@ -164,6 +185,9 @@ async fn a_secondary_whose_replication_stopped() -> anyhow::Result<()> {
         .pause_stream("s2")
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // A replication that stopped under a second ago still looks live to preflight (as one
+    // that stops just after it would): this one stopped and stayed stopped.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     let job = world.job("stalled", "")?;
     let text = refused(
         &world,
@@ -185,6 +209,7 @@ async fn a_secondary_whose_replication_stopped() -> anyhow::Result<()> {
         .set_stream_lag("s2", std::time::Duration::from_secs(3))
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let read_before = world.requests("s2", "/GetReplicateInfo").await?;
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(
         run.code,
@@ -192,6 +217,8 @@ async fn a_secondary_whose_replication_stopped() -> anyhow::Result<()> {
         "a lagging stream still moves: {}",
         run.explain()
     );
+    // Three seconds behind is not recent: its checkpoints were read again, and moved.
+    assert!(world.requests("s2", "/GetReplicateInfo").await? - read_before > PCHANNELS);
     Ok(())
 }
 
