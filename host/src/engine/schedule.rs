@@ -29,9 +29,11 @@ pub const CALLS_PER_JOB_PER_SECOND: f64 = 0.9;
 
 /// Rows a second that one end's lists may bring while ready jobs are looked at: a ready
 /// pair (Uncommitted, or Committing, waiting on something no rate predicts) is looked at as
-/// often as that allows, between [`MIN_INTERVAL`] and [`FIRST_INTERVAL`]. Milvus computes
-/// every row of a list, so a restore of a few hundred jobs is looked at every 50 ms and one
-/// of ten thousand collections (40,000 rows a list) still every 200 ms.
+/// often as that allows, and as the budget can keep up (a look costs a call an end), between
+/// [`MIN_INTERVAL`] and [`FIRST_INTERVAL`]. Milvus computes every row of a list, so a
+/// restore of a few hundred jobs is looked at every 50 ms and one of ten thousand
+/// collections (40,000 rows a list) still every 200 ms; so is one of a few jobs, whose
+/// budget would be spent in a burst at 50 ms and then look every second.
 const READY_ROWS_PER_SECOND: f64 = 20_000.0;
 
 /// Tokens a quiet stretch may save for a burst, per job; a burst covers a few fast polls of
@@ -80,6 +82,8 @@ pub struct Schedule {
     refilled_at: Instant,
     /// How soon a ready pair is looked at again: see [`READY_ROWS_PER_SECOND`].
     ready_interval: Duration,
+    /// How often the budget can pay for a look at every end, one call each.
+    sustained: Duration,
 }
 
 impl Schedule {
@@ -99,13 +103,16 @@ impl Schedule {
             })
             .collect();
         let capacity = BURST_PER_JOB * jobs;
+        let ends = pairs.div_ceil(jobs as usize).max(1);
+        let rate = CALLS_PER_JOB_PER_SECOND * jobs;
         Schedule {
             entries,
             tokens: capacity,
             capacity,
-            rate: CALLS_PER_JOB_PER_SECOND * jobs,
+            rate,
             refilled_at: now,
             ready_interval: FIRST_INTERVAL,
+            sustained: Duration::from_secs_f64(ends as f64 / rate),
         }
     }
 
@@ -113,6 +120,7 @@ impl Schedule {
     /// the ready pairs it saw are looked at again as soon as that allows.
     pub fn listed(&mut self, rows: usize) {
         self.ready_interval = Duration::from_secs_f64(rows as f64 / READY_ROWS_PER_SECOND)
+            .max(self.sustained)
             .clamp(MIN_INTERVAL, FIRST_INTERVAL);
     }
 
@@ -319,7 +327,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_ready_pair_is_looked_at_as_often_as_its_lists_allow() {
         let t0 = Instant::now();
-        let mut s = Schedule::new(1, 1, t0, FirstLook::Now);
+        // 400 jobs on 3 ends: the budget pays for a look every 8 ms.
+        let mut s = Schedule::new(1200, 400, t0, FirstLook::Now);
         let next = |s: &mut Schedule, rows| {
             s.listed(rows);
             s.observe(0, READY_PROGRESS, t0);
@@ -336,6 +345,15 @@ mod tests {
         s.observe(0, 10, t0);
         s.observe(0, 50, t0 + Duration::from_secs(4));
         assert!(s.entries[0].next_at - (t0 + Duration::from_secs(4)) > FIRST_INTERVAL);
+        // 40 jobs on 3 ends: a look every 83 ms is what the budget keeps up, however short
+        // the lists.
+        let mut s = Schedule::new(120, 40, t0, FirstLook::Now);
+        let sustained = next(&mut s, 40);
+        assert!(sustained > Duration::from_millis(80) && sustained < Duration::from_millis(90));
+        // One job on 3 ends: every 200 ms as before, not a burst at 50 ms and then a look
+        // a second.
+        let mut s = Schedule::new(3, 1, t0, FirstLook::Now);
+        assert_eq!(next(&mut s, 1), FIRST_INTERVAL);
     }
 
     #[tokio::test(start_paused = true)]
