@@ -130,10 +130,14 @@ async fn probe(source: &MilvusCluster, now: Option<u64>, secondary: &EndClient) 
     None
 }
 
-/// Whether time tick `tick` stands within [`RECENT`] of time tick `now`: their physical
-/// parts are milliseconds since the epoch, shifted left 18 bits.
+/// Whether time tick `tick` stands within [`RECENT`] of time tick `now`.
 fn recent(tick: u64, now: u64) -> bool {
-    (now >> 18).saturating_sub(tick >> 18) <= RECENT.as_millis() as u64
+    millis(now).saturating_sub(millis(tick)) <= RECENT.as_millis() as u64
+}
+
+/// A time tick's physical part: milliseconds since the epoch, shifted left 18 bits.
+fn millis(tick: u64) -> u64 {
+    tick >> 18
 }
 
 fn stalled_refusal(
@@ -142,9 +146,8 @@ fn stalled_refusal(
     waiting: &[(String, u64)],
     waited: Duration,
 ) -> Refusal {
-    // A time tick's physical part is milliseconds since the epoch, shifted left 18 bits.
     let oldest = waiting.iter().map(|(_, tick)| *tick).min().unwrap_or(0);
-    let at = jiff::Timestamp::from_millisecond((oldest >> 18) as i64).ok();
+    let at = jiff::Timestamp::from_millisecond(millis(oldest) as i64).ok();
     let behind = match at {
         Some(at) => {
             let secs = jiff::Timestamp::now().duration_since(at).as_secs();

@@ -548,9 +548,9 @@ fn walk_files(dir: &std::path::Path, key: &Path, paths: &mut Vec<Path>) -> std::
 /// imported into segments of its own: a query reads its rows from there once the files it
 /// imported from are gone. A copy is named `{group}.{field}.{path under the insert prefix,
 /// '/' as '.'}`, all of a job's in one directory: making a directory a field for each of
-/// 120,000 jobs was a fifth of the emulator's kernel time at 10,000 collections. Returns each group's copies as the name prefix
-/// `dir/{group}.` ("" for a group without insert logs), which [`read_values`] reads. In a local
-/// directory the copies are hard links.
+/// 120,000 jobs was a fifth of the emulator's kernel time at 10,000 collections. Returns each
+/// group's copies as the name prefix `dir/{group}.` ("" for a group without insert logs),
+/// which [`read_values`] reads. In a local directory the copies are hard links.
 async fn keep_groups(
     from: Source<'_>,
     groups: &[Vec<String>],
