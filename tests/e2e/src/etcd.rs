@@ -71,27 +71,74 @@ pub fn binary() -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-/// A running (or stopped) etcd with its data in the seed's world.
+/// A running (or stopped) etcd. Its data and log live on tmpfs (`/dev/shm`) where the
+/// machine has one, else under the directory it was started with: etcd preallocates 64 MB of
+/// WAL and syncs it, and a test machine's disk, shared with the build and a real Milvus,
+/// is where that can fail or stall. A SIGKILL keeps tmpfs files, which is all the faults need.
 pub struct EtcdServer {
     binary: PathBuf,
     data_dir: PathBuf,
     client_port: u16,
     peer_port: u16,
     child: Option<Child>,
+    /// The tmpfs directory holding `data_dir`, removed when the server is dropped.
+    _scratch: Option<tempfile::TempDir>,
+}
+
+/// How many times a first start tries fresh ports when another process took one of them
+/// between [`free_port`] and etcd's bind.
+const START_ATTEMPTS: usize = 3;
+
+/// Why a start did not give a server that answers.
+#[derive(Debug)]
+enum UpError {
+    /// etcd exited; its log's last lines say why.
+    Exited(String),
+    Other(anyhow::Error),
 }
 
 impl EtcdServer {
-    /// Starts etcd on two free ports with its data under `dir`, and waits until it answers.
+    /// Starts etcd on two free ports, and waits until it answers.
     pub async fn start(binary: &Path, dir: &Path) -> anyhow::Result<EtcdServer> {
+        let tmpfs = Path::new("/dev/shm");
+        let scratch = if tmpfs.is_dir() {
+            Some(
+                tempfile::Builder::new()
+                    .prefix("lockstep-etcd-")
+                    .tempdir_in(tmpfs)
+                    .context("a directory for etcd on /dev/shm")?,
+            )
+        } else {
+            None
+        };
+        let base = scratch.as_ref().map_or(dir, |s| s.path());
         let mut server = EtcdServer {
             binary: binary.to_owned(),
-            data_dir: dir.join("etcd"),
-            client_port: free_port()?,
-            peer_port: free_port()?,
+            data_dir: base.join("etcd"),
+            client_port: 0,
+            peer_port: 0,
             child: None,
+            _scratch: scratch,
         };
-        server.up().await?;
-        Ok(server)
+        for attempt in 1..=START_ATTEMPTS {
+            server.client_port = free_port()?;
+            server.peer_port = free_port()?;
+            match server.try_up().await {
+                Ok(()) => return Ok(server),
+                Err(UpError::Exited(log))
+                    if attempt < START_ATTEMPTS && log.contains("address already in use") =>
+                {
+                    eprintln!(
+                        "etcd on port {} lost a port to another process; trying fresh ports",
+                        server.client_port
+                    );
+                    // A failed first start leaves a half-made member; the next starts afresh.
+                    let _ = std::fs::remove_dir_all(&server.data_dir);
+                }
+                Err(e) => return Err(server.failure(e)),
+            }
+        }
+        unreachable!("the last attempt returns")
     }
 
     /// `host:port` of its client URL.
@@ -99,7 +146,7 @@ impl EtcdServer {
         format!("127.0.0.1:{}", self.client_port)
     }
 
-    /// SIGKILL: the server goes away as in a crash, its data kept on disk.
+    /// SIGKILL: the server goes away as in a crash, its data kept.
     pub async fn kill(&mut self) -> anyhow::Result<()> {
         if let Some(mut child) = self.child.take() {
             child.start_kill().context("killing etcd")?;
@@ -110,14 +157,25 @@ impl EtcdServer {
 
     /// Starts the server again on its ports and data, and waits until it answers.
     pub async fn up(&mut self) -> anyhow::Result<()> {
-        anyhow::ensure!(self.child.is_none(), "etcd is already running");
+        self.try_up().await.map_err(|e| self.failure(e))
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.data_dir.with_extension("log")
+    }
+
+    async fn try_up(&mut self) -> Result<(), UpError> {
+        if self.child.is_some() {
+            return Err(UpError::Other(anyhow::anyhow!("etcd is already running")));
+        }
         let client = format!("http://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.data_dir.with_extension("log"))
-            .context("opening etcd's log")?;
+            .open(self.log_path())
+            .context("opening etcd's log")
+            .map_err(UpError::Other)?;
         let child = Command::new(&self.binary)
             .args(["--name", "faults", "--data-dir"])
             .arg(&self.data_dir)
@@ -130,24 +188,64 @@ impl EtcdServer {
             .stderr(log)
             .kill_on_drop(true)
             .spawn()
-            .with_context(|| format!("starting {}", self.binary.display()))?;
-        self.child = Some(child);
+            .with_context(|| format!("starting {}", self.binary.display()))
+            .map_err(UpError::Other)?;
+        let child = self.child.insert(child);
         let health = format!("{client}/health");
+        // Each ask bounded: whatever took the port may accept and never answer.
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(1))
+            .build()
+            .context("an HTTP client")
+            .map_err(UpError::Other)?;
         let until = Instant::now() + Duration::from_secs(30);
         loop {
-            if reqwest::get(&health)
+            if http
+                .get(&health)
+                .send()
                 .await
                 .is_ok_and(|r| r.status().is_success())
             {
                 return Ok(());
             }
-            anyhow::ensure!(
-                Instant::now() < until,
-                "etcd on port {} did not answer within 30 s (its log: {})",
-                self.client_port,
-                self.data_dir.with_extension("log").display()
-            );
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Err(UpError::Exited(format!(
+                    "etcd exited ({status}) before it answered; its log ends:\n{}",
+                    self.log_tail()
+                )));
+            }
+            if Instant::now() >= until {
+                return Err(UpError::Other(anyhow::anyhow!(
+                    "etcd did not answer within 30 s; its log ends:\n{}",
+                    self.log_tail()
+                )));
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The error a failed start gives: the port and the log's last lines, because the log
+    /// goes away with the server's directory.
+    fn failure(&self, error: UpError) -> anyhow::Error {
+        let error = match error {
+            UpError::Exited(why) => anyhow::anyhow!(why),
+            UpError::Other(e) => e,
+        };
+        error.context(format!("etcd on port {}", self.client_port))
+    }
+
+    /// The last 20 lines of etcd's log, or why it could not be read.
+    fn log_tail(&self) -> String {
+        match std::fs::read_to_string(self.log_path()) {
+            Ok(log) => {
+                let lines: Vec<&str> = log.lines().collect();
+                lines[lines.len().saturating_sub(20)..].join("\n")
+            }
+            Err(e) => format!(
+                "(its log {} could not be read: {e})",
+                self.log_path().display()
+            ),
         }
     }
 }

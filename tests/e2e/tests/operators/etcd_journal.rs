@@ -212,3 +212,48 @@ async fn connecting_to_nothing_fails_with_the_endpoint_named() {
     };
     assert!(err.to_string().contains(&port.to_string()), "{err}");
 }
+
+/// The fault runner's etcd (stopped and started by its faults) says at once why it could not
+/// start, from its own log, rather than waiting out its 30 s; and starts again on its data
+/// once the port is free.
+#[tokio::test]
+async fn a_seeds_etcd_that_cannot_bind_says_why_at_once() {
+    let test = "a_seeds_etcd_that_cannot_bind_says_why_at_once";
+    let Some(binary) = e2e::etcd::binary() else {
+        e2e::unavailable(test, "no etcd binary on PATH");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = e2e::etcd::EtcdServer::start(&binary, dir.path())
+        .await
+        .unwrap();
+    let url = format!("etcd://{}/{test}", server.address());
+    let id = RestoreId::new("orders", "abcdef0123456789", 1);
+    {
+        let journal = journal(&url).await;
+        let claim = journal.claim(&id).await.unwrap();
+        journal.save(claim.as_ref(), &record(&id, 1)).await.unwrap();
+    }
+    server.kill().await.unwrap();
+
+    let squatter = std::net::TcpListener::bind(server.address()).unwrap();
+    let began = std::time::Instant::now();
+    let err = format!("{:#}", server.up().await.unwrap_err());
+    assert!(began.elapsed() < Duration::from_secs(10), "{err}");
+    assert!(err.contains("address already in use"), "{err}");
+    let port = server.address().rsplit(':').next().unwrap().to_owned();
+    assert!(
+        err.contains(&format!("port {port}")),
+        "the port is named: {err}"
+    );
+
+    drop(squatter);
+    server.up().await.unwrap();
+    let journal = journal(&url).await;
+    let saved = journal.load(&id).await.unwrap();
+    assert_eq!(
+        saved.map(|r| r.attempt),
+        Some(1),
+        "the data outlived both starts"
+    );
+}
