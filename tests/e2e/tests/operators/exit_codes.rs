@@ -107,6 +107,61 @@ async fn check_names_a_bad_object_and_exits_2() {
     assert!(!world.dir.path().join(".lockstep").exists());
 }
 
+/// A damaged page the Parquet reader panics on (it should fail) is a bad object like any
+/// other: named with the reader's message, and no panic printed, which would read as
+/// lockstep crashing.
+#[tokio::test]
+async fn check_reports_a_page_the_parquet_reader_panics_on_without_printing_a_panic() {
+    use milvus_formats::binlog;
+    let world = crate::support::world().await;
+    let binlogs = world
+        .dir
+        .path()
+        .join("backups/backup/bak/binlogs/insert_log");
+    // The first one-byte damage, over every insert log, that the reader reports as a panic.
+    let reader_panics = |bytes: &[u8]| {
+        binlog::parse(bytes)
+            .and_then(|log| binlog::insert_rows(&log))
+            .is_err_and(|e| e.to_string().contains("the Parquet reader failed on it"))
+    };
+    let (victim, damaged) = walk(&binlogs)
+        .into_iter()
+        .find_map(|path| {
+            let bytes = std::fs::read(&path).unwrap();
+            (0..bytes.len()).find_map(|at| {
+                let mut damaged = bytes.clone();
+                damaged[at] ^= 0x5a;
+                reader_panics(&damaged).then(|| (path.clone(), damaged))
+            })
+        })
+        .expect(
+            "a one-byte damage the Parquet reader panics on; if it fails on every one now, \
+             lockstep's panic hook and this test can go",
+        );
+    std::fs::write(&victim, damaged).unwrap();
+
+    let out = Command::new(e2e::lockstep_bin())
+        .arg("--config")
+        .arg(crate::support::host_config(&world))
+        .args(["check", "bak", "--level", "data"])
+        .output()
+        .expect("lockstep runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    let relative = victim
+        .strip_prefix(world.dir.path().join("backups/backup/bak"))
+        .unwrap();
+    assert!(
+        stdout.contains(&format!("{} (segment ", relative.display()))
+            && stdout.contains("the Parquet reader failed on it"),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 /// Every file under `dir`, depth first.
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut files = Vec::new();
