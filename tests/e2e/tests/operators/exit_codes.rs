@@ -69,14 +69,7 @@ fn a_bad_job_file_is_still_a_refusal() {
 #[tokio::test]
 async fn check_names_a_bad_object_and_exits_2() {
     let world = crate::support::world().await;
-    let check = |level: &str| {
-        Command::new(e2e::lockstep_bin())
-            .arg("--config")
-            .arg(crate::support::host_config(&world))
-            .args(["check", "bak", "--level", level])
-            .output()
-            .expect("lockstep runs")
-    };
+    let check = |level: &str| check(&world, level);
     let sound = check("data");
     let stdout = String::from_utf8_lossy(&sound.stdout);
     assert_eq!(sound.status.code(), Some(0), "{stdout}");
@@ -94,15 +87,11 @@ async fn check_names_a_bad_object_and_exits_2() {
     let meta_only = check("meta");
     assert_eq!(meta_only.status.code(), Some(0), "the object is there");
     let bad = check("data");
-    let stdout = String::from_utf8_lossy(&bad.stdout);
-    assert_eq!(bad.status.code(), Some(2), "{stdout}");
-    let relative = victim
-        .strip_prefix(world.dir.path().join("backups/backup/bak"))
-        .unwrap();
-    assert!(
-        stdout.contains(&format!("{} (segment ", relative.display()))
-            && stdout.contains("does not decode: parse magic number failed"),
-        "{stdout}"
+    assert_names(
+        &world,
+        &victim,
+        &bad,
+        "does not decode: parse magic number failed",
     );
     assert!(!world.dir.path().join(".lockstep").exists());
 }
@@ -140,26 +129,39 @@ async fn check_reports_a_page_the_parquet_reader_panics_on_without_printing_a_pa
         );
     std::fs::write(&victim, damaged).unwrap();
 
-    let out = Command::new(e2e::lockstep_bin())
+    let out = check(&world, "data");
+    assert_names(&world, &victim, &out, "the Parquet reader failed on it");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// `lockstep check bak --level LEVEL` on the world's backup.
+fn check(world: &e2e::World, level: &str) -> std::process::Output {
+    Command::new(e2e::lockstep_bin())
         .arg("--config")
-        .arg(crate::support::host_config(&world))
-        .args(["check", "bak", "--level", "data"])
+        .arg(crate::support::host_config(world))
+        .args(["check", "bak", "--level", level])
         .output()
-        .expect("lockstep runs");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+        .expect("lockstep runs")
+}
+
+/// `check` exited 2 and its report names `victim` (by its path in the backup), its segment
+/// and `why`.
+fn assert_names(
+    world: &e2e::World,
+    victim: &std::path::Path,
+    out: &std::process::Output,
+    why: &str,
+) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
     let relative = victim
         .strip_prefix(world.dir.path().join("backups/backup/bak"))
         .unwrap();
     assert!(
-        stdout.contains(&format!("{} (segment ", relative.display()))
-            && stdout.contains("the Parquet reader failed on it"),
+        stdout.contains(&format!("{} (segment ", relative.display())) && stdout.contains(why),
         "{stdout}"
     );
-    assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
 /// Every file under `dir`, depth first.
