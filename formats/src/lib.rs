@@ -10,8 +10,14 @@
 //!   their field ids.
 //! - [`value`]: one row's value of one field, read from either layout or from a query's
 //!   answer, and compared as Milvus keeps it.
+//!
+//! A panic of the Parquet reader on a damaged file is that file's error in both layouts;
+//! [`panic_is_a_bad_payload`] lets a program's panic hook tell those from its own.
 
 pub mod binlog;
+mod caught;
 pub mod column_group;
 pub mod storage;
 pub mod value;
+
+pub use caught::panic_is_a_bad_payload;

@@ -31,10 +31,10 @@ static MALLOC_CONF: &[u8; 10] = b"narenas:2\0";
 fn main() -> ExitCode {
     let printed = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        // The binlog reader turns the Parquet reader's panics on damaged pages into an error
+        // The backup readers turn the Parquet reader's panics on damaged files into an error
         // naming the object (which `check` and preflight print); the panic's own message on
         // stderr would read as lockstep crashing.
-        if !milvus_formats::binlog::payload::panic_is_a_bad_payload() {
+        if !milvus_formats::panic_is_a_bad_payload() {
             printed(info)
         }
     }));

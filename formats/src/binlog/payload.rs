@@ -3,7 +3,6 @@
 //! level 3, no Arrow schema in the metadata. The Arrow type of each Milvus data type is the
 //! one the real 2.3.5 wrote.
 
-use std::cell::Cell;
 use std::sync::Arc;
 
 use arrow_array::{
@@ -218,36 +217,9 @@ pub(super) fn read(payload: &[u8]) -> Result<Vec<RecordBatch>, Error> {
     })
 }
 
-thread_local! {
-    /// Whether this thread is inside [`decoding`].
-    static DECODING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether a panic on this thread now is one the reader catches and reports as a bad
-/// payload, naming its object. A program's panic hook can leave those unprinted: the
-/// error says what the panic message would, and an operator checking a damaged backup
-/// should not read a crash into it.
-pub fn panic_is_a_bad_payload() -> bool {
-    DECODING.get()
-}
-
-/// Runs `decode`, a panic in it taken as a bad payload: the Parquet reader panics on some
-/// damaged pages (one shorter than its levels need) where it should fail, and a backup's
-/// damaged object must be refused by name, not stop the process or the task reading it.
+/// Runs `decode`, a panic in it taken as a bad payload (see [`crate::caught`]).
 pub(super) fn decoding<T>(decode: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
-    // What `decode` touched is its own, dropped by the unwind; this thread's zstd
-    // decompressor is reset by every frame it decompresses.
-    let outer = DECODING.replace(true);
-    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode));
-    DECODING.set(outer);
-    decoded.unwrap_or_else(|panic| {
-        let why = (panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        Err(Error::Payload(format!(
-            "the Parquet reader failed on it: {why}"
-        )))
-    })
+    crate::caught::reading(decode, Error::Payload)
 }
 
 /// Checks that `column` holds `data_type` data as Milvus writes it.
