@@ -16,6 +16,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("backup_meta", crate::backup_meta),
     ("topology", crate::topology),
     ("binlog", crate::binlog),
+    ("column_group", crate::column_group),
 ];
 
 /// The body of the target named `name`.

@@ -252,3 +252,17 @@ pub fn binlog(data: &[u8]) {
     let _ = binlog::values(&log, 0, &[0, 2, 4]);
     let _ = binlog::deletes(&log);
 }
+
+/// A storage v2/v3 column-group file, through every reading lockstep does of one: its rows,
+/// its field ids, an Int64 or VarChar key, its timestamps, a vector's values, its deletes.
+/// A damaged file is refused with a reason; none may panic.
+pub fn column_group(data: &[u8]) {
+    use milvus_formats::column_group;
+    use milvus_proto::schema::DataType;
+    let _ = column_group::rows(data);
+    let _ = column_group::field_ids(data);
+    let _ = column_group::pks(data, 100);
+    let _ = column_group::int64s(data, 1);
+    let _ = column_group::values(data, 101, DataType::FloatVector, 0, &[0, 2, 4]);
+    let _ = column_group::deletes(data);
+}

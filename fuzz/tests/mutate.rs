@@ -80,3 +80,8 @@ fn topology() {
 fn binlog() {
     fuzz("binlog");
 }
+
+#[test]
+fn column_group() {
+    fuzz("column_group");
+}

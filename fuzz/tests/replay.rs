@@ -56,3 +56,34 @@ fn topology_seeds() {
 fn binlog_seeds() {
     replay("binlog");
 }
+
+#[test]
+fn column_group_seeds() {
+    replay("column_group");
+}
+
+/// The column-group seeds are files the reader reads, so that mutating them reaches pages,
+/// not only the footer check: the segment's keys and timestamps, the VarChar keys, the
+/// delta log's deletes.
+#[test]
+fn column_group_seeds_read() {
+    use milvus_formats::column_group;
+    let seed = |name: &str| {
+        std::fs::read(lockstep_fuzz::corpus::dir("seeds", "column_group").join(name)).unwrap()
+    };
+    let segment = seed("pyarrow-int64-pk-float-vector");
+    assert_eq!(column_group::field_ids(&segment), Ok(vec![0, 1, 100, 101]));
+    let keys = column_group::pks(&segment, 100).unwrap().unwrap();
+    assert_eq!(keys.len(), 20);
+    assert_eq!(
+        column_group::int64s(&segment, 1).unwrap().map(|t| t.len()),
+        Some(20)
+    );
+    let varchar = seed("pyarrow-varchar-pk");
+    assert_eq!(
+        column_group::pks(&varchar, 100).unwrap().map(|k| k.len()),
+        Some(20)
+    );
+    let delta = seed("pyarrow-delta");
+    assert_eq!(column_group::deletes(&delta).map(|d| d.len()), Ok(3));
+}
