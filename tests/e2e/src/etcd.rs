@@ -120,7 +120,8 @@ impl EtcdServer {
             child: None,
             _scratch: scratch,
         };
-        for attempt in 1..=START_ATTEMPTS {
+        let mut attempt = 1;
+        loop {
             server.client_port = free_port()?;
             server.peer_port = free_port()?;
             match server.try_up().await {
@@ -134,11 +135,11 @@ impl EtcdServer {
                     );
                     // A failed first start leaves a half-made member; the next starts afresh.
                     let _ = std::fs::remove_dir_all(&server.data_dir);
+                    attempt += 1;
                 }
                 Err(e) => return Err(server.failure(e)),
             }
         }
-        unreachable!("the last attempt returns")
     }
 
     /// `host:port` of its client URL.
