@@ -278,11 +278,6 @@ pub struct Index {
     pub params: BTreeMap<String, String>,
 }
 
-/// A hybrid timestamp for now: physical milliseconds shifted past Milvus's 18 logical bits.
-pub fn hybrid_ts_now() -> u64 {
-    (jiff::Timestamp::now().as_millisecond().max(0) as u64) << 18
-}
-
 /// All databases of a cluster. `default` always exists.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Catalog {
@@ -452,7 +447,7 @@ impl Catalog {
                         indexes: Vec::new(),
                         loaded: false,
                         created: now,
-                        created_ts: hybrid_ts_now(),
+                        created_ts: crate::tso::now(),
                     },
                 );
                 self.by_id.insert(*id, (db_name, name.clone()));

@@ -132,7 +132,7 @@ impl Clock {
             Some(after) => self.started_ms + after.as_millis() as i64,
             None => self.started_ms - self.started.duration_since(at).as_millis() as i64,
         };
-        (ms.max(0) as u64) << 18
+        crate::tso::from_unix_ms(ms)
     }
 }
 

@@ -185,7 +185,7 @@ impl Cluster {
         storage: crate::storage::Opened,
         registry: Weak<Registry>,
     ) -> Cluster {
-        let first_id = (jiff::Timestamp::now().as_millisecond().max(0)) << 18;
+        let first_id = crate::tso::now() as i64;
         let ids = AtomicI64::new(first_id);
         let catalog = Catalog::new(1);
         let requests = RequestLog::new(spec.request_log_capacity);
@@ -314,7 +314,7 @@ impl Cluster {
 
     /// Fresh int64 id, Milvus-like (physical ms << 18 | logical): about 18 decimal digits.
     pub fn next_id(&self) -> i64 {
-        let now = jiff::Timestamp::now().as_millisecond().max(0) << 18;
+        let now = crate::tso::now() as i64;
         let mut prev = self.0.ids.load(Ordering::Relaxed);
         loop {
             let next = now.max(prev + 1);

@@ -560,7 +560,7 @@ impl MilvusService for MilvusGrpc {
                     out.partition_names.push(p.name.clone());
                     out.partition_i_ds.push(p.id);
                     out.created_timestamps
-                        .push((p.created.unix_ms.max(0) as u64) << 18);
+                        .push(crate::tso::from_unix_ms(p.created.unix_ms));
                     out.created_utc_timestamps.push(p.created.unix_ms as u64);
                     out.in_memory_percentages
                         .push(if coll.loaded { 100 } else { 0 });
@@ -830,7 +830,7 @@ impl MilvusService for MilvusGrpc {
                 for db in c.databases.values() {
                     out.db_names.push(db.name.clone());
                     out.created_timestamp
-                        .push((db.created.unix_ms.max(0) as u64) << 18);
+                        .push(crate::tso::from_unix_ms(db.created.unix_ms));
                     out.db_ids.push(db.id);
                 }
                 Ok(out)
@@ -892,7 +892,7 @@ impl MilvusService for MilvusGrpc {
         self.serve("AllocTimestamp", request, |_, _| {
             Ok(AllocTimestampResponse {
                 status: Some(merr::success()),
-                timestamp: (jiff::Timestamp::now().as_millisecond().max(0) as u64) << 18,
+                timestamp: crate::tso::now(),
             })
         })
         .await

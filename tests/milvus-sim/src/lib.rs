@@ -27,8 +27,8 @@
 //! - [`rest`], [`grpc`], [`control`]: the three faces of a cluster's port.
 //! - [`faults`]: injected job failures and API faults.
 //! - [`request_log`]: the bounded record of requests each cluster answered.
-//! - [`merr`], [`go_duration`], [`version`], [`storage`]: Milvus's error codes, Go durations,
-//!   version rules, object storage.
+//! - [`merr`], [`go_duration`], [`version`], [`storage`], [`tso`]: Milvus's error codes, Go
+//!   durations, version rules, object storage, hybrid timestamps.
 //! - [`fixtures`]: `gen-backup`, backups in milvus-backup's layout.
 
 pub mod catalog;
@@ -53,6 +53,7 @@ pub mod server;
 pub mod storage;
 pub mod tls;
 pub mod topology;
+pub mod tso;
 pub mod version;
 
 pub use cluster::Cluster;
