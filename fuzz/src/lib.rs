@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use lockstep::backup::{self, BackupLocation, RestoreOptions, Strategy};
-use lockstep::job::{Error, HostConfig, Job, Location};
+use lockstep::config::HostConfig;
+use lockstep::job::{Error, Job, Location};
 use object_store::memory::InMemory;
 use object_store::{ObjectStoreExt as _, PutPayload};
 
@@ -65,7 +66,7 @@ pub fn backup_yaml(data: &[u8]) {
         return;
     };
     let path = Path::new("/etc/milvus-backup/backup.yaml");
-    if let Err(e) = lockstep::job::backup_yaml::parse_str(text, path, &[], &|_| None) {
+    if let Err(e) = lockstep::config::backup_yaml::parse_str(text, path, &[], &|_| None) {
         assert_located(&e, text);
     }
 }

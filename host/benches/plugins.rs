@@ -12,10 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use lockstep::job::CheckLimits;
 use lockstep::plugins::{
-    Allocation, CheckContext, CheckEnd, CheckGrants, CheckHost, Clock, EndRole, Phase, Plugin,
-    PluginRuntime, RuntimeConfig, StoreCheckHost, Verdict,
+    Allocation, CheckContext, CheckEnd, CheckGrants, CheckHost, CheckLimits, Clock, EndRole, Phase,
+    Plugin, PluginRuntime, RuntimeConfig, StoreCheckHost, Verdict,
 };
 
 /// DESIGN.md §6 targets.

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use lockstep::backup::{self, BackupLocation, L0Route, RestoreOptions, Strategy};
-use lockstep::job::StorageSpec;
+use lockstep::config::StorageSpec;
 use milvus_sim::fixtures::{BackupSpec, L0Segments, generate};
 use object_store::path::Path;
 

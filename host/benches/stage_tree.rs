@@ -27,11 +27,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
-use lockstep::job::StorageSpec;
+use lockstep::backup::BackupFile;
+use lockstep::config::StorageSpec;
 use lockstep::journal::RestoreId;
 use lockstep::storage::{
-    BackupFile, Destination, StageOptions, StageSource, StagingPrefix, TempFiles, cleanup, open,
-    stage,
+    Destination, StageOptions, StageSource, StagingPrefix, TempFiles, cleanup, open, stage,
 };
 use object_store::path::Path;
 
@@ -151,7 +151,7 @@ fn main() -> anyhow::Result<()> {
         let target_dir = work.path().join(name);
         std::fs::create_dir_all(&target_dir)?;
         let target = open(&StorageSpec::local(&target_dir)?)?;
-        let prefix = StagingPrefix::for_restore(&RestoreId::new(name, "ab", 1));
+        let prefix = StagingPrefix::for_restore(RestoreId::new(name, "ab", 1).as_str());
         let destinations = [Destination {
             end: "target",
             store: &target,

@@ -19,11 +19,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
-use lockstep::job::StorageSpec;
+use lockstep::backup::BackupFile;
+use lockstep::config::StorageSpec;
 use lockstep::journal::RestoreId;
 use lockstep::storage::{
-    BackupFile, Destination, StageOptions, StageProgress, StageSource, StagingPrefix, Transfer,
-    open, stage,
+    Destination, StageOptions, StageProgress, StageSource, StagingPrefix, Transfer, open, stage,
 };
 use object_store::path::Path;
 
@@ -58,7 +58,7 @@ fn main() -> anyhow::Result<()> {
     let stage_round = |name: String, options: StageOptions, way: Transfer| {
         let stage_dir = work.path().join(&name);
         let target = open(&StorageSpec::local(&stage_dir)?)?;
-        let prefix = StagingPrefix::for_restore(&RestoreId::new(&name, "ab", 1));
+        let prefix = StagingPrefix::for_restore(RestoreId::new(&name, "ab", 1).as_str());
         let copied_at = std::sync::Mutex::new(None);
         let on_progress = |p: StageProgress| {
             if p.files_done == p.files_total {

@@ -6,6 +6,8 @@
 //!
 //! # Layout
 //!
+//! - [`config`]: the host config (`lockstep.toml` or milvus-backup's `backup.yaml`): clusters,
+//!   stores and credentials.
 //! - [`job`]: the validated restore job, reached from a TOML file, CLI flags or a REST body.
 //! - [`backup`]: milvus-backup's format: meta reading, paths, batch planning.
 //! - [`milvus`]: REST v2 and gRPC clients, version and replication topology.
@@ -17,6 +19,8 @@
 //! - [`verify`]: what a query on every end sees of a finished restore.
 
 pub mod backup;
+pub mod config;
+pub mod diagnostic;
 pub mod engine;
 pub mod job;
 pub mod journal;

@@ -235,7 +235,7 @@ pub enum ReopenError {
 impl Reopened {
     /// Opens backup `name` under `root` of `storage`, reads it and plans all of it.
     pub async fn open(
-        storage: &crate::job::StorageSpec,
+        storage: &crate::config::StorageSpec,
         root: &str,
         name: &str,
     ) -> Result<Reopened, ReopenError> {

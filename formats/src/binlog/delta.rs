@@ -16,7 +16,7 @@ use arrow_array::{Array, ArrayRef, Int64Array, StringArray};
 use milvus_proto::schema::DataType;
 use parquet::basic::Compression;
 
-use super::{Binlog, Descriptor, Error, EventType, payload};
+use super::{Binlog, Descriptor, Error, EventType, pages, payload};
 
 /// The extras key and value that mark the multi-field form.
 const VERSION_KEY: &str = "version";
@@ -177,7 +177,7 @@ pub fn deletes(binlog: &Binlog<'_>) -> Result<Vec<Delete>, Error> {
         if multi_field {
             out.extend(multi_field_deletes(event.payload)?);
         } else {
-            for entry in payload::strings(event.payload)? {
+            for entry in pages::strings(event.payload)? {
                 out.push(parse_entry(&entry)?);
             }
         }

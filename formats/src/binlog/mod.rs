@@ -352,7 +352,7 @@ pub fn insert_rows_declared(binlog: &Binlog<'_>) -> Result<usize, Error> {
 pub fn int64_values(binlog: &Binlog<'_>) -> Result<Vec<i64>, Error> {
     let mut out = Vec::new();
     for event in insert_events(binlog)? {
-        out.extend(payload::int64s(event.payload)?);
+        out.extend(pages::int64s(event.payload)?);
     }
     Ok(out)
 }
@@ -363,13 +363,9 @@ pub fn pk_values(binlog: &Binlog<'_>) -> Result<Vec<Pk>, Error> {
     let mut out = Vec::new();
     for event in insert_events(binlog)? {
         if varchar {
-            out.extend(
-                payload::strings(event.payload)?
-                    .into_iter()
-                    .map(Pk::VarChar),
-            );
+            out.extend(pages::strings(event.payload)?.into_iter().map(Pk::VarChar));
         } else {
-            out.extend(payload::int64s(event.payload)?.into_iter().map(Pk::Int));
+            out.extend(pages::int64s(event.payload)?.into_iter().map(Pk::Int));
         }
     }
     Ok(out)

@@ -18,7 +18,7 @@ use parquet::arrow::parquet_to_arrow_schema;
 use parquet::basic::Compression;
 use parquet::column::page::{Page, PageMetadata, PageReader};
 use parquet::column::reader::ColumnReaderImpl;
-use parquet::data_type::DataType as ParquetType;
+use parquet::data_type::{ByteArrayType, DataType as ParquetType, Int64Type};
 use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaDataReader;
 use parquet::file::serialized_reader::SerializedPageReader;
@@ -217,6 +217,33 @@ impl<P: PageReader> PageReader for Zstd<P> {
     }
 }
 
+/// The values of an Int64 payload (RowIDs, timestamps, an Int64 primary key); a null is 0.
+/// Decoded page by page: the keys of a whole backup are read so.
+pub fn int64s(payload: &[u8]) -> Result<Vec<i64>, Error> {
+    let mut out = Vec::new();
+    each_value::<Int64Type>(payload, DataType::Int64, |v| {
+        out.push(v.copied().unwrap_or_default());
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// The values of a string payload (a delta log's one-column form, a VarChar primary key); a
+/// null is an empty string. Decoded page by page, as [`int64s`].
+pub fn strings(payload: &[u8]) -> Result<Vec<String>, Error> {
+    let mut out = Vec::new();
+    each_value::<ByteArrayType>(payload, DataType::String, |v| {
+        let text = match v {
+            Some(bytes) => std::str::from_utf8(bytes.data())
+                .map_err(|e| Error::Payload(format!("a string that is not UTF-8: {e}")))?,
+            None => "",
+        };
+        out.push(text.to_owned());
+        Ok(())
+    })?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -227,7 +254,7 @@ mod tests {
     use parquet::basic::{Compression, ZstdLevel};
     use parquet::file::properties::{WriterProperties, WriterVersion};
 
-    use super::super::payload::{self, int64s, strings};
+    use super::super::payload;
     use super::*;
 
     /// `column`, nullable, written with `compression` in Parquet's page format `version`, in row

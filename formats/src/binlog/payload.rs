@@ -15,7 +15,6 @@ use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::arrow_writer::ArrowWriterOptions;
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::data_type::{ByteArrayType, Int64Type};
 use parquet::file::properties::WriterProperties;
 
 use super::Error;
@@ -294,31 +293,4 @@ pub fn footer_rows(payload: &[u8], data_type: DataType) -> Result<usize, Error> 
     check_one_column(builder.schema(), data_type)?;
     usize::try_from(builder.metadata().file_metadata().num_rows())
         .map_err(|_| Error::Payload("a negative row count in the footer".into()))
-}
-
-/// The values of an Int64 payload (RowIDs, timestamps, an Int64 primary key); a null is 0.
-/// Decoded page by page ([`super::pages`]): the keys of a whole backup are read so.
-pub fn int64s(payload: &[u8]) -> Result<Vec<i64>, Error> {
-    let mut out = Vec::new();
-    super::pages::each_value::<Int64Type>(payload, DataType::Int64, |v| {
-        out.push(v.copied().unwrap_or_default());
-        Ok(())
-    })?;
-    Ok(out)
-}
-
-/// The values of a string payload (a delta log's one-column form, a VarChar primary key); a
-/// null is an empty string. Decoded page by page, as [`int64s`].
-pub fn strings(payload: &[u8]) -> Result<Vec<String>, Error> {
-    let mut out = Vec::new();
-    super::pages::each_value::<ByteArrayType>(payload, DataType::String, |v| {
-        let text = match v {
-            Some(bytes) => std::str::from_utf8(bytes.data())
-                .map_err(|e| Error::Payload(format!("a string that is not UTF-8: {e}")))?,
-            None => "",
-        };
-        out.push(text.to_owned());
-        Ok(())
-    })?;
-    Ok(out)
 }

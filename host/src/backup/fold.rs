@@ -18,10 +18,10 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::BackupFile;
 use super::batch::{BatchKind, ImportBatch};
 use super::plan::CollectionPlan;
 use super::read::Backup;
-use crate::storage::BackupFile;
 use milvus_formats::binlog::{self, Delete, DeltaForm, Descriptor, Pk};
 use milvus_proto::schema::DataType;
 

@@ -8,7 +8,9 @@
 //! stages' work, fed by the [`RestorePlan`] made here.
 
 mod batch;
+
 pub mod catalog;
+mod file;
 pub mod filter;
 #[cfg(test)]
 mod fixture;
@@ -28,6 +30,7 @@ mod store;
 pub mod verify;
 
 pub use batch::{BatchId, BatchKind, ExpectedRows, ImportBatch};
+pub use file::BackupFile;
 pub use filter::{Filter, FilterError};
 pub use index::{IndexPlan, IndexedField};
 pub use namespace::{DEFAULT_DB, Namespace, NamespaceError};

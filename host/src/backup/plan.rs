@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use milvus_proto::common::{ConsistencyLevel, KeyValuePair};
 use milvus_proto::schema::CollectionSchema;
 
+use super::BackupFile;
 use super::Error;
 use super::batch::{CollectionBatcher, ImportBatch};
 use super::index::{IndexPlan, plan_indexes};
@@ -22,7 +23,6 @@ use super::meta::{CollectionBackupInfo, proto_key_values};
 use super::namespace::Namespace;
 use super::options::{CollectionCreation, RestoreOptions, Strategy};
 use super::read::{Backup, BackupFormat};
-use crate::storage::BackupFile;
 
 /// Why a target collection's existence stops the restore (milvus-backup's
 /// `checkCollExist`).

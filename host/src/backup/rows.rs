@@ -528,9 +528,9 @@ mod tests {
     use object_store::path::Path;
 
     use super::*;
+    use crate::backup::BackupFile;
     use crate::backup::{BackupLocation, read};
     use crate::backup::{RestoreOptions, Strategy, plan};
-    use crate::storage::BackupFile;
 
     /// A generated backup in both delta forms, read and planned.
     async fn planned(form: DeltaForm) -> (Arc<InMemory>, Backup, RestorePlan, GeneratedBackup) {

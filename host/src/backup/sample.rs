@@ -21,11 +21,11 @@ use milvus_formats::value::{self, Value};
 use milvus_proto::schema::{DataType, FieldSchema};
 use object_store::ObjectStore;
 
+use super::BackupFile;
 use super::batch::BatchKind;
 use super::plan::CollectionPlan;
 use super::read::BackupFiles;
 use super::rows::{self, Unreadable};
-use crate::storage::BackupFile;
 
 /// Milvus numbers a collection's own fields from 100; below are RowID and Timestamp.
 const FIRST_USER_FIELD: i64 = 100;

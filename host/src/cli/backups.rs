@@ -5,7 +5,7 @@
 use anyhow::Context as _;
 
 use lockstep::backup::{self, Backup, BackupLocation, catalog};
-use lockstep::job::{BackupsSpec, HostConfig};
+use lockstep::config::{BackupsSpec, HostConfig};
 use lockstep::journal::Outcome;
 use lockstep::storage::OpenedStore;
 

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use object_store::local::LocalFileSystem;
 
-use lockstep::job::{HostConfig, Job};
+use lockstep::config::HostConfig;
+use lockstep::job::Job;
 use milvus_sim::fixtures::{BackupSpec, generate};
 use milvus_sim::{Sim, Topology};
 

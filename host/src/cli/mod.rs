@@ -14,8 +14,9 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing::Instrument as _;
 
+use lockstep::config::HostConfig;
 use lockstep::engine::{self, Engine, Report};
-use lockstep::job::{HostConfig, Job, RestoreArgs};
+use lockstep::job::{Job, RestoreArgs};
 use lockstep::journal::{Outcome, RestoreId};
 
 pub use output::OutputFormat;
@@ -264,7 +265,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
 fn state_dir_for(flag: &Option<PathBuf>, host: Option<&HostConfig>) -> PathBuf {
     flag.clone()
         .or_else(|| host.map(|h| h.state_dir.clone()))
-        .unwrap_or_else(|| PathBuf::from(lockstep::job::DEFAULT_STATE_DIR))
+        .unwrap_or_else(|| PathBuf::from(lockstep::config::DEFAULT_STATE_DIR))
 }
 
 /// Job files named, or every `*.toml` directly in a named directory, sorted.

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use axum::serve::ListenerExt as _;
 
+use lockstep::config::HostConfig;
 use lockstep::engine::{Interrupt, Logged, Progress};
-use lockstep::job::HostConfig;
 use lockstep::journal::Journal;
-use lockstep::serve::api::{ApiState, router};
+use lockstep::serve::ApiState;
+use lockstep::serve::api::router;
 use lockstep::serve::watch::WatchStats;
 use lockstep::serve::{LiveProgress, Runner, WatchOptions, watch};
 

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use lockstep::config::{HostConfig, backup_yaml};
 use lockstep::engine::{self, Engine, Interrupt};
-use lockstep::job::{HostConfig, backup_yaml};
 use lockstep::journal::Outcome;
 use lockstep::journal::embedded::FileJournal;
 
@@ -44,7 +44,7 @@ pub fn load_host_config(flags: Flags<'_>, state_dir: Option<&Path>) -> anyhow::R
                 "--set overrides keys of milvus-backup's config, and none was found (--config, \
                  backup.yaml, $MILVUSCONF/backup.yaml or configs/backup.yaml)"
             );
-            HostConfig::empty(PathBuf::from(lockstep::job::DEFAULT_STATE_DIR))
+            HostConfig::empty(PathBuf::from(lockstep::config::DEFAULT_STATE_DIR))
         }
     };
     if let Some(dir) = state_dir {

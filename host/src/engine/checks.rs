@@ -14,8 +14,10 @@ use super::process::Engine;
 use super::refusal::Refusal;
 use super::report::{CheckEntry, CheckVerdict};
 use super::two_phase::Tracker;
+use crate::backup::BackupFile;
 use crate::backup::RestorePlan;
-use crate::job::{Job, PathForm};
+use crate::config::PathForm;
+use crate::job::Job;
 use crate::journal::{CommitGroup, Role};
 use crate::milvus::JobState;
 use crate::plugins::{
@@ -24,7 +26,6 @@ use crate::plugins::{
     StagedObject, StoreCheckHost,
 };
 use crate::storage;
-use crate::storage::BackupFile;
 
 /// The job's loaded checks.
 pub struct CheckSetup {

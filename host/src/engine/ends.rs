@@ -1,6 +1,7 @@
 //! The ends of a restore: the target and its secondaries, each with its REST and gRPC client.
 
-use crate::job::{End, Job, TlsSpec, read_pem};
+use crate::config::{TlsSpec, read_pem};
+use crate::job::{End, Job};
 use crate::journal::{RecordedEnd, Role};
 use crate::milvus::{self, GrpcClient, Identity, RestClient, Tls};
 
@@ -115,14 +116,14 @@ impl Ends {
     /// the same name (an end given by URI alone has none).
     pub fn from_recorded(
         recorded: &[RecordedEnd],
-        host: &crate::job::HostConfig,
+        host: &crate::config::HostConfig,
     ) -> Result<Ends, RecoverError> {
         let mut all = Vec::new();
         for e in recorded {
             let token = match host.clusters.get(&e.name).and_then(|c| c.token.as_ref()) {
                 Some(source) => Some(
                     source
-                        .read(&crate::job::process_env)
+                        .read(&crate::config::process_env)
                         .map_err(|missing| RecoverError::MissingToken {
                             end: e.name.clone(),
                             variable: missing.0,

@@ -16,8 +16,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::checks::BatchIndex;
+use crate::backup::BackupFile;
 use crate::journal::CommitGroup;
-use crate::storage::BackupFile;
 
 /// Where the restore's stage stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -766,8 +766,8 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+    use crate::config::testing::{env, host};
     use crate::engine::two_phase::HeldJob;
-    use crate::job::testing::{env, host};
     use crate::milvus::MilvusJobId;
 
     /// A job on the job tests' host config whose second secondary, known by URI alone, has

@@ -19,7 +19,8 @@ use super::report::{CollectionReport, Divergence, EndReport, Report, ReportOf};
 use super::retry::{DEFAULT_CALL_DEADLINE, fenced, retry};
 use super::two_phase::{self, Tracked, Tracker};
 use super::{ddl, outcome, verification};
-use crate::job::{Job, StorageSpec};
+use crate::config::StorageSpec;
+use crate::job::Job;
 use crate::journal::{BatchRecord, CommitGroup, Decision, Outcome, RestoreRecord};
 use crate::milvus::MilvusJobId;
 use crate::storage::{StagingPrefix, TempFiles};
@@ -223,7 +224,7 @@ async fn undo(
     let quiet = settled.unsettled.is_empty() && !settled.forward_incomplete;
     let cleaned = match &record.staging_prefix {
         Some(_) if quiet && !stores.is_empty() && attempt.check().await.is_ok() => {
-            let prefix = StagingPrefix::for_restore(&record.id);
+            let prefix = StagingPrefix::for_restore(record.id.as_str());
             crate::storage::delete_stage(stores, &prefix, temp, &[]).await
         }
         _ => false,
@@ -342,7 +343,9 @@ pub async fn clean_left_stage(
     let temp = TempFiles::after(record.keep_temp_files, record.has_commit_decision());
     // Right before the delete, as before every action: still this host's.
     engine.journal.fence(claim.as_ref()).await?;
-    if !crate::storage::delete_stage(stores, &StagingPrefix::for_restore(id), temp, &[]).await {
+    if !crate::storage::delete_stage(stores, &StagingPrefix::for_restore(id.as_str()), temp, &[])
+        .await
+    {
         return Err(CleanupError::NotDeleted(id.clone()));
     }
     record.stage_left = false;
@@ -356,7 +359,7 @@ pub async fn clean_left_stage(
 /// the ends it staged into has no storage there (an end named by URI, say).
 pub fn recorded_stores<'h>(
     record: &RestoreRecord,
-    host: &'h crate::job::HostConfig,
+    host: &'h crate::config::HostConfig,
 ) -> Option<Vec<(String, &'h StorageSpec)>> {
     record
         .staged_ends

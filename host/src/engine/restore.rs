@@ -5,16 +5,12 @@
 
 use tracing::Instrument as _;
 
-use super::checks;
 use super::ends::{EndClient, Ends};
-use super::preflight;
 use super::process::Engine;
 use super::recover::recover;
 use super::refusal::Refusal;
 use super::report::{self, Report};
-use super::route;
-use super::run;
-use super::staging;
+use super::{checks, preflight, route, run, staging};
 use crate::backup::RestorePlan;
 use crate::job::Job;
 use crate::journal::{self, Outcome, RestoreId, RestoreRecord};
@@ -36,7 +32,7 @@ pub struct EndPlan {
     pub name: String,
     pub version: String,
     /// The form of the import paths its Milvus resolves.
-    pub import_paths: crate::job::PathForm,
+    pub import_paths: crate::config::PathForm,
     pub files: EndFiles,
 }
 

@@ -679,7 +679,8 @@ async fn stopped_by(attempt: &Attempt<'_>) -> Error {
 async fn undo(attempt: &Attempt<'_>, keeper: &mut Keeper<'_>, inbox: &mut Inbox) {
     let record = keeper.record();
     let collections = record.collections_to_drop();
-    let staged = (record.staging_prefix.is_some()).then(|| StagingPrefix::for_restore(&record.id));
+    let staged =
+        (record.staging_prefix.is_some()).then(|| StagingPrefix::for_restore(record.id.as_str()));
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
     let undo = rollback::undo(
         attempt.ends,

@@ -27,7 +27,7 @@ impl Destinations {
         preflight: &Preflight,
         restore_id: &RestoreId,
     ) -> Result<Self, StageError> {
-        let prefix = StagingPrefix::for_restore(restore_id);
+        let prefix = StagingPrefix::for_restore(restore_id.as_str());
         let mut stores = Vec::new();
         for (end, spec) in job.destinations() {
             let store = storage::open(spec).map_err(|e| StageError::Storage {
@@ -87,7 +87,7 @@ pub(super) async fn stage_files(
     let (paths, opened) = (&to.paths, &to.stores);
     // The plan's files in the gate's order, by reference: a copy of each would double the
     // largest list a restore holds.
-    let files: Vec<&storage::BackupFile> = gate
+    let files: Vec<&crate::backup::BackupFile> = gate
         .order
         .iter()
         .map(|&i| &preflight.plan.files_to_stage[i])
@@ -141,12 +141,12 @@ pub(super) async fn clean_up(
     job: &Job,
     fence: &dyn Fence,
     restore_id: &RestoreId,
-    staged: &[crate::storage::BackupFile],
+    staged: &[crate::backup::BackupFile],
 ) -> bool {
     if fence.check().await.is_err() {
         return false;
     }
-    let prefix = StagingPrefix::for_restore(restore_id);
+    let prefix = StagingPrefix::for_restore(restore_id.as_str());
     let temp = storage::TempFiles::after(job.restore.keep_temp_files, true);
     let staged: Vec<&str> = staged.iter().map(|f| f.path.as_str()).collect();
     let cleaned = storage::delete_stage(&job.destinations(), &prefix, temp, &staged).await;

@@ -8,10 +8,11 @@ use toml::Spanned;
 
 use crate::backup::Strategy;
 
-use super::diagnostic::{Error, Input, Location, Problem, RawProblem};
 use super::file::{ClusterRef, JobFile};
-use super::host::HostConfig;
-use super::{Env, Job, process_env, validate};
+use super::{Job, validate};
+use crate::config::HostConfig;
+use crate::config::{Env, process_env};
+use crate::diagnostic::{Error, Input, Location, Problem, RawProblem};
 
 /// The flags of `lockstep restore`, for the CLI to flatten into its subcommand.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
@@ -248,8 +249,8 @@ mod tests {
 
     use clap::Parser as _;
 
-    use super::super::testing::{env, host};
     use super::*;
+    use crate::config::testing::{env, host};
 
     #[derive(Debug, clap::Parser)]
     struct Cli {

@@ -10,21 +10,12 @@
 //! contacted and nothing is written here; whether the clusters agree with the job is the
 //! engine's preflight.
 
-pub mod backup_yaml;
 mod cli;
-mod config_file;
-mod diagnostic;
 mod file;
-mod host;
 mod rest;
-mod secret;
-#[cfg(test)]
-pub(crate) mod testing;
 mod validate;
 
-use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -32,24 +23,17 @@ use sha2::{Digest as _, Sha256};
 use url::Url;
 
 use crate::backup::{BackupLocation, RestoreOptions, Strategy};
-use crate::plugins::{AllowedHosts, Phase};
+use crate::config::{PathForm, Secret, StorageSpec, TlsSpec};
+use crate::plugins::Check;
 
+pub use crate::diagnostic::{Error, Input, Location, Problem};
 pub(crate) use crate::json_error::{json_message, json_position};
 pub use cli::RestoreArgs;
-pub use diagnostic::{Error, Input, Location, Problem};
 pub use file::{
-    Atomicity, CheckLimitsSection, CheckSection, ClusterFile, ClusterRef, InRange, JobFile,
-    MAX_CHECK_CALL_MS, MAX_CHECK_MEMORY_MIB, MAX_CHECK_WAIT_MS, MAX_VERIFY_SAMPLE, OnError,
-    RestoreSection, StorageFile, StorageRef, TwoPhaseSection, VerifyRows, VerifySection,
-};
-pub use host::{
-    BackupsFile, BackupsSpec, ClusterSpec, DEFAULT_BACKUP_ROOT, DEFAULT_MAX_IMPORT_JOBS,
-    DEFAULT_STATE_DIR, GivenKeys, HostConfig, HostConfigFile, MissingToken, PathForm,
-    RestoreDefaults, StorageSpec, TlsSpec, TokenSource, read_pem,
+    Atomicity, ClusterRef, JobFile, MAX_VERIFY_SAMPLE, RestoreSection, TwoPhaseSection, VerifyRows,
+    VerifySection,
 };
 pub use rest::{ResponseMode, RestRestore};
-pub(crate) use secret::process_env;
-pub use secret::{Env, Secret};
 
 /// A validated restore job.
 #[derive(Debug, Clone, PartialEq)]
@@ -213,7 +197,7 @@ impl fmt::Display for EndName {
 pub struct End {
     pub name: EndName,
     /// `http(s)://host:port`, serving gRPC and REST.
-    #[serde(serialize_with = "host::serialize_url")]
+    #[serde(serialize_with = "crate::config::serialize_url")]
     pub uri: Url,
     /// The token from the cluster's `token_env`; none when it has none.
     #[serde(skip)]
@@ -225,7 +209,7 @@ pub struct End {
     pub l0_import: Option<bool>,
     /// How to reach it over TLS: transport, not part of what a restore is.
     #[serde(skip)]
-    pub tls: host::TlsSpec,
+    pub tls: TlsSpec,
 }
 
 impl End {
@@ -298,67 +282,6 @@ impl Default for Verify {
     }
 }
 
-/// A plugin check, validated: what the plugin host loads
-/// ([`crate::plugins::PluginRuntime::load_check`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Check {
-    /// The component's path, made absolute against the job file's directory.
-    pub plugin: PathBuf,
-    /// The check's name in logs and the report: its `name`, or the plugin's file stem.
-    pub name: String,
-    pub phase: Phase,
-    /// Handed to the check as its `config`.
-    pub config: BTreeMap<String, String>,
-    pub on_error: OnError,
-    /// The origins the check's HTTP GET may reach.
-    pub allow_hosts: AllowedHosts,
-    /// Total time `retry-after` verdicts may keep the restore waiting.
-    pub max_wait: Duration,
-    pub limits: CheckLimits,
-}
-
-/// What one call of a check may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct CheckLimits {
-    /// Linear memory the call may grow to.
-    pub memory_bytes: usize,
-    /// CPU time spent running wasm.
-    pub cpu: Duration,
-    /// Wall-clock time, host calls included.
-    pub wall: Duration,
-}
-
-/// Safe defaults for a check's call: a guard needs little memory and answers
-/// in milliseconds; a stuck call must not hold a restore for long.
-const DEFAULT_CHECK_MEMORY_MIB: u64 = 64;
-const DEFAULT_CHECK_CPU_MS: u64 = 1_000;
-const DEFAULT_CHECK_WALL_MS: u64 = 30_000;
-
-impl CheckLimits {
-    /// The limits a `[check.limits]` table sets, with the defaults for what it leaves
-    /// out. Every value was range-checked when the table was read.
-    pub fn from_section(section: &CheckLimitsSection) -> Self {
-        let mib = section
-            .memory_mib
-            .map_or(DEFAULT_CHECK_MEMORY_MIB, InRange::get);
-        CheckLimits {
-            memory_bytes: usize::try_from(mib << 20)
-                .expect("at most 4096 MiB, which fits a 64-bit usize"),
-            cpu: Duration::from_millis(section.cpu_ms.map_or(DEFAULT_CHECK_CPU_MS, InRange::get)),
-            wall: Duration::from_millis(
-                section.wall_ms.map_or(DEFAULT_CHECK_WALL_MS, InRange::get),
-            ),
-        }
-    }
-}
-
-impl Default for CheckLimits {
-    /// 64 MiB of memory, 1 s of CPU and 30 s of wall time per call.
-    fn default() -> Self {
-        CheckLimits::from_section(&CheckLimitsSection::default())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -367,8 +290,13 @@ mod tests {
 
     use crate::backup::{CollectionCreation, Filter, Namespace, Renaming};
 
-    use super::testing::{data_dir, env, host};
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
     use super::*;
+    use crate::config::testing::{data_dir, env, host};
+    use crate::config::{HostConfig, Secret};
+    use crate::plugins::{AllowedHosts, CheckLimits, OnError, Phase};
 
     fn job(text: &str) -> Result<Job, Error> {
         Job::from_str_with_env(text, Path::new("jobs/test.toml"), &host(), &env)

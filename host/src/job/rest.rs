@@ -15,10 +15,11 @@ use toml::Spanned;
 
 use crate::backup::Strategy;
 
-use super::diagnostic::{Error, Input, Location, Problem};
 use super::file::{ClusterRef, JobFile};
-use super::host::HostConfig;
-use super::{Env, Job, process_env, validate};
+use super::{Job, validate};
+use crate::config::HostConfig;
+use crate::config::{Env, process_env};
+use crate::diagnostic::{Error, Input, Location, Problem};
 
 /// Whether the caller waits for the restore's end (milvus-backup's `async`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -350,7 +351,7 @@ fn backups_for(
         return host;
     };
     if let Some(bucket) = bucket {
-        let named = crate::job::host::is_bucket_name(bucket)
+        let named = crate::config::is_bucket_name(bucket)
             .then(|| url::Url::parse(&format!("s3://{bucket}")).ok())
             .flatten();
         match named {
@@ -459,8 +460,8 @@ impl Job {
 mod tests {
     use std::path::Path;
 
-    use super::super::testing::{env, host};
     use super::*;
+    use crate::config::testing::{env, host};
 
     fn from_body(body: &str) -> Result<RestRestore, Error> {
         restore_from_body(body.as_bytes(), &host(), &env)

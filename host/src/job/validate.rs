@@ -15,17 +15,17 @@ use crate::backup::{
     RestoreOptions, Strategy,
 };
 
-use super::diagnostic::{self, Error, Input, RawProblem};
 use super::file::{
-    CheckSection, ClusterRef, InRange, JobFile, RestoreSection, TwoPhaseSection, VerifyRows,
-    VerifySection,
+    ClusterRef, JobFile, RestoreSection, TwoPhaseSection, VerifyRows, VerifySection,
 };
-use super::host::{self, HostConfig, StorageSpec};
 use super::{
-    BackupSource, Check, CheckLimits, DEFAULT_VERIFY_SAMPLE, DEFAULT_VERIFY_TIMEOUT, End, EndName,
-    Env, Job, Secondary, Target, TwoPhase, Verify, process_env,
+    BackupSource, DEFAULT_VERIFY_SAMPLE, DEFAULT_VERIFY_TIMEOUT, End, EndName, Job, Secondary,
+    Target, TwoPhase, Verify,
 };
-use crate::plugins::{AllowedHosts, Origin};
+use crate::config::{self as host, Env, HostConfig, StorageSpec, process_env};
+use crate::diagnostic::InRange;
+use crate::diagnostic::{self, Error, Input, RawProblem};
+use crate::plugins::{AllowedHosts, Check, CheckLimits, CheckSection, Origin};
 
 /// `mirror_grace` default: a mirror that is catching up gets five minutes (DESIGN §1).
 const DEFAULT_MIRROR_GRACE: Duration = Duration::from_secs(5 * 60);

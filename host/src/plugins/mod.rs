@@ -2,13 +2,13 @@
 //!
 //! A check is a WebAssembly component built against `wit/lockstep-plugin@0.1.0`
 //! (world `check`). This module owns everything between a validated
-//! [`crate::job::Check`] and a verdict: compiling and caching components,
+//! [`Check`] and a verdict: compiling and caching components,
 //! refusing ones whose imports do not match the WIT, running each call in a
 //! fresh sandboxed store with CPU, memory and wall-time bounds, serving the
 //! host imports (log, storage heads and lists through [`CheckHost`], the
 //! allow-listed HTTP GET, the clock), and looping `retry-after` verdicts until
 //! a check decides or its `max_wait` runs out. It leaves to the job module the
-//! `[[check]]` table and its validation, to the engine when checks run and
+//! validation of a `[[check]]` table, to the engine when checks run and
 //! what a failure aborts, and to the storage module how an end's storage is
 //! reached: the engine hands a [`CheckHost`] in.
 //!
@@ -30,6 +30,7 @@ mod http;
 mod inspect;
 mod run_checks;
 mod runtime;
+mod spec;
 mod state;
 mod test_file;
 
@@ -48,6 +49,10 @@ pub use inspect::{Inspection, inspect};
 pub use run_checks::{CheckFailure, CheckReport, CheckStatus, LoadedCheck, run_checks};
 pub use runtime::{
     Allocation, CheckError, CheckGrants, CheckRun, Plugin, PluginRuntime, RuntimeConfig, Verdict,
+};
+pub use spec::{
+    Check, CheckLimits, CheckLimitsSection, CheckSection, MAX_CHECK_CALL_MS, MAX_CHECK_MEMORY_MIB,
+    MAX_CHECK_WAIT_MS, OnError,
 };
 pub use state::{Clock, LogLevel, LogLine, LogSource};
 pub use test_file::{TestFile, test_check};

@@ -11,18 +11,19 @@ use super::{
     CheckContext, CheckError, CheckGrants, CheckHost, Clock, Error, LogLine, Phase, Plugin,
     PluginRuntime, Verdict,
 };
-use crate::job::{self, OnError};
+
+use super::spec::{Check, OnError};
 
 /// The shortest wait honoured between attempts, so a check answering
 /// `retry-after(0)` cannot turn the host into a busy loop.
 pub const MIN_RETRY_WAIT: Duration = Duration::from_millis(100);
 
-/// A job's [`job::Check`] with its plugin loaded: ready to run in its phase.
+/// A job's [`Check`] with its plugin loaded: ready to run in its phase.
 #[derive(Clone)]
 pub struct LoadedCheck {
     pub plugin: Plugin,
     /// The validated `[[check]]` table it was loaded from.
-    pub spec: job::Check,
+    pub spec: Check,
     /// What each call may reach: the check's `allow_hosts`, and the system
     /// clock (tests fix it).
     pub grants: CheckGrants,
@@ -42,7 +43,7 @@ impl PluginRuntime {
     /// Loads the plugin of a validated `[[check]]` with that check's limits
     /// and name. Do this before a restore starts: a plugin that does not
     /// match the WIT is refused here.
-    pub async fn load_check(&self, check: &job::Check) -> Result<LoadedCheck, Error> {
+    pub async fn load_check(&self, check: &Check) -> Result<LoadedCheck, Error> {
         let plugin = self
             .load(&check.plugin, check.limits)
             .await?

@@ -16,9 +16,9 @@ use super::cache::{CacheOutcome, CompileCache};
 use super::host_services::CheckHost;
 use super::http::{self, AllowedHosts, HttpLimits};
 use super::inspect::refuse_foreign_imports;
+use super::spec::CheckLimits;
 use super::state::{CheckLimiter, CheckState, Clock, EPOCH_TICK, Grants, emit};
 use super::{CheckContext, Error, LogLevel, LogLine, LogSource};
-use crate::job::CheckLimits;
 
 /// How instances get their memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -10,11 +10,11 @@ use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use serde::Deserialize;
 
+use super::spec::{CheckLimits, CheckLimitsSection};
 use super::{
     AllowedHosts, CheckContext, CheckGrants, CheckRun, Clock, Error, PluginRuntime, StagedObject,
     StoreCheckHost,
 };
-use crate::job::{CheckLimits, CheckLimitsSection};
 
 /// The `--context` file of `lockstep plugin test` (JSON).
 ///

@@ -24,24 +24,14 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::runner::{Ended, Rerun, Runner, recorded_report};
-use super::watch::WatchStats;
+use super::envelope::{Code, Envelope, envelope, header_request_id};
+use super::runner::{Ended, Rerun, recorded_report};
+use super::state::ApiState;
 use crate::engine::Report;
 use crate::job::{Job, Location, ResponseMode};
 use crate::journal::{
     Decision, Outcome, ProgressSnapshot, RestoreId, RestoreLookup, RestorePhase, RestoreRecord,
 };
-
-/// milvus-backup's `ResponseCode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(i32)]
-pub enum Code {
-    Success = 0,
-    NotSupport = 1,
-    NoPermission = 2,
-    Fail = 3,
-    ParameterError = 400,
-}
 
 /// milvus-backup's restore task states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,38 +59,6 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/metrics"),
     ("get", "/"),
 ];
-
-/// What the handlers share.
-pub struct ApiState {
-    pub runner: Arc<Runner>,
-    /// The bearer token clients must send; `None` only on loopback.
-    pub token: Option<String>,
-    /// The watcher's counters when `serve` also watches a directory.
-    pub watch: Option<Arc<WatchStats>>,
-}
-
-/// The envelope every `/api/v1` answer has, encoded as milvus-backup's server encodes its
-/// protobuf answers with Go's `encoding/json`: `requestId`, `code` and `msg` are left out
-/// when empty or 0 (so a success carries no `code`), and `data` is always there, `null`
-/// when there is none.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Envelope<T> {
-    #[serde(
-        rename = "requestId",
-        default,
-        skip_serializing_if = "String::is_empty"
-    )]
-    pub request_id: String,
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub code: i32,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub msg: String,
-    pub data: Option<T>,
-}
-
-fn is_zero(code: &i32) -> bool {
-    *code == 0
-}
 
 /// Go's zero `time.Time` in Unix seconds: what milvus-backup shows as the end time of a
 /// restore that has not ended (its omitempty does not leave out a non-zero number).
@@ -224,16 +182,6 @@ const NOT_SECONDARY: &str = "lockstep does not restore a secondary on its own: i
 const NOT_BACKUPS: &str = "lockstep restores backups; it does not create or delete them: use \
      milvus-backup for that";
 
-/// The `request_id` header, which milvus-backup's server reads on every route but
-/// restore; empty (and so left out of the answer) when there is none.
-pub(super) fn header_request_id(headers: &HeaderMap) -> String {
-    headers
-        .get("request_id")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned()
-}
-
 /// A restore's request id: the body's `requestId`, else a new one, as milvus-backup makes.
 fn request_id(given: Option<String>) -> String {
     given.filter(|r| !r.is_empty()).unwrap_or_else(|| {
@@ -244,21 +192,6 @@ fn request_id(given: Option<String>) -> String {
             .expect("the OS random source is available");
         hex::encode(b)
     })
-}
-
-pub(super) fn envelope<T: Serialize>(
-    request_id: String,
-    code: Code,
-    msg: impl Into<String>,
-    data: Option<T>,
-) -> Response {
-    axum::Json(Envelope {
-        request_id,
-        code: code as i32,
-        msg: msg.into(),
-        data,
-    })
-    .into_response()
 }
 
 async fn restore(State(state): State<Arc<ApiState>>, headers: HeaderMap, body: Bytes) -> Response {

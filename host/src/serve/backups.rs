@@ -10,9 +10,10 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 
-use super::api::{ApiState, Code, envelope, header_request_id};
+use super::envelope::{Code, envelope, header_request_id};
+use super::state::ApiState;
 use crate::backup::{self, Backup, catalog};
-use crate::job::BackupsSpec;
+use crate::config::BackupsSpec;
 use crate::storage::OpenedStore;
 
 /// milvus-backup's answer to `hello`, plain text.

@@ -7,19 +7,24 @@
 //!   takeover of restores whose host died.
 //! - [`watch`]: the directory watcher (notify + a debouncer, used only as a trigger to
 //!   re-list the directory).
-//! - [`api`]: milvus-backup-compatible REST routes, health, metrics, the OpenAPI document.
+//! - [`api`]: milvus-backup-compatible REST routes, health, metrics, the OpenAPI document;
+//!   `backups` serves milvus-backup's read-only routes beside them, `envelope` the answer
+//!   every route gives, and `state` what their handlers share.
 //! - [`progress`]: the live view of running restores, for `get_restore` and `/metrics`.
 //! - [`reports`]: the report files and the `latest` links.
 
 pub mod api;
 mod backups;
+mod envelope;
 mod metrics;
 pub mod openapi;
 pub mod progress;
 pub mod reports;
 pub mod runner;
+mod state;
 pub mod watch;
 
 pub use progress::LiveProgress;
 pub use runner::{Rerun, RestoreHandle, Runner};
+pub use state::ApiState;
 pub use watch::{WatchOptions, watch};

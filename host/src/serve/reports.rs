@@ -79,7 +79,7 @@ mod tests {
     #[test]
     fn a_refused_file_report_names_file_line_and_field_and_links_as_latest() {
         let dir = tempfile::tempdir().unwrap();
-        let host = crate::job::HostConfig::empty(dir.path().join("state"));
+        let host = crate::config::HostConfig::empty(dir.path().join("state"));
         let path = dir.path().join("orders.toml");
         let bytes = b"backup = \"b\"\ntarget = \"http://127.0.0.1:1\"\nstrategy = \"fast\"\n";
         std::fs::write(&path, bytes).unwrap();

@@ -25,10 +25,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio::sync::{Semaphore, watch};
 
-use super::LiveProgress;
-use super::reports;
+use super::{LiveProgress, reports};
+use crate::config::HostConfig;
 use crate::engine::{self, Ends, Engine, Interrupt, Progress, Report};
-use crate::job::{HostConfig, Job};
+use crate::job::Job;
 use crate::journal::{self, Journal, Outcome, RestoreId, RestoreRecord};
 
 /// How often a host waiting on another host's claim looks again: a takeover happens within

@@ -38,8 +38,9 @@ use tokio::time::Instant;
 
 use super::reports;
 use super::runner::{Rerun, RestoreHandle, Runner};
+use crate::config::HostConfig;
 use crate::engine::Interrupt;
-use crate::job::{HostConfig, Job};
+use crate::job::Job;
 
 /// Quiet time the debouncer waits for after a path's last event before passing its events
 /// on. Editors and `cp` finish well within it; a longer pause by a writer that keeps the

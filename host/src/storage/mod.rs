@@ -1,5 +1,5 @@
 //! Object storage per end: opening each end's store from its validated
-//! [`StorageSpec`](crate::job::StorageSpec), staging a backup's binlogs into the
+//! [`StorageSpec`](crate::config::StorageSpec), staging a backup's binlogs into the
 //! destinations' stores, cleaning them up, and probes (head, paged list) for the plugin host.
 //!
 //! This module moves and checks bytes; it does not decide when. The engine picks the
@@ -20,9 +20,9 @@ mod test_stores;
 pub use open::{OpenedStore, StoreId, open};
 pub use probe::{EndStores, ListPage};
 pub use stage::{
-    BackupFile, DEFAULT_CONCURRENCY, Destination, ImportPaths, PART_SIZE, STAGING_ROOT,
-    StageOptions, StageProgress, StageSource, Staged, StagingPrefix, TempFiles, Transfer, cleanup,
-    delete_stage, import_paths, stage,
+    DEFAULT_CONCURRENCY, Destination, ImportPaths, PART_SIZE, STAGING_ROOT, StageOptions,
+    StageProgress, StageSource, Staged, StagingPrefix, TempFiles, Transfer, cleanup, delete_stage,
+    import_paths, stage,
 };
 
 /// Why a storage operation failed. Variants name the end (or ends sharing a store) and the

@@ -14,7 +14,7 @@ use object_store::path::Path;
 use url::Url;
 
 use super::Error;
-use crate::job::{Env, StorageSpec, process_env};
+use crate::config::{Env, StorageSpec, process_env};
 
 /// AWS's default region, used when a spec names none (S3-compatible servers ignore it).
 const DEFAULT_REGION: &str = "us-east-1";

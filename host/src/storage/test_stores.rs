@@ -13,7 +13,7 @@ use std::time::Duration;
 use url::Url;
 
 use super::open::{OpenedStore, open, open_with_env};
-use crate::job::StorageSpec;
+use crate::config::StorageSpec;
 
 const ENDPOINT_VAR: &str = "LOCKSTEP_TEST_S3_ENDPOINT";
 /// The variables the test specs name for their credentials; moto takes any value, and the

@@ -4,8 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use lockstep::job::CheckLimits;
-use lockstep::plugins::{CacheOutcome, CheckGrants, Phase, PluginRuntime, Verdict};
+use lockstep::plugins::{CacheOutcome, CheckGrants, CheckLimits, Phase, PluginRuntime, Verdict};
 
 use super::support::{config, context, no_storage, plugin};
 

@@ -4,10 +4,9 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use lockstep::job::{self, CheckLimits};
 use lockstep::plugins::{
-    AllowedHosts, CheckGrants, CheckStatus, Clock, LoadedCheck, Phase, StagedObject, Verdict,
-    run_checks,
+    AllowedHosts, Check, CheckGrants, CheckLimits, CheckStatus, Clock, LoadedCheck, Phase,
+    StagedObject, Verdict, run_checks,
 };
 
 use super::support::{LocalEnds, TestServer, check_of, config, context, plugin, runtime};
@@ -115,7 +114,7 @@ async fn approval_gate(
     max_wait: Duration,
     grants: CheckGrants,
 ) -> LoadedCheck {
-    let spec = job::Check {
+    let spec = Check {
         config: config(pairs),
         max_wait,
         ..check_of("approval-gate", Phase::BeforeCommit)

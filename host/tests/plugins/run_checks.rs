@@ -4,9 +4,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use lockstep::job::{self, HostConfig, Job, OnError};
+use lockstep::config::HostConfig;
+use lockstep::job::Job;
 use lockstep::plugins::{
-    CheckStatus, LoadedCheck, Phase, PluginRuntime, inspect, run_checks, test_check,
+    Check, CheckStatus, LoadedCheck, OnError, Phase, PluginRuntime, inspect, run_checks, test_check,
 };
 
 use super::support::{check_of, config, context, no_storage, plugin, runtime};
@@ -17,7 +18,7 @@ async fn guest_check(
     phase: Phase,
     on_error: OnError,
 ) -> LoadedCheck {
-    let check = job::Check {
+    let check = Check {
         name: format!("guest-{behaviour}"),
         config: config(&[("behaviour", behaviour)]),
         on_error,

@@ -4,10 +4,9 @@
 
 use std::time::Duration;
 
-use lockstep::job::CheckLimits;
 use lockstep::plugins::{
-    AllowedHosts, CheckError, CheckGrants, CheckRun, Error, LogLevel, LogSource, Phase, Plugin,
-    Verdict,
+    AllowedHosts, CheckError, CheckGrants, CheckLimits, CheckRun, Error, LogLevel, LogSource,
+    Phase, Plugin, Verdict,
 };
 
 use super::support::{TestServer, config, context, no_storage, plugin, runtime};

@@ -8,10 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lockstep::job::{self, CheckLimits, OnError};
 use lockstep::plugins::{
-    AllowedHosts, CheckContext, CheckEnd, CheckHost, CheckImportJob, EndRole, Phase, PluginRuntime,
-    StagedObject, StoreCheckHost,
+    AllowedHosts, Check, CheckContext, CheckEnd, CheckHost, CheckImportJob, CheckLimits, EndRole,
+    OnError, Phase, PluginRuntime, StagedObject, StoreCheckHost,
 };
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
@@ -41,8 +40,8 @@ pub fn runtime() -> PluginRuntime {
 
 /// A validated `[[check]]` of the built plugin `name` in `phase`, as a job
 /// file with only `plugin` and `phase` would give it.
-pub fn check_of(name: &str, phase: Phase) -> job::Check {
-    job::Check {
+pub fn check_of(name: &str, phase: Phase) -> Check {
+    Check {
         plugin: plugin(name),
         name: name.to_owned(),
         phase,

@@ -70,7 +70,7 @@ pub async fn cleanup(
 /// Deletes a restore's staging prefix on every destination store (or keeps it). Whether it
 /// succeeded; failures are logged, since leftover staged files cost space, not correctness.
 pub async fn delete_stage(
-    destinations: &[(String, &crate::job::StorageSpec)],
+    destinations: &[(String, &crate::config::StorageSpec)],
     prefix: &StagingPrefix,
     temp: TempFiles,
     staged: &[&str],

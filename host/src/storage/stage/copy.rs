@@ -8,8 +8,9 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt as _, WriteMultipart};
 
 use super::super::open::OpenedStore;
-use super::files::{BackupFile, Transfer};
+use super::files::Transfer;
 use super::local::{blocking, local_error};
+use crate::backup::BackupFile;
 
 /// Streamed objects above this size go through a multipart upload in parts of this size
 /// (S3 parts must be at least 5 MiB); memory held is at most concurrency × 2 parts.

@@ -25,7 +25,7 @@ mod paths;
 
 pub use cleanup::{TempFiles, cleanup, delete_stage};
 pub use copy::PART_SIZE;
-pub use files::{BackupFile, Destination, StageSource, Staged, StagedStore, Transfer};
+pub use files::{Destination, StageSource, Staged, StagedStore, Transfer};
 pub use paths::{ImportPaths, STAGING_ROOT, StagingPrefix, import_paths};
 
 use copy::{copy, staged_intact};
@@ -43,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Error;
 use super::open::OpenedStore;
+use crate::backup::BackupFile;
 
 /// Files copied at once. milvus-backup uses 128 for S3 transfers; S3 copies are
 /// latency-bound, and 32 keeps a 2-core host busy. Local placements are capped lower
@@ -474,7 +475,7 @@ mod tests {
     }
 
     fn prefix(id: &str) -> StagingPrefix {
-        StagingPrefix::for_restore(&RestoreId::new(id, "ab", 1))
+        StagingPrefix::for_restore(RestoreId::new(id, "ab", 1).as_str())
     }
 
     fn source(store: &OpenedStore) -> StageSource<'_> {

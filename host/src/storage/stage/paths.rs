@@ -4,7 +4,6 @@ use object_store::path::Path;
 
 use super::super::Error;
 use super::super::open::StoreId;
-use crate::journal::RestoreId;
 
 /// Top-level directory of every staged restore in a destination store.
 pub const STAGING_ROOT: &str = "lockstep-staging";
@@ -14,9 +13,10 @@ pub const STAGING_ROOT: &str = "lockstep-staging";
 pub struct StagingPrefix(Path);
 
 impl StagingPrefix {
-    /// Infallible: a [`RestoreId`] is one path segment by construction.
-    pub fn for_restore(restore_id: &RestoreId) -> Self {
-        StagingPrefix(Path::from_iter([STAGING_ROOT, restore_id.as_str()]))
+    /// The prefix of the restore whose id is `restore_id`. Infallible: a path part escapes
+    /// any `/` in it, so the id stays one segment whatever it holds.
+    pub fn for_restore(restore_id: &str) -> Self {
+        StagingPrefix(Path::from_iter([STAGING_ROOT, restore_id]))
     }
 
     pub fn path(&self) -> &Path {

@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockstep::config::HostConfig;
 use lockstep::engine::{Interrupt, Silent};
-use lockstep::job::HostConfig;
 use lockstep::journal::embedded::FileJournal;
-use lockstep::serve::api::{ApiState, ROUTES, router};
+use lockstep::serve::ApiState;
+use lockstep::serve::api::{ROUTES, router};
 use lockstep::serve::{LiveProgress, Runner};
 use serde_json::{Value, json};
 

@@ -155,10 +155,11 @@ fn an_id_with_a_nul_is_refused_by_the_cli() {
 mod api {
     use std::sync::Arc;
 
+    use lockstep::config::HostConfig;
     use lockstep::engine::{Interrupt, Silent};
-    use lockstep::job::HostConfig;
     use lockstep::journal::embedded::FileJournal;
-    use lockstep::serve::api::{ApiState, router};
+    use lockstep::serve::ApiState;
+    use lockstep::serve::api::router;
     use lockstep::serve::{LiveProgress, Runner};
 
     use super::*;

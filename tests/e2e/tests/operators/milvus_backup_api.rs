@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use lockstep::job::HostConfig;
+use lockstep::config::HostConfig;
 use serde_json::{Value, json};
 
 use crate::api::{Server, call_with, document};

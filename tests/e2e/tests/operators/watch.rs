@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use lockstep::config::HostConfig;
 use lockstep::engine::{Interrupt, Report, Silent};
-use lockstep::job::HostConfig;
 use lockstep::journal::Outcome;
 use lockstep::journal::embedded::FileJournal;
 use lockstep::serve::watch::WatchStats;

@@ -1,5 +1,5 @@
-//! Credentials and where they are read from, below everything else in `job` so that both
-//! host config readers and validation stand on it.
+//! Credentials and where they are read from, below everything else in `config` so that both
+//! host config readers and the validation of jobs stand on it.
 
 use std::fmt;
 

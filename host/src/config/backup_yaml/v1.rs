@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use super::super::diagnostic::RawProblem;
 use super::super::secret::Env;
 use super::settings::{Given, Origin, parse_bool, split_list};
 use super::tree::{Leaves, Value};
+use crate::diagnostic::RawProblem;
 
 /// v1 keys that keep their meaning under a new name.
 const RENAMED: &[(&str, &str)] = &[

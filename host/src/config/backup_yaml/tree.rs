@@ -8,7 +8,7 @@ use std::ops::Range;
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::{Marker, TScalarStyle};
 
-use super::super::diagnostic::RawProblem;
+use crate::diagnostic::RawProblem;
 
 /// A leaf's value as written.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,7 +13,8 @@ use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde::de::{self, DeserializeOwned, Visitor};
 use toml::de::{DeTable, DeValue};
 
 /// Where a problem is, in the form the input came in.
@@ -325,6 +326,54 @@ fn remove_in(value: &mut DeValue<'_>, path: &[Segment]) -> bool {
             .get_mut(*i)
             .is_some_and(|item| remove_in(item.get_mut(), rest)),
         _ => false,
+    }
+}
+
+/// A whole number from `MIN` to `MAX`, refused while it is read so the message
+/// points at the value itself (in TOML and in JSON alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InRange<const MIN: u64, const MAX: u64>(u64);
+
+impl<const MIN: u64, const MAX: u64> InRange<MIN, MAX> {
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl<'de, const MIN: u64, const MAX: u64> Deserialize<'de> for InRange<MIN, MAX> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct RangeVisitor<const MIN: u64, const MAX: u64>;
+        impl<const MIN: u64, const MAX: u64> RangeVisitor<MIN, MAX> {
+            fn expected() -> String {
+                format!("a whole number from {MIN} to {MAX}")
+            }
+        }
+        impl<'de, const MIN: u64, const MAX: u64> Visitor<'de> for RangeVisitor<MIN, MAX> {
+            type Value = InRange<MIN, MAX>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&Self::expected())
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                if (MIN..=MAX).contains(&v) {
+                    Ok(InRange(v))
+                } else {
+                    Err(E::invalid_value(
+                        de::Unexpected::Unsigned(v),
+                        &Self::expected().as_str(),
+                    ))
+                }
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                match u64::try_from(v) {
+                    Ok(v) => self.visit_u64(v),
+                    Err(_) => Err(E::invalid_value(
+                        de::Unexpected::Signed(v),
+                        &Self::expected().as_str(),
+                    )),
+                }
+            }
+        }
+        deserializer.deserialize_u64(RangeVisitor::<MIN, MAX>)
     }
 }
 

@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use super::diagnostic::{Error, Input};
 use super::secret::{Env, process_env};
 use super::{HostConfig, backup_yaml};
+use crate::diagnostic::{Error, Input};
 
 impl HostConfig {
     /// Reads and validates the host config at `path`: a `lockstep.toml`, or a milvus-backup

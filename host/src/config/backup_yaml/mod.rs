@@ -26,12 +26,13 @@ use std::path::{Path, PathBuf};
 
 use url::Url;
 
-use super::diagnostic::{Error, Input, Location, Problem, RawProblem, line_column};
-use super::host::{
-    BackupsSpec, ClusterSpec, DEFAULT_MAX_ATTEMPTS, DEFAULT_STATE_DIR, GivenKeys, HostConfig,
-    PathForm, RestoreDefaults, StorageSpec, TlsSpec, TokenSource, read_pem,
-};
 use super::secret::{Env, Secret};
+use super::spec::{
+    BackupsSpec, ClusterSpec, DEFAULT_MAX_ATTEMPTS, DEFAULT_STATE_DIR, GivenKeys, HostConfig,
+    PathForm, RestoreDefaults, StorageSpec, TlsSpec, TokenSource,
+};
+use super::validate::read_pem;
+use crate::diagnostic::{Error, Input, Location, Problem, RawProblem, line_column};
 use settings::{Given, Origin, Settings};
 
 /// The cluster a milvus-backup config describes, by the name it has in the host model.
