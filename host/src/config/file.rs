@@ -30,6 +30,10 @@ pub struct HostConfigFile {
     /// cluster `milvus` and storages `milvus` and `backup` are this file's, so one cluster
     /// is described once.
     pub base: Option<Spanned<String>>,
+    /// Jobs may name only this file's clusters and stores (by name, or a cluster by its
+    /// URI): an inline cluster or store table, or a URI that is no cluster here, is refused.
+    /// Default false.
+    pub named_ends_only: Option<bool>,
 }
 
 /// `[backups]` as written.

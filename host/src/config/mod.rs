@@ -58,7 +58,9 @@ pub(crate) use spec::serialize_url;
 pub use spec::{
     BackupsSpec, ClusterSpec, DEFAULT_BACKUP_ROOT, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_IMPORT_JOBS,
     DEFAULT_STATE_DIR, GivenKeys, HostConfig, MissingToken, PathForm, RestoreDefaults, StorageSpec,
-    TlsSpec, TokenSource,
+    TlsSpec, TokenSource, same_endpoint,
 };
 pub use validate::read_pem;
-pub(crate) use validate::{cluster_spec, cluster_uri, is_bucket_name, is_name, names};
+pub(crate) use validate::{
+    Author, cluster_spec, cluster_uri, is_bucket_name, is_name, names, without_userinfo,
+};

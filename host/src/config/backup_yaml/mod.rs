@@ -326,6 +326,7 @@ impl Reader<'_> {
             default_target: Some(CLUSTER.to_owned()),
             state_dir: base.join(DEFAULT_STATE_DIR),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            named_ends_only: false,
             restore: RestoreDefaults {
                 max_segments_per_job: usize::try_from(segments)
                     .ok()
@@ -596,6 +597,7 @@ impl Reader<'_> {
                 azure_account: None,
                 azure_key_env: None,
                 service_account_file: None,
+                anonymous: false,
             },
             backups_root,
         ))
@@ -666,6 +668,7 @@ impl Reader<'_> {
                 azure_account: (flavour == Flavour::Azure).then_some(account),
                 azure_key_env: None,
                 service_account_file: (!credentials.is_empty()).then(|| PathBuf::from(credentials)),
+                anonymous: false,
             },
             backups_root,
         ))
@@ -929,6 +932,7 @@ mod tests {
             azure_account: None,
             azure_key_env: None,
             service_account_file: None,
+            anonymous: false,
         };
         let backup_store = StorageSpec {
             url: Url::parse("s3://backup-bucket").unwrap(),
@@ -960,6 +964,7 @@ mod tests {
             default_target: Some("milvus".into()),
             state_dir: data_dir().join("backup-yaml/.lockstep"),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            named_ends_only: false,
             restore: RestoreDefaults {
                 max_segments_per_job: 128,
                 keep_temp_files: true,
