@@ -11,4 +11,5 @@ mod hostile;
 mod logs;
 mod milvus_backup_api;
 mod support;
+mod trust;
 mod watch;
