@@ -63,23 +63,26 @@ impl std::fmt::Display for JournalUnusable {
     }
 }
 
-/// The journal `--journal` names: etcd for `etcd://...`, else the embedded one in the
-/// state directory.
+/// The journal `--journal` names (`etcd://...`), else the host config's `[journal] etcd`,
+/// reached as its `[journal]` says; else the embedded one in the state directory.
 pub async fn open_journal(
-    location: Option<&str>,
-    state_dir: &Path,
+    flag: Option<&str>,
+    host: &HostConfig,
 ) -> anyhow::Result<Arc<dyn lockstep::journal::Journal>> {
-    use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
-    Ok(match location {
-        Some(url) => {
-            let location = EtcdLocation::parse(url)?;
+    use lockstep::journal::etcd::EtcdJournal;
+    Ok(match host.journal.location(flag)? {
+        Some(location) => {
             let journal = EtcdJournal::connect(&location)
                 .await
-                .context(JournalUnusable(url.to_owned()))?;
+                .context(JournalUnusable(format!(
+                    "etcd://{}{}",
+                    location.endpoints.join(","),
+                    location.prefix
+                )))?;
             Arc::new(journal)
         }
-        None => Arc::new(FileJournal::open(state_dir).context(JournalUnusable(
-            state_dir.join("journal").display().to_string(),
+        None => Arc::new(FileJournal::open(&host.state_dir).context(JournalUnusable(
+            host.state_dir.join("journal").display().to_string(),
         ))?),
     })
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use url::Url;
 
+use super::etcd::JournalSpec;
 use super::secret::{Env, Secret};
 
 /// Milvus's `dataCoord.import.maxImportJobNum` default.
@@ -235,6 +236,8 @@ pub struct HostConfig {
     /// `named_ends_only`: jobs may name only this config's clusters (by name or by URI), never
     /// describe a cluster or a store of their own.
     pub named_ends_only: bool,
+    /// `[journal]`: the fleet's etcd, and how it is reached.
+    pub journal: JournalSpec,
 }
 
 impl HostConfig {
@@ -299,6 +302,7 @@ impl HostConfig {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             restore: RestoreDefaults::default(),
             named_ends_only: false,
+            journal: JournalSpec::default(),
         }
     }
 }

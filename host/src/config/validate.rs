@@ -9,7 +9,8 @@ use url::Url;
 
 use crate::diagnostic::{Error, Input, RawProblem, locate_in_file, read_toml};
 
-use super::file::{ClusterFile, HostConfigFile, StorageFile, StorageRef};
+use super::etcd;
+use super::file::{ClusterFile, HostConfigFile, StorageFile, StorageRef, TlsFile};
 use super::spec::{
     BackupsSpec, ClusterSpec, DEFAULT_BACKUP_ROOT, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_IMPORT_JOBS,
     DEFAULT_STATE_DIR, HostConfig, PathForm, StorageSpec, TlsSpec, TokenSource,
@@ -186,6 +187,9 @@ fn validate(
         max_attempts,
         restore,
         named_ends_only: file.named_ends_only.unwrap_or(false),
+        journal: (file.journal.as_ref())
+            .map(|journal| etcd::journal_spec(journal.get_ref(), problems))
+            .unwrap_or_default(),
     })
 }
 
@@ -339,18 +343,29 @@ fn tls_spec(
     let Some(tls) = &file.tls else {
         return Some(TlsSpec::default());
     };
-    let before = problems.len();
-    let at = |name: &str| format!("{field}.tls.{name}");
     if uri.is_some_and(|u| u.scheme() != "https") {
         problems.push(RawProblem::new(
             format!("{field}.tls"),
             Some(tls.span()),
             "tls applies to a cluster reached over TLS: write its uri as https://",
         ));
+        return None;
     }
-    let tls = tls.get_ref();
+    tls_table(tls.get_ref(), &format!("{field}.tls"), author, problems)
+}
+
+/// A `tls = { ca_cert, server_name, client_cert, client_key }` table, its files read and
+/// checked. A job's client certificate and key are refused unread: the job names a file of
+/// this host, and the key is a credential.
+pub(super) fn tls_table(
+    tls: &TlsFile,
+    field: &str,
+    author: Author,
+    problems: &mut Vec<RawProblem>,
+) -> Option<TlsSpec> {
+    let before = problems.len();
+    let at = |name: &str| format!("{field}.{name}");
     if author == Author::Job {
-        // Refused unread: the job names a file of this host, and its key is a credential.
         for (name, given) in [
             ("client_cert", &tls.client_cert),
             ("client_key", &tls.client_key),
@@ -762,7 +777,7 @@ fn cloud_fields(
     }
 }
 
-fn check_env_name(env: &Spanned<String>, field: &str, problems: &mut Vec<RawProblem>) {
+pub(super) fn check_env_name(env: &Spanned<String>, field: &str, problems: &mut Vec<RawProblem>) {
     let name = env.get_ref();
     let valid = !name.is_empty()
         && !name.starts_with(|c: char| c.is_ascii_digit())

@@ -1,9 +1,9 @@
 //! The ends of a restore: the target and its secondaries, each with its REST and gRPC client.
 
-use crate::config::{TlsSpec, read_pem};
+use crate::config::TlsSpec;
 use crate::job::{End, Job};
 use crate::journal::{RecordedEnd, Role};
-use crate::milvus::{self, GrpcClient, Identity, RestClient, Tls};
+use crate::milvus::{self, GrpcClient, RestClient, Tls};
 use url::Url;
 
 /// One cluster lockstep talks to.
@@ -50,27 +50,13 @@ impl EndClient {
     }
 }
 
-/// The PEM files `spec` names, read. They were checked when the config was loaded; one
-/// gone since makes the end unreachable, naming the file.
+/// The PEM files `spec` names, read; one gone since the config was loaded makes the end
+/// unreachable, naming the file.
 fn tls(name: &str, uri: &str, spec: &TlsSpec) -> Result<Tls, milvus::Error> {
-    let read = |path: &std::path::Path| {
-        read_pem(path).map_err(|reason| milvus::Error::Unreachable {
-            end: name.to_owned(),
-            uri: uri.to_owned(),
-            source: reason.into(),
-        })
-    };
-    let identity = match (&spec.client_cert, &spec.client_key) {
-        (Some(cert), Some(key)) => Some(Identity {
-            cert: read(cert)?,
-            key: read(key)?,
-        }),
-        _ => None,
-    };
-    Ok(Tls {
-        ca: spec.ca_cert.as_deref().map(read).transpose()?,
-        server_name: spec.server_name.clone(),
-        identity,
+    Tls::read(spec).map_err(|reason| milvus::Error::Unreachable {
+        end: name.to_owned(),
+        uri: uri.to_owned(),
+        source: reason.into(),
     })
 }
 

@@ -327,6 +327,7 @@ impl Reader<'_> {
             state_dir: base.join(DEFAULT_STATE_DIR),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             named_ends_only: false,
+            journal: Default::default(),
             restore: RestoreDefaults {
                 max_segments_per_job: usize::try_from(segments)
                     .ok()
@@ -965,6 +966,7 @@ mod tests {
             state_dir: data_dir().join("backup-yaml/.lockstep"),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             named_ends_only: false,
+            journal: Default::default(),
             restore: RestoreDefaults {
                 max_segments_per_job: 128,
                 keep_temp_files: true,
