@@ -28,6 +28,16 @@ pub struct Flags<'a> {
 pub fn load_host_config(flags: Flags<'_>, state_dir: Option<&Path>) -> anyhow::Result<HostConfig> {
     let env = |name: &str| std::env::var(name).ok();
     let sets = backup_yaml::parse_sets(flags.sets)?;
+    for (key, instead) in backup_yaml::secrets_set(&sets) {
+        let instead = match instead {
+            Some(var) => format!("set {var} in the environment instead"),
+            None => "write it in the config file, readable by this user alone".to_owned(),
+        };
+        tracing::warn!(
+            "--set {key} puts a secret on the command line, where any user of this host sees it \
+             in the process list and the shell keeps it in its history: {instead}"
+        );
+    }
     let default = Path::new("lockstep.toml");
     let path = match flags.config {
         Some(p) => Some(p.to_path_buf()),

@@ -32,6 +32,14 @@ impl EndClient {
         tls: &Tls,
     ) -> Result<EndClient, milvus::Error> {
         let uri = uri.trim_end_matches('/').to_string();
+        if token.is_some() && exposed(&uri) {
+            tracing::warn!(
+                end = name,
+                uri,
+                "the end's token goes over plain http, where anyone on the path can read it: \
+                 reach it at an https:// URI"
+            );
+        }
         Ok(EndClient {
             name: name.to_string(),
             role,
@@ -48,6 +56,16 @@ impl EndClient {
             uri: self.uri.clone(),
         }
     }
+}
+
+/// Whether `uri` is plain http to another host: loopback traffic never leaves this one.
+fn exposed(uri: &str) -> bool {
+    Url::parse(uri).is_ok_and(|url| {
+        url.scheme() == "http"
+            && !matches!(url.host(), Some(url::Host::Ipv4(ip)) if ip.is_loopback())
+            && !matches!(url.host(), Some(url::Host::Ipv6(ip)) if ip.is_loopback())
+            && url.host_str() != Some("localhost")
+    })
 }
 
 /// The PEM files `spec` names, read; one gone since the config was loaded makes the end
@@ -276,6 +294,60 @@ mod tests {
 
     /// Each end is where the host config puts it, whatever the record says; a record that
     /// says otherwise, or names what the config does not know, is refused whole.
+    /// A token over plain http to another host is said once for the end, naming it; over
+    /// https, or to this host, nothing is said.
+    #[tokio::test]
+    async fn a_token_over_plain_http_to_another_host_is_warned_about() {
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let writer = {
+            let log = std::sync::Arc::clone(&log);
+            move || Capture(std::sync::Arc::clone(&log))
+        };
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(writer)
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let token = || Some("root:secret-token".to_owned());
+        for (name, uri) in [
+            ("far", "http://10.0.0.1:19530"),
+            ("tls", "https://10.0.0.1:19530"),
+            ("here", "http://127.0.0.1:19530"),
+            ("local", "http://localhost:19530"),
+        ] {
+            EndClient::connect(name, Role::Target, uri, token(), &Tls::default()).unwrap();
+        }
+        EndClient::connect(
+            "open",
+            Role::Target,
+            "http://10.0.0.2:19530",
+            None,
+            &Tls::default(),
+        )
+        .unwrap();
+        let shown = String::from_utf8(log.lock().unwrap().clone()).unwrap();
+        let warned: Vec<&str> = shown.lines().filter(|l| l.contains("plain http")).collect();
+        assert_eq!(warned.len(), 1, "{shown}");
+        assert!(
+            warned[0].contains("end=\"far\"") || warned[0].contains("end=far"),
+            "{shown}"
+        );
+        assert!(!shown.contains("secret-token"), "{shown}");
+    }
+
+    /// A writer into a shared buffer, for reading what was logged.
+    struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Capture {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
     #[tokio::test]
     async fn a_record_names_clusters_and_the_host_config_says_where_they_are() {
         let ends = Ends::from_recorded(

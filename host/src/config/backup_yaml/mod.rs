@@ -77,6 +77,15 @@ pub fn parse_sets(items: &[String]) -> Result<Vec<(String, String)>, Error> {
     }
 }
 
+/// The `--set` items that put a secret on the command line, where any user of the host sees
+/// it in the process list and the shell keeps it in its history: each key, with the variable
+/// that would keep it off the command line (none for a key without one).
+pub fn secrets_set(sets: &[(String, String)]) -> Vec<(&str, Option<String>)> {
+    (sets.iter())
+        .filter_map(|(key, _)| settings::secret_set(key).map(|var| (key.as_str(), var)))
+        .collect()
+}
+
 /// Reads and validates the milvus-backup config at `path`.
 pub fn load(path: &Path, sets: &[(String, String)], env: Env<'_>) -> Result<HostConfig, Error> {
     let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
