@@ -14,7 +14,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use super::bindings::{Check as CheckWorld, CheckPre, wit_types};
 use super::cache::{CacheOutcome, CompileCache};
 use super::host_services::CheckHost;
-use super::http::{self, AllowedHosts, HttpLimits};
+use super::http::{self, AllowedHosts, Egress, HttpLimits, Resolver, SystemResolver};
 use super::inspect::refuse_foreign_imports;
 use super::spec::CheckLimits;
 use super::state::{
@@ -42,6 +42,8 @@ pub struct RuntimeConfig {
     pub cache_dir: PathBuf,
     pub allocation: Allocation,
     pub http: HttpLimits,
+    /// How the names in checks' `allow_hosts` are looked up; the system's resolver.
+    pub resolver: Arc<dyn Resolver>,
 }
 
 impl RuntimeConfig {
@@ -50,6 +52,7 @@ impl RuntimeConfig {
             cache_dir: cache_dir.into(),
             allocation: Allocation::default(),
             http: HttpLimits::default(),
+            resolver: Arc::new(SystemResolver),
         }
     }
 }
@@ -152,6 +155,7 @@ struct Shared {
     allocation: Allocation,
     http_client: reqwest::Client,
     http_limits: HttpLimits,
+    resolver: Arc<dyn Resolver>,
     /// Dropping this stops the epoch ticker thread.
     _ticker: mpsc::Sender<()>,
 }
@@ -221,6 +225,7 @@ impl PluginRuntime {
                 allocation,
                 http_client: http::client(),
                 http_limits: config.http,
+                resolver: config.resolver,
             }),
         })
     }
@@ -337,9 +342,12 @@ impl Plugin {
                         .map(|end| end.name.clone())
                         .collect(),
                     host,
-                    http_client: shared.http_client.clone(),
-                    allow_hosts: grants.allow_hosts.clone(),
-                    http_limits: shared.http_limits,
+                    egress: Egress::new(
+                        shared.http_client.clone(),
+                        Arc::clone(&shared.resolver),
+                        grants.allow_hosts.clone(),
+                        shared.http_limits,
+                    ),
                     clock: grants.clock,
                 },
                 wasi: sandboxed_wasi(&stdout, &stderr, grants.clock),

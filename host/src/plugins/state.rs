@@ -10,7 +10,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{wit_host, wit_types};
 use super::host_services::{CheckHost, HostError, MAX_PAGE, ObjectInfo};
-use super::http::{self, AllowedHosts, HttpLimits};
+use super::http::Egress;
 
 /// Where a check's clock reads from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -95,9 +95,8 @@ pub(crate) struct Grants {
     pub restore_id: String,
     pub ends: Vec<String>,
     pub host: Arc<dyn CheckHost>,
-    pub http_client: reqwest::Client,
-    pub allow_hosts: AllowedHosts,
-    pub http_limits: HttpLimits,
+    /// The check's HTTP GETs, with the names this call resolved.
+    pub egress: Egress,
     pub clock: Clock,
 }
 
@@ -365,16 +364,9 @@ impl wit_host::Host for CheckState {
         url: String,
         headers: Vec<(String, String)>,
     ) -> Result<wit_host::HttpResponse, wit_host::HttpError> {
-        let result = http::get(
-            &self.grants.http_client,
-            &self.grants.allow_hosts,
-            self.grants.http_limits,
-            &url,
-            &headers,
-        )
-        .await;
-        if let Err(wit_host::HttpError::NotAllowed(_)) = &result {
-            tracing::warn!(check = %self.grants.check, %url, "check asked for a url outside its allow_hosts");
+        let result = self.grants.egress.get(&url, &headers).await;
+        if let Err(wit_host::HttpError::NotAllowed(reason)) = &result {
+            tracing::warn!(check = %self.grants.check, %url, %reason, "check's http-get refused");
         }
         result
     }
