@@ -49,6 +49,19 @@ async fn assert_next_call_passes(plugin: &Plugin) {
     );
 }
 
+/// The guest GETs `url` once.
+async fn http_get(plugin: &Plugin, url: &str, grants: &CheckGrants) -> CheckRun {
+    call(plugin, &[("behaviour", "http-get"), ("url", url)], grants).await
+}
+
+/// Grants that let the check's HTTP GET reach `origins`.
+fn allowing(origins: &[String]) -> CheckGrants {
+    CheckGrants {
+        allow_hosts: AllowedHosts::parse("t", origins).expect("origins"),
+        ..CheckGrants::default()
+    }
+}
+
 fn refusal(run: &CheckRun) -> String {
     match &run.outcome {
         Ok(Verdict::Fail { reason }) => reason.clone(),
@@ -124,10 +137,7 @@ async fn a_trap_names_the_instruction_and_the_wasm_frame() {
 async fn waiting_in_a_host_call_hits_the_wall_time_limit() {
     let server = TestServer::start(None, "").await;
     let plugin = test_guest(CheckLimits::default()).await;
-    let grants = CheckGrants {
-        allow_hosts: AllowedHosts::parse("t", &[server.origin()]).expect("origin"),
-        ..CheckGrants::default()
-    };
+    let grants = allowing(&[server.origin()]);
     let run = call(
         &plugin,
         &[("behaviour", "slow-http"), ("url", &server.url("/wait"))],
@@ -207,27 +217,14 @@ async fn http_to_a_host_not_allowed_is_refused_before_connecting() {
     let server = TestServer::start(Some(200), "ok").await;
     let other = TestServer::start(Some(200), "ok").await;
     let plugin = test_guest(TIGHT).await;
-    let grants = CheckGrants {
-        allow_hosts: AllowedHosts::parse("t", &[other.origin()]).expect("origin"),
-        ..CheckGrants::default()
-    };
-    let run = call(
-        &plugin,
-        &[("behaviour", "http-get"), ("url", &server.url("/secret"))],
-        &grants,
-    )
-    .await;
+    let grants = allowing(&[other.origin()]);
+    let run = http_get(&plugin, &server.url("/secret"), &grants).await;
     let reason = refusal(&run);
     assert!(reason.contains("NotAllowed"), "{reason}");
     assert_eq!(server.connections(), 0, "refused before any connection");
 
     // The same grant lets the allowed origin through.
-    let run = call(
-        &plugin,
-        &[("behaviour", "http-get"), ("url", &other.url("/ok"))],
-        &grants,
-    )
-    .await;
+    let run = http_get(&plugin, &other.url("/ok"), &grants).await;
     assert_eq!(run.outcome, Ok(Verdict::Pass));
     assert_eq!(other.connections(), 1);
 }
@@ -239,10 +236,7 @@ async fn http_to_a_host_not_allowed_is_refused_before_connecting() {
 async fn http_get_refuses_host_and_hop_by_hop_headers_without_sending() {
     let server = TestServer::start(Some(200), "ok").await;
     let plugin = test_guest(TIGHT).await;
-    let grants = CheckGrants {
-        allow_hosts: AllowedHosts::parse("t", &[server.origin()]).expect("origin"),
-        ..CheckGrants::default()
-    };
+    let grants = allowing(&[server.origin()]);
     let url = server.url("/approve");
     for header in [
         "Host: metadata.google.internal",
@@ -294,16 +288,8 @@ async fn a_name_resolving_to_loopback_is_refused_while_the_address_is_allowed() 
     let plugin = test_guest(TIGHT).await;
     let port = server.addr.port();
     let by_name = format!("http://localhost:{port}");
-    let grants = CheckGrants {
-        allow_hosts: AllowedHosts::parse("t", std::slice::from_ref(&by_name)).expect("origin"),
-        ..CheckGrants::default()
-    };
-    let run = call(
-        &plugin,
-        &[("behaviour", "http-get"), ("url", &format!("{by_name}/"))],
-        &grants,
-    )
-    .await;
+    let grants = allowing(std::slice::from_ref(&by_name));
+    let run = http_get(&plugin, &format!("{by_name}/"), &grants).await;
     let reason = refusal(&run);
     assert!(
         reason.contains("NotAllowed") && reason.contains("(a loopback address)"),
@@ -311,16 +297,8 @@ async fn a_name_resolving_to_loopback_is_refused_while_the_address_is_allowed() 
     );
     assert_eq!(server.connections(), 0);
 
-    let grants = CheckGrants {
-        allow_hosts: AllowedHosts::parse("t", &[server.origin()]).expect("origin"),
-        ..CheckGrants::default()
-    };
-    let run = call(
-        &plugin,
-        &[("behaviour", "http-get"), ("url", &server.url("/"))],
-        &grants,
-    )
-    .await;
+    let grants = allowing(&[server.origin()]);
+    let run = http_get(&plugin, &server.url("/"), &grants).await;
     assert_eq!(run.outcome, Ok(Verdict::Pass));
     assert_eq!(server.connections(), 1);
 }
@@ -339,11 +317,7 @@ async fn a_name_stays_on_its_first_address_for_the_whole_call() {
         .await
         .expect("test guest loads");
     let name = format!("approvals.test:{port}");
-    let grants = CheckGrants {
-        allow_hosts: AllowedHosts::parse("t", &[format!("http://{name}"), first.origin()])
-            .expect("origins"),
-        ..CheckGrants::default()
-    };
+    let grants = allowing(&[format!("http://{name}"), first.origin()]);
     let url = format!("http://{name}/approved");
 
     let run = call(
@@ -366,12 +340,7 @@ async fn a_name_stays_on_its_first_address_for_the_whole_call() {
         first.heads()
     );
 
-    let run = call(
-        &plugin,
-        &[("behaviour", "http-get"), ("url", &url)],
-        &grants,
-    )
-    .await;
+    let run = http_get(&plugin, &url, &grants).await;
     let reason = refusal(&run);
     assert!(
         reason.contains("NotAllowed") && reason.contains("127.0.0.2 (a loopback address)"),
