@@ -175,7 +175,9 @@ pub async fn dispatch(cli: Cli) -> i32 {
             output::error(output, &e);
             // lockstep's own parts failing is not the job's problem; bad input is a refusal.
             // Nothing was done either way.
-            if e.downcast_ref::<setup::JournalUnusable>().is_some() {
+            if e.downcast_ref::<setup::JournalUnusable>().is_some()
+                || e.downcast_ref::<setup::StateDirUnusable>().is_some()
+            {
                 Outcome::HostFailed.exit_code()
             } else {
                 Outcome::Refused.exit_code()

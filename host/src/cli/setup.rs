@@ -63,13 +63,26 @@ impl std::fmt::Display for JournalUnusable {
     }
 }
 
+/// The state directory could not be made its user's alone: lockstep's own part failed
+/// (exit 6).
+#[derive(Debug)]
+pub struct StateDirUnusable(PathBuf);
+
+impl std::fmt::Display for StateDirUnusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot use the state directory {}", self.0.display())
+    }
+}
+
 /// The journal `--journal` names: etcd for `etcd://...`, else the embedded one in the
-/// state directory.
+/// state directory. The state directory is made its user's alone first, whichever journal
+/// it is: reports and the plugin cache live there too.
 pub async fn open_journal(
     location: Option<&str>,
     state_dir: &Path,
 ) -> anyhow::Result<Arc<dyn lockstep::journal::Journal>> {
     use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
+    lockstep::owner_only::dir(state_dir).context(StateDirUnusable(state_dir.to_owned()))?;
     Ok(match location {
         Some(url) => {
             let location = EtcdLocation::parse(url)?;

@@ -47,7 +47,7 @@ pub fn write(reports_dir: &Path, report: &Report) -> io::Result<()> {
 /// `latest/{job}.json` and `.txt`, links to the report files of `report`'s restore.
 pub fn link_latest(reports_dir: &Path, report: &Report) -> io::Result<()> {
     let latest = reports_dir.join("latest");
-    std::fs::create_dir_all(&latest)?;
+    crate::owner_only::dir(&latest)?;
     let job = RestoreId::content_prefix(&report.job_name, "");
     let job = job.trim_end_matches('.');
     for ext in ["json", "txt"] {

@@ -10,5 +10,6 @@ mod fleet;
 mod hostile;
 mod logs;
 mod milvus_backup_api;
+mod owner_only;
 mod support;
 mod watch;
