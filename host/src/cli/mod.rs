@@ -124,7 +124,8 @@ enum Command {
     #[command(subcommand)]
     Plugin(PluginCommand),
     /// Watch a directory of job files: each new or changed one runs once; a deleted one
-    /// cancels its restore unless decided. Reports in DIR/.lockstep/ unless --state-dir.
+    /// cancels its restore unless decided. Reports and journal in the state directory
+    /// (--state-dir, else the host config's state_dir), which must lie outside DIR.
     Watch(operate::WatchArgs),
     /// Serve the milvus-backup-compatible REST API (and optionally watch a directory).
     Serve(operate::ServeArgs),
