@@ -124,7 +124,8 @@ enum Command {
     #[command(subcommand)]
     Plugin(PluginCommand),
     /// Watch a directory of job files: each new or changed one runs once; a deleted one
-    /// cancels its restore unless decided. Reports in DIR/.lockstep/ unless --state-dir.
+    /// cancels its restore unless decided. Reports and journal in the state directory
+    /// (--state-dir, else the host config's state_dir), which must lie outside DIR.
     Watch(operate::WatchArgs),
     /// Serve the milvus-backup-compatible REST API (and optionally watch a directory).
     Serve(operate::ServeArgs),
@@ -175,7 +176,9 @@ pub async fn dispatch(cli: Cli) -> i32 {
             output::error(output, &e);
             // lockstep's own parts failing is not the job's problem; bad input is a refusal.
             // Nothing was done either way.
-            if e.downcast_ref::<setup::JournalUnusable>().is_some() {
+            if e.downcast_ref::<setup::JournalUnusable>().is_some()
+                || e.downcast_ref::<setup::StateDirUnusable>().is_some()
+            {
                 Outcome::HostFailed.exit_code()
             } else {
                 Outcome::Refused.exit_code()

@@ -53,13 +53,6 @@ struct Daemon {
     shutdown: Interrupt,
 }
 
-/// The state directory: `--state-dir`, else `DIR/.lockstep` when watching, else the host
-/// config's.
-fn state_dir(flag: Option<&Path>, watched: Option<&Path>) -> Option<PathBuf> {
-    flag.map(Path::to_path_buf)
-        .or_else(|| watched.map(|d| d.join(".lockstep")))
-}
-
 async fn daemon(
     flags: Flags<'_>,
     watched: Option<&Path>,
@@ -68,8 +61,12 @@ async fn daemon(
     if let Some(dir) = watched {
         anyhow::ensure!(dir.is_dir(), "{} is not a directory", dir.display());
     }
-    let state = state_dir(flags.state_dir, watched);
-    let host = setup::load_host_config(flags, state.as_deref())?;
+    // The state directory is every command's (`--state-dir`, else the host config's), and
+    // never one the job-file authors write in: checked before anything is made.
+    let host = setup::load_host_config(flags, flags.state_dir)?;
+    if let Some(dir) = watched {
+        lockstep::serve::watch::state_dir_outside(dir, &host.state_dir)?;
+    }
     let journal: Arc<dyn Journal> = setup::open_journal(flags.journal, &host).await?;
     let progress: Arc<dyn Progress> = Arc::new(Logged::default());
     let engine = setup::engine_with(Arc::clone(&journal), &host.state_dir, progress);

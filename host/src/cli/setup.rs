@@ -73,13 +73,28 @@ impl std::fmt::Display for JournalUnusable {
     }
 }
 
+/// The state directory could not be made its user's alone: lockstep's own part failed
+/// (exit 6).
+#[derive(Debug)]
+pub struct StateDirUnusable(PathBuf);
+
+impl std::fmt::Display for StateDirUnusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot use the state directory {}", self.0.display())
+    }
+}
+
 /// The journal `--journal` names (`etcd://...`), else the host config's `[journal] etcd`,
-/// reached as its `[journal]` says; else the embedded one in the state directory.
+/// reached as its `[journal]` says; else the embedded one in the state directory. The state
+/// directory is made its user's alone first, whichever journal it is: reports and the plugin
+/// cache live there too.
 pub async fn open_journal(
     flag: Option<&str>,
     host: &HostConfig,
 ) -> anyhow::Result<Arc<dyn lockstep::journal::Journal>> {
     use lockstep::journal::etcd::EtcdJournal;
+    let state_dir = &host.state_dir;
+    lockstep::owner_only::dir(state_dir).context(StateDirUnusable(state_dir.to_owned()))?;
     Ok(match host.journal.location(flag)? {
         Some(location) => {
             let journal = EtcdJournal::connect(&location)

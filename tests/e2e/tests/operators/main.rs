@@ -10,6 +10,7 @@ mod fleet;
 mod hostile;
 mod logs;
 mod milvus_backup_api;
+mod owner_only;
 mod secrets;
 mod support;
 mod trust;
