@@ -10,5 +10,6 @@ mod fleet;
 mod hostile;
 mod logs;
 mod milvus_backup_api;
+mod serve_access;
 mod support;
 mod watch;
