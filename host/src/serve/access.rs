@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use sha2::{Digest as _, Sha256};
@@ -219,15 +219,9 @@ fn same_digest(a: &TokenDigest, b: &TokenDigest) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Whether `method` changes something: every method but `GET` and `HEAD`. A read token may
-/// use none of them, and none of them takes a body that is not JSON.
-pub(super) fn is_mutating(method: &Method) -> bool {
-    !matches!(*method, Method::GET | Method::HEAD)
-}
-
 /// The bearer token check of every route but `/healthz` and the page: 401 without one of
-/// this server's tokens, 403 for a read token on a route that changes something. The scope
-/// found goes into the request's extensions, where the restore handler records it.
+/// this server's tokens. The scope found goes into the request's extensions, where
+/// [`restore_scope_only`] and the restore handler (which records it) read it.
 pub(super) async fn authorize(
     State(state): State<Arc<ApiState>>,
     mut request: Request,
@@ -245,23 +239,29 @@ pub(super) async fn authorize(
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return answer;
     };
-    if scope == TokenScope::Read && is_mutating(request.method()) {
-        let msg = format!(
-            "this is the read token: it may only read (GET); {} {} needs the restore token \
-             (the one --token-env names)",
-            request.method(),
-            request.uri().path()
-        );
-        tracing::warn!(method = %request.method(), path = request.uri().path(), "refused: a read token on a route that changes something");
-        return refused(
-            StatusCode::FORBIDDEN,
-            Code::NoPermission,
-            request.headers(),
-            msg,
-        );
-    }
     request.extensions_mut().insert(scope);
     next.run(request).await
+}
+
+/// Refuses (403) the read token on a route that changes something. A request
+/// [`authorize`] did not see has no scope, and is refused too.
+pub(super) async fn restore_scope_only(request: Request, next: Next) -> Response {
+    if let Some(TokenScope::Restore | TokenScope::None) = request.extensions().get() {
+        return next.run(request).await;
+    }
+    let msg = format!(
+        "this is the read token: it may only read (GET); {} {} needs the restore token \
+         (the one --token-env names)",
+        request.method(),
+        request.uri().path()
+    );
+    tracing::warn!(method = %request.method(), path = request.uri().path(), "refused: the read token on a route that changes something");
+    refused(
+        StatusCode::FORBIDDEN,
+        Code::NoPermission,
+        request.headers(),
+        msg,
+    )
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware;
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 use axum::{Extension, Router};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -116,7 +116,7 @@ pub struct CollectionView {
 
 pub fn router(state: Arc<ApiState>) -> Router {
     let guarded = Router::new()
-        .route("/api/v1/restore", post(restore))
+        .route("/api/v1/restore", changes(post(restore)))
         .route("/api/v1/get_restore", get(get_restore))
         .route("/api/v1/list_restores", get(list_restores))
         .route("/api/v1/list", get(super::backups::list))
@@ -124,21 +124,20 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route("/api/v1/hello", get(super::backups::hello))
         .route(
             "/api/v1/restore_secondary",
-            post(|h: HeaderMap| not_served(h, NOT_SECONDARY)),
+            changes(post(|h: HeaderMap| not_served(h, NOT_SECONDARY))),
         )
         .route(
             "/api/v1/create",
-            post(|h: HeaderMap| not_served(h, NOT_BACKUPS)),
+            changes(post(|h: HeaderMap| not_served(h, NOT_BACKUPS))),
         )
         .route(
             "/api/v1/delete",
-            axum::routing::delete(|h: HeaderMap| not_served(h, NOT_BACKUPS)),
+            changes(axum::routing::delete(|h: HeaderMap| {
+                not_served(h, NOT_BACKUPS)
+            })),
         )
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
-        // The token is looked at first: without one, a request learns nothing of the body
-        // rules.
-        .route_layer(middleware::from_fn(super::origin::json_only))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             super::access::authorize,
@@ -155,6 +154,15 @@ pub fn router(state: Arc<ApiState>) -> Router {
         // liveness probes reach it by whatever address.
         .route("/healthz", get(|| async { "ok\n" }))
         .with_state(state)
+}
+
+/// A route that changes something (every POST and DELETE): after the token, it takes the
+/// restore token alone, then a JSON body alone. On the method's own handler, so that a
+/// method no route serves still gets 405.
+fn changes(route: MethodRouter<Arc<ApiState>>) -> MethodRouter<Arc<ApiState>> {
+    route
+        .route_layer(middleware::from_fn(super::origin::json_only))
+        .route_layer(middleware::from_fn(super::access::restore_scope_only))
 }
 
 /// milvus-backup's routes lockstep does not serve, answered with its `Not_Support` code and

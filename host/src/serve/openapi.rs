@@ -168,18 +168,22 @@ pub fn document(tokens: TokenSetup) -> Value {
                 },
             }))},
             "/api/v1/restore_secondary": {"post": route(Scope::Restore, "milvus-backup's restore of one secondary: not served (code 1); lockstep restores into the primary and holds every secondary, through /api/v1/restore with `secondaries`", json!({
-                "requestBody": {"required": false, "content": {"application/json": {"schema": {"type": "object"}}}},
+                "requestBody": {"required": true, "description": "any JSON (milvus-backup's create body, say): like every POST and DELETE here it is sent as JSON; it is not read", "content": {"application/json": {"schema": {}}}},
                 "responses": {
                     "200": ok(envelope(json!({})), "Code 1, Not_Support, saying what to do instead"),
                 },
             }))},
             "/api/v1/create": {"post": route(Scope::Restore, "milvus-backup's backup creation: not served (code 1); lockstep only restores", json!({
-                "requestBody": {"required": false, "content": {"application/json": {"schema": {"type": "object"}}}},
+                "requestBody": {"required": true, "description": "any JSON (milvus-backup's create body, say): like every POST and DELETE here it is sent as JSON; it is not read", "content": {"application/json": {"schema": {}}}},
                 "responses": {
                     "200": ok(envelope(json!({})), "Code 1, Not_Support"),
                 },
             }))},
-            "/api/v1/delete": {"delete": route(Scope::Restore, "milvus-backup's backup deletion: not served (code 1); lockstep only restores. Like every DELETE here it needs Content-Type: application/json", json!({
+            "/api/v1/delete": {"delete": route(Scope::Restore, "milvus-backup's backup deletion: not served (code 1); lockstep only restores", json!({
+                "parameters": [
+                    {"name": "backup_name", "in": "query", "required": false, "schema": {"type": "string"}},
+                ],
+                "requestBody": {"required": true, "description": "any JSON (milvus-backup's client sends `null`): like every POST and DELETE here it is sent as JSON; it is not read", "content": {"application/json": {"schema": {}}}},
                 "responses": {
                     "200": ok(envelope(json!({})), "Code 1, Not_Support"),
                 },

@@ -24,7 +24,6 @@ use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::access::is_mutating;
 use super::envelope::{Code, refused};
 use super::listen::{Conn, Scheme};
 use super::state::ApiState;
@@ -326,13 +325,14 @@ pub(super) async fn same_origin(
     }
 }
 
-/// Refuses (415) a request that changes something and whose body is not declared JSON.
+/// Refuses (415) a request whose body is not declared JSON, on the routes that change
+/// something.
 pub(super) async fn json_only(
     ConnectInfo(conn): ConnectInfo<Conn>,
     request: Request,
     next: Next,
 ) -> Response {
-    if !is_mutating(request.method()) || is_json(request.headers()) {
+    if is_json(request.headers()) {
         return next.run(request).await;
     }
     let given = request

@@ -555,11 +555,18 @@ async fn a_request_a_web_page_could_send_is_refused_and_nothing_runs() {
             "{msg}"
         );
     }
-    // No body at all is not JSON either, on every route that changes something.
+    // No body at all is not JSON either, on every route that changes something; a method
+    // no route serves is still that (405).
     for (method, path) in ROUTES.iter().filter(|(m, _)| *m != "get") {
         let (status, _) = call(&doc, method, b, path, None, None).await;
         assert_eq!(status, 415, "{method} {path}");
     }
+    let put = reqwest::Client::new()
+        .put(format!("{b}/api/v1/list_restores"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status().as_u16(), 405);
 
     // A page under a name rebound to this address reads nothing.
     let rebound = format!("evil.example:{port}");

@@ -1,7 +1,7 @@
 //! `lockstep serve` as a network service: what it refuses at start (a listener off loopback
-//! without TLS and a token, a short token, a certificate that does not load), and TLS with
-//! a certificate that cert-manager rotates in place, seen by a client that trusts only the
-//! test's CA.
+//! without TLS and a token, a short token, a certificate that does not load), the example
+//! systemd unit's command line, and TLS with a certificate that cert-manager rotates in
+//! place, seen by a client that trusts only the test's CA.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -110,6 +110,35 @@ async fn serve_refuses_at_start_what_would_expose_the_api() {
     .await;
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("/nonexistent/tls.crt"), "{err}");
+}
+
+/// The systemd unit's command line is one `serve` takes: every flag parses, TLS and a token
+/// are there, its tokens are long enough, and what stops it here is only the certificate
+/// this machine does not have, named by its path.
+#[tokio::test]
+async fn the_example_units_command_line_is_one_serve_starts_with() {
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/serve/lockstep-serve.service"),
+    )
+    .unwrap();
+    let exec = unit.replace("\\\n", " ");
+    let line = exec
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("an ExecStart line");
+    let args: Vec<&str> = line.split_whitespace().skip(1).collect();
+    let out = tokio::process::Command::new(e2e::lockstep_bin())
+        .args(&args)
+        .env("LOCKSTEP_API_TOKEN", TOKEN)
+        .env("LOCKSTEP_READ_TOKEN", "another-token-for-reading")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("/etc/lockstep/tls/tls.crt"), "{err}");
 }
 
 /// A test CA, and certificates for `localhost` it signs.
