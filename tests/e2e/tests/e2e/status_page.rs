@@ -103,6 +103,12 @@ async fn the_status_page_shows_a_finished_and_a_running_restore_in_a_real_browse
     )
     .await?;
     let held_id = record["id"].as_str().context("id")?.to_owned();
+    // The record says who asked for the restore: `lockstep run` of its job file.
+    assert_eq!(
+        record["requested_by"],
+        serde_json::json!({"source": "cli", "file": held.to_str()}),
+        "{record}"
+    );
     let snapshot = &record["progress"];
     assert_eq!(snapshot["rows_expected"], rows, "{snapshot}");
     assert_eq!(snapshot["rows_exact"], true, "{snapshot}");

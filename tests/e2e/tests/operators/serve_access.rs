@@ -97,6 +97,15 @@ async fn serve_refuses_at_start_what_would_expose_the_api() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("needs --token-env"), "{err}");
 
+    // An allowed origin that is neither an origin nor a host:port, from the environment.
+    let (code, err) = refused(
+        &[],
+        &[("LOCKSTEP_ALLOWED_ORIGINS", "a.example:443,b.example")],
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--allowed-origin \"b.example\""), "{err}");
+
     // A certificate that is not there, by its path.
     let (code, err) = refused(
         &[
