@@ -145,7 +145,7 @@ pub async fn run(args: DemoArgs, format: OutputFormat) -> anyhow::Result<i32> {
     )?;
     let host = HostConfig::load(&host_file).map_err(anyhow::Error::new)?;
     let job = Job::from_file(&job_file, &host).map_err(anyhow::Error::new)?;
-    let journal = setup::open_journal(None, &host.state_dir).await?;
+    let journal = setup::open_journal(None, &host).await?;
     let engine = setup::engine_with(journal, &host.state_dir, output::progress_for(format));
     let report = engine.run(&job, requested_by_file(&job_file)).await;
     output::report(format, &report);

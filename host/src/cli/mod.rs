@@ -205,7 +205,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         Command::Get { name } => return backups::get(&host, name, cli.output).await,
         _ => {}
     }
-    let journal = setup::open_journal(cli.journal.as_deref(), &host.state_dir).await?;
+    let journal = setup::open_journal(cli.journal.as_deref(), &host).await?;
     let engine = setup::engine_with(journal, &host.state_dir, output::progress_for(cli.output));
     match cli.command {
         Command::Run {

@@ -99,7 +99,7 @@ async fn daemon(
     }
     let state = state_dir(flags.state_dir, watched);
     let host = setup::load_host_config(flags, state.as_deref())?;
-    let journal: Arc<dyn Journal> = setup::open_journal(flags.journal, &host.state_dir).await?;
+    let journal: Arc<dyn Journal> = setup::open_journal(flags.journal, &host).await?;
     let progress: Arc<dyn Progress> = Arc::new(Logged::default());
     let engine = setup::engine_with(Arc::clone(&journal), &host.state_dir, progress);
     let (raise, shutdown) = Interrupt::new();

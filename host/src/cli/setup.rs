@@ -28,6 +28,16 @@ pub struct Flags<'a> {
 pub fn load_host_config(flags: Flags<'_>, state_dir: Option<&Path>) -> anyhow::Result<HostConfig> {
     let env = |name: &str| std::env::var(name).ok();
     let sets = backup_yaml::parse_sets(flags.sets)?;
+    for (key, instead) in backup_yaml::secrets_set(&sets) {
+        let instead = match instead {
+            Some(var) => format!("set {var} in the environment instead"),
+            None => "write it in the config file, readable by this user alone".to_owned(),
+        };
+        tracing::warn!(
+            "--set {key} puts a secret on the command line, where any user of this host sees it \
+             in the process list and the shell keeps it in its history: {instead}"
+        );
+    }
     let default = Path::new("lockstep.toml");
     let path = match flags.config {
         Some(p) => Some(p.to_path_buf()),
@@ -63,23 +73,26 @@ impl std::fmt::Display for JournalUnusable {
     }
 }
 
-/// The journal `--journal` names: etcd for `etcd://...`, else the embedded one in the
-/// state directory.
+/// The journal `--journal` names (`etcd://...`), else the host config's `[journal] etcd`,
+/// reached as its `[journal]` says; else the embedded one in the state directory.
 pub async fn open_journal(
-    location: Option<&str>,
-    state_dir: &Path,
+    flag: Option<&str>,
+    host: &HostConfig,
 ) -> anyhow::Result<Arc<dyn lockstep::journal::Journal>> {
-    use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
-    Ok(match location {
-        Some(url) => {
-            let location = EtcdLocation::parse(url)?;
+    use lockstep::journal::etcd::EtcdJournal;
+    Ok(match host.journal.location(flag)? {
+        Some(location) => {
             let journal = EtcdJournal::connect(&location)
                 .await
-                .context(JournalUnusable(url.to_owned()))?;
+                .context(JournalUnusable(format!(
+                    "etcd://{}{}",
+                    location.endpoints.join(","),
+                    location.prefix
+                )))?;
             Arc::new(journal)
         }
-        None => Arc::new(FileJournal::open(state_dir).context(JournalUnusable(
-            state_dir.join("journal").display().to_string(),
+        None => Arc::new(FileJournal::open(&host.state_dir).context(JournalUnusable(
+            host.state_dir.join("journal").display().to_string(),
         ))?),
     })
 }

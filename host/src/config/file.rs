@@ -30,6 +30,27 @@ pub struct HostConfigFile {
     /// cluster `milvus` and storages `milvus` and `backup` are this file's, so one cluster
     /// is described once.
     pub base: Option<Spanned<String>>,
+    /// Jobs may name only this file's clusters and stores (by name, or a cluster by its
+    /// URI): an inline cluster or store table, or a URI that is no cluster here, is refused.
+    /// Default false.
+    pub named_ends_only: Option<bool>,
+    /// `[journal]`: the fleet's etcd journal, and how it is reached.
+    pub journal: Option<Spanned<JournalFile>>,
+}
+
+/// `[journal]` as written.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JournalFile {
+    /// `etcd://HOST:PORT[,HOST:PORT...]/prefix[?lease_ttl=SECONDS]`; `--journal` overrides it.
+    pub etcd: Option<Spanned<String>>,
+    /// TLS to every member: `https`, this CA, this client certificate and key.
+    pub tls: Option<Spanned<TlsFile>>,
+    /// etcd's own authentication: a user, and the variable holding its password.
+    pub user: Option<Spanned<String>>,
+    pub password_env: Option<Spanned<String>>,
+    /// Take plain http to members that are not on loopback; default false.
+    pub insecure: Option<bool>,
 }
 
 /// `[backups]` as written.

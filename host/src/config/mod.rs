@@ -39,9 +39,11 @@
 //! - `validate`: a `lockstep.toml` into the model, every problem with its place;
 //! - `spec`: the model;
 //! - `secret`: credentials, and the environment they are read from;
+//! - `etcd`: where a fleet's journal is, and how etcd is reached;
 //! - `load`: which reader a file takes.
 
 pub mod backup_yaml;
+mod etcd;
 mod file;
 mod load;
 mod secret;
@@ -50,15 +52,20 @@ mod spec;
 pub(crate) mod testing;
 mod validate;
 
+pub use etcd::{DEFAULT_LEASE_TTL, EtcdAccess, EtcdLocation, JournalSpec, LocationError};
 pub(crate) use file::string_or_table;
-pub use file::{BackupsFile, ClusterFile, HostConfigFile, StorageFile, StorageRef, TlsFile};
+pub use file::{
+    BackupsFile, ClusterFile, HostConfigFile, JournalFile, StorageFile, StorageRef, TlsFile,
+};
 pub(crate) use secret::process_env;
 pub use secret::{Env, Secret};
 pub(crate) use spec::serialize_url;
 pub use spec::{
     BackupsSpec, ClusterSpec, DEFAULT_BACKUP_ROOT, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_IMPORT_JOBS,
     DEFAULT_STATE_DIR, GivenKeys, HostConfig, MissingToken, PathForm, RestoreDefaults, StorageSpec,
-    TlsSpec, TokenSource,
+    TlsSpec, TokenSource, same_endpoint,
 };
 pub use validate::read_pem;
-pub(crate) use validate::{cluster_spec, cluster_uri, is_bucket_name, is_name, names};
+pub(crate) use validate::{
+    Author, cluster_spec, cluster_uri, is_bucket_name, is_name, names, without_userinfo,
+};

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use url::Url;
 
+use super::etcd::JournalSpec;
 use super::secret::{Env, Secret};
 
 /// Milvus's `dataCoord.import.maxImportJobNum` default.
@@ -54,6 +55,12 @@ pub struct StorageSpec {
     /// instance's own credentials.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service_account_file: Option<PathBuf>,
+    /// Requests go unsigned: a store a job described itself, which gets no credential of
+    /// this host (neither the variables above, which a job cannot name, nor the instance's
+    /// own, which the clients would otherwise fall back to). Left out of what is written
+    /// down when off.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub anonymous: bool,
 }
 
 /// Static keys whose values came with the config, not from the environment. For Azure,
@@ -122,6 +129,7 @@ impl StorageSpec {
             azure_account: None,
             azure_key_env: None,
             service_account_file: None,
+            anonymous: false,
         })
     }
 
@@ -225,6 +233,40 @@ pub struct HostConfig {
     pub max_attempts: u32,
     /// What a job that does not say takes from the host.
     pub restore: RestoreDefaults,
+    /// `named_ends_only`: jobs may name only this config's clusters (by name or by URI), never
+    /// describe a cluster or a store of their own.
+    pub named_ends_only: bool,
+    /// `[journal]`: the fleet's etcd, and how it is reached.
+    pub journal: JournalSpec,
+}
+
+impl HostConfig {
+    /// The cluster whose URI is `uri` (the same scheme, host and port, whatever the trailing
+    /// slash), by name; `Err` with every name when more than one is.
+    pub fn cluster_at(&self, uri: &Url) -> Result<Option<(&str, &ClusterSpec)>, Vec<&str>> {
+        let mut found = self
+            .clusters
+            .iter()
+            .filter(|(_, spec)| same_endpoint(&spec.uri, uri));
+        match (found.next(), found.next()) {
+            (None, _) => Ok(None),
+            (Some((name, spec)), None) => Ok(Some((name, spec))),
+            (Some(first), Some(second)) => Err([first, second]
+                .into_iter()
+                .chain(found)
+                .map(|(name, _)| name.as_str())
+                .collect()),
+        }
+    }
+}
+
+/// Whether two cluster URIs name one server: scheme, host and port (a default port counted as
+/// written) and path, a trailing `/` aside.
+pub fn same_endpoint(a: &Url, b: &Url) -> bool {
+    a.scheme() == b.scheme()
+        && a.host_str() == b.host_str()
+        && a.port_or_known_default() == b.port_or_known_default()
+        && a.path().trim_end_matches('/') == b.path().trim_end_matches('/')
 }
 
 /// Restore options a host config may set for its jobs (milvus-backup's `restore.*`); a job
@@ -259,6 +301,8 @@ impl HostConfig {
             state_dir,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             restore: RestoreDefaults::default(),
+            named_ends_only: false,
+            journal: JournalSpec::default(),
         }
     }
 }

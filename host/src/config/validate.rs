@@ -9,7 +9,8 @@ use url::Url;
 
 use crate::diagnostic::{Error, Input, RawProblem, locate_in_file, read_toml};
 
-use super::file::{ClusterFile, HostConfigFile, StorageFile, StorageRef};
+use super::etcd;
+use super::file::{ClusterFile, HostConfigFile, StorageFile, StorageRef, TlsFile};
 use super::spec::{
     BackupsSpec, ClusterSpec, DEFAULT_BACKUP_ROOT, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_IMPORT_JOBS,
     DEFAULT_STATE_DIR, HostConfig, PathForm, StorageSpec, TlsSpec, TokenSource,
@@ -103,6 +104,7 @@ fn validate(
             storage.get_ref(),
             &format!("storages.{name}"),
             storage.span(),
+            Author::Host,
             problems,
         ) {
             storages.insert(name.clone(), spec);
@@ -120,6 +122,7 @@ fn validate(
             &field,
             cluster.span(),
             &storages,
+            Author::Host,
             problems,
         ) {
             clusters.insert(name.clone(), spec);
@@ -127,7 +130,9 @@ fn validate(
     }
     let backups = file.backups.as_ref().and_then(|backups| {
         let storage = match &backups.get_ref().storage {
-            Some(storage) => resolve_storage(storage, "backups.storage", &storages, problems),
+            Some(storage) => {
+                resolve_storage(storage, "backups.storage", &storages, Author::Host, problems)
+            }
             None => {
                 problems.push(RawProblem::new(
                     "backups.storage",
@@ -181,6 +186,10 @@ fn validate(
         state_dir: base.join(state_dir),
         max_attempts,
         restore,
+        named_ends_only: file.named_ends_only.unwrap_or(false),
+        journal: (file.journal.as_ref())
+            .map(|journal| etcd::journal_spec(journal.get_ref(), problems))
+            .unwrap_or_default(),
     })
 }
 
@@ -228,12 +237,33 @@ pub(crate) fn names<'a>(names: impl Iterator<Item = &'a String>, what: &str) -> 
     }
 }
 
+/// Who wrote a cluster or store table, which says what it may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Author {
+    /// The host config: its operator's own file, the one place credentials are named.
+    Host,
+    /// A job (a job file, flags, a REST body), which whoever may submit one wrote: it may name
+    /// the host config's clusters and stores, and describe others only without credentials,
+    /// so that no job can send a credential of this host to an address the job chose.
+    Job,
+}
+
+/// A field a job may not write, and what to do instead.
+fn credential_refused(field: &str, span: std::ops::Range<usize>, instead: &str) -> RawProblem {
+    RawProblem::new(
+        field,
+        Some(span),
+        format!("a job cannot name credentials, which come only from the host config: {instead}"),
+    )
+}
+
 /// Validates a cluster table (host config or inline in a job).
 pub(crate) fn cluster_spec(
     file: &ClusterFile,
     field: &str,
     span: std::ops::Range<usize>,
     storages: &BTreeMap<String, StorageSpec>,
+    author: Author,
     problems: &mut Vec<RawProblem>,
 ) -> Option<ClusterSpec> {
     let uri = match &file.uri {
@@ -252,10 +282,8 @@ pub(crate) fn cluster_spec(
             None
         }
     };
-    let storage = file
-        .storage
-        .as_ref()
-        .and_then(|s| resolve_storage(s, &format!("{field}.storage"), storages, problems));
+    let storage = (file.storage.as_ref())
+        .and_then(|s| resolve_storage(s, &format!("{field}.storage"), storages, author, problems));
     let max_import_jobs = match &file.max_import_jobs {
         None => Some(DEFAULT_MAX_IMPORT_JOBS),
         Some(n) => match u32::try_from(*n.get_ref()) {
@@ -277,12 +305,19 @@ pub(crate) fn cluster_spec(
         .token_env
         .as_ref()
         .map(|t| TokenSource::Env(t.get_ref().clone()));
-    if let Some(token_env) = &file.token_env {
-        check_env_name(token_env, &format!("{field}.token_env"), problems);
+    match &file.token_env {
+        Some(token_env) if author == Author::Job => problems.push(credential_refused(
+            &format!("{field}.token_env"),
+            token_env.span(),
+            "name a cluster of the host config whose token_env holds the token",
+        )),
+        Some(token_env) => check_env_name(token_env, &format!("{field}.token_env"), problems),
+        None => {}
     }
+
     let storage_ok = file.storage.is_none() || storage.is_some();
     let paths = path_form(file, field, storage.as_ref(), problems);
-    let tls = tls_spec(file, field, uri.as_ref(), problems);
+    let tls = tls_spec(file, field, uri.as_ref(), author, problems);
     Some(ClusterSpec {
         uri: uri?,
         token,
@@ -302,22 +337,48 @@ fn tls_spec(
     file: &ClusterFile,
     field: &str,
     uri: Option<&Url>,
+    author: Author,
     problems: &mut Vec<RawProblem>,
 ) -> Option<TlsSpec> {
     let Some(tls) = &file.tls else {
         return Some(TlsSpec::default());
     };
-    let before = problems.len();
-    let at = |name: &str| format!("{field}.tls.{name}");
     if uri.is_some_and(|u| u.scheme() != "https") {
         problems.push(RawProblem::new(
             format!("{field}.tls"),
             Some(tls.span()),
             "tls applies to a cluster reached over TLS: write its uri as https://",
         ));
+        return None;
     }
-    let tls = tls.get_ref();
-    if tls.client_cert.is_some() != tls.client_key.is_some() {
+    tls_table(tls.get_ref(), &format!("{field}.tls"), author, problems)
+}
+
+/// A `tls = { ca_cert, server_name, client_cert, client_key }` table, its files read and
+/// checked. A job's client certificate and key are refused unread: the job names a file of
+/// this host, and the key is a credential.
+pub(super) fn tls_table(
+    tls: &TlsFile,
+    field: &str,
+    author: Author,
+    problems: &mut Vec<RawProblem>,
+) -> Option<TlsSpec> {
+    let before = problems.len();
+    let at = |name: &str| format!("{field}.{name}");
+    if author == Author::Job {
+        for (name, given) in [
+            ("client_cert", &tls.client_cert),
+            ("client_key", &tls.client_key),
+        ] {
+            if let Some(path) = given {
+                problems.push(credential_refused(
+                    &at(name),
+                    path.span(),
+                    "a client certificate and key are presented only to a cluster of the host config",
+                ));
+            }
+        }
+    } else if tls.client_cert.is_some() != tls.client_key.is_some() {
         problems.push(RawProblem::new(
             at(if tls.client_cert.is_some() {
                 "client_key"
@@ -340,8 +401,12 @@ fn tls_spec(
     };
     let spec = TlsSpec {
         ca_cert: pem("ca_cert", &tls.ca_cert),
-        client_cert: pem("client_cert", &tls.client_cert),
-        client_key: pem("client_key", &tls.client_key),
+        client_cert: (author == Author::Host)
+            .then(|| pem("client_cert", &tls.client_cert))
+            .flatten(),
+        client_key: (author == Author::Host)
+            .then(|| pem("client_key", &tls.client_key))
+            .flatten(),
         server_name: tls.server_name.as_ref().map(|n| n.get_ref().clone()),
     };
     (problems.len() == before).then_some(spec)
@@ -422,7 +487,7 @@ fn path_form(
     Some(PathForm::Local { local_storage_path })
 }
 
-/// Parses a cluster address: `http://` or `https://` with a host.
+/// Parses a cluster address: `http://` or `https://` with a host, and no user or password.
 pub(crate) fn cluster_uri(
     uri: &str,
     field: &str,
@@ -430,17 +495,62 @@ pub(crate) fn cluster_uri(
     problems: &mut Vec<RawProblem>,
 ) -> Option<Url> {
     match Url::parse(uri) {
+        Ok(url) if has_userinfo(&url) => {
+            problems.push(userinfo_refused(
+                field,
+                span,
+                uri,
+                "put `user:password` in the variable the cluster's token_env names",
+            ));
+            None
+        }
         Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => Some(url),
         _ => {
             problems.push(RawProblem::new(
                 field,
                 span,
                 format!(
-                    "invalid cluster URI `{uri}`: expected http://host:port or https://host:port"
+                    "invalid cluster URI `{}`: expected http://host:port or https://host:port",
+                    without_userinfo(uri)
                 ),
             ));
             None
         }
+    }
+}
+
+fn has_userinfo(url: &Url) -> bool {
+    !url.username().is_empty() || url.password().is_some()
+}
+
+/// A URI with a user or a password in it: whatever names the URI (output, the journal, a
+/// report, a metric label) would write the password down.
+fn userinfo_refused(
+    field: &str,
+    span: Option<std::ops::Range<usize>>,
+    uri: &str,
+    instead: &str,
+) -> RawProblem {
+    RawProblem::new(
+        field,
+        span,
+        format!(
+            "`{}` carries a user or password, which would be written wherever the URI is shown: {instead}",
+            without_userinfo(uri)
+        ),
+    )
+}
+
+/// `uri` with whatever stands between `://` and an `@` before the path replaced by `…`, so a
+/// refusal can show it.
+pub(crate) fn without_userinfo(uri: &str) -> std::borrow::Cow<'_, str> {
+    let Some((scheme, rest)) = uri.split_once("://") else {
+        return uri.into();
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    match authority.rfind('@') {
+        Some(at) => format!("{scheme}://…@{}", &rest[at + 1..]).into(),
+        None => uri.into(),
     }
 }
 
@@ -449,10 +559,11 @@ pub(crate) fn resolve_storage(
     storage: &Spanned<StorageRef>,
     field: &str,
     storages: &BTreeMap<String, StorageSpec>,
+    author: Author,
     problems: &mut Vec<RawProblem>,
 ) -> Option<StorageSpec> {
     match storage.get_ref() {
-        StorageRef::Inline(file) => storage_spec(file, field, storage.span(), problems),
+        StorageRef::Inline(file) => storage_spec(file, field, storage.span(), author, problems),
         StorageRef::Named(name) => match storages.get(name) {
             Some(spec) => Some(spec.clone()),
             None => {
@@ -474,9 +585,43 @@ fn storage_spec(
     file: &StorageFile,
     field: &str,
     span: std::ops::Range<usize>,
+    author: Author,
     problems: &mut Vec<RawProblem>,
 ) -> Option<StorageSpec> {
     let before = problems.len();
+    for (name, given) in [("url", &file.url), ("endpoint", &file.endpoint)] {
+        if let Some(given) = given
+            && Url::parse(given.get_ref()).is_ok_and(|u| has_userinfo(&u))
+        {
+            problems.push(userinfo_refused(
+                &format!("{field}.{name}"),
+                Some(given.span()),
+                given.get_ref(),
+                "name the variables that hold the keys (access_key_id_env, secret_access_key_env)",
+            ));
+            return None;
+        }
+    }
+    if author == Author::Job {
+        for (name, given) in [
+            ("access_key_id_env", &file.access_key_id_env),
+            ("secret_access_key_env", &file.secret_access_key_env),
+            ("session_token_env", &file.session_token_env),
+            ("azure_key_env", &file.azure_key_env),
+            ("service_account_file", &file.service_account_file),
+        ] {
+            if let Some(given) = given {
+                problems.push(credential_refused(
+                    &format!("{field}.{name}"),
+                    given.span(),
+                    "name a storage of the host config (storage = \"NAME\"); a store a job describes is reached without credentials",
+                ));
+            }
+        }
+        if problems.len() > before {
+            return None;
+        }
+    }
     let url = match &file.url {
         None => {
             problems.push(RawProblem::new(
@@ -575,6 +720,7 @@ fn storage_spec(
             .service_account_file
             .as_ref()
             .map(|f| PathBuf::from(f.get_ref())),
+        anonymous: author == Author::Job,
     })
 }
 
@@ -631,7 +777,7 @@ fn cloud_fields(
     }
 }
 
-fn check_env_name(env: &Spanned<String>, field: &str, problems: &mut Vec<RawProblem>) {
+pub(super) fn check_env_name(env: &Spanned<String>, field: &str, problems: &mut Vec<RawProblem>) {
     let name = env.get_ref();
     let valid = !name.is_empty()
         && !name.starts_with(|c: char| c.is_ascii_digit())
@@ -844,6 +990,37 @@ tls = {{ ca_cert = "{gone}", client_cert = "{pem}", client_key = "{not_pem}" }}
             "{shown:#?}"
         );
         assert!(shown[3].contains("write its uri as https://"), "{shown:#?}");
+    }
+
+    /// A password in a URI would be written wherever the URI is shown; the refusal shows
+    /// the URI without it and says where the secret goes.
+    #[test]
+    fn a_uri_holding_a_password_is_refused_without_showing_it() {
+        let text = r#"[clusters.a]
+uri = "https://root:hunter2-secret@10.0.0.1:19530"
+
+[storages.s]
+url = "s3://bucket/root"
+endpoint = "https://AKIA:s3cr3t-key@minio:9000"
+"#;
+        let err = parse(text).unwrap_err();
+        let mut shown: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
+        shown.sort();
+        assert_eq!(shown.len(), 2, "{shown:#?}");
+        assert!(
+            shown[0]
+                .contains("clusters.a.uri: `https://…@10.0.0.1:19530` carries a user or password")
+                && shown[0].contains("token_env"),
+            "{shown:#?}"
+        );
+        assert!(
+            shown[1].contains("storages.s.endpoint: `https://…@minio:9000`")
+                && shown[1].contains("access_key_id_env"),
+            "{shown:#?}"
+        );
+        for secret in ["hunter2", "s3cr3t", "AKIA"] {
+            assert!(!err.to_string().contains(secret), "{err}");
+        }
     }
 
     #[test]

@@ -601,6 +601,91 @@ mod tests {
         );
     }
 
+    /// A URI that a cluster of the host config has is that cluster: its name in reports, its
+    /// token and its storage. One that no cluster has gets nothing of the host's.
+    #[test]
+    fn a_uri_names_the_cluster_that_has_it() {
+        let job = job(
+            "backup = \"orders_bak\"\ntarget = \"http://127.0.0.1:19530/\"\n\
+             secondaries = [\"http://127.0.0.2:19530\", \"http://10.9.9.9:19530\"]\n",
+        )
+        .unwrap();
+        assert_eq!(job.target.end.name.as_str(), "prod-a");
+        assert_eq!(
+            job.target.end.token.as_ref().map(Secret::expose),
+            Some("root:Milvus")
+        );
+        assert_eq!(job.target.storage.url.as_str(), "s3://milvus-a/files");
+        assert_eq!(job.target.max_import_jobs, 2048);
+        assert_eq!(job.secondaries[0].end.name.as_str(), "prod-b");
+        assert!(job.secondaries[0].storage.is_some());
+        let stranger = &job.secondaries[1];
+        assert_eq!(stranger.end.name.as_str(), "http://10.9.9.9:19530");
+        assert_eq!(stranger.end.token, None);
+        assert_eq!(stranger.storage, None);
+    }
+
+    /// A store a job describes is reached without signing: no variable it could name, and not
+    /// the instance's own credentials either, which a client would otherwise fall back to.
+    #[test]
+    fn a_store_a_job_describes_is_anonymous() {
+        let inline = job(
+            "backup = \"orders_bak\"\n[target]\nuri = \"http://10.1.1.1:19530\"\n\
+             storage = { url = \"s3://public/files\", endpoint = \"https://s3.example:9000\" }\n",
+        )
+        .unwrap();
+        assert!(inline.target.storage.anonymous);
+        assert_eq!(inline.target.storage.credential_envs().count(), 0);
+        let named = job(
+            "backup = \"orders_bak\"\n[target]\nuri = \"http://10.1.1.1:19530\"\nstorage = \"minio-a\"\n",
+        )
+        .unwrap();
+        assert!(
+            !named.target.storage.anonymous,
+            "the host's own store keeps its keys"
+        );
+        assert!(!host().storages["minio-a"].anonymous);
+    }
+
+    /// With `named_ends_only`, a job names the host config's clusters or nothing.
+    #[test]
+    fn named_ends_only_refuses_what_the_host_config_does_not_name() {
+        let text = std::fs::read_to_string(data_dir().join("jobs/lockstep.toml")).unwrap();
+        let strict = HostConfig::parse_str(
+            &format!("named_ends_only = true\n{text}"),
+            Path::new("jobs/lockstep.toml"),
+        )
+        .unwrap();
+        let run = |text: &str| {
+            Job::from_str_with_env(text, Path::new("j.toml"), &strict, &env)
+                .map(|j| j.target.end.name)
+        };
+        assert_eq!(
+            run("backup = \"orders_bak\"\ntarget = \"http://127.0.0.1:19530\"\n")
+                .unwrap()
+                .as_str(),
+            "prod-a"
+        );
+        for (text, what) in [
+            (
+                "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"http://10.9.9.9:19530\"]\n",
+                "`http://10.9.9.9:19530` is the URI of no cluster",
+            ),
+            (
+                "backup = \"orders_bak\"\n[target]\nuri = \"http://10.1.1.1:19530\"\nstorage = \"minio-a\"\n",
+                "a job may not describe a cluster",
+            ),
+        ] {
+            let err = run(text).unwrap_err();
+            let shown: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
+            assert_eq!(shown.len(), 1, "{shown:?}");
+            assert!(
+                shown[0].contains(what) && shown[0].contains("named_ends_only = true"),
+                "{shown:?}"
+            );
+        }
+    }
+
     #[test]
     fn missing_credentials_of_a_used_storage_are_named() {
         let no_keys = |name: &str| {

@@ -246,21 +246,54 @@ fn resolve_cluster(
     problems: &mut Problems<'_>,
 ) -> Option<Resolved> {
     let span = cluster.span();
+    let named_only = |what: &str, problems: &mut Problems<'_>| {
+        problems.push(
+            field,
+            Some(span.clone()),
+            format!(
+                "{what}, and the host config has named_ends_only = true: name one of its clusters ({})",
+                host::names(context.host.clusters.keys(), "cluster")
+            ),
+        );
+    };
     let resolved = match cluster.get_ref() {
         ClusterRef::NameOrUri(text) if text.contains("://") => {
             let uri = host::cluster_uri(text, field, Some(span.clone()), &mut problems.list)?;
-            Resolved {
-                name: EndName(text.clone()),
-                spec: host::ClusterSpec {
-                    uri,
-                    token: None,
-                    storage: None,
-                    max_import_jobs: host::DEFAULT_MAX_IMPORT_JOBS,
-                    paths: host::PathForm::Minio,
-                    require_staging: false,
-                    l0_import: None,
-                    tls: host::TlsSpec::default(),
+            match context.host.cluster_at(&uri) {
+                // The URI of a cluster of the host config is that cluster, its storage and
+                // credentials included: the host config says they belong to that address.
+                Ok(Some((name, spec))) => Resolved {
+                    name: EndName(name.to_owned()),
+                    spec: spec.clone(),
                 },
+                Ok(None) if context.host.named_ends_only => {
+                    named_only(&format!("`{text}` is the URI of no cluster"), problems);
+                    return None;
+                }
+                Ok(None) => Resolved {
+                    name: EndName(text.clone()),
+                    spec: host::ClusterSpec {
+                        uri,
+                        token: None,
+                        storage: None,
+                        max_import_jobs: host::DEFAULT_MAX_IMPORT_JOBS,
+                        paths: host::PathForm::Minio,
+                        require_staging: false,
+                        l0_import: None,
+                        tls: host::TlsSpec::default(),
+                    },
+                },
+                Err(names) => {
+                    problems.push(
+                        field,
+                        Some(span),
+                        format!(
+                            "`{text}` is the URI of more than one cluster of the host config ({}): name the one meant",
+                            names.join(", ")
+                        ),
+                    );
+                    return None;
+                }
             }
         }
         ClusterRef::NameOrUri(name) => match context.host.clusters.get(name) {
@@ -280,12 +313,17 @@ fn resolve_cluster(
                 return None;
             }
         },
+        ClusterRef::Inline(_) if context.host.named_ends_only => {
+            named_only("a job may not describe a cluster", problems);
+            return None;
+        }
         ClusterRef::Inline(file) => {
             let spec = host::cluster_spec(
                 file,
                 field,
                 span.clone(),
                 &context.host.storages,
+                host::Author::Job,
                 &mut problems.list,
             )?;
             Resolved {

@@ -26,80 +26,11 @@ use serde::{Deserialize, Serialize};
 
 use super::etcd_client::{self as etcd, EtcdClient};
 use super::{Claim, Error, Journal, RestoreId, RestoreRecord, Result};
-
-/// How long a claim outlives its host's last renewal. Another host takes an unfinished
-/// restore over this long after its holder died; shorter means quicker takeovers but a
-/// claim lost to any pause (GC, a slow disk, a partition) longer than it.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+pub use crate::config::{DEFAULT_LEASE_TTL, EtcdLocation, LocationError};
 
 /// Bound on connecting and on each request, so a dead etcd fails a save instead of hanging
 /// a restore.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Where the journal lives: `etcd://HOST:PORT[,HOST:PORT...]/prefix[?lease_ttl=SECONDS]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EtcdLocation {
-    /// `http://HOST:PORT` for each member.
-    pub endpoints: Vec<String>,
-    /// Key prefix without a trailing slash, e.g. `/lockstep`.
-    pub prefix: String,
-    /// The claims' lease TTL; [`DEFAULT_LEASE_TTL`] unless `?lease_ttl=` says otherwise.
-    pub lease_ttl: Duration,
-}
-
-/// Why an `etcd://` location was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum LocationError {
-    #[error("journal `{0}`: expected etcd://HOST:PORT/prefix")]
-    NotEtcd(String),
-    #[error("journal `{0}`: no HOST:PORT before the prefix")]
-    NoEndpoint(String),
-    #[error(
-        "journal `{0}`: expected a key prefix after HOST:PORT, e.g. etcd://127.0.0.1:2379/lockstep"
-    )]
-    NoPrefix(String),
-    #[error("journal `{0}`: expected ?lease_ttl=SECONDS with whole seconds of at least 2")]
-    BadLeaseTtl(String),
-}
-
-impl EtcdLocation {
-    pub fn parse(url: &str) -> Result<EtcdLocation, LocationError> {
-        let rest = url
-            .strip_prefix("etcd://")
-            .ok_or_else(|| LocationError::NotEtcd(url.to_string()))?;
-        let (rest, lease_ttl) = match rest.split_once('?') {
-            None => (rest, DEFAULT_LEASE_TTL),
-            Some((rest, query)) => {
-                let secs = query
-                    .strip_prefix("lease_ttl=")
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .filter(|s| *s >= 2)
-                    .ok_or_else(|| LocationError::BadLeaseTtl(url.to_string()))?;
-                (rest, Duration::from_secs(secs))
-            }
-        };
-        let (hosts, prefix) = rest
-            .split_once('/')
-            .ok_or_else(|| LocationError::NoPrefix(url.to_string()))?;
-        let prefix = prefix.trim_matches('/');
-        if prefix.is_empty() {
-            return Err(LocationError::NoPrefix(url.to_string()));
-        }
-        let endpoints: Vec<String> = hosts
-            .split(',')
-            .filter(|h| !h.is_empty())
-            .map(|h| format!("http://{h}"))
-            .collect();
-        if endpoints.is_empty() {
-            return Err(LocationError::NoEndpoint(url.to_string()));
-        }
-        Ok(EtcdLocation {
-            endpoints,
-            prefix: format!("/{prefix}"),
-            lease_ttl,
-        })
-    }
-}
 
 /// Who holds a claim: shown to people in `Busy`, and read by a host to recognise a claim it
 /// dropped itself but whose lease revocation has not landed yet.
@@ -179,12 +110,22 @@ fn backend(what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 impl EtcdJournal {
-    /// Connects to the members of `location`.
+    /// Connects to the members of `location`, refusing plain http to one that is not on this
+    /// host unless the host config says `insecure = true`.
     pub async fn connect(location: &EtcdLocation) -> Result<EtcdJournal> {
+        let exposed = location.exposed();
+        if !exposed.is_empty() {
+            return Err(Error::Backend(format!(
+                "etcd at {} is reached over plain http from another host, where anyone on the \
+                 path could read and write the journal: give the host config's [journal] a \
+                 tls table (and user and password_env), or insecure = true to accept it",
+                exposed.join(",")
+            )));
+        }
         let ttl = location.lease_ttl;
         let connect =
             |e: etcd::CallError| backend(&format!("connect {}", location.endpoints.join(",")), e);
-        let client = EtcdClient::new(&location.endpoints, REQUEST_TIMEOUT).map_err(connect)?;
+        let client = (EtcdClient::connect(location, REQUEST_TIMEOUT).await).map_err(connect)?;
         let journal = EtcdJournal {
             client,
             prefix: location.prefix.clone(),
@@ -533,58 +474,5 @@ impl Journal for EtcdJournal {
 
     fn list(&self) -> BoxFuture<'_, Result<Vec<RestoreRecord>>> {
         Box::pin(self.scan(""))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn locations_parse_and_bad_ones_say_what_was_expected() {
-        assert_eq!(
-            EtcdLocation::parse("etcd://127.0.0.1:2379/lockstep/prod").unwrap(),
-            EtcdLocation {
-                endpoints: vec!["http://127.0.0.1:2379".into()],
-                prefix: "/lockstep/prod".into(),
-                lease_ttl: DEFAULT_LEASE_TTL,
-            }
-        );
-        assert_eq!(
-            EtcdLocation::parse("etcd://a:1/x?lease_ttl=3")
-                .unwrap()
-                .lease_ttl,
-            Duration::from_secs(3)
-        );
-        for bad in [
-            "etcd://a:1/x?lease_ttl=1",
-            "etcd://a:1/x?ttl=3",
-            "etcd://a:1/x?lease_ttl=3s",
-        ] {
-            assert!(
-                matches!(EtcdLocation::parse(bad), Err(LocationError::BadLeaseTtl(_))),
-                "{bad}"
-            );
-        }
-        assert_eq!(
-            EtcdLocation::parse("etcd://a:1,b:2/x/").unwrap().endpoints,
-            ["http://a:1", "http://b:2"]
-        );
-        assert!(matches!(
-            EtcdLocation::parse("http://a:1/x"),
-            Err(LocationError::NotEtcd(_))
-        ));
-        assert!(matches!(
-            EtcdLocation::parse("etcd://a:1"),
-            Err(LocationError::NoPrefix(_))
-        ));
-        assert!(matches!(
-            EtcdLocation::parse("etcd://a:1/"),
-            Err(LocationError::NoPrefix(_))
-        ));
-        assert!(matches!(
-            EtcdLocation::parse("etcd:///x"),
-            Err(LocationError::NoEndpoint(_))
-        ));
     }
 }

@@ -1,12 +1,19 @@
 //! The few etcd v3 calls the journal makes, over tonic from the protox-compiled protos in
-//! `proto/` (so no build needs `protoc`): Range, Txn, and a lease's grant, revoke and
-//! keep-alive.
+//! `proto/` (so no build needs `protoc`): Range, Txn, a lease's grant, revoke and
+//! keep-alive, and Authenticate, over TLS when the host config says.
+//!
+//! etcd's authentication trades a user and password for a token, which every later call
+//! carries as its `token` metadata. A token expires (etcd's `--auth-token-ttl`, 5 minutes
+//! unused by default, or a JWT's lifetime), and etcd then answers `Unauthenticated`: each call
+//! is asked once more with a fresh token, so a journal that sat idle for an hour still saves.
 
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use milvus_proto::etcd::etcdserverpb::{
-    Compare, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseRevokeRequest,
-    PutRequest, RangeRequest, RequestOp, TxnRequest, TxnResponse,
+    AuthenticateRequest, Compare, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
+    LeaseRevokeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, TxnResponse,
+    auth_client::AuthClient,
     compare::{CompareResult, CompareTarget, TargetUnion},
     kv_client::KvClient,
     lease_client::LeaseClient,
@@ -14,22 +21,58 @@ use milvus_proto::etcd::etcdserverpb::{
 };
 use milvus_proto::etcd::mvccpb::KeyValue;
 use tokio::sync::mpsc;
+use tonic::metadata::AsciiMetadataValue;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
+
+use crate::config::{EtcdLocation, Secret, process_env};
+use crate::milvus::Tls;
+
+/// A channel whose calls carry the current token, when there is one.
+type Authed = InterceptedService<Channel, Token>;
+
+/// The token every call carries, shared by the clients and replaced when it expires.
+#[derive(Clone, Default)]
+struct Token(Arc<RwLock<Option<AsciiMetadataValue>>>);
+
+impl tonic::service::Interceptor for Token {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        let token = self
+            .0
+            .read()
+            .expect("no panics under the token lock")
+            .clone();
+        if let Some(token) = token {
+            request.metadata_mut().insert("token", token);
+        }
+        Ok(request)
+    }
+}
 
 /// A client of one etcd cluster, its members balanced. Cheap to clone.
 #[derive(Clone)]
 pub struct EtcdClient {
-    kv: KvClient<Channel>,
-    lease: LeaseClient<Channel>,
+    kv: KvClient<Authed>,
+    lease: LeaseClient<Authed>,
+    auth: AuthClient<Channel>,
+    /// The user and password a token is asked for with, when etcd checks them.
+    user: Option<(String, Secret)>,
+    token: Token,
 }
 
-/// What a call failed with: the members unreachable, or etcd's own answer.
+/// What a call failed with: the members unreachable, etcd's own answer, or what the host
+/// config gives that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
     #[error("{0}")]
     Connect(#[from] tonic::transport::Error),
     #[error("{}", .0.message())]
     Status(#[from] tonic::Status),
+    #[error("{0}")]
+    Setup(String),
 }
 
 /// The other end of a lease's keep-alive stream: send on `renew`, read the answers.
@@ -39,31 +82,100 @@ pub struct KeepAlive {
 }
 
 impl EtcdClient {
-    /// A client of `endpoints` (`HOST:PORT`, or with `http://`), each call bounded by
-    /// `timeout`. Connects lazily: the first call says whether etcd is there.
-    pub fn new(endpoints: &[String], timeout: Duration) -> Result<EtcdClient, CallError> {
-        let members = endpoints
-            .iter()
-            .map(|e| {
-                let uri = if e.contains("://") {
-                    e.clone()
-                } else {
-                    format!("http://{e}")
-                };
-                Endpoint::from_shared(uri).map(|m| m.connect_timeout(timeout).timeout(timeout))
+    /// A client of `location`'s members, each call bounded by `timeout`, over TLS and signed
+    /// in as its access says. Connects lazily, but signing in is a call: with a user, this
+    /// says whether etcd is there and takes the password.
+    pub async fn connect(
+        location: &EtcdLocation,
+        timeout: Duration,
+    ) -> Result<EtcdClient, CallError> {
+        let tls = (location.access.tls.as_ref())
+            .map(|spec| Tls::read(spec).map(|tls| tls.tonic_config()))
+            .transpose()
+            .map_err(CallError::Setup)?;
+        let members = (location.urls().into_iter())
+            .map(|url| {
+                let member = Endpoint::from_shared(url)?
+                    .connect_timeout(timeout)
+                    .timeout(timeout);
+                match &tls {
+                    Some(tls) => member.tls_config(tls.clone()),
+                    None => Ok(member),
+                }
             })
             .collect::<Result<Vec<_>, _>>()?;
         let channel = Channel::balance_list(members.into_iter());
-        Ok(EtcdClient {
-            kv: KvClient::new(channel.clone()),
-            lease: LeaseClient::new(channel),
-        })
+        let user = match &location.access.user {
+            Some((name, password)) => Some((
+                name.clone(),
+                password.read(&process_env).map_err(|missing| {
+                    CallError::Setup(format!(
+                        "etcd user {name}: its password variable {} is not set",
+                        missing.0
+                    ))
+                })?,
+            )),
+            None => None,
+        };
+        let token = Token::default();
+        let client = EtcdClient {
+            kv: KvClient::with_interceptor(channel.clone(), token.clone()),
+            lease: LeaseClient::with_interceptor(channel.clone(), token.clone()),
+            auth: AuthClient::new(channel),
+            user,
+            token,
+        };
+        client.sign_in().await?;
+        Ok(client)
+    }
+
+    /// Asks etcd for a token for the user, when there is one.
+    async fn sign_in(&self) -> Result<(), CallError> {
+        let Some((name, password)) = &self.user else {
+            return Ok(());
+        };
+        let request = AuthenticateRequest {
+            name: name.clone(),
+            password: password.expose().to_owned(),
+        };
+        let answer = self.auth.clone().authenticate(request).await?.into_inner();
+        let token = answer
+            .token
+            .parse()
+            .map_err(|_| CallError::Setup("etcd answered a token that is not ASCII".into()))?;
+        *self
+            .token
+            .0
+            .write()
+            .expect("no panics under the token lock") = Some(token);
+        Ok(())
+    }
+
+    /// `call`, asked once more with a fresh token when etcd says the one it carried is no
+    /// longer good.
+    async fn signed<T, F, Fut>(&self, call: F) -> Result<T, CallError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        match call().await {
+            Err(status) if status.code() == tonic::Code::Unauthenticated && self.user.is_some() => {
+                self.sign_in().await?;
+                Ok(call().await?)
+            }
+            answer => Ok(answer?),
+        }
     }
 
     /// The value at `key`, if any.
     pub async fn get(&self, key: &str) -> Result<Option<KeyValue>, CallError> {
-        let answer = self.kv.clone().range(get(key)).await?.into_inner();
-        Ok(answer.kvs.into_iter().next())
+        let answer = self
+            .signed(|| {
+                let mut kv = self.kv.clone();
+                async move { kv.range(get(key)).await }
+            })
+            .await?;
+        Ok(answer.into_inner().kvs.into_iter().next())
     }
 
     /// Every key under `prefix`, in key order.
@@ -73,7 +185,13 @@ impl EtcdClient {
             range_end: prefix_end(prefix.as_bytes()),
             ..Default::default()
         };
-        Ok(self.kv.clone().range(request).await?.into_inner().kvs)
+        let answer = self
+            .signed(|| {
+                let (mut kv, request) = (self.kv.clone(), request.clone());
+                async move { kv.range(request).await }
+            })
+            .await?;
+        Ok(answer.into_inner().kvs)
     }
 
     /// How many keys are under `prefix`: the cheapest call that proves etcd answers.
@@ -84,7 +202,13 @@ impl EtcdClient {
             count_only: true,
             ..Default::default()
         };
-        Ok(self.kv.clone().range(request).await?.into_inner().count)
+        let answer = self
+            .signed(|| {
+                let (mut kv, request) = (self.kv.clone(), request.clone());
+                async move { kv.range(request).await }
+            })
+            .await?;
+        Ok(answer.into_inner().count)
     }
 
     /// `success` if every comparison holds, else `failure`, atomically.
@@ -99,7 +223,13 @@ impl EtcdClient {
             success,
             failure,
         };
-        Ok(self.kv.clone().txn(request).await?.into_inner())
+        let answer = self
+            .signed(|| {
+                let (mut kv, request) = (self.kv.clone(), request.clone());
+                async move { kv.txn(request).await }
+            })
+            .await?;
+        Ok(answer.into_inner())
     }
 
     /// A new lease of `ttl`; its id.
@@ -108,20 +238,21 @@ impl EtcdClient {
             ttl: ttl.as_secs() as i64,
             id: 0,
         };
-        Ok(self
-            .lease
-            .clone()
-            .lease_grant(request)
-            .await?
-            .into_inner()
-            .id)
+        let answer = self
+            .signed(|| {
+                let mut lease = self.lease.clone();
+                async move { lease.lease_grant(request).await }
+            })
+            .await?;
+        Ok(answer.into_inner().id)
     }
 
     pub async fn lease_revoke(&self, id: i64) -> Result<(), CallError> {
-        self.lease
-            .clone()
-            .lease_revoke(LeaseRevokeRequest { id })
-            .await?;
+        self.signed(|| {
+            let mut lease = self.lease.clone();
+            async move { lease.lease_revoke(LeaseRevokeRequest { id }).await }
+        })
+        .await?;
         Ok(())
     }
 
@@ -129,18 +260,19 @@ impl EtcdClient {
     /// it is that renewal's. (etcd answers the call only once a request came, so the first
     /// one goes out with the call.) Each later renewal is a request on `renew`.
     pub async fn lease_keep_alive(&self, id: i64) -> Result<KeepAlive, CallError> {
-        let (renew, requests) = mpsc::channel(4);
-        renew
-            .try_send(LeaseKeepAliveRequest { id })
-            .expect("a new channel has room");
-        let requests = tokio_stream_of(requests);
-        let answers = self
-            .lease
-            .clone()
-            .lease_keep_alive(requests)
-            .await?
-            .into_inner();
-        Ok(KeepAlive { renew, answers })
+        let open = || async {
+            let mut lease = self.lease.clone();
+            let (renew, requests) = mpsc::channel(4);
+            renew
+                .try_send(LeaseKeepAliveRequest { id })
+                .expect("a new channel has room");
+            let answers = lease
+                .lease_keep_alive(tokio_stream_of(requests))
+                .await?
+                .into_inner();
+            Ok(KeepAlive { renew, answers })
+        };
+        self.signed(open).await
     }
 }
 

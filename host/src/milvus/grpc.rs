@@ -75,23 +75,6 @@ pub struct V1ImportState {
     pub reason: Option<String>,
 }
 
-/// The client's TLS: the given CA or the system's roots, the certificate's name, and the
-/// identity to present.
-fn tls_config(tls: &Tls) -> tonic::transport::ClientTlsConfig {
-    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
-    let mut config = match &tls.ca {
-        Some(ca) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)),
-        None => ClientTlsConfig::new().with_native_roots(),
-    };
-    if let Some(name) = &tls.server_name {
-        config = config.domain_name(name);
-    }
-    if let Some(id) = &tls.identity {
-        config = config.identity(Identity::from_pem(&id.cert, &id.key));
-    }
-    config
-}
-
 impl GrpcClient {
     /// Builds a client that connects on first use, so an unreachable end shows up as an
     /// error on the first call (preflight's `GetVersion`), not at construction.
@@ -106,7 +89,7 @@ impl GrpcClient {
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT);
         if uri.starts_with("https://") {
-            endpoint = endpoint.tls_config(tls_config(tls)).map_err(unusable)?;
+            endpoint = endpoint.tls_config(tls.tonic_config()).map_err(unusable)?;
         }
         let auth = match token {
             Some(t) => {

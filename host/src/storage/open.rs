@@ -88,7 +88,8 @@ impl OpenedStore {
 /// `file:///dir` is the directory itself (created if missing). `s3://bucket/root` is the
 /// bucket, `root` being Milvus's `rootPath` inside it; import paths handed to Milvus are
 /// relative to the store (bucket-relative keys, as milvus-backup stages them). With no
-/// credential variables the S3 client asks the instance metadata service (IMDS).
+/// credential variables the S3 client asks the instance metadata service (IMDS); a store a job
+/// described ([`StorageSpec::anonymous`]) is asked unsigned, with no credential at all.
 ///
 /// A local store writes without fsync: [`stage`](super::stage) makes what it wrote durable
 /// in one pass at its end, so no copy waits on the disk.
@@ -209,7 +210,8 @@ fn open_s3(
         .with_allow_http(spec.allow_http)
         // Path-style requests unless the spec asks otherwise: local S3 servers (moto, MinIO)
         // do not serve buckets by host name, and Aliyun, Tencent and Huawei serve them only so.
-        .with_virtual_hosted_style_request(spec.virtual_hosted);
+        .with_virtual_hosted_style_request(spec.virtual_hosted)
+        .with_skip_signature(spec.anonymous);
     let endpoint = match &spec.endpoint {
         Some(endpoint) => {
             // The client appends `/{bucket}` to a path-style endpoint and uses a host-style
@@ -279,7 +281,8 @@ fn open_azure(
     let mut builder = MicrosoftAzureBuilder::new()
         .with_account(account)
         .with_container_name(container)
-        .with_allow_http(spec.allow_http);
+        .with_allow_http(spec.allow_http)
+        .with_skip_signature(spec.anonymous);
     let endpoint = match &spec.endpoint {
         Some(endpoint) => {
             builder = builder.with_endpoint(endpoint.as_str().trim_end_matches('/').to_owned());
@@ -311,7 +314,9 @@ fn open_azure(
 /// A Google Cloud Storage bucket, signed in with the spec's service-account file (else the
 /// instance's credentials), at the spec's endpoint when it names one (an emulator).
 fn open_gcs(spec: &StorageSpec, bucket: &str, root: Path) -> Result<OpenedStore, Error> {
-    let mut builder = GoogleCloudStorageBuilder::new().with_bucket_name(bucket);
+    let mut builder = GoogleCloudStorageBuilder::new()
+        .with_bucket_name(bucket)
+        .with_skip_signature(spec.anonymous);
     if let Some(file) = &spec.service_account_file {
         builder = builder.with_service_account_path(file.to_string_lossy());
     }
@@ -438,6 +443,7 @@ mod tests {
             azure_account: None,
             azure_key_env: None,
             service_account_file: None,
+            anonymous: false,
         }
     }
 
@@ -538,6 +544,58 @@ mod tests {
             "the credential is in the client: {shown}"
         );
         assert!(!shown.contains(SECRET), "{shown}");
+    }
+
+    /// The first request a store sends to `endpoint` for a `head`, as raw text.
+    async fn first_request(spec: &StorageSpec) -> String {
+        use object_store::ObjectStoreExt as _;
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let spec = StorageSpec {
+            endpoint: Some(Url::parse(&endpoint).unwrap()),
+            ..spec.clone()
+        };
+        let store = open_with_env(&spec, &test_env).expect("open");
+        let head = tokio::spawn(async move { store.store.head(&Path::from("a/b")).await });
+        // A store that looks for credentials elsewhere first (the instance's metadata
+        // service) may never get here: that is a failure too, not a hang.
+        let accepted = tokio::time::timeout(std::time::Duration::from_secs(20), listener.accept());
+        let (mut conn, _) = accepted
+            .await
+            .expect("the store sent its request within 20 s")
+            .unwrap();
+        let mut buf = vec![0; 8192];
+        let n = conn.read(&mut buf).await.unwrap();
+        conn.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        let _ = head.await;
+        String::from_utf8_lossy(&buf[..n]).to_lowercase()
+    }
+
+    /// A store a job described sends no credential: neither a signature nor a session token,
+    /// where the host's own store signs with its keys.
+    #[tokio::test]
+    async fn an_anonymous_store_signs_nothing() {
+        let keyed = s3("s3://b/root", "http://localhost:9000");
+        let signed = first_request(&keyed).await;
+        assert!(
+            signed.contains("authorization: aws4-hmac-sha256"),
+            "{signed}"
+        );
+        let anonymous = StorageSpec {
+            access_key_id_env: None,
+            secret_access_key_env: None,
+            anonymous: true,
+            ..keyed
+        };
+        let unsigned = first_request(&anonymous).await;
+        assert!(unsigned.starts_with("head /b/a/b"), "{unsigned}");
+        assert!(
+            !unsigned.contains("authorization") && !unsigned.contains("x-amz-security-token"),
+            "{unsigned}"
+        );
     }
 
     #[test]

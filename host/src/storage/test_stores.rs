@@ -69,6 +69,7 @@ impl S3Server {
             azure_account: None,
             azure_key_env: None,
             service_account_file: None,
+            anonymous: false,
         };
         let env = |name: &str| {
             [KEY_VAR, SECRET_VAR]

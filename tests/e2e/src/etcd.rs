@@ -80,6 +80,9 @@ pub struct EtcdServer {
     data_dir: PathBuf,
     client_port: u16,
     peer_port: u16,
+    /// Clients must come over TLS with a certificate this CA signed (`--client-cert-auth`);
+    /// health is then asked on a plain metrics port of its own.
+    tls: Option<(crate::tls::Certs, u16)>,
     child: Option<Child>,
     /// The tmpfs directory holding `data_dir`, removed when the server is dropped.
     _scratch: Option<tempfile::TempDir>,
@@ -100,6 +103,24 @@ enum UpError {
 impl EtcdServer {
     /// Starts etcd on two free ports, and waits until it answers.
     pub async fn start(binary: &Path, dir: &Path) -> anyhow::Result<EtcdServer> {
+        Self::start_with(binary, dir, None).await
+    }
+
+    /// [`EtcdServer::start`] serving clients over TLS with `certs`' server certificate, and
+    /// asking each for a certificate `certs`' CA signed.
+    pub async fn start_tls(
+        binary: &Path,
+        dir: &Path,
+        certs: crate::tls::Certs,
+    ) -> anyhow::Result<EtcdServer> {
+        Self::start_with(binary, dir, Some(certs)).await
+    }
+
+    async fn start_with(
+        binary: &Path,
+        dir: &Path,
+        certs: Option<crate::tls::Certs>,
+    ) -> anyhow::Result<EtcdServer> {
         let tmpfs = Path::new("/dev/shm");
         let scratch = if tmpfs.is_dir() {
             Some(
@@ -117,6 +138,7 @@ impl EtcdServer {
             data_dir: base.join("etcd"),
             client_port: 0,
             peer_port: 0,
+            tls: certs.map(|certs| (certs, 0)),
             child: None,
             _scratch: scratch,
         };
@@ -124,6 +146,9 @@ impl EtcdServer {
         loop {
             server.client_port = free_port()?;
             server.peer_port = free_port()?;
+            if let Some((_, metrics)) = &mut server.tls {
+                *metrics = free_port()?;
+            }
             match server.try_up().await {
                 Ok(()) => return Ok(server),
                 Err(UpError::Exited(log))
@@ -169,7 +194,8 @@ impl EtcdServer {
         if self.child.is_some() {
             return Err(UpError::Other(anyhow::anyhow!("etcd is already running")));
         }
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -177,7 +203,26 @@ impl EtcdServer {
             .open(self.log_path())
             .context("opening etcd's log")
             .map_err(UpError::Other)?;
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        let health = match &self.tls {
+            Some((certs, metrics)) => {
+                let metrics = format!("http://127.0.0.1:{metrics}");
+                command
+                    .arg("--cert-file")
+                    .arg(&certs.server_cert)
+                    .arg("--key-file")
+                    .arg(&certs.server_key)
+                    .arg("--trusted-ca-file")
+                    .arg(&certs.ca)
+                    .args(["--client-cert-auth", "--listen-metrics-urls", &metrics])
+                    // Tokens of users expire 2 s after their last use, so a test sees a
+                    // client sign in again.
+                    .args(["--auth-token", "simple", "--auth-token-ttl", "2"]);
+                format!("{metrics}/health")
+            }
+            None => format!("{client}/health"),
+        };
+        let child = command
             .args(["--name", "faults", "--data-dir"])
             .arg(&self.data_dir)
             .args(["--listen-client-urls", &client])
@@ -192,7 +237,6 @@ impl EtcdServer {
             .with_context(|| format!("starting {}", self.binary.display()))
             .map_err(UpError::Other)?;
         let child = self.child.insert(child);
-        let health = format!("{client}/health");
         // Each ask bounded: whatever took the port may accept and never answer.
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(1))

@@ -77,6 +77,15 @@ pub fn parse_sets(items: &[String]) -> Result<Vec<(String, String)>, Error> {
     }
 }
 
+/// The `--set` items that put a secret on the command line, where any user of the host sees
+/// it in the process list and the shell keeps it in its history: each key, with the variable
+/// that would keep it off the command line (none for a key without one).
+pub fn secrets_set(sets: &[(String, String)]) -> Vec<(&str, Option<String>)> {
+    (sets.iter())
+        .filter_map(|(key, _)| settings::secret_set(key).map(|var| (key.as_str(), var)))
+        .collect()
+}
+
 /// Reads and validates the milvus-backup config at `path`.
 pub fn load(path: &Path, sets: &[(String, String)], env: Env<'_>) -> Result<HostConfig, Error> {
     let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
@@ -326,6 +335,8 @@ impl Reader<'_> {
             default_target: Some(CLUSTER.to_owned()),
             state_dir: base.join(DEFAULT_STATE_DIR),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            named_ends_only: false,
+            journal: Default::default(),
             restore: RestoreDefaults {
                 max_segments_per_job: usize::try_from(segments)
                     .ok()
@@ -596,6 +607,7 @@ impl Reader<'_> {
                 azure_account: None,
                 azure_key_env: None,
                 service_account_file: None,
+                anonymous: false,
             },
             backups_root,
         ))
@@ -666,6 +678,7 @@ impl Reader<'_> {
                 azure_account: (flavour == Flavour::Azure).then_some(account),
                 azure_key_env: None,
                 service_account_file: (!credentials.is_empty()).then(|| PathBuf::from(credentials)),
+                anonymous: false,
             },
             backups_root,
         ))
@@ -929,6 +942,7 @@ mod tests {
             azure_account: None,
             azure_key_env: None,
             service_account_file: None,
+            anonymous: false,
         };
         let backup_store = StorageSpec {
             url: Url::parse("s3://backup-bucket").unwrap(),
@@ -960,6 +974,8 @@ mod tests {
             default_target: Some("milvus".into()),
             state_dir: data_dir().join("backup-yaml/.lockstep"),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            named_ends_only: false,
+            journal: Default::default(),
             restore: RestoreDefaults {
                 max_segments_per_job: 128,
                 keep_temp_files: true,

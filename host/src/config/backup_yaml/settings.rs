@@ -213,6 +213,30 @@ pub(super) struct BadValue {
 #[derive(Debug, Default)]
 pub(super) struct Settings(BTreeMap<String, Setting>);
 
+/// Whether a key holds a secret: a password, a secret key, a session token, an account key.
+fn is_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["password", "secretaccesskey", "sessiontoken", "accountkey"]
+        .iter()
+        .any(|secret| name.ends_with(secret))
+}
+
+/// For a `--set` key (a key of the schema, or its credential variable's name) that holds a
+/// secret: the variable that would keep it off the command line, when the key has one.
+pub(super) fn secret_set(set: &str) -> Option<Option<String>> {
+    schema()
+        .into_iter()
+        .find(|key| {
+            key.name.eq_ignore_ascii_case(set)
+                || key
+                    .env
+                    .as_ref()
+                    .is_some_and(|e| e.eq_ignore_ascii_case(set))
+        })
+        .filter(|key| is_secret(&key.name))
+        .map(|key| key.env)
+}
+
 impl Settings {
     /// Resolves every key of `schema`. `file` holds the file's values (v2 keys, lower-cased);
     /// `env` is consulted for keys with a variable when `with_env` (a v1 file has its own
@@ -372,6 +396,35 @@ pub(super) fn split_list(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A secret set on the command line is found whether it is named by key or by variable,
+    /// with the variable that would keep it off the command line; other keys are not.
+    #[test]
+    fn secrets_set_on_the_command_line_are_found_by_key_or_variable() {
+        assert_eq!(
+            secret_set("milvus.password"),
+            Some(Some("MILVUS_PASSWORD".into()))
+        );
+        assert_eq!(
+            secret_set("MILVUS_PASSWORD"),
+            Some(Some("MILVUS_PASSWORD".into()))
+        );
+        assert_eq!(
+            secret_set("backup.storage.auth.secretAccessKey"),
+            Some(Some("BACKUP_STORAGE_AUTH_SECRET_ACCESS_KEY".into()))
+        );
+        assert_eq!(
+            secret_set("milvus.storage.auth.accountKey"),
+            Some(Some("MILVUS_STORAGE_AUTH_ACCOUNT_KEY".into()))
+        );
+        for plain in [
+            "milvus.user",
+            "milvus.grpc.address",
+            "backup.storage.auth.accessKeyID",
+        ] {
+            assert_eq!(secret_set(plain), None, "{plain}");
+        }
+    }
 
     fn file(entries: &[(&str, &str)]) -> BTreeMap<String, Given> {
         entries

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
+use lockstep::config::HostConfig;
 use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
 use lockstep::journal::etcd_client::EtcdClient;
 use lockstep::journal::{Error, Journal, Outcome, RestoreId, RestorePhase, RestoreRecord};
@@ -112,7 +113,9 @@ async fn a_save_after_the_lease_is_gone_fails_with_claim_lost() {
 
     // Revoke a's lease behind its back, as its expiry would.
     let location = EtcdLocation::parse(&url).unwrap();
-    let raw = EtcdClient::new(&location.endpoints, Duration::from_secs(5)).unwrap();
+    let raw = EtcdClient::connect(&location, Duration::from_secs(5))
+        .await
+        .unwrap();
     let key = format!("{}/claim/{id}", location.prefix);
     let lease = raw.get(&key).await.unwrap().expect("the claim key").lease;
     raw.lease_revoke(lease).await.unwrap();
@@ -169,7 +172,9 @@ async fn the_fence_holds_until_another_host_writes_the_record() {
     // Behind b's back, a record written under a claim that is not b's lease: what a
     // second holder after b's lapse would do. The raw write stands for it.
     let location = EtcdLocation::parse(&url).unwrap();
-    let raw = EtcdClient::new(&location.endpoints, Duration::from_secs(5)).unwrap();
+    let raw = EtcdClient::connect(&location, Duration::from_secs(5))
+        .await
+        .unwrap();
     let key = format!("{}/record/{id}", location.prefix);
     let json = serde_json::to_vec(&record(&id, 1)).unwrap();
     raw.txn(
@@ -256,4 +261,153 @@ async fn a_seeds_etcd_that_cannot_bind_says_why_at_once() {
         Some(1),
         "the data outlived both starts"
     );
+}
+
+/// etcdctl against `server` as its admin (the test's own tool: it trusts the server without
+/// checking its name, which is the CA's test name, not 127.0.0.1).
+fn etcdctl(server: &e2e::etcd::EtcdServer, certs: &e2e::tls::Certs, args: &[&str]) {
+    let out = std::process::Command::new("etcdctl")
+        .arg(format!("--endpoints=https://{}", server.address()))
+        .arg(format!("--cacert={}", certs.ca.display()))
+        .arg(format!("--cert={}", certs.client_cert.display()))
+        .arg(format!("--key={}", certs.client_key.display()))
+        .args(["--insecure-skip-tls-verify", "--user=root:root-password"])
+        .args(args)
+        .output()
+        .expect("etcdctl runs (Debian's etcd-client)");
+    assert!(
+        out.status.success() || args == ["user", "add", "root:root-password"],
+        "etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The variable the test's host config names for the journal user's password.
+const PASSWORD_VAR: &str = "LOCKSTEP_TEST_ETCD_PASSWORD";
+
+/// An etcd that serves clients only over TLS with a certificate its CA signed, and checks
+/// users: the journal reaches it as the host config's `[journal]` says, signs in again once
+/// its token expired, and is refused, with the reason, without the right password or its TLS.
+#[tokio::test]
+async fn a_journal_on_an_etcd_with_tls_and_users() {
+    let Some(binary) = e2e::etcd::binary() else {
+        e2e::unavailable("etcd with TLS", "no etcd binary on PATH");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let certs = e2e::tls::Certs::generate(&dir.path().join("certs")).unwrap();
+    let server = e2e::etcd::EtcdServer::start_tls(&binary, dir.path(), certs.clone())
+        .await
+        .unwrap();
+    for args in [
+        &["user", "add", "root:root-password"][..],
+        &["user", "grant-role", "root", "root"],
+        &["role", "add", "journal"],
+        &[
+            "role",
+            "grant-permission",
+            "journal",
+            "--prefix=true",
+            "readwrite",
+            "/j/",
+        ],
+        &["user", "add", "lockstep:journal-password"],
+        &["user", "grant-role", "lockstep", "journal"],
+        &["auth", "enable"],
+    ] {
+        etcdctl(&server, &certs, args);
+    }
+    let config = |tls: bool, user: bool| {
+        let mut text = format!("[journal]\netcd = \"etcd://{}/j\"\n", server.address());
+        if tls {
+            text.push_str(&format!(
+                "tls = {{ ca_cert = \"{}\", client_cert = \"{}\", client_key = \"{}\", server_name = \"{}\" }}\n",
+                certs.ca.display(),
+                certs.client_cert.display(),
+                certs.client_key.display(),
+                e2e::tls::SERVER_NAME
+            ));
+        }
+        if user {
+            text.push_str(&format!(
+                "user = \"lockstep\"\npassword_env = \"{PASSWORD_VAR}\"\n"
+            ));
+        }
+        let host = HostConfig::parse_str(&text, &dir.path().join("lockstep.toml")).unwrap();
+        host.journal
+            .location(None)
+            .unwrap()
+            .expect("[journal] etcd")
+    };
+    let set_password = |password: &str| {
+        // SAFETY: nextest runs each test in a process of its own, and this test's runtime
+        // has one thread, which is here.
+        unsafe { std::env::set_var(PASSWORD_VAR, password) }
+    };
+
+    set_password("journal-password");
+    let journal = EtcdJournal::connect(&config(true, true)).await.unwrap();
+    let id = RestoreId::new("orders", "abcdef0123456789", 1);
+    let claim = journal.claim(&id).await.unwrap();
+    journal.save(claim.as_ref(), &record(&id, 1)).await.unwrap();
+    // Past the token's 2 s: the next call is refused as unauthenticated, and the client
+    // signs in again and asks once more.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut later = record(&id, 1);
+    later.phase = RestorePhase::Holding;
+    journal.save(claim.as_ref(), &later).await.unwrap();
+    assert_eq!(journal.load(&id).await.unwrap(), Some(later));
+    drop(claim);
+
+    set_password("not-the-password");
+    let wrong = EtcdJournal::connect(&config(true, true))
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        wrong.to_string().contains("authentication failed"),
+        "{wrong}"
+    );
+    set_password("journal-password");
+    // Its certificate alone names no user that may read the journal.
+    let anonymous = EtcdJournal::connect(&config(true, false))
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        anonymous.to_string().contains("etcd connect"),
+        "{anonymous}"
+    );
+    let plain = EtcdJournal::connect(&config(false, true))
+        .await
+        .err()
+        .unwrap();
+    assert!(plain.to_string().contains("etcd connect"), "{plain}");
+}
+
+/// A journal on another host's etcd over plain http is refused before it is contacted,
+/// unless the host config accepts it.
+#[tokio::test]
+async fn plain_http_to_another_hosts_etcd_is_refused_unless_accepted() {
+    let refused = EtcdJournal::connect(&EtcdLocation::parse("etcd://10.255.255.1:2379/j").unwrap())
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        refused
+            .to_string()
+            .contains("10.255.255.1:2379 is reached over plain http")
+            && refused.to_string().contains("insecure = true"),
+        "{refused}"
+    );
+    let host = HostConfig::parse_str(
+        "[journal]\netcd = \"etcd://10.255.255.1:2379/j\"\ninsecure = true\n",
+        std::path::Path::new("/etc/lockstep/lockstep.toml"),
+    )
+    .unwrap();
+    let accepted = EtcdJournal::connect(&host.journal.location(None).unwrap().unwrap())
+        .await
+        .err()
+        .unwrap();
+    assert!(!accepted.to_string().contains("plain http"), "{accepted}");
 }

@@ -10,6 +10,8 @@ mod fleet;
 mod hostile;
 mod logs;
 mod milvus_backup_api;
+mod secrets;
 mod serve_access;
 mod support;
+mod trust;
 mod watch;
