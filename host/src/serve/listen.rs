@@ -134,7 +134,10 @@ async fn accept(
     tls: Option<Arc<CertFiles>>,
     sender: mpsc::Sender<(Stream, SocketAddr)>,
 ) {
-    let acceptor = tls.as_ref().map(|certs| certs.acceptor());
+    let tls = tls.map(|certs| {
+        let acceptor = certs.acceptor();
+        (certs, acceptor)
+    });
     loop {
         let accepted = tokio::select! {
             () = sender.closed() => return,
@@ -154,7 +157,7 @@ async fn accept(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
-        let (Some(certs), Some(acceptor)) = (&tls, &acceptor) else {
+        let Some((certs, acceptor)) = &tls else {
             if sender.send((Either::Left(stream), peer)).await.is_err() {
                 return;
             }
