@@ -262,14 +262,6 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
-/// A restore a job file on the command line asked for, as its record keeps it.
-fn requested_by_file(file: &Path) -> RequestedBy {
-    let file = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
-    RequestedBy::Cli {
-        file: Some(file.display().to_string()),
-    }
-}
-
 fn state_dir_for(flag: &Option<PathBuf>, host: Option<&HostConfig>) -> PathBuf {
     flag.clone()
         .or_else(|| host.map(|h| h.state_dir.clone()))
@@ -311,7 +303,7 @@ async fn run_files(
     let mut refused = Vec::new();
     for f in files {
         match Job::from_file(f, host) {
-            Ok(job) => jobs.push((job, requested_by_file(f))),
+            Ok(job) => jobs.push((job, setup::requested_by_file(f))),
             Err(e) => {
                 worst = worst.worst(Outcome::Refused);
                 refused.push((f.clone(), e.to_string()));

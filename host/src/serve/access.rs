@@ -16,7 +16,6 @@ use axum::response::Response;
 use sha2::{Digest as _, Sha256};
 
 use super::envelope::{Code, refused};
-use super::state::ApiState;
 use crate::journal::TokenScope;
 
 /// The shortest token `serve` accepts: 16 bytes (128 bits when random) is out of reach of
@@ -223,11 +222,11 @@ fn same_digest(a: &TokenDigest, b: &TokenDigest) -> bool {
 /// this server's tokens. The scope found goes into the request's extensions, where
 /// [`restore_scope_only`] and the restore handler (which records it) read it.
 pub(super) async fn authorize(
-    State(state): State<Arc<ApiState>>,
+    State(tokens): State<Arc<Tokens>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let Some(scope) = state.tokens.scope_of(request.headers()) else {
+    let Some(scope) = tokens.scope_of(request.headers()) else {
         let mut answer = refused(
             StatusCode::UNAUTHORIZED,
             Code::NoPermission,

@@ -139,7 +139,7 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(
-            Arc::clone(&state),
+            Arc::new(state.tokens.clone()),
             super::access::authorize,
         ));
     Router::new()
@@ -147,7 +147,7 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route("/", get(|| async { Html(include_str!("status.html")) }))
         .merge(guarded)
         .route_layer(middleware::from_fn_with_state(
-            Arc::clone(&state),
+            Arc::new(state.allowed.clone()),
             super::origin::same_origin,
         ))
         // Added after the same-origin check, which it is spared: it says only `ok`, and

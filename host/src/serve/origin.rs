@@ -26,7 +26,6 @@ use axum::response::Response;
 
 use super::envelope::{Code, refused};
 use super::listen::{Conn, Scheme};
-use super::state::ApiState;
 
 /// Why an `--allowed-origin` is refused at start.
 #[derive(Debug, thiserror::Error)]
@@ -303,15 +302,12 @@ fn own_names(conn: &Conn) -> String {
 
 /// Refuses (403) a request that is not this server's: see the module's doc.
 pub(super) async fn same_origin(
-    State(state): State<Arc<ApiState>>,
+    State(allowed): State<Arc<AllowedOrigins>>,
     ConnectInfo(conn): ConnectInfo<Conn>,
     request: Request,
     next: Next,
 ) -> Response {
-    match state
-        .allowed
-        .admits(&conn, request.uri(), request.headers())
-    {
+    match allowed.admits(&conn, request.uri(), request.headers()) {
         Ok(()) => next.run(request).await,
         Err(why) => {
             tracing::warn!(peer = %conn.peer, status = 403, reason = %why, "refused a request");
