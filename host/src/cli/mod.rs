@@ -17,7 +17,7 @@ use tracing::Instrument as _;
 use lockstep::config::HostConfig;
 use lockstep::engine::{self, Engine, Report};
 use lockstep::job::{Job, RestoreArgs};
-use lockstep::journal::{Outcome, RestoreId};
+use lockstep::journal::{Outcome, RequestedBy, RestoreId};
 
 pub use output::OutputFormat;
 
@@ -220,7 +220,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Restore(args) => {
             let job = Job::from_cli(&args, &host).map_err(anyhow::Error::new)?;
-            let report = engine.run(&job).await;
+            let report = engine.run(&job, RequestedBy::Cli { file: None }).await;
             output::report(cli.output, &report);
             Ok(report.exit_code())
         }
@@ -306,7 +306,7 @@ async fn run_files(
     let mut refused = Vec::new();
     for f in files {
         match Job::from_file(f, host) {
-            Ok(job) => jobs.push(job),
+            Ok(job) => jobs.push((job, setup::requested_by_file(f))),
             Err(e) => {
                 worst = worst.worst(Outcome::Refused);
                 refused.push((f.clone(), e.to_string()));
@@ -316,8 +316,8 @@ async fn run_files(
     for (f, e) in &refused {
         output::refused_file(format, f, e);
     }
-    let reports: Vec<Report> = futures::stream::iter(jobs.iter())
-        .map(|job| engine.run(job))
+    let reports: Vec<Report> = futures::stream::iter(jobs)
+        .map(|(job, requested_by)| async move { engine.run(&job, requested_by).await })
         .buffer_unordered(max_parallel.max(1))
         .collect()
         .await;

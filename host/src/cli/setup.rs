@@ -8,8 +8,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use lockstep::config::{HostConfig, backup_yaml};
 use lockstep::engine::{self, Engine, Interrupt};
-use lockstep::journal::Outcome;
 use lockstep::journal::embedded::FileJournal;
+use lockstep::journal::{Outcome, RequestedBy};
 
 /// The global flags a command's engine is made from.
 #[derive(Debug, Clone, Copy)]
@@ -138,5 +138,13 @@ pub fn engine_with(
         plugin_cache: state_dir.join("plugin-cache"),
         progress,
         interrupt,
+    }
+}
+
+/// A restore a job file on the command line asked for, as its record keeps it.
+pub fn requested_by_file(file: &Path) -> RequestedBy {
+    let file = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+    RequestedBy::Cli {
+        file: Some(file.display().to_string()),
     }
 }

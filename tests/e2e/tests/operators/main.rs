@@ -12,6 +12,7 @@ mod logs;
 mod milvus_backup_api;
 mod owner_only;
 mod secrets;
+mod serve_access;
 mod support;
 mod trust;
 mod watch;

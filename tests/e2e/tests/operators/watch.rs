@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use lockstep::config::HostConfig;
 use lockstep::engine::{Interrupt, Report, Silent};
-use lockstep::journal::Outcome;
 use lockstep::journal::embedded::FileJournal;
+use lockstep::journal::{Journal as _, Outcome, RequestedBy, RestoreId};
 use lockstep::serve::watch::WatchStats;
 use lockstep::serve::{LiveProgress, Runner, WatchOptions, reports, watch};
 
@@ -121,6 +121,14 @@ async fn a_dropped_file_runs_once_and_the_same_content_never_again() {
     let report = w.latest("orders", Outcome::Succeeded).await;
     let batches = report.jobs.len();
     assert!(batches >= 4, "2 collections x 2 partitions: {batches}");
+    // Its record says a job file asked for it.
+    let record = FileJournal::open(&w.jobs.join(".lockstep"))
+        .unwrap()
+        .load(&RestoreId::parse(&report.restore_id).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.requested_by, Some(RequestedBy::Watch { file: None }));
     assert_eq!(creates(&world).await, batches, "one create per batch");
     world.assert_nothing_held().await.unwrap();
     for end in ["t", "s1"] {
