@@ -71,7 +71,56 @@ pub struct WorldSpec {
     pub request_log_capacity: usize,
     /// Whether lockstep reaches the target over TLS, on the target's TLS port.
     pub target_tls: TargetTls,
+    /// The Milvus 3.0 rules of every end not in `end_rules` (issue 49).
+    pub rules: EndRules,
+    /// The rules of single ends, by end name (`t`, `s1`, …), in place of `rules`.
+    pub end_rules: BTreeMap<String, EndRules>,
     pub backup: BackupSpec,
+}
+
+/// Milvus 3.0 behaviours milvus-sim switches per cluster (`milvus_sim::topology::ClusterSpec`,
+/// where each is documented). `Default` is what 3.0 ships, which every existing test runs on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndRules {
+    /// How far the end's clock (AllocTimestamp, the time tick of its commits) runs from the
+    /// host's; negative runs behind. -8760h makes every generated backup's rows (stamped
+    /// from 2026-05-28 on) newer than the end's own time.
+    pub clock_offset: jiff::SignedDuration,
+    /// A commit below the binlogs' newest row timestamp stops the collection's pchannels.
+    pub stale_commit_blocks_channel: bool,
+    /// Schema DDL is refused (112) while the collection has an unfinished import job.
+    pub import_blocks_schema_ddl: bool,
+    /// An Idempotency-Key is looked up only after admission (job limit, gate, broadcast).
+    pub admission_before_idempotency: bool,
+    /// A query naming partitions of a partition-key collection is refused.
+    pub partition_key_refuses_partition_names: bool,
+    /// The build the end reports when it is not its version's release build.
+    pub build: Option<String>,
+}
+
+impl Default for EndRules {
+    fn default() -> Self {
+        let sim = ClusterSpec::new("default");
+        EndRules {
+            clock_offset: sim.clock_offset,
+            stale_commit_blocks_channel: sim.stale_commit_blocks_channel,
+            import_blocks_schema_ddl: sim.import_blocks_schema_ddl,
+            admission_before_idempotency: sim.admission_before_idempotency,
+            partition_key_refuses_partition_names: sim.partition_key_refuses_partition_names,
+            build: sim.build,
+        }
+    }
+}
+
+impl EndRules {
+    fn apply(&self, cluster: &mut ClusterSpec) {
+        cluster.clock_offset = self.clock_offset;
+        cluster.stale_commit_blocks_channel = self.stale_commit_blocks_channel;
+        cluster.import_blocks_schema_ddl = self.import_blocks_schema_ddl;
+        cluster.admission_before_idempotency = self.admission_before_idempotency;
+        cluster.partition_key_refuses_partition_names = self.partition_key_refuses_partition_names;
+        cluster.build.clone_from(&self.build);
+    }
 }
 
 /// TLS to the target ([`tls`]): its certificate names only [`tls::SERVER_NAME`], so the
@@ -99,9 +148,12 @@ pub enum L0Import {
 }
 
 impl WorldSpec {
-    /// What every end shares besides its role: the task retention, and the restorer user
-    /// when the world checks privileges.
+    /// What every end shares besides its role: its 3.0 rules, the task retention, and the
+    /// restorer user when the world checks privileges.
     fn shared_settings(&self, cluster: &mut ClusterSpec) {
+        (self.end_rules.get(&cluster.id))
+            .unwrap_or(&self.rules)
+            .apply(cluster);
         cluster.task_retention = self.task_retention;
         cluster.request_log_capacity = self.request_log_capacity;
         if let Some(grants) = &self.restorer_grants {
@@ -189,6 +241,8 @@ impl Default for WorldSpec {
             task_retention: None,
             request_log_capacity: milvus_sim::topology::DEFAULT_REQUEST_LOG_CAPACITY,
             target_tls: TargetTls::Off,
+            rules: EndRules::default(),
+            end_rules: BTreeMap::new(),
             backup: BackupSpec {
                 name: "e2e_backup".into(),
                 collections: 2,
