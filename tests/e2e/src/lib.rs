@@ -71,7 +71,11 @@ pub struct WorldSpec {
     pub request_log_capacity: usize,
     /// Whether lockstep reaches the target over TLS, on the target's TLS port.
     pub target_tls: TargetTls,
-    /// The Milvus 3.0 rules of every end not in `end_rules` (issue 49).
+    /// The Milvus 3.0 rules of every end not in `end_rules` (issue 49). By default 3.0's,
+    /// except that a query naming partitions of a partition-key collection is answered:
+    /// lockstep's verification counts every partition, which 3.0 refuses for those
+    /// collections (each would be reported unverifiable), and the worlds written before the
+    /// rule was modelled count on it.
     pub rules: EndRules,
     /// The rules of single ends, by end name (`t`, `s1`, …), in place of `rules`.
     pub end_rules: BTreeMap<String, EndRules>,
@@ -79,12 +83,11 @@ pub struct WorldSpec {
 }
 
 /// Milvus 3.0 behaviours milvus-sim switches per cluster (`milvus_sim::topology::ClusterSpec`,
-/// where each is documented). `Default` is what 3.0 ships, which every existing test runs on.
+/// where each is documented). `Default` is what 3.0 ships.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndRules {
     /// How far the end's clock (AllocTimestamp, the time tick of its commits) runs from the
-    /// host's; negative runs behind. -8760h makes every generated backup's rows (stamped
-    /// from 2026-05-28 on) newer than the end's own time.
+    /// host's; negative runs behind (see [`EndRules::clock_before_generated_backups`]).
     pub clock_offset: jiff::SignedDuration,
     /// A commit below the binlogs' newest row timestamp stops the collection's pchannels.
     pub stale_commit_blocks_channel: bool,
@@ -113,6 +116,18 @@ impl Default for EndRules {
 }
 
 impl EndRules {
+    /// The 3.0 defaults on a clock that reads a day before the earliest generated backup
+    /// (`milvus_sim::fixtures::FIRST_BACKUP_MS`): every generated backup's rows are newer
+    /// than the end's time, so the commit fence rejects every commit of them.
+    pub fn clock_before_generated_backups() -> EndRules {
+        let before = milvus_sim::fixtures::FIRST_BACKUP_MS as i64 - 86_400_000;
+        let now = jiff::Timestamp::now().as_millisecond();
+        EndRules {
+            clock_offset: jiff::SignedDuration::from_millis(before - now),
+            ..EndRules::default()
+        }
+    }
+
     fn apply(&self, cluster: &mut ClusterSpec) {
         cluster.clock_offset = self.clock_offset;
         cluster.stale_commit_blocks_channel = self.stale_commit_blocks_channel;
@@ -241,7 +256,10 @@ impl Default for WorldSpec {
             task_retention: None,
             request_log_capacity: milvus_sim::topology::DEFAULT_REQUEST_LOG_CAPACITY,
             target_tls: TargetTls::Off,
-            rules: EndRules::default(),
+            rules: EndRules {
+                partition_key_refuses_partition_names: false,
+                ..EndRules::default()
+            },
             end_rules: BTreeMap::new(),
             backup: BackupSpec {
                 name: "e2e_backup".into(),
@@ -1464,5 +1482,30 @@ impl<T> Ready for Option<T> {
     type Value = T;
     fn ready(self) -> anyhow::Result<Option<T>> {
         Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each end gets its own rules where `end_rules` names it, the world's otherwise; the
+    /// world's leave every existing test's ends as they were.
+    #[test]
+    fn an_end_takes_its_own_rules_else_the_worlds() {
+        let mut spec = WorldSpec::default();
+        let behind = EndRules::clock_before_generated_backups();
+        spec.end_rules.insert(TARGET.into(), behind.clone());
+        let (mut target, mut secondary) = (ClusterSpec::new(TARGET), ClusterSpec::new("s1"));
+        spec.shared_settings(&mut target);
+        spec.shared_settings(&mut secondary);
+        assert_eq!(target.clock_offset, behind.clock_offset);
+        assert!(target.partition_key_refuses_partition_names);
+        let now = jiff::Timestamp::now().as_millisecond();
+        let clock = now + target.clock_offset.as_millis() as i64;
+        assert!(clock < milvus_sim::fixtures::FIRST_BACKUP_MS as i64);
+        assert_eq!(secondary.clock_offset, jiff::SignedDuration::ZERO);
+        assert!(!secondary.partition_key_refuses_partition_names);
+        assert!(secondary.stale_commit_blocks_channel && secondary.admission_before_idempotency);
     }
 }

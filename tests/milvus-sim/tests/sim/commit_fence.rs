@@ -149,6 +149,17 @@ async fn a_commit_below_the_rows_timestamps_stops_its_pchannels_on_every_cluster
     }
 }
 
+/// What AllocTimestamp answers on the cluster at `uri`.
+async fn allocated_on(uri: &str) -> u64 {
+    let answer = grpc(uri)
+        .await
+        .alloc_timestamp(AllocTimestampRequest::default())
+        .await
+        .expect("answers")
+        .into_inner();
+    answer.timestamp
+}
+
 /// A cluster's clock (`clock_offset`) is what AllocTimestamp answers and what its streams'
 /// checkpoints are read in, so the two still compare.
 #[tokio::test]
@@ -160,17 +171,12 @@ async fn allocated_timestamps_and_checkpoints_follow_a_clock_that_runs_behind() 
     );
     let sim = start(&topology).await;
     let hour = 3_600_000u64 << 18;
-    let allocated = grpc(&sim.uri("a"))
-        .await
-        .alloc_timestamp(AllocTimestampRequest::default())
-        .await
-        .expect("answers")
-        .into_inner();
+    let allocated = allocated_on(&sim.uri("a")).await;
     let host = milvus_sim::tso::now();
     assert!(
-        allocated.timestamp < host - hour + (60_000 << 18) && allocated.timestamp > host - 2 * hour,
+        allocated < host - hour + (60_000 << 18) && allocated > host - 2 * hour,
         "an hour behind the host: {} against {host}",
-        allocated.timestamp
+        allocated
     );
     let checkpoint = sim
         .cluster("b")
@@ -179,11 +185,5 @@ async fn allocated_timestamps_and_checkpoints_follow_a_clock_that_runs_behind() 
         .time_tick;
     assert!(checkpoint <= sim.cluster("a").clock() && checkpoint > host - 2 * hour);
     // b's own clock is the host's.
-    let b = grpc(&sim.uri("b"))
-        .await
-        .alloc_timestamp(AllocTimestampRequest::default())
-        .await
-        .expect("answers")
-        .into_inner();
-    assert!(b.timestamp >= host);
+    assert!(allocated_on(&sim.uri("b")).await >= host);
 }
