@@ -135,7 +135,7 @@ pub fn engine_with(
     Engine {
         journal,
         reports_dir: state_dir.join("reports"),
-        plugin_cache: state_dir.join("plugin-cache"),
+        plugins: lockstep::plugins::LazyRuntime::new(state_dir.join("plugin-cache")),
         progress,
         interrupt,
     }

@@ -22,8 +22,8 @@ use crate::journal::{CommitGroup, Role};
 use crate::milvus::JobState;
 use crate::plugins::{
     self, CheckCollection, CheckContext, CheckEnd, CheckHost, CheckImportJob, CheckReport,
-    CheckStatus, EndJobState, EndRole, LoadedCheck, Phase, PluginRuntime, StagedFiles,
-    StagedObject, StoreCheckHost,
+    CheckStatus, EndJobState, EndRole, LoadedCheck, Phase, StagedFiles, StagedObject,
+    StoreCheckHost,
 };
 use crate::storage;
 
@@ -155,7 +155,7 @@ impl CheckSetup {
         if job.checks.is_empty() {
             return Ok(setup);
         }
-        let runtime = PluginRuntime::shared(&engine.plugin_cache).map_err(|e| {
+        let runtime = engine.plugins.get().map_err(|e| {
             vec![Refusal::PluginRuntime {
                 reason: e.to_string(),
             }]

@@ -8,14 +8,15 @@ use tokio::sync::watch as signal;
 
 use super::progress::Progress;
 use crate::journal::Journal;
+use crate::plugins::LazyRuntime;
 
 /// What every restore of one process shares.
 pub struct Engine {
     pub journal: Arc<dyn Journal>,
     /// Where JSON and text reports are written, one pair per restore.
     pub reports_dir: PathBuf,
-    /// The plugin compile cache.
-    pub plugin_cache: PathBuf,
+    /// The plugin runtime it lends its restores' checks.
+    pub plugins: LazyRuntime,
     pub progress: Arc<dyn Progress>,
     pub interrupt: Interrupt,
 }

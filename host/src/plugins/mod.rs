@@ -48,7 +48,8 @@ pub use http::{AllowedHosts, HttpLimits, Origin, Resolver, SystemResolver};
 pub use inspect::{Inspection, inspect};
 pub use run_checks::{CheckFailure, CheckReport, CheckStatus, LoadedCheck, run_checks};
 pub use runtime::{
-    Allocation, CheckError, CheckGrants, CheckRun, Plugin, PluginRuntime, RuntimeConfig, Verdict,
+    Allocation, CheckError, CheckGrants, CheckRun, LazyRuntime, Plugin, PluginRuntime,
+    RuntimeConfig, Verdict,
 };
 pub use spec::{
     Check, CheckLimits, CheckLimitsSection, CheckSection, MAX_CHECK_CALL_MS, MAX_CHECK_MEMORY_MIB,

@@ -177,28 +177,41 @@ pub struct Plugin {
     cache: CacheOutcome,
 }
 
+/// The runtime an engine lends its restores, built when the first check is loaded (a
+/// restore without checks never starts wasmtime): then one wasmtime engine, linker, epoch
+/// thread and instance pool for every restore of every holder of a clone, however many a
+/// `serve` or a batch runs.
+#[derive(Clone)]
+pub struct LazyRuntime {
+    cache_dir: PathBuf,
+    built: Arc<std::sync::Mutex<Option<PluginRuntime>>>,
+}
+
+impl LazyRuntime {
+    /// A runtime to be built with its compile cache in `cache_dir`.
+    pub fn new(cache_dir: impl Into<PathBuf>) -> LazyRuntime {
+        LazyRuntime {
+            cache_dir: cache_dir.into(),
+            built: Arc::default(),
+        }
+    }
+
+    /// The runtime, built now if this is the first asking.
+    pub fn get(&self) -> Result<PluginRuntime, Error> {
+        let mut built = self.built.lock().expect("no panics under the runtime lock");
+        if let Some(runtime) = built.as_ref() {
+            return Ok(runtime.clone());
+        }
+        let runtime = PluginRuntime::new(self.cache_dir.clone())?;
+        *built = Some(runtime.clone());
+        Ok(runtime)
+    }
+}
+
 impl PluginRuntime {
     /// A runtime with default settings and its compile cache in `cache_dir`.
     pub fn new(cache_dir: impl Into<PathBuf>) -> Result<PluginRuntime, Error> {
         PluginRuntime::with_config(RuntimeConfig::new(cache_dir))
-    }
-
-    /// The process's runtime for `cache_dir`, built on first use: one wasmtime engine,
-    /// linker, epoch thread and instance pool for every restore that loads checks, however
-    /// many a `serve` or a batch runs.
-    pub fn shared(cache_dir: &Path) -> Result<PluginRuntime, Error> {
-        static RUNTIMES: std::sync::OnceLock<std::sync::Mutex<BTreeMap<PathBuf, PluginRuntime>>> =
-            std::sync::OnceLock::new();
-        let mut runtimes = RUNTIMES
-            .get_or_init(Default::default)
-            .lock()
-            .expect("runtime registry: no panics under it");
-        if let Some(runtime) = runtimes.get(cache_dir) {
-            return Ok(runtime.clone());
-        }
-        let runtime = PluginRuntime::new(cache_dir)?;
-        runtimes.insert(cache_dir.to_owned(), runtime.clone());
-        Ok(runtime)
     }
 
     /// Whether both are one runtime.

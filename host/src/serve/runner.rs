@@ -30,6 +30,7 @@ use crate::config::HostConfig;
 use crate::engine::{self, Ends, Engine, Interrupt, Progress, Report};
 use crate::job::Job;
 use crate::journal::{self, Journal, Outcome, RequestedBy, RestoreId, RestoreRecord};
+use crate::plugins::LazyRuntime;
 
 /// How often a host waiting on another host's claim looks again: a takeover happens within
 /// this of the lease's expiry.
@@ -103,7 +104,7 @@ pub struct Runner {
     journal: Arc<dyn Journal>,
     host: HostConfig,
     reports_dir: PathBuf,
-    plugin_cache: PathBuf,
+    plugins: LazyRuntime,
     progress: Arc<LiveProgress>,
     /// The process-wide interrupt (Ctrl-C, SIGTERM), forwarded into every restore.
     shutdown: Interrupt,
@@ -139,7 +140,7 @@ impl Runner {
             journal,
             host,
             reports_dir: state_dir.join("reports"),
-            plugin_cache: state_dir.join("plugin-cache"),
+            plugins: LazyRuntime::new(state_dir.join("plugin-cache")),
             progress,
             shutdown,
             slots: Arc::new(Semaphore::new(max_parallel.max(1))),
@@ -308,7 +309,7 @@ impl Runner {
         Engine {
             journal: Arc::clone(&self.journal),
             reports_dir: self.reports_dir.clone(),
-            plugin_cache: self.plugin_cache.clone(),
+            plugins: self.plugins.clone(),
             progress: Arc::clone(&self.progress) as Arc<dyn Progress>,
             interrupt,
         }

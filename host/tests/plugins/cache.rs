@@ -6,7 +6,9 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
-use lockstep::plugins::{CacheOutcome, CheckGrants, CheckLimits, Phase, PluginRuntime, Verdict};
+use lockstep::plugins::{
+    CacheOutcome, CheckGrants, CheckLimits, LazyRuntime, Phase, PluginRuntime, Verdict,
+};
 
 use super::support::{config, context, no_storage, plugin};
 
@@ -93,17 +95,21 @@ async fn an_unsigned_entry_is_not_trusted() {
     assert!(matches!(outcome, CacheOutcome::Rejected(_)), "{outcome:?}");
 }
 
+/// An engine lends one runtime to every restore: a clone of its lazy runtime (what a
+/// `serve` hands each restore) gets the same engine, linker and pool; another engine's is
+/// its own.
 #[test]
-fn one_runtime_per_cache_directory_per_process() {
+fn one_runtime_per_engine_for_every_restore() {
     let dir = tempfile::tempdir().unwrap();
-    let a = PluginRuntime::shared(dir.path()).expect("runtime");
-    let b = PluginRuntime::shared(dir.path()).expect("runtime");
+    let lent = LazyRuntime::new(dir.path());
+    let a = lent.get().expect("runtime");
+    let b = lent.clone().get().expect("runtime");
     assert!(
         a.is(&b),
         "a second restore gets the same engine, linker and pool"
     );
-    let other = tempfile::tempdir().unwrap();
-    assert!(!a.is(&PluginRuntime::shared(other.path()).expect("runtime")));
+    let other = LazyRuntime::new(dir.path()).get().expect("runtime");
+    assert!(!a.is(&other));
 }
 
 fn chmod(path: &Path, mode: u32) {
