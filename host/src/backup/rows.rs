@@ -166,7 +166,7 @@ pub async fn count(
         }
     }
     let dirs = segment_dirs(backup);
-    let fold = route == L0Route::Fold;
+    let fold = route.folds();
     // By index: a closure over a borrowed item would keep the restore's future from being
     // `Send` (rust-lang/rust#102211).
     let counted: Vec<Result<BatchRows, Failure>> = futures::stream::iter(0..batches.len())
@@ -219,7 +219,7 @@ pub async fn count(
     let mut ids = fold::LogIds::above(backup);
     for (c, collection) in plan.collections.iter_mut().enumerate() {
         if !read[c] {
-            if collection.l0 == Some(L0Route::Fold) {
+            if collection.l0.is_some_and(L0Route::folds) {
                 found.unfoldable.push(collection.target.to_string());
             }
             continue;
@@ -227,7 +227,7 @@ pub async fn count(
         let mut figure = std::mem::take(&mut figures[c]);
         figure.deleted = figure.inserted - figure.live;
         collection.rows = Some(figure);
-        if collection.l0 == Some(L0Route::Fold) {
+        if collection.l0.is_some_and(L0Route::folds) {
             let folded = std::mem::take(&mut folds[c]);
             fold::apply(collection, folded, &mut ids, &mut plan.files_to_stage);
         }

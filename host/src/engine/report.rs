@@ -111,6 +111,9 @@ pub struct CollectionReport {
     pub imported: BTreeMap<String, i64>,
     /// Whether its jobs were committed (the decision of its commit group).
     pub committed: bool,
+    /// How its L0 deletes reached the ends, when it has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l0_deletes: Option<crate::backup::L0Route>,
 }
 
 impl CollectionReport {
@@ -131,6 +134,7 @@ impl CollectionReport {
                 .unwrap_or_default(),
             imported: BTreeMap::new(),
             committed: false,
+            l0_deletes: c.l0,
         }
     }
 }
@@ -650,6 +654,9 @@ impl Report {
                         "not committed"
                     },
                 )?;
+                if let Some(route) = c.l0_deletes {
+                    writeln!(f, "    L0 deletes {route}")?;
+                }
             }
         }
         Ok(())
@@ -897,6 +904,7 @@ mod tests {
                 live_by_partition: BTreeMap::new(),
                 imported: BTreeMap::from([("stale".to_owned(), 1)]),
                 committed: false,
+                l0_deletes: None,
             })
             .collect();
         // Two jobs of orders_0 (the second moved over from orders_2), one of orders_1; an

@@ -393,11 +393,8 @@ async fn l0_deletes_that_cannot_be_folded_for_ends_that_do_not_import_them() -> 
         Some("l0_import"),
         &[
             "cannot be folded into the data imports",
-            "dataCoord.import.enableL0Import",
-            "l0_import = true",
-            "[clusters.t]",
-            "[clusters.s1]",
-            "[clusters.s2]",
+            "a two-phase import cannot take them as L0 jobs",
+            "milvus#51247",
             "collection_0",
         ],
     )

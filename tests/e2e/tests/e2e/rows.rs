@@ -31,7 +31,8 @@ fn per_seg_job(world: &World, name: &str) -> anyhow::Result<std::path::PathBuf> 
 
 /// Issue 27: ends with Milvus 3.0's default (`enableL0Import` off) take a backup with L0
 /// segments all the same. Its L0 deletes are folded into the data imports' delta logs, no L0
-/// job is created, and every end shows the backup's live rows.
+/// job is created, and every end shows the backup's live rows; `plan` and the report say so,
+/// and why: the restore is two-phase.
 #[tokio::test(flavor = "multi_thread")]
 async fn l0_deletes_are_folded_for_ends_that_do_not_import_l0() -> anyhow::Result<()> {
     let world = World::start(WorldSpec {
@@ -46,7 +47,9 @@ async fn l0_deletes_are_folded_for_ends_that_do_not_import_l0() -> anyhow::Resul
     assert_eq!(plan.code, 0, "{}", plan.explain());
     let collections = plan.report["collections"].as_array().expect("collections");
     assert!(
-        collections.iter().all(|c| c["l0_deletes"] == "fold"),
+        collections
+            .iter()
+            .all(|c| c["l0_deletes"] == "fold_two_phase"),
         "{}",
         plan.stdout
     );
@@ -60,6 +63,7 @@ async fn l0_deletes_are_folded_for_ends_that_do_not_import_l0() -> anyhow::Resul
     world.assert_nothing_held().await?;
     // The report's figures: each collection's live rows, and every end imported them.
     for c in run.report["collections"].as_array().expect("collections") {
+        assert_eq!(c["l0_deletes"], "fold_two_phase", "{c}");
         let live = c["live"].as_i64().expect("live rows");
         let imported = c["imported"].as_object().expect("imported per end");
         assert_eq!(imported.len(), world.ends().len(), "{c}");
