@@ -184,7 +184,8 @@ async fn main() -> anyhow::Result<()> {
     }
     let started = Instant::now();
     let watcher = watch(&host_config, &many);
-    let latest = many.join(".lockstep/reports/latest/bulk.json");
+    // The host config's state directory, `.lockstep` beside it.
+    let latest = root.join(".lockstep/reports/latest/bulk.json");
     while !latest.exists() {
         anyhow::ensure!(
             started.elapsed() < Duration::from_secs(120),

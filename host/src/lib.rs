@@ -17,6 +17,7 @@
 //! - [`plugins`]: the wasmtime host that runs pre-commit checks.
 //! - [`serve`]: the watched job directory and the REST API.
 //! - [`verify`]: what a query on every end sees of a finished restore.
+//! - [`owner_only`]: the state directory's files and directories, its user's alone.
 
 pub mod backup;
 pub mod config;
@@ -26,6 +27,7 @@ pub mod job;
 pub mod journal;
 mod json_error;
 pub mod milvus;
+pub mod owner_only;
 pub mod plugins;
 pub mod serve;
 pub mod storage;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # schemathesis against `lockstep serve` on loopback, every check, twice: as started without a
-# token (the document asks for none) and with one (the document asks for it, and
-# schemathesis's auth checks try the routes without it and with a wrong one). The state is
+# token (the document asks for none) and with a restore token and a read token (the document
+# asks for them, and schemathesis's auth checks try the routes without the restore token it
+# sends and with a wrong one). Tokens are 16 bytes or more, as serve requires; schemathesis
+# sends JSON bodies and names the server as it listens, as serve requires too. The state is
 # what `lockstep demo --dir` leaves: a backup, a finished restore in the journal, and host
 # config clusters that are no longer running, so a restore request is refused or fails
 # quickly instead of restoring. The built-in negative_data_rejection is replaced by
@@ -61,6 +63,8 @@ pass() {
     }
 }
 
+token() { python3 -c 'import secrets; print(secrets.token_hex(16))'; }
+
 pass no-token
-export LOCKSTEP_API_TOKEN="schemathesis-$RANDOM$RANDOM"
-pass token --token-env LOCKSTEP_API_TOKEN
+export LOCKSTEP_API_TOKEN="schemathesis-$(token)" LOCKSTEP_READ_TOKEN="schemathesis-read-$(token)"
+pass token --token-env LOCKSTEP_API_TOKEN --read-token-env LOCKSTEP_READ_TOKEN

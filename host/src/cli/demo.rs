@@ -147,7 +147,7 @@ pub async fn run(args: DemoArgs, format: OutputFormat) -> anyhow::Result<i32> {
     let job = Job::from_file(&job_file, &host).map_err(anyhow::Error::new)?;
     let journal = setup::open_journal(None, &host).await?;
     let engine = setup::engine_with(journal, &host.state_dir, output::progress_for(format));
-    let report = engine.run(&job).await;
+    let report = engine.run(&job, setup::requested_by_file(&job_file)).await;
     output::report(format, &report);
 
     if format == OutputFormat::Text && args.dir.is_some() {

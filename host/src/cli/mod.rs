@@ -17,7 +17,7 @@ use tracing::Instrument as _;
 use lockstep::config::HostConfig;
 use lockstep::engine::{self, Engine, Report};
 use lockstep::job::{Job, RestoreArgs};
-use lockstep::journal::{Outcome, RestoreId};
+use lockstep::journal::{Outcome, RequestedBy, RestoreId};
 
 pub use output::OutputFormat;
 
@@ -124,7 +124,8 @@ enum Command {
     #[command(subcommand)]
     Plugin(PluginCommand),
     /// Watch a directory of job files: each new or changed one runs once; a deleted one
-    /// cancels its restore unless decided. Reports in DIR/.lockstep/ unless --state-dir.
+    /// cancels its restore unless decided. Reports and journal in the state directory
+    /// (--state-dir, else the host config's state_dir), which must lie outside DIR.
     Watch(operate::WatchArgs),
     /// Serve the milvus-backup-compatible REST API (and optionally watch a directory).
     Serve(operate::ServeArgs),
@@ -175,7 +176,9 @@ pub async fn dispatch(cli: Cli) -> i32 {
             output::error(output, &e);
             // lockstep's own parts failing is not the job's problem; bad input is a refusal.
             // Nothing was done either way.
-            if e.downcast_ref::<setup::JournalUnusable>().is_some() {
+            if e.downcast_ref::<setup::JournalUnusable>().is_some()
+                || e.downcast_ref::<setup::StateDirUnusable>().is_some()
+            {
                 Outcome::HostFailed.exit_code()
             } else {
                 Outcome::Refused.exit_code()
@@ -217,7 +220,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Restore(args) => {
             let job = Job::from_cli(&args, &host).map_err(anyhow::Error::new)?;
-            let report = engine.run(&job).await;
+            let report = engine.run(&job, RequestedBy::Cli { file: None }).await;
             output::report(cli.output, &report);
             Ok(report.exit_code())
         }
@@ -303,7 +306,7 @@ async fn run_files(
     let mut refused = Vec::new();
     for f in files {
         match Job::from_file(f, host) {
-            Ok(job) => jobs.push(job),
+            Ok(job) => jobs.push((job, setup::requested_by_file(f))),
             Err(e) => {
                 worst = worst.worst(Outcome::Refused);
                 refused.push((f.clone(), e.to_string()));
@@ -313,8 +316,8 @@ async fn run_files(
     for (f, e) in &refused {
         output::refused_file(format, f, e);
     }
-    let reports: Vec<Report> = futures::stream::iter(jobs.iter())
-        .map(|job| engine.run(job))
+    let reports: Vec<Report> = futures::stream::iter(jobs)
+        .map(|(job, requested_by)| async move { engine.run(&job, requested_by).await })
         .buffer_unordered(max_parallel.max(1))
         .collect()
         .await;

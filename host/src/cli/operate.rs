@@ -1,20 +1,25 @@
 //! `lockstep watch DIR` and `lockstep serve`: the long-running modes. Both run restores
 //! through one `serve::Runner` over the journal `--journal` names (the embedded one in the
 //! state directory by default, or etcd for a fleet), stop on Ctrl-C or SIGTERM (restores that
-//! have not decided abort; decided ones finish), and print only where they listen.
+//! have not decided abort; decided ones finish), and print only where they listen. `serve`
+//! refuses at start what would expose the API: a listener off loopback without TLS and a
+//! token, a short token, a certificate that does not load.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use axum::serve::ListenerExt as _;
 
 use lockstep::config::HostConfig;
 use lockstep::engine::{Interrupt, Logged, Progress};
 use lockstep::journal::Journal;
 use lockstep::serve::ApiState;
+use lockstep::serve::access::Tokens;
 use lockstep::serve::api::router;
+use lockstep::serve::certs::CertFiles;
+use lockstep::serve::listen::{self, Scheme};
+use lockstep::serve::origin::AllowedOrigins;
 use lockstep::serve::watch::WatchStats;
 use lockstep::serve::{LiveProgress, Runner, WatchOptions, watch};
 
@@ -32,12 +37,36 @@ pub struct WatchArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Where to listen. Anything but loopback requires --token-env.
+    /// Where to listen. Anything but loopback requires TLS (--tls-cert, --tls-key) and
+    /// --token-env.
     #[arg(long, default_value = "127.0.0.1:8080", env = "LOCKSTEP_LISTEN")]
     pub listen: SocketAddr,
-    /// Name of the environment variable holding the bearer token clients must send.
+    /// Name of the environment variable holding the restore token: a bearer token of at
+    /// least 16 bytes that every route but /healthz and / then requires.
     #[arg(long, env = "LOCKSTEP_TOKEN_ENV")]
     pub token_env: Option<String>,
+    /// Name of the environment variable holding the read token (at least 16 bytes, with
+    /// --token-env): it may only read (GET: /metrics, list, list_restores, get_*, hello,
+    /// the OpenAPI document), so a dashboard or Prometheus cannot start a restore.
+    #[arg(long, env = "LOCKSTEP_READ_TOKEN_ENV")]
+    pub read_token_env: Option<String>,
+    /// PEM certificate chain to serve HTTPS with (with --tls-key); read again when the file
+    /// changes, so a rotated certificate needs no restart.
+    #[arg(long, env = "LOCKSTEP_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "LOCKSTEP_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Another name clients reach this server by, beyond the listen address: an origin
+    /// (`https://lockstep.example.com`) or a host:port, as a proxy, ingress or load balancer
+    /// publishes it. Requests whose Host or Origin is neither are refused. Repeatable;
+    /// LOCKSTEP_ALLOWED_ORIGINS takes them comma-separated.
+    #[arg(
+        long = "allowed-origin",
+        env = "LOCKSTEP_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub allowed_origins: Vec<String>,
     /// Also watch this job directory (`--watch` alone: `jobs`).
     #[arg(long, num_args = 0..=1, default_missing_value = "jobs")]
     pub watch: Option<PathBuf>,
@@ -53,13 +82,6 @@ struct Daemon {
     shutdown: Interrupt,
 }
 
-/// The state directory: `--state-dir`, else `DIR/.lockstep` when watching, else the host
-/// config's.
-fn state_dir(flag: Option<&Path>, watched: Option<&Path>) -> Option<PathBuf> {
-    flag.map(Path::to_path_buf)
-        .or_else(|| watched.map(|d| d.join(".lockstep")))
-}
-
 async fn daemon(
     flags: Flags<'_>,
     watched: Option<&Path>,
@@ -68,8 +90,12 @@ async fn daemon(
     if let Some(dir) = watched {
         anyhow::ensure!(dir.is_dir(), "{} is not a directory", dir.display());
     }
-    let state = state_dir(flags.state_dir, watched);
-    let host = setup::load_host_config(flags, state.as_deref())?;
+    // The state directory is every command's (`--state-dir`, else the host config's), and
+    // never one the job-file authors write in: checked before anything is made.
+    let host = setup::load_host_config(flags, flags.state_dir)?;
+    if let Some(dir) = watched {
+        lockstep::serve::watch::state_dir_outside(dir, &host.state_dir)?;
+    }
     let journal: Arc<dyn Journal> = setup::open_journal(flags.journal, &host).await?;
     let progress: Arc<dyn Progress> = Arc::new(Logged::default());
     let engine = setup::engine_with(Arc::clone(&journal), &host.state_dir, progress);
@@ -119,33 +145,32 @@ pub async fn run_watch(flags: Flags<'_>, args: &WatchArgs) -> anyhow::Result<i32
 }
 
 pub async fn run_serve(flags: Flags<'_>, args: &ServeArgs) -> anyhow::Result<i32> {
-    let token = match &args.token_env {
-        Some(var) => Some(
-            std::env::var(var)
-                .ok()
-                .filter(|t| !t.is_empty())
-                .with_context(|| format!("--token-env {var}: the variable is not set"))?,
-        ),
-        None => None,
+    exposure(args)?;
+    let tokens = Tokens::from_env(args.token_env.as_deref(), args.read_token_env.as_deref())?;
+    let allowed = AllowedOrigins::parse(&args.allowed_origins)?;
+    let certs = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(CertFiles::load(cert, key)?),
+        _ => None,
     };
-    anyhow::ensure!(
-        token.is_some() || args.listen.ip().is_loopback(),
-        "listening on {} (not loopback) requires a bearer token: set --token-env NAME with the token in $NAME",
-        args.listen
-    );
     let d = daemon(flags, args.watch.as_deref(), args.max_parallel).await?;
     let stats = args.watch.as_ref().map(|_| Arc::new(WatchStats::default()));
     let state = Arc::new(ApiState {
         runner: Arc::clone(&d.runner),
-        token,
+        tokens,
+        allowed,
         watch: stats.clone(),
     });
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
+    let scheme = if certs.is_some() {
+        Scheme::Https
+    } else {
+        Scheme::Http
+    };
     // The CLI's own output: where it listens (port 0 picks one).
-    println!("listening on http://{addr}");
+    println!("listening on {scheme}://{addr}");
     let watcher = match (&args.watch, stats) {
         (Some(dir), Some(stats)) => Some(tokio::spawn(watch(
             WatchOptions { dir: dir.clone() },
@@ -157,24 +182,39 @@ pub async fn run_serve(flags: Flags<'_>, args: &ServeArgs) -> anyhow::Result<i32
         _ => None,
     };
     let shutdown = d.shutdown.clone();
-    // A response's last frame must not wait for the client's delayed ACK (Nagle's
-    // algorithm holds a small write behind an unacknowledged one for up to 40 ms).
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-    });
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move {
-            let _ = shutdown.race(std::future::pending::<()>()).await;
-        })
-        .await
-        .context("serving the API")?;
+    listen::serve(listener, certs, router(state), async move {
+        let _ = shutdown.race(std::future::pending::<()>()).await;
+    })
+    .await
+    .context("serving the API")?;
     if let Some(w) = watcher {
         w.await.context("the watcher task")??;
     }
     drain(&d.runner).await;
     Ok(0)
+}
+
+/// Refuses a listener off loopback that lacks TLS or a token: the API can drop collections
+/// on every cluster the host config names, and off loopback anyone on the network could
+/// read its token from plain HTTP, or call it without one.
+fn exposure(args: &ServeArgs) -> anyhow::Result<()> {
+    if args.listen.ip().is_loopback() {
+        return Ok(());
+    }
+    let mut missing = vec![];
+    if args.tls_cert.is_none() {
+        missing.push("--tls-cert FILE --tls-key FILE (TLS)");
+    }
+    if args.token_env.is_none() {
+        missing.push("--token-env NAME (a restore token of at least 16 bytes in $NAME)");
+    }
+    anyhow::ensure!(
+        missing.is_empty(),
+        "listening on {} (not loopback) requires TLS and a bearer token: add {}",
+        args.listen,
+        missing.join(" and ")
+    );
+    Ok(())
 }
 
 /// Waits for the restores still running (they abort or roll forward after the interrupt).

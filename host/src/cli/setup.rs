@@ -8,8 +8,8 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use lockstep::config::{HostConfig, backup_yaml};
 use lockstep::engine::{self, Engine, Interrupt};
-use lockstep::journal::Outcome;
 use lockstep::journal::embedded::FileJournal;
+use lockstep::journal::{Outcome, RequestedBy};
 
 /// The global flags a command's engine is made from.
 #[derive(Debug, Clone, Copy)]
@@ -73,13 +73,28 @@ impl std::fmt::Display for JournalUnusable {
     }
 }
 
+/// The state directory could not be made its user's alone: lockstep's own part failed
+/// (exit 6).
+#[derive(Debug)]
+pub struct StateDirUnusable(PathBuf);
+
+impl std::fmt::Display for StateDirUnusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot use the state directory {}", self.0.display())
+    }
+}
+
 /// The journal `--journal` names (`etcd://...`), else the host config's `[journal] etcd`,
-/// reached as its `[journal]` says; else the embedded one in the state directory.
+/// reached as its `[journal]` says; else the embedded one in the state directory. The state
+/// directory is made its user's alone first, whichever journal it is: reports and the plugin
+/// cache live there too.
 pub async fn open_journal(
     flag: Option<&str>,
     host: &HostConfig,
 ) -> anyhow::Result<Arc<dyn lockstep::journal::Journal>> {
     use lockstep::journal::etcd::EtcdJournal;
+    let state_dir = &host.state_dir;
+    lockstep::owner_only::dir(state_dir).context(StateDirUnusable(state_dir.to_owned()))?;
     Ok(match host.journal.location(flag)? {
         Some(location) => {
             let journal = EtcdJournal::connect(&location)
@@ -123,5 +138,13 @@ pub fn engine_with(
         plugin_cache: state_dir.join("plugin-cache"),
         progress,
         interrupt,
+    }
+}
+
+/// A restore a job file on the command line asked for, as its record keeps it.
+pub fn requested_by_file(file: &Path) -> RequestedBy {
+    let file = std::path::absolute(file).unwrap_or_else(|_| file.to_path_buf());
+    RequestedBy::Cli {
+        file: Some(file.display().to_string()),
     }
 }

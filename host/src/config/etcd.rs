@@ -18,13 +18,8 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use toml::Spanned;
-
-use crate::diagnostic::RawProblem;
-
-use super::file::JournalFile;
-use super::spec::{TlsSpec, TokenSource};
-use super::validate::{Author, check_env_name, tls_table};
+use super::secret::TokenSource;
+use super::tls::TlsSpec;
 
 /// How long a claim outlives its host's last renewal, unless `?lease_ttl=` says otherwise.
 /// Another host takes an unfinished restore over this long after its holder died; shorter
@@ -170,63 +165,6 @@ impl JournalSpec {
             None => Ok(self.etcd.clone()),
         }
     }
-}
-
-/// Validates `[journal]`.
-pub(super) fn journal_spec(file: &JournalFile, problems: &mut Vec<RawProblem>) -> JournalSpec {
-    let before = problems.len();
-    let tls = (file.tls.as_ref())
-        .and_then(|tls| tls_table(tls.get_ref(), "journal.tls", Author::Host, problems));
-    let half = |field: &str, span, problems: &mut Vec<RawProblem>| {
-        problems.push(RawProblem::new(
-            field,
-            Some(span),
-            "etcd's authentication takes a user and the variable holding its password: give user and password_env",
-        ));
-    };
-    let user = match (&file.user, &file.password_env) {
-        (Some(user), Some(var)) => {
-            check_env_name(var, "journal.password_env", problems);
-            Some((
-                user.get_ref().clone(),
-                TokenSource::Env(var.get_ref().clone()),
-            ))
-        }
-        (Some(user), None) => {
-            half("journal.password_env", user.span(), problems);
-            None
-        }
-        (None, Some(var)) => {
-            half("journal.user", var.span(), problems);
-            None
-        }
-        (None, None) => None,
-    };
-    let access = EtcdAccess {
-        tls,
-        user,
-        insecure: file.insecure.unwrap_or(false),
-    };
-    let etcd = file.etcd.as_ref().and_then(|url: &Spanned<String>| {
-        match EtcdLocation::parse(url.get_ref()) {
-            Ok(location) => Some(EtcdLocation {
-                access: access.clone(),
-                ..location
-            }),
-            Err(e) => {
-                problems.push(RawProblem::new(
-                    "journal.etcd",
-                    Some(url.span()),
-                    e.to_string(),
-                ));
-                None
-            }
-        }
-    });
-    if problems.len() > before {
-        return JournalSpec::default();
-    }
-    JournalSpec { etcd, access }
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@
 //! - `file`: the tables as written, which a job file's inline cluster and store share;
 //! - `validate`: a `lockstep.toml` into the model, every problem with its place;
 //! - `spec`: the model;
-//! - `secret`: credentials, and the environment they are read from;
+//! - `secret`: credentials, and the environment they are read from; `tls`: the TLS files;
 //! - `etcd`: where a fleet's journal is, and how etcd is reached;
 //! - `load`: which reader a file takes.
 
@@ -50,6 +50,7 @@ mod secret;
 mod spec;
 #[cfg(test)]
 pub(crate) mod testing;
+mod tls;
 mod validate;
 
 pub use etcd::{DEFAULT_LEASE_TTL, EtcdAccess, EtcdLocation, JournalSpec, LocationError};
@@ -58,13 +59,14 @@ pub use file::{
     BackupsFile, ClusterFile, HostConfigFile, JournalFile, StorageFile, StorageRef, TlsFile,
 };
 pub(crate) use secret::process_env;
-pub use secret::{Env, Secret};
+pub use secret::{Env, MissingToken, Secret, TokenSource};
 pub(crate) use spec::serialize_url;
 pub use spec::{
     BackupsSpec, ClusterSpec, DEFAULT_BACKUP_ROOT, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_IMPORT_JOBS,
-    DEFAULT_STATE_DIR, GivenKeys, HostConfig, MissingToken, PathForm, RestoreDefaults, StorageSpec,
-    TlsSpec, TokenSource, same_endpoint,
+    DEFAULT_STATE_DIR, GivenKeys, HostConfig, PathForm, RestoreDefaults, StorageSpec,
+    same_endpoint,
 };
+pub use tls::TlsSpec;
 pub use validate::read_pem;
 pub(crate) use validate::{
     Author, cluster_spec, cluster_uri, is_bucket_name, is_name, names, without_userinfo,

@@ -9,7 +9,8 @@ use serde::Serialize;
 use url::Url;
 
 use super::etcd::JournalSpec;
-use super::secret::{Env, Secret};
+use super::secret::{Secret, TokenSource};
+use super::tls::TlsSpec;
 
 /// Milvus's `dataCoord.import.maxImportJobNum` default.
 pub const DEFAULT_MAX_IMPORT_JOBS: u32 = 1024;
@@ -84,32 +85,6 @@ impl Serialize for GivenKeys {
     }
 }
 
-/// Where a cluster's token comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenSource {
-    /// An environment variable, read when the token is needed (`token_env`).
-    Env(String),
-    /// A milvus-backup config's `milvus.user` and `milvus.password`, as `user:password`.
-    Given(Secret),
-}
-
-impl TokenSource {
-    /// The token, reading the environment through `env` for [`TokenSource::Env`].
-    pub fn read(&self, env: Env<'_>) -> Result<Secret, MissingToken> {
-        match self {
-            TokenSource::Env(var) => env(var)
-                .map(Secret)
-                .ok_or_else(|| MissingToken(var.clone())),
-            TokenSource::Given(secret) => Ok(secret.clone()),
-        }
-    }
-}
-
-/// A token's environment variable is not set.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("environment variable {0} is not set")]
-pub struct MissingToken(pub String);
-
 impl StorageSpec {
     /// A local directory as a store, with nothing else set; a relative `dir` is taken
     /// relative to the working directory.
@@ -161,19 +136,6 @@ pub struct ClusterSpec {
     pub l0_import: Option<bool>,
     /// How to trust an `https://` cluster, and what to present to it.
     pub tls: TlsSpec,
-}
-
-/// TLS to a cluster whose URI is `https://`, for gRPC and REST alike: the CA that signed its
-/// certificate (default: the system's roots), the name that certificate carries when the
-/// URI's host is not it, and the certificate and key lockstep presents to a cluster that
-/// asks for one (Milvus's `tlsMode` 2). Files are read as given, relative to the working
-/// directory as milvus-backup reads them, and checked when the config is loaded.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct TlsSpec {
-    pub ca_cert: Option<PathBuf>,
-    pub server_name: Option<String>,
-    pub client_cert: Option<PathBuf>,
-    pub client_key: Option<PathBuf>,
 }
 
 /// How a Milvus resolves the paths of an import, by its `common.storageType`. A mirror

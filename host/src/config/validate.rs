@@ -9,12 +9,14 @@ use url::Url;
 
 use crate::diagnostic::{Error, Input, RawProblem, locate_in_file, read_toml};
 
-use super::etcd;
-use super::file::{ClusterFile, HostConfigFile, StorageFile, StorageRef, TlsFile};
+use super::etcd::{EtcdAccess, EtcdLocation, JournalSpec};
+use super::file::{ClusterFile, HostConfigFile, JournalFile, StorageFile, StorageRef, TlsFile};
+use super::secret::TokenSource;
 use super::spec::{
     BackupsSpec, ClusterSpec, DEFAULT_BACKUP_ROOT, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_IMPORT_JOBS,
-    DEFAULT_STATE_DIR, HostConfig, PathForm, StorageSpec, TlsSpec, TokenSource,
+    DEFAULT_STATE_DIR, HostConfig, PathForm, StorageSpec,
 };
+use super::tls::TlsSpec;
 
 impl HostConfig {
     /// Validates `lockstep.toml` text; `path` locates messages and relative paths. `base`
@@ -188,9 +190,66 @@ fn validate(
         restore,
         named_ends_only: file.named_ends_only.unwrap_or(false),
         journal: (file.journal.as_ref())
-            .map(|journal| etcd::journal_spec(journal.get_ref(), problems))
+            .map(|journal| journal_spec(journal.get_ref(), problems))
             .unwrap_or_default(),
     })
+}
+
+/// Validates `[journal]`.
+fn journal_spec(file: &JournalFile, problems: &mut Vec<RawProblem>) -> JournalSpec {
+    let before = problems.len();
+    let tls = (file.tls.as_ref())
+        .and_then(|tls| tls_table(tls.get_ref(), "journal.tls", Author::Host, problems));
+    let half = |field: &str, span, problems: &mut Vec<RawProblem>| {
+        problems.push(RawProblem::new(
+            field,
+            Some(span),
+            "etcd's authentication takes a user and the variable holding its password: give user and password_env",
+        ));
+    };
+    let user = match (&file.user, &file.password_env) {
+        (Some(user), Some(var)) => {
+            check_env_name(var, "journal.password_env", problems);
+            Some((
+                user.get_ref().clone(),
+                TokenSource::Env(var.get_ref().clone()),
+            ))
+        }
+        (Some(user), None) => {
+            half("journal.password_env", user.span(), problems);
+            None
+        }
+        (None, Some(var)) => {
+            half("journal.user", var.span(), problems);
+            None
+        }
+        (None, None) => None,
+    };
+    let access = EtcdAccess {
+        tls,
+        user,
+        insecure: file.insecure.unwrap_or(false),
+    };
+    let etcd = file.etcd.as_ref().and_then(|url: &Spanned<String>| {
+        match EtcdLocation::parse(url.get_ref()) {
+            Ok(location) => Some(EtcdLocation {
+                access: access.clone(),
+                ..location
+            }),
+            Err(e) => {
+                problems.push(RawProblem::new(
+                    "journal.etcd",
+                    Some(url.span()),
+                    e.to_string(),
+                ));
+                None
+            }
+        }
+    });
+    if problems.len() > before {
+        return JournalSpec::default();
+    }
+    JournalSpec { etcd, access }
 }
 
 /// Names of clusters and storages end up in messages, file names and metrics labels.

@@ -578,6 +578,7 @@ fn write_report_files(engine: &Engine, report: &Report) {
             "{}.latest.json",
             journal::RestoreId::content_prefix(&report.job_name, "").trim_end_matches('.')
         );
+        // The copy takes the report's own mode, 0600.
         std::fs::copy(&json, engine.reports_dir.join(latest)).map(drop)
     };
     if let Err(e) = write() {

@@ -291,9 +291,10 @@ impl Report {
     /// Writes `{dir}/{restore_id}.json` and `.txt` as they are encoded, a buffer at a time:
     /// a report of thousands of collections is tens of megabytes of text (20 MB of JSON at
     /// 3,000), which was made whole beside the report, at the restore's peak. Returns the
-    /// JSON file's path.
+    /// JSON file's path. Both are their user's alone, in a directory that is too
+    /// ([`crate::owner_only`]): a report names every end and can quote a job file.
     pub fn write_files(&self, dir: &Path) -> io::Result<PathBuf> {
-        std::fs::create_dir_all(dir)?;
+        crate::owner_only::dir(dir)?;
         let json = dir.join(format!("{}.json", self.restore_id));
         write_file(&json, |out| Ok(serde_json::to_writer_pretty(out, self)?))?;
         write_file(&dir.join(format!("{}.txt", self.restore_id)), |out| {
@@ -307,7 +308,7 @@ fn write_file(
     path: &Path,
     body: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
 ) -> io::Result<()> {
-    let mut out = BufWriter::new(File::create(path)?);
+    let mut out = BufWriter::new(crate::owner_only::create(path)?);
     body(&mut out)?;
     out.flush()
 }

@@ -13,7 +13,7 @@ use super::report::{self, Report};
 use super::{checks, preflight, route, run, staging};
 use crate::backup::RestorePlan;
 use crate::job::Job;
-use crate::journal::{self, Outcome, RestoreId, RestoreRecord};
+use crate::journal::{self, Outcome, RequestedBy, RestoreId, RestoreRecord};
 use crate::storage;
 
 /// What `lockstep plan` prints: preflight passed, and this is what a run would do.
@@ -53,21 +53,33 @@ impl Engine {
     /// committed; otherwise resolves an attempt a crash left unfinished, then (unless that
     /// committed) runs a new attempt. Every log line it writes carries a `restore` span
     /// with the job's name and the restore id, so that restores running side by side (in
-    /// `serve`, a batch, a fleet) can be told apart.
-    pub async fn run(&self, job: &Job) -> Report {
-        self.run_because(job, None).await
+    /// `serve`, a batch, a fleet) can be told apart. A new attempt's record keeps who asked
+    /// for it (`requested_by`).
+    pub async fn run(&self, job: &Job, requested_by: RequestedBy) -> Report {
+        self.run_because(job, requested_by, None).await
     }
 
     /// [`Engine::run`], saying in the new attempt's record and report why it runs
     /// (`because`: the earlier attempt was lost with its host).
-    pub async fn run_because(&self, job: &Job, because: Option<String>) -> Report {
+    pub async fn run_because(
+        &self,
+        job: &Job,
+        requested_by: RequestedBy,
+        because: Option<String>,
+    ) -> Report {
         let span = tracing::info_span!("restore", job = %job.name, id = tracing::field::Empty);
-        self.run_in(job, because, &span)
+        self.run_in(job, requested_by, because, &span)
             .instrument(span.clone())
             .await
     }
 
-    async fn run_in(&self, job: &Job, because: Option<String>, span: &tracing::Span) -> Report {
+    async fn run_in(
+        &self,
+        job: &Job,
+        requested_by: RequestedBy,
+        because: Option<String>,
+        span: &tracing::Span,
+    ) -> Report {
         let ends = match Ends::for_job(job) {
             Ok(e) => e,
             Err(e) => {
@@ -113,6 +125,7 @@ impl Engine {
             mirror_grace_ms: job.two_phase.mirror_grace.as_millis() as u64,
             keep_temp_files: job.restore.keep_temp_files,
             rerun_because: because,
+            requested_by: Some(requested_by),
             ..RestoreRecord::new(
                 id,
                 &job.name,

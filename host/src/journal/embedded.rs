@@ -38,10 +38,11 @@ impl Claim for FileClaim {
 }
 
 impl FileJournal {
-    /// Opens (creating) the journal directory `{state_dir}/journal`.
+    /// Opens (creating) the journal directory `{state_dir}/journal`, its user's alone
+    /// ([`crate::owner_only`]), as is every record, temp and lock file in it.
     pub fn open(state_dir: &Path) -> Result<FileJournal> {
         let dir = state_dir.join("journal");
-        fs::create_dir_all(&dir).map_err(|source| io_error(&dir, source))?;
+        crate::owner_only::dir(&dir).map_err(|source| io_error(&dir, source))?;
         Ok(FileJournal {
             dir,
             written: Arc::default(),
@@ -58,13 +59,15 @@ impl FileJournal {
 
     fn claim_blocking(&self, id: &RestoreId) -> Result<FileClaim> {
         let path = self.dir.join(format!("{id}.lock"));
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|source| io_error(&path, source))?;
+        let mut file = crate::owner_only::open(
+            &path,
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+        )
+        .map_err(|source| io_error(&path, source))?;
         match file.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => {
@@ -103,7 +106,7 @@ impl FileJournal {
         let path = self.record_path(id);
         let tmp = path.with_extension("json.tmp");
         let write = || -> io::Result<u64> {
-            let mut out = io::BufWriter::new(File::create(&tmp)?);
+            let mut out = io::BufWriter::new(crate::owner_only::create(&tmp)?);
             // A write that fails (a full disk) comes back as its io::Error, a record that
             // does not serialize as an InvalidData one.
             serde_json::to_writer(&mut out, record)?;

@@ -416,6 +416,64 @@ pub struct RestoreRecord {
     /// that a recovery that rolls the restore forward asks it too; none when it is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<RecordedVerify>,
+    /// Who asked for this attempt and through what; none in records written before it was
+    /// kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<RequestedBy>,
+}
+
+/// Who asked for a restore, as its record keeps it: an API request says with which token,
+/// from which peer, when and under which request id, so that a restore that dropped
+/// collections can be traced to whoever asked for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "source", rename_all = "snake_case")]
+pub enum RequestedBy {
+    /// `POST /api/v1/restore` of `lockstep serve`.
+    Api {
+        /// The scope of the token the request carried: `restore`, or `none` on a server
+        /// that requires no token.
+        scope: TokenScope,
+        /// The address the request came from, as the server's socket saw it (behind a proxy,
+        /// the proxy's).
+        peer: String,
+        /// When it arrived (UTC).
+        at: Timestamp,
+        /// Its `requestId`, or the one the server made for it.
+        request_id: String,
+    },
+    /// A job file in a directory `watch` (or `serve --watch`) watches.
+    Watch {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        file: Option<String>,
+    },
+    /// The command line: `lockstep run FILE` names its file; `lockstep restore` (flags) and
+    /// `lockstep demo` name none.
+    Cli {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        file: Option<String>,
+    },
+}
+
+/// What a bearer token of `lockstep serve` may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenScope {
+    /// The restore token (`--token-env`): every route.
+    Restore,
+    /// The read token (`--read-token-env`): the routes that only read.
+    Read,
+    /// No token: the server requires none (loopback without `--token-env`).
+    None,
+}
+
+impl fmt::Display for TokenScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TokenScope::Restore => "restore",
+            TokenScope::Read => "read",
+            TokenScope::None => "none",
+        })
+    }
 }
 
 /// A finished restore's report as its record holds it: the report's JSON text, kept as
@@ -608,6 +666,7 @@ impl RestoreRecord {
             stage_left: false,
             rerun_because: None,
             verify: None,
+            requested_by: None,
         }
     }
 

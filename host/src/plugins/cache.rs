@@ -2,16 +2,23 @@
 //! version and engine configuration, and later loads deserialize the result.
 //!
 //! Deserializing is `unsafe` in wasmtime because the bytes become machine
-//! code; it must only ever see bytes this host produced. So every entry is
-//! signed with an HMAC under a key that lives in the cache folder (created
-//! once, readable only by its owner), and an entry whose tag does not verify
-//! — truncated, flipped, copied from another machine — is recompiled, never
-//! loaded. Entries are written to a temporary name and renamed into place, so
-//! a crash leaves either the old entry or the new one.
+//! code; it must only ever see bytes this host produced. So the cache folder,
+//! and every file of it that is used, must be its user's alone: owned by the
+//! effective user and writable by nobody else ([`crate::owner_only`]), judged
+//! on the opened handle. A folder that is not (another user's, or one its
+//! group or others can write, where anyone could have planted a key and
+//! entries signed with it) is not used at all: one warning says why, and every
+//! load compiles in memory. In a folder that is, every entry is signed with an
+//! HMAC under a key that lives in it (created once, 0600), and an entry whose
+//! tag does not verify, or that is not its user's alone — truncated, flipped,
+//! copied from another machine — is recompiled, never loaded. Entries are
+//! written to a temporary name and renamed into place, so a crash leaves
+//! either the old entry or the new one.
 
-use std::fs;
+use std::fs::{self, File};
 use std::hash::Hasher;
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 
 use ring::hmac;
@@ -20,6 +27,7 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use super::Error;
+use crate::owner_only;
 
 /// How a load found its compiled code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,9 +39,17 @@ pub enum CacheOutcome {
     /// An entry was there but not trusted (the reason says why): recompiled
     /// and replaced.
     Rejected(String),
+    /// The cache folder is not its user's alone (the reason says why):
+    /// compiled in memory, nothing read from the folder or written to it.
+    Unused(String),
 }
 
 pub(crate) struct CompileCache {
+    /// The folder and its key, or why the folder is not used.
+    store: Result<Store, String>,
+}
+
+struct Store {
     dir: PathBuf,
     key: hmac::Key,
 }
@@ -42,16 +58,38 @@ const KEY_FILE: &str = "cache.key";
 const KEY_LEN: usize = 32;
 
 impl CompileCache {
-    /// Opens (creating if needed) the cache folder and its signing key.
+    /// Opens (creating if needed) the cache folder and its signing key; a
+    /// folder or key that is not its user's alone gives a cache that is not
+    /// used, after one warning naming it.
     pub(crate) fn open(dir: &Path) -> Result<CompileCache, Error> {
         let failed = |reason: String| Error::Cache {
             dir: dir.to_owned(),
             reason,
         };
-        create_private_dir(dir).map_err(|e| failed(format!("cannot create: {e}")))?;
+        let handle =
+            owner_only::open_dir(dir).map_err(|e| failed(format!("cannot create: {e}")))?;
+        let found = handle
+            .metadata()
+            .map_err(|e| failed(format!("cannot read: {e}")))?;
+        if let Err(untrusted) = owner_only::judge(dir, &found) {
+            return Ok(CompileCache::unused(dir, untrusted));
+        }
+        owner_only::narrow(&handle, dir, owner_only::DIR_MODE)
+            .map_err(|e| failed(format!("cannot make it owner-only: {e}")))?;
         let key_path = dir.join(KEY_FILE);
-        let key = match fs::read(&key_path) {
-            Ok(key) => key,
+        let key = match File::open(&key_path) {
+            Ok(mut file) => {
+                let found = file
+                    .metadata()
+                    .map_err(|e| failed(format!("cannot read {KEY_FILE}: {e}")))?;
+                if let Err(untrusted) = owner_only::judge(&key_path, &found) {
+                    return Ok(CompileCache::unused(dir, untrusted));
+                }
+                let mut key = Vec::new();
+                file.read_to_end(&mut key)
+                    .map_err(|e| failed(format!("cannot read {KEY_FILE}: {e}")))?;
+                key
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 create_key(dir, &key_path).map_err(|e| failed(format!("cannot create key: {e}")))?
             }
@@ -64,9 +102,30 @@ impl CompileCache {
             )));
         }
         Ok(CompileCache {
-            dir: dir.to_owned(),
-            key: hmac::Key::new(hmac::HMAC_SHA256, &key),
+            store: Ok(Store {
+                dir: dir.to_owned(),
+                key: hmac::Key::new(hmac::HMAC_SHA256, &key),
+            }),
         })
+    }
+
+    /// A cache that compiles in memory because `dir` (or its key) is not its
+    /// user's alone: whoever else can write there could have planted a key and
+    /// entries signed with it.
+    fn unused(dir: &Path, untrusted: owner_only::Untrusted) -> CompileCache {
+        let hint = match untrusted {
+            owner_only::Untrusted::Writable { .. } => {
+                "; delete it and lockstep makes it again, its user's alone"
+            }
+            owner_only::Untrusted::NotOwned { .. } => "",
+        };
+        let reason = format!("{untrusted}{hint}");
+        tracing::warn!(
+            dir = %dir.display(),
+            %reason,
+            "plugin compile cache not used: every plugin is compiled in memory"
+        );
+        CompileCache { store: Err(reason) }
     }
 
     /// The compiled component for `wasm`, from the cache or compiled now.
@@ -77,18 +136,37 @@ impl CompileCache {
         engine: &Engine,
         wasm: &[u8],
     ) -> Result<(Component, CacheOutcome), wasmtime::Error> {
+        match &self.store {
+            Ok(store) => store.load(engine, wasm),
+            Err(reason) => Ok((
+                Component::new(engine, wasm)?,
+                CacheOutcome::Unused(reason.clone()),
+            )),
+        }
+    }
+}
+
+impl Store {
+    fn load(
+        &self,
+        engine: &Engine,
+        wasm: &[u8],
+    ) -> Result<(Component, CacheOutcome), wasmtime::Error> {
         let entry = self.dir.join(format!("{}.cwasm", entry_name(engine, wasm)));
         let tag_path = entry.with_extension("tag");
         let outcome = match self.verify(&entry, &tag_path) {
-            Ok(Some(())) => {
+            Ok(Some(file)) => {
                 // SAFETY: the file's HMAC under this cache's key verified, and
                 // only `store` below signs, right after `precompile_component`
-                // produced the bytes. Mapping the file (rather than loading the
-                // bytes just hashed) keeps a 35 MB Python entry at ~4 ms instead
-                // of ~40 ms; it leaves a window in which the file could be
-                // swapped, but only by someone who can write the host's
-                // owner-only cache folder, who could replace the host as well.
-                match unsafe { Component::deserialize_file(engine, &entry) } {
+                // produced the bytes. It is mapped through the kernel's link to
+                // the very descriptor that was hashed, not by the entry's name,
+                // so no file swapped in after the check is reached; its bytes
+                // could change only by its owner's hand, this user's. Mapping
+                // (rather than loading the bytes just hashed) keeps a 35 MB
+                // Python entry at ~4 ms instead of ~40 ms. Without /proc the
+                // mapping fails, and the entry is recompiled.
+                let opened = format!("/proc/self/fd/{}", file.as_raw_fd());
+                match unsafe { Component::deserialize_file(engine, &opened) } {
                     Ok(component) => return Ok((component, CacheOutcome::Hit)),
                     Err(e) => CacheOutcome::Rejected(format!("deserialize: {e}")),
                 }
@@ -111,16 +189,23 @@ impl CompileCache {
         Ok((component, outcome))
     }
 
-    /// `Ok(Some(()))` if the entry is present and signed by this cache;
-    /// `Ok(None)` if absent; `Err(reason)` if present but not trusted. Hashes
-    /// in 1 MiB reads so a large entry is never held in memory twice.
-    fn verify(&self, entry: &Path, tag_path: &Path) -> Result<Option<()>, String> {
-        let mut file = match fs::File::open(entry) {
+    /// `Ok(Some(file))`, the entry opened, if it is present, its user's alone
+    /// and signed by this cache; `Ok(None)` if absent; `Err(reason)` if present
+    /// but not trusted. Hashes in 1 MiB reads so a large entry is never held in
+    /// memory twice.
+    fn verify(&self, entry: &Path, tag_path: &Path) -> Result<Option<File>, String> {
+        let mut file = match File::open(entry) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(format!("cannot read: {e}")),
         };
-        let tag = fs::read(tag_path).map_err(|e| format!("no signature: {e}"))?;
+        owners_alone(&file, entry)?;
+        let mut tag_file = File::open(tag_path).map_err(|e| format!("no signature: {e}"))?;
+        owners_alone(&tag_file, tag_path)?;
+        let mut tag = Vec::new();
+        tag_file
+            .read_to_end(&mut tag)
+            .map_err(|e| format!("cannot read the signature: {e}"))?;
         let mut signer = hmac::Context::with_key(&self.key);
         let mut buffer = vec![0u8; 1 << 20];
         loop {
@@ -135,7 +220,7 @@ impl CompileCache {
         if signer.sign().as_ref() != tag.as_slice() {
             return Err("signature does not match the cache key".to_owned());
         }
-        Ok(Some(()))
+        Ok(Some(file))
     }
 
     fn store(&self, entry: &Path, tag_path: &Path, code: &[u8]) -> std::io::Result<()> {
@@ -172,13 +257,11 @@ impl Hasher for Sha256Hasher {
     }
 }
 
-/// The cache folder, owner-only when this call creates it.
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir)
+/// Whether the opened `file` (at `path`) is its user's alone, as a reason
+/// when it is not.
+fn owners_alone(file: &File, path: &Path) -> Result<(), String> {
+    let found = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
+    owner_only::judge(path, &found).map_err(|e| e.to_string())
 }
 
 fn temp_name(path: &Path) -> PathBuf {
@@ -193,18 +276,10 @@ fn temp_name(path: &Path) -> PathBuf {
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let temp = temp_name(path);
-    let mut file = private_file(&temp)?;
+    let mut file = owner_only::create(&temp)?;
     file.write_all(bytes)?;
     file.sync_all()?;
     fs::rename(&temp, path)
-}
-
-fn private_file(path: &Path) -> std::io::Result<fs::File> {
-    let mut options = fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    options.open(path)
 }
 
 /// Writes a fresh random key; a concurrent creator may win the race, in which
@@ -214,7 +289,7 @@ fn create_key(dir: &Path, key_path: &Path) -> std::io::Result<Vec<u8>> {
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
         .map_err(|_| std::io::Error::other("no system randomness"))?;
     let temp = temp_name(&dir.join(KEY_FILE));
-    let mut file = private_file(&temp)?;
+    let mut file = owner_only::create(&temp)?;
     file.write_all(&key)?;
     file.sync_all()?;
     let linked = fs::hard_link(&temp, key_path);

@@ -44,7 +44,7 @@ pub use host_services::{
     CheckHost, HostError, ObjectInfo, ObjectListing, StagedFiles, StagedListing, StagedObject,
     StoreCheckHost,
 };
-pub use http::{AllowedHosts, HttpLimits, Origin};
+pub use http::{AllowedHosts, HttpLimits, Origin, Resolver, SystemResolver};
 pub use inspect::{Inspection, inspect};
 pub use run_checks::{CheckFailure, CheckReport, CheckStatus, LoadedCheck, run_checks};
 pub use runtime::{

@@ -14,10 +14,13 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use super::bindings::{Check as CheckWorld, CheckPre, wit_types};
 use super::cache::{CacheOutcome, CompileCache};
 use super::host_services::CheckHost;
-use super::http::{self, AllowedHosts, HttpLimits};
+use super::http::{self, AllowedHosts, Egress, HttpLimits, Resolver, SystemResolver};
 use super::inspect::refuse_foreign_imports;
 use super::spec::CheckLimits;
-use super::state::{CheckLimiter, CheckState, Clock, EPOCH_TICK, Grants, emit};
+use super::state::{
+    CheckLimiter, CheckState, Clock, EPOCH_TICK, Grants, MAX_CORE_INSTANCES, MAX_MEMORIES,
+    MAX_TABLES, emit,
+};
 use super::{CheckContext, Error, LogLevel, LogLine, LogSource};
 
 /// How instances get their memory.
@@ -39,6 +42,8 @@ pub struct RuntimeConfig {
     pub cache_dir: PathBuf,
     pub allocation: Allocation,
     pub http: HttpLimits,
+    /// How the names in checks' `allow_hosts` are looked up; the system's resolver.
+    pub resolver: Arc<dyn Resolver>,
 }
 
 impl RuntimeConfig {
@@ -47,6 +52,7 @@ impl RuntimeConfig {
             cache_dir: cache_dir.into(),
             allocation: Allocation::default(),
             http: HttpLimits::default(),
+            resolver: Arc::new(SystemResolver),
         }
     }
 }
@@ -75,6 +81,8 @@ pub enum CheckError {
     Trap { kind: String, frame: Option<String> },
     #[error("cpu limit: ran wasm for more than {} ms", limit.as_millis())]
     CpuLimit { limit: Duration },
+    /// Growing a memory or table would have taken the instance's memories and
+    /// tables together to `requested` bytes.
     #[error("memory limit: tried to grow memory to {requested} bytes, limit is {limit} bytes")]
     MemoryLimit { requested: usize, limit: usize },
     #[error("timeout: no verdict within {} ms", limit.as_millis())]
@@ -134,10 +142,10 @@ const OUTPUT_CAPTURE: usize = 64 * 1024;
 
 /// Pool sizes: checks run one at a time per restore and a host runs a handful
 /// of restores at once, so 128 concurrent instances is plenty. The per-
-/// component counts are sized for componentize-py output (a dozen core
-/// modules, a ~30 000-entry function table).
+/// component counts are the ones every call's limiter enforces (so both
+/// allocators refuse the same components); a table may hold up to 100 000
+/// elements (componentize-py output has a ~30 000-entry function table).
 const POOL_INSTANCES: u32 = 128;
-const POOL_CORE_INSTANCES_PER_COMPONENT: u32 = 64;
 const POOL_TABLE_ELEMENTS: usize = 100_000;
 
 struct Shared {
@@ -147,6 +155,7 @@ struct Shared {
     allocation: Allocation,
     http_client: reqwest::Client,
     http_limits: HttpLimits,
+    resolver: Arc<dyn Resolver>,
     /// Dropping this stops the epoch ticker thread.
     _ticker: mpsc::Sender<()>,
 }
@@ -216,6 +225,7 @@ impl PluginRuntime {
                 allocation,
                 http_client: http::client(),
                 http_limits: config.http,
+                resolver: config.resolver,
             }),
         })
     }
@@ -332,9 +342,12 @@ impl Plugin {
                         .map(|end| end.name.clone())
                         .collect(),
                     host,
-                    http_client: shared.http_client.clone(),
-                    allow_hosts: grants.allow_hosts.clone(),
-                    http_limits: shared.http_limits,
+                    egress: Egress::new(
+                        shared.http_client.clone(),
+                        Arc::clone(&shared.resolver),
+                        grants.allow_hosts.clone(),
+                        shared.http_limits,
+                    ),
                     clock: grants.clock,
                 },
                 wasi: sandboxed_wasi(&stdout, &stderr, grants.clock),
@@ -508,13 +521,14 @@ fn build_engine(allocation: Allocation) -> Result<(Engine, Allocation), Error> {
     if allocation == Allocation::PoolingIfAvailable {
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(POOL_INSTANCES)
-            .total_core_instances(POOL_INSTANCES * POOL_CORE_INSTANCES_PER_COMPONENT)
+            .total_core_instances(POOL_INSTANCES * MAX_CORE_INSTANCES as u32)
             .total_memories(POOL_INSTANCES)
             .total_tables(POOL_INSTANCES * 4)
             .total_stacks(POOL_INSTANCES)
-            .max_core_instances_per_component(POOL_CORE_INSTANCES_PER_COMPONENT)
-            .max_memories_per_component(4)
-            .max_tables_per_component(16)
+            .max_core_instances_per_component(MAX_CORE_INSTANCES as u32)
+            .max_memories_per_component(MAX_MEMORIES as u32)
+            .max_tables_per_component(MAX_TABLES as u32)
+            .max_memories_per_module(MAX_MEMORIES as u32)
             .max_tables_per_module(4)
             .table_elements(POOL_TABLE_ELEMENTS)
             .max_component_instance_size(4 << 20)

@@ -35,7 +35,8 @@ pub struct Check {
 /// What one call of a check may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct CheckLimits {
-    /// Linear memory the call may grow to.
+    /// Bytes the call's instance may hold: every linear memory and every table
+    /// (elements counted as pointers) together.
     pub memory_bytes: usize,
     /// CPU time spent running wasm.
     pub cpu: Duration,
@@ -122,8 +123,9 @@ pub const MAX_CHECK_CALL_MS: u64 = 60 * 60 * 1000;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckLimitsSection {
-    /// Linear memory the check may grow to, in MiB (1 to 4096; default 64). Growing
-    /// past it fails the call with `memory limit`.
+    /// Memory the check's instance may hold, in MiB (1 to 4096; default 64): all its
+    /// linear memories and tables together. Growing past it fails the call with
+    /// `memory limit`.
     pub memory_mib: Option<InRange<1, MAX_CHECK_MEMORY_MIB>>,
     /// CPU time one call may spend running wasm, in milliseconds (default 1000),
     /// measured in 10 ms ticks; time spent waiting in host calls is not charged.

@@ -4,13 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, StoreLimits};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{wit_host, wit_types};
 use super::host_services::{CheckHost, HostError, MAX_PAGE, ObjectInfo};
-use super::http::{self, AllowedHosts, HttpLimits};
+use super::http::Egress;
 
 /// Where a check's clock reads from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -95,9 +95,8 @@ pub(crate) struct Grants {
     pub restore_id: String,
     pub ends: Vec<String>,
     pub host: Arc<dyn CheckHost>,
-    pub http_client: reqwest::Client,
-    pub allow_hosts: AllowedHosts,
-    pub http_limits: HttpLimits,
+    /// The check's HTTP GETs, with the names this call resolved.
+    pub egress: Egress,
     pub clock: Clock,
 }
 
@@ -132,25 +131,58 @@ impl CheckState {
     }
 }
 
-/// `StoreLimits` plus a record of the memory limit being hit, so the call
-/// reports `memory limit` rather than the trap the failed grow causes.
+/// Core instances one call's store may create. A check is one component: a Rust
+/// check instantiates 3 core modules, componentize-py's output 14; 64 leaves room
+/// for bigger runtimes and still stops a component made of thousands.
+pub(crate) const MAX_CORE_INSTANCES: usize = 64;
+/// Memories one call's store may create: every check built so far has one (the
+/// guest's libc and runtime share it); 4 allows a few more without letting many
+/// small memories add up to the process's address space.
+pub(crate) const MAX_MEMORIES: usize = 4;
+/// Tables one call's store may create: checks have two (the functions called
+/// indirectly, and the WASI adapter's).
+pub(crate) const MAX_TABLES: usize = 16;
+
+/// Bytes one table element is counted as: a function reference is a pointer,
+/// the widest element a table holds, so no table is counted smaller than it is.
+const TABLE_ELEMENT_BYTES: usize = size_of::<usize>();
+
+/// Holds one call's memories and tables, together, under the check's memory
+/// limit. wasmtime asks before it creates a memory or table (growing it from 0
+/// to its initial size) and before each growth; the limiter keeps the running
+/// total of every memory's bytes and every table's elements × element size, so
+/// several memories or a large table cannot each stay under the limit while
+/// together passing it. A refusal traps, so the call ends there and reports
+/// `memory limit`; nothing is ever given back, since memories and tables live
+/// as long as the store, which is the call.
 pub(crate) struct CheckLimiter {
-    inner: StoreLimits,
-    memory_limit: usize,
-    /// The size the guest asked to grow to when it hit the limit.
+    limit: usize,
+    /// Bytes the store's memories and tables hold.
+    used: usize,
+    /// The total the guest asked for when it hit the limit.
     pub memory_refused: Option<usize>,
 }
 
 impl CheckLimiter {
-    pub(crate) fn new(memory_limit: usize) -> Self {
+    pub(crate) fn new(limit: usize) -> Self {
         CheckLimiter {
-            inner: wasmtime::StoreLimitsBuilder::new()
-                .memory_size(memory_limit)
-                .trap_on_grow_failure(true)
-                .build(),
-            memory_limit,
+            limit,
+            used: 0,
             memory_refused: None,
         }
+    }
+
+    fn grow(&mut self, current: usize, desired: usize) -> wasmtime::Result<bool> {
+        let total = self.used.saturating_add(desired.saturating_sub(current));
+        if total > self.limit {
+            self.memory_refused = Some(total);
+            return Err(wasmtime::format_err!(
+                "memories and tables would hold {total} bytes, over the limit of {} bytes",
+                self.limit
+            ));
+        }
+        self.used = total;
+        Ok(true)
     }
 }
 
@@ -159,33 +191,44 @@ impl ResourceLimiter for CheckLimiter {
         &mut self,
         current: usize,
         desired: usize,
-        maximum: Option<usize>,
+        _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.memory_limit {
-            self.memory_refused = Some(desired);
-        }
-        self.inner.memory_growing(current, desired, maximum)
+        self.grow(current, desired)
+    }
+
+    /// A growth failed after the limiter allowed it (past the memory's declared
+    /// maximum, or the allocation failed) or could never happen: trap, as
+    /// lockstep always did, so the total never needs taking back.
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        Err(error)
     }
 
     fn table_growing(
         &mut self,
         current: usize,
         desired: usize,
-        maximum: Option<usize>,
+        _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        self.inner.table_growing(current, desired, maximum)
+        self.grow(
+            current.saturating_mul(TABLE_ELEMENT_BYTES),
+            desired.saturating_mul(TABLE_ELEMENT_BYTES),
+        )
+    }
+
+    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        Err(error)
     }
 
     fn instances(&self) -> usize {
-        self.inner.instances()
+        MAX_CORE_INSTANCES
     }
 
     fn tables(&self) -> usize {
-        self.inner.tables()
+        MAX_TABLES
     }
 
     fn memories(&self) -> usize {
-        self.inner.memories()
+        MAX_MEMORIES
     }
 }
 
@@ -321,16 +364,9 @@ impl wit_host::Host for CheckState {
         url: String,
         headers: Vec<(String, String)>,
     ) -> Result<wit_host::HttpResponse, wit_host::HttpError> {
-        let result = http::get(
-            &self.grants.http_client,
-            &self.grants.allow_hosts,
-            self.grants.http_limits,
-            &url,
-            &headers,
-        )
-        .await;
-        if let Err(wit_host::HttpError::NotAllowed(_)) = &result {
-            tracing::warn!(check = %self.grants.check, %url, "check asked for a url outside its allow_hosts");
+        let result = self.grants.egress.get(&url, &headers).await;
+        if let Err(wit_host::HttpError::NotAllowed(reason)) = &result {
+            tracing::warn!(check = %self.grants.check, %url, %reason, "check's http-get refused");
         }
         result
     }

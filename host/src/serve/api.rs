@@ -8,29 +8,35 @@
 //! Added: `GET /api/v1/list_restores`, `GET /healthz`, `GET /metrics`, the OpenAPI
 //! document at `/api/v1/openapi.json`, and a status page at `/` (`status.html`, which reads
 //! `list_restores`). Every route but `/healthz` and the page requires
-//! `Authorization: Bearer <token>` when a token is configured; the CLI refuses to listen
-//! off loopback without one.
+//! `Authorization: Bearer <token>` when a token is configured (a read token only on `GET`
+//! routes, [`super::access`]); the CLI refuses to listen off loopback without TLS and a
+//! token. Every route but `/healthz` refuses a request that is not this server's by its
+//! `Host` or `Origin`, and one that changes something without a JSON body
+//! ([`super::origin`]). A restore's record keeps who asked for it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Query, Request, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
+use axum::{Extension, Router};
+use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::envelope::{Code, Envelope, envelope, header_request_id};
+use super::envelope::{Code, envelope, header_request_id};
+use super::listen::Conn;
 use super::runner::{Ended, Rerun, recorded_report};
 use super::state::ApiState;
 use crate::engine::Report;
 use crate::job::{Job, Location, ResponseMode};
 use crate::journal::{
-    Decision, Outcome, ProgressSnapshot, RestoreId, RestoreLookup, RestorePhase, RestoreRecord,
+    Decision, Outcome, ProgressSnapshot, RequestedBy, RestoreId, RestoreLookup, RestorePhase,
+    RestoreRecord, TokenScope,
 };
 
 /// milvus-backup's restore task states.
@@ -89,6 +95,9 @@ pub struct RestoreView {
     /// runs it.
     #[serde(default)]
     pub snapshot: Option<ProgressSnapshot>,
+    /// Who asked for the restore, as its record keeps it.
+    #[serde(default)]
+    pub requested_by: Option<RequestedBy>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -107,7 +116,7 @@ pub struct CollectionView {
 
 pub fn router(state: Arc<ApiState>) -> Router {
     let guarded = Router::new()
-        .route("/api/v1/restore", post(restore))
+        .route("/api/v1/restore", changes(post(restore)))
         .route("/api/v1/get_restore", get(get_restore))
         .route("/api/v1/list_restores", get(list_restores))
         .route("/api/v1/list", get(super::backups::list))
@@ -115,58 +124,45 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route("/api/v1/hello", get(super::backups::hello))
         .route(
             "/api/v1/restore_secondary",
-            post(|h: HeaderMap| not_served(h, NOT_SECONDARY)),
+            changes(post(|h: HeaderMap| not_served(h, NOT_SECONDARY))),
         )
         .route(
             "/api/v1/create",
-            post(|h: HeaderMap| not_served(h, NOT_BACKUPS)),
+            changes(post(|h: HeaderMap| not_served(h, NOT_BACKUPS))),
         )
         .route(
             "/api/v1/delete",
-            axum::routing::delete(|h: HeaderMap| not_served(h, NOT_BACKUPS)),
+            changes(axum::routing::delete(|h: HeaderMap| {
+                not_served(h, NOT_BACKUPS)
+            })),
         )
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
-        .route_layer(middleware::from_fn_with_state(Arc::clone(&state), auth));
+        .route_layer(middleware::from_fn_with_state(
+            Arc::new(state.tokens.clone()),
+            super::access::authorize,
+        ));
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
         // The page holds no data: its script asks the API, with the token when one is set.
         .route("/", get(|| async { Html(include_str!("status.html")) }))
         .merge(guarded)
+        .route_layer(middleware::from_fn_with_state(
+            Arc::new(state.allowed.clone()),
+            super::origin::same_origin,
+        ))
+        // Added after the same-origin check, which it is spared: it says only `ok`, and
+        // liveness probes reach it by whatever address.
+        .route("/healthz", get(|| async { "ok\n" }))
         .with_state(state)
 }
 
-async fn auth(State(state): State<Arc<ApiState>>, request: Request, next: Next) -> Response {
-    let Some(token) = &state.token else {
-        return next.run(request).await;
-    };
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let ok = given.is_some_and(|g| same_secret(g.as_bytes(), token.as_bytes()));
-    if ok {
-        return next.run(request).await;
-    }
-    let body = Envelope::<()> {
-        request_id: header_request_id(request.headers()),
-        code: Code::NoPermission as i32,
-        msg: "missing or wrong bearer token (Authorization: Bearer <token>)".into(),
-        data: None,
-    };
-    (
-        StatusCode::UNAUTHORIZED,
-        [(header::WWW_AUTHENTICATE, "Bearer")],
-        axum::Json(body),
-    )
-        .into_response()
-}
-
-/// Compares in time that depends only on the lengths, so the token cannot be guessed byte by
-/// byte from response times.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// A route that changes something (every POST and DELETE): after the token, it takes the
+/// restore token alone, then a JSON body alone. On the method's own handler, so that a
+/// method no route serves still gets 405.
+fn changes(route: MethodRouter<Arc<ApiState>>) -> MethodRouter<Arc<ApiState>> {
+    route
+        .route_layer(middleware::from_fn(super::origin::json_only))
+        .route_layer(middleware::from_fn(super::access::restore_scope_only))
 }
 
 /// milvus-backup's routes lockstep does not serve, answered with its `Not_Support` code and
@@ -194,7 +190,14 @@ fn request_id(given: Option<String>) -> String {
     })
 }
 
-async fn restore(State(state): State<Arc<ApiState>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn restore(
+    State(state): State<Arc<ApiState>>,
+    ConnectInfo(conn): ConnectInfo<Conn>,
+    Extension(scope): Extension<TokenScope>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let at = Timestamp::now();
     let host = state.runner.host().clone();
     let parsed = tokio::task::spawn_blocking(move || Job::from_rest(&body, &host))
         .await
@@ -222,9 +225,17 @@ async fn restore(State(state): State<Arc<ApiState>>, headers: HeaderMap, body: B
         }
     };
     let request_id = request_id(rest.request_id.clone());
-    let handle = state
-        .runner
-        .start(rest.job.clone(), Rerun::AfterFailure, vec![]);
+    tracing::info!(%request_id, %scope, peer = %conn.peer, job = %rest.job.name, "restore requested");
+    let requested_by = RequestedBy::Api {
+        scope,
+        peer: conn.peer.to_string(),
+        at,
+        request_id: request_id.clone(),
+    };
+    let handle =
+        state
+            .runner
+            .start_for(requested_by, rest.job.clone(), Rerun::AfterFailure, vec![]);
     match rest.response {
         ResponseMode::Async => envelope(
             request_id,
@@ -341,7 +352,7 @@ fn journal_unreadable(rid: String, e: &crate::journal::Error) -> Response {
 }
 
 async fn openapi(State(state): State<Arc<ApiState>>) -> Response {
-    axum::Json(super::openapi::document(state.token.is_some())).into_response()
+    axum::Json(super::openapi::document(state.tokens.setup())).into_response()
 }
 
 async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
@@ -371,6 +382,7 @@ fn queued_view(identity: &str, job_name: &str) -> RestoreView {
         phase: None,
         report: None,
         snapshot: None,
+        requested_by: None,
     }
 }
 
@@ -494,6 +506,7 @@ fn view_of(state: &ApiState, record: &RestoreRecord) -> RestoreView {
         phase: Some(record.phase),
         report,
         snapshot: record.progress.clone(),
+        requested_by: record.requested_by.clone(),
     }
 }
 
@@ -516,5 +529,6 @@ fn view_of_report(report: &Report) -> RestoreView {
         phase: Some(RestorePhase::Finished),
         report: Some(report.clone()),
         snapshot: None,
+        requested_by: None,
     }
 }

@@ -1,7 +1,7 @@
 //! The answer every `/api/v1` route gives, as milvus-backup's server gives it: its codes,
 //! its envelope, and the request id it carries.
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
@@ -63,4 +63,21 @@ pub(super) fn envelope<T: Serialize>(
         data,
     })
     .into_response()
+}
+
+/// A request refused before any handler saw it, with `status` and the envelope's `code` and
+/// `msg`, so that a milvus-backup client reads the refusal as it reads any other answer.
+pub(super) fn refused(
+    status: StatusCode,
+    code: Code,
+    headers: &HeaderMap,
+    msg: String,
+) -> Response {
+    let body = Envelope::<()> {
+        request_id: header_request_id(headers),
+        code: code as i32,
+        msg,
+        data: None,
+    };
+    (status, axum::Json(body)).into_response()
 }

@@ -10,14 +10,21 @@
 //! - [`api`]: milvus-backup-compatible REST routes, health, metrics, the OpenAPI document;
 //!   `backups` serves milvus-backup's read-only routes beside them, `envelope` the answer
 //!   every route gives, and `state` what their handlers share.
+//! - Who may call it: [`access`] (bearer tokens and their scopes), [`origin`] (requests a
+//!   web page could make a browser send), [`listen`] (plain TCP or TLS, and what a request
+//!   knows of its connection), [`certs`] (the TLS certificate, re-read when rotated).
 //! - [`progress`]: the live view of running restores, for `get_restore` and `/metrics`.
 //! - [`reports`]: the report files and the `latest` links.
 
+pub mod access;
 pub mod api;
 mod backups;
+pub mod certs;
 mod envelope;
+pub mod listen;
 mod metrics;
 pub mod openapi;
+pub mod origin;
 pub mod progress;
 pub mod reports;
 pub mod runner;

@@ -5,10 +5,26 @@
 
 use serde_json::{Value, json};
 
-/// The document of a server that requires a bearer token (`token_required`) or none: a
-/// loopback `serve` started without `--token-env` asks for nothing, and the document says so
-/// rather than promising a 401 that never comes.
-pub fn document(token_required: bool) -> Value {
+use super::access::TokenSetup;
+
+/// What a route needs, as the document says it (`x-lockstep-scope`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// Nothing: no token, and any Host or Origin (`/healthz`).
+    Probe,
+    /// No token, but a request that is this server's (the status page).
+    Page,
+    /// Either token: it only reads.
+    Read,
+    /// The restore token: it changes something (every POST and DELETE).
+    Restore,
+}
+
+/// The document of a server with `tokens`: a loopback `serve` started without `--token-env`
+/// asks for nothing, and the document says so rather than promising a 401 that never comes.
+/// Every route says the scope it needs (`x-lockstep-scope`: `read`, `restore`, or `none`)
+/// and its security the tokens that may call it.
+pub fn document(tokens: TokenSetup) -> Value {
     let envelope = |mut data: Value| {
         data["nullable"] = json!(true);
         json!({
@@ -23,33 +39,78 @@ pub fn document(token_required: bool) -> Value {
         })
     };
     let ok = |schema: Value, what: &str| json!({"description": what, "content": {"application/json": {"schema": schema}}});
-    // Every guarded route's answers: its own, plus the 401 when a token is required.
-    let answers = |mut responses: Value| {
-        if token_required {
+    let restore_token = json!({"bearer": []});
+    let read_token = json!({"readBearer": []});
+    // A route's answers (its own, plus the refusals every route of its scope can get), the
+    // scope it needs and, where it differs from the document's, the tokens that may call it.
+    let route = |scope: Scope, summary: &str, mut op: Value| {
+        let responses = &mut op["responses"];
+        if scope != Scope::Probe {
+            let read_token = if scope == Scope::Restore {
+                ", or a read token on this route, which changes something"
+            } else {
+                ""
+            };
+            responses["403"] = ok(
+                envelope(json!({})),
+                &format!(
+                    "Refused (code 2): the request's Host or Origin is not this server's (a page of another origin, or one reached by DNS rebinding; a proxy's name is allowed with --allowed-origin){read_token}"
+                ),
+            );
+        }
+        if matches!(scope, Scope::Read | Scope::Restore) && tokens != TokenSetup::None {
             responses["401"] = ok(envelope(json!({})), "No or wrong bearer token (code 2)");
         }
-        responses
+        if scope == Scope::Restore {
+            responses["415"] = ok(
+                envelope(json!({})),
+                "The request's Content-Type is not application/json (code 400): a route that changes something takes nothing else, so that no web page can post a form or text to it",
+            );
+        }
+        op["summary"] = json!(summary);
+        op["x-lockstep-scope"] = json!(match scope {
+            Scope::Probe | Scope::Page => "none",
+            Scope::Read => "read",
+            Scope::Restore => "restore",
+        });
+        match (scope, tokens) {
+            (Scope::Probe | Scope::Page, _) => op["security"] = json!([]),
+            (Scope::Restore, TokenSetup::RestoreAndRead) => {
+                op["security"] = json!([restore_token.clone()]);
+            }
+            _ => {}
+        }
+        op
     };
-    let (security, auth_note) = if token_required {
-        (
-            json!([{"bearer": []}]),
-            "This server requires `Authorization: Bearer <token>` on every route but /healthz.",
-        )
-    } else {
-        (
+    let (security, auth_note) = match tokens {
+        TokenSetup::None => (
             json!([]),
-            "This server was started on loopback without a token and requires none; one started with --token-env requires `Authorization: Bearer <token>` on every route but /healthz, and its document says so.",
-        )
+            "This server was started on loopback without a token and requires none; one started with --token-env requires `Authorization: Bearer <token>` on every route but /healthz and /, and its document says so.",
+        ),
+        TokenSetup::Restore => (
+            json!([restore_token.clone()]),
+            "This server requires `Authorization: Bearer <token>` with its restore token on every route but /healthz and /.",
+        ),
+        TokenSetup::RestoreAndRead => (
+            json!([restore_token.clone(), read_token.clone()]),
+            "This server requires `Authorization: Bearer <token>` on every route but /healthz and /: its restore token on every route, or its read token on the routes that only read (x-lockstep-scope: read).",
+        ),
     };
+    let note = format!(
+        "{auth_note} Each route's x-lockstep-scope names the token it needs: `read` (the read or the restore token), `restore` (the restore token), `none`. Every route but /healthz refuses (403) a request whose Host or Origin is not this server's, and every POST and DELETE one whose Content-Type is not application/json (415)."
+    );
     json!({
         "openapi": "3.0.3",
         "info": {
             "title": "lockstep",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": format!("Restores milvus-backup backups into a CDC-replicating Milvus with two-phase import. The restore routes take milvus-backup's request fields and answer with its {{requestId, code, msg, data}} envelope: HTTP 200 for every answer, with the outcome in `code`. {auth_note}"),
+            "description": format!("Restores milvus-backup backups into a CDC-replicating Milvus with two-phase import. The restore routes take milvus-backup's request fields and answer with its {{requestId, code, msg, data}} envelope: HTTP 200 for every answer, with the outcome in `code`. {note}"),
         },
         "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "The restore token (--token-env): every route"},
+                "readBearer": {"type": "http", "scheme": "bearer", "description": "The read token (--read-token-env): the routes whose x-lockstep-scope is read"},
+            },
             "schemas": {
                 "RestoreRequest": restore_request(),
                 "RestoreView": restore_view(),
@@ -60,98 +121,89 @@ pub fn document(token_required: bool) -> Value {
         },
         "security": security,
         "paths": {
-            "/api/v1/restore": {"post": {
-                "summary": "Restore a backup (sync, or async with \"async\": true)",
+            "/api/v1/restore": {"post": route(Scope::Restore, "Restore a backup (sync, or async with \"async\": true)", json!({
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RestoreRequest"}}}},
-                "responses": answers(json!({
+                "responses": {
                     "200": ok(envelope(json!({"$ref": "#/components/schemas/RestoreView"})), "The restore (code 0), a refused request (code 400: the body breaks this schema, or names an invalid or unknown backup, cluster or job), or a failed restore (code 3)"),
                     "400": ok(json!({"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}), "The body is not JSON, or is JSON but not an object"),
-                })),
-            }},
-            "/api/v1/get_restore": {"get": {
-                "summary": "A restore by restore id, job identity (name.hash12) or job name (newest attempt)",
+                },
+            }))},
+            "/api/v1/get_restore": {"get": route(Scope::Read, "A restore by restore id, job identity (name.hash12) or job name (newest attempt), with who asked for it (requested_by)", json!({
                 "parameters": [
                     {"name": "id", "in": "query", "required": true, "schema": {"type": "string"}},
                     {"name": "request_id", "in": "header", "required": false, "schema": {"type": "string"}},
                 ],
-                "responses": answers(json!({
+                "responses": {
                     "200": ok(envelope(json!({"$ref": "#/components/schemas/RestoreView"})), "The restore (code 0), no id or an invalid one (code 400) or not found (code 3)"),
-                })),
-            }},
-            "/api/v1/list_restores": {"get": {
-                "summary": "Every restore in the journal, newest first",
-                "responses": answers(json!({
+                },
+            }))},
+            "/api/v1/list_restores": {"get": route(Scope::Read, "Every restore in the journal, newest first", json!({
+                "responses": {
                     "200": ok(envelope(json!({"type": "array", "items": {"$ref": "#/components/schemas/RestoreView"}})), "The restores"),
-                })),
-            }},
-            "/api/v1/list": {"get": {
-                "summary": "The backups under the host config's backups root, as milvus-backup lists them (a directory that does not read as a backup is left out)",
+                },
+            }))},
+            "/api/v1/list": {"get": route(Scope::Read, "The backups under the host config's backups root, as milvus-backup lists them (a directory that does not read as a backup is left out)", json!({
                 "parameters": [
                     {"name": "collection_name", "in": "query", "required": false, "schema": {"type": "string"}, "description": "deprecated in milvus-backup: refused with code 400 when given"},
                     {"name": "request_id", "in": "header", "required": false, "schema": {"type": "string"}},
                 ],
-                "responses": answers(json!({
+                "responses": {
                     "200": ok(envelope(json!({"type": "array", "items": {"$ref": "#/components/schemas/BackupSummary"}})), "The backups (no code), or code 400 / 3"),
-                })),
-            }},
-            "/api/v1/get_backup": {"get": {
-                "summary": "One backup by name or by milvus-backup's backup id, as milvus-backup's BackupInfoBrief",
+                },
+            }))},
+            "/api/v1/get_backup": {"get": route(Scope::Read, "One backup by name or by milvus-backup's backup id, as milvus-backup's BackupInfoBrief", json!({
                 "parameters": [
                     {"name": "backup_name", "in": "query", "required": false, "schema": {"type": "string"}},
                     {"name": "backup_id", "in": "query", "required": false, "schema": {"type": "string"}},
                     {"name": "path", "in": "query", "required": false, "schema": {"type": "string"}, "description": "the backups' root for this request"},
                     {"name": "request_id", "in": "header", "required": false, "schema": {"type": "string"}},
                 ],
-                "responses": answers(json!({
+                "responses": {
                     "200": ok(envelope(json!({"$ref": "#/components/schemas/BackupInfoBrief"})), "The backup (no code), neither name nor id or an invalid one (code 400), or not found (code 3)"),
-                })),
-            }},
-            "/api/v1/hello": {"get": {
-                "summary": "milvus-backup's greeting, plain text",
-                "responses": answers(json!({
+                },
+            }))},
+            "/api/v1/hello": {"get": route(Scope::Read, "milvus-backup's greeting, plain text", json!({
+                "responses": {
                     "200": {"description": "Hello, This is backup service", "content": {"text/plain": {"schema": {"type": "string"}}}},
-                })),
-            }},
-            "/api/v1/restore_secondary": {"post": {
-                "summary": "milvus-backup's restore of one secondary: not served (code 1); lockstep restores into the primary and holds every secondary, through /api/v1/restore with `secondaries`",
-                "responses": answers(json!({
+                },
+            }))},
+            "/api/v1/restore_secondary": {"post": route(Scope::Restore, "milvus-backup's restore of one secondary: not served (code 1); lockstep restores into the primary and holds every secondary, through /api/v1/restore with `secondaries`", json!({
+                "requestBody": {"required": true, "description": "any JSON (milvus-backup's create body, say): like every POST and DELETE here it is sent as JSON; it is not read", "content": {"application/json": {"schema": {}}}},
+                "responses": {
                     "200": ok(envelope(json!({})), "Code 1, Not_Support, saying what to do instead"),
-                })),
-            }},
-            "/api/v1/create": {"post": {
-                "summary": "milvus-backup's backup creation: not served (code 1); lockstep only restores",
-                "responses": answers(json!({
+                },
+            }))},
+            "/api/v1/create": {"post": route(Scope::Restore, "milvus-backup's backup creation: not served (code 1); lockstep only restores", json!({
+                "requestBody": {"required": true, "description": "any JSON (milvus-backup's create body, say): like every POST and DELETE here it is sent as JSON; it is not read", "content": {"application/json": {"schema": {}}}},
+                "responses": {
                     "200": ok(envelope(json!({})), "Code 1, Not_Support"),
-                })),
-            }},
-            "/api/v1/delete": {"delete": {
-                "summary": "milvus-backup's backup deletion: not served (code 1); lockstep only restores",
-                "responses": answers(json!({
+                },
+            }))},
+            "/api/v1/delete": {"delete": route(Scope::Restore, "milvus-backup's backup deletion: not served (code 1); lockstep only restores", json!({
+                "parameters": [
+                    {"name": "backup_name", "in": "query", "required": false, "schema": {"type": "string"}},
+                ],
+                "requestBody": {"required": true, "description": "any JSON (milvus-backup's client sends `null`): like every POST and DELETE here it is sent as JSON; it is not read", "content": {"application/json": {"schema": {}}}},
+                "responses": {
                     "200": ok(envelope(json!({})), "Code 1, Not_Support"),
-                })),
-            }},
-            "/api/v1/openapi.json": {"get": {
-                "summary": "This document",
-                "responses": answers(json!({
+                },
+            }))},
+            "/api/v1/openapi.json": {"get": route(Scope::Read, "This document", json!({
+                "responses": {
                     "200": ok(json!({"type": "object", "required": ["openapi", "paths"]}), "The OpenAPI document"),
-                })),
-            }},
-            "/": {"get": {
-                "summary": "The status page: restores, running first, with their phase, job states and rows per end, divergences and a link to their JSON. It holds no data and needs no token; its script reads /api/v1/list_restores, asking for the token when this server requires one",
-                "security": [],
-                "responses": {"200": {"description": "HTML", "content": {"text/html": {"schema": {"type": "string"}}}}}
-            }},
-            "/healthz": {"get": {
-                "summary": "Liveness; never needs a token",
-                "security": [],
-                "responses": {"200": {"description": "ok", "content": {"text/plain": {"schema": {"type": "string"}}}}}
-            }},
-            "/metrics": {"get": {
-                "summary": "Prometheus text: restores by outcome, import jobs per end and state, reaction-time histogram, staged bytes",
-                "responses": answers(json!({
+                },
+            }))},
+            "/": {"get": route(Scope::Page, "The status page: restores, running first, with their phase, job states and rows per end, divergences and a link to their JSON. It holds no data and needs no token; its script reads /api/v1/list_restores, asking for the token when this server requires one (the read token is enough)", json!({
+                "responses": {"200": {"description": "HTML", "content": {"text/html": {"schema": {"type": "string"}}}}},
+            }))},
+            "/healthz": {"get": route(Scope::Probe, "Liveness; never needs a token, and answers whatever Host or Origin a request names", json!({
+                "responses": {"200": {"description": "ok", "content": {"text/plain": {"schema": {"type": "string"}}}}},
+            }))},
+            "/metrics": {"get": route(Scope::Read, "Prometheus text: restores by outcome, import jobs per end and state, reaction-time histogram, staged bytes", json!({
+                "responses": {
                     "200": {"description": "Prometheus text format 0.0.4", "content": {"text/plain": {"schema": {"type": "string"}}}},
-                })),
-            }},
+                },
+            }))},
         }
     })
 }
@@ -267,6 +319,19 @@ fn restore_view() -> Value {
                     }},
                     "rows_expected": {"type": "integer"},
                     "rows_exact": {"type": "boolean", "description": "false when some deletes are not counted by the backup's meta, so fewer rows may be right"},
+                }
+            },
+            "requested_by": {
+                "type": "object", "nullable": true,
+                "description": "Who asked for the restore, as its journal record keeps it: an API request ({source: api, scope, peer, at, request_id}: the token's scope, `restore` or `none` on a server without tokens, the peer's address, when, in UTC), a job file of a watched directory ({source: watch}), or the command line ({source: cli, file}); absent in records written before it was kept",
+                "required": ["source"],
+                "properties": {
+                    "source": {"type": "string", "enum": ["api", "watch", "cli"]},
+                    "scope": {"type": "string", "enum": ["restore", "read", "none"]},
+                    "peer": {"type": "string"},
+                    "at": {"type": "string", "format": "date-time"},
+                    "request_id": {"type": "string"},
+                    "file": {"type": "string"},
                 }
             },
         }

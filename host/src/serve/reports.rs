@@ -12,19 +12,16 @@ use crate::engine::Report;
 use crate::engine::report::ReportOf;
 use crate::journal::RestoreId;
 
-/// The report of a job file that was refused before anything ran: it did not parse or
-/// validate. Its id is `{stem}.{hash12 of the bytes}.refused`, so the same bad bytes give the
-/// same report and fixing the file gives a new one.
-pub fn refused_file(path: &Path, bytes: &[u8], error: &crate::job::Error) -> Report {
+/// The report of a job file that was refused before anything ran, with each reason. Its id
+/// is `{stem}.{hash12 of identity}.refused`: `identity` is the file's bytes when it was read,
+/// so the same bad bytes give the same report and fixing the file gives a new one, and the
+/// reason when it was not read.
+pub fn refused_file(path: &Path, identity: &[u8], refusals: Vec<String>) -> Report {
     let stem = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let hash = hex::encode(Sha256::digest(bytes));
-    let refusals: Vec<String> = match error.problems() {
-        [] => vec![error.to_string()],
-        problems => problems.iter().map(ToString::to_string).collect(),
-    };
+    let hash = hex::encode(Sha256::digest(identity));
     let of = ReportOf {
         restore_id: format!("{}refused", RestoreId::content_prefix(&stem, &hash)),
         job_name: stem,
@@ -47,7 +44,7 @@ pub fn write(reports_dir: &Path, report: &Report) -> io::Result<()> {
 /// `latest/{job}.json` and `.txt`, links to the report files of `report`'s restore.
 pub fn link_latest(reports_dir: &Path, report: &Report) -> io::Result<()> {
     let latest = reports_dir.join("latest");
-    std::fs::create_dir_all(&latest)?;
+    crate::owner_only::dir(&latest)?;
     let job = RestoreId::content_prefix(&report.job_name, "");
     let job = job.trim_end_matches('.');
     for ext in ["json", "txt"] {
@@ -84,7 +81,8 @@ mod tests {
         let bytes = b"backup = \"b\"\ntarget = \"http://127.0.0.1:1\"\nstrategy = \"fast\"\n";
         std::fs::write(&path, bytes).unwrap();
         let err = crate::job::Job::from_file(&path, &host).unwrap_err();
-        let report = refused_file(&path, bytes, &err);
+        let problems = err.problems().iter().map(ToString::to_string).collect();
+        let report = refused_file(&path, bytes, problems);
         assert!(report.restore_id.starts_with("orders."));
         assert!(report.restore_id.ends_with(".refused"));
         assert!(

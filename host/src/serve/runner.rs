@@ -29,7 +29,7 @@ use super::{LiveProgress, reports};
 use crate::config::HostConfig;
 use crate::engine::{self, Ends, Engine, Interrupt, Progress, Report};
 use crate::job::Job;
-use crate::journal::{self, Journal, Outcome, RestoreId, RestoreRecord};
+use crate::journal::{self, Journal, Outcome, RequestedBy, RestoreId, RestoreRecord};
 
 /// How often a host waiting on another host's claim looks again: a takeover happens within
 /// this of the lease's expiry.
@@ -121,6 +121,8 @@ pub struct Runner {
 struct Wanted {
     job: Job,
     rerun: Rerun,
+    /// The latest asker: whom an attempt the sweep starts for this want records.
+    requested_by: RequestedBy,
     by: usize,
 }
 
@@ -174,10 +176,24 @@ impl Runner {
             .expect("active restores lock: no panics under it")
     }
 
-    /// Asks for `job` to run (once; see [`Rerun`]), after every restore in `after` ended.
-    /// Asking again for an identity that has a task joins that task.
+    /// Asks for a job file's `job` to run (once; see [`Rerun`]), after every restore in
+    /// `after` ended: [`Runner::start_for`] as the watched directory asks (its records say
+    /// `{"source": "watch"}`).
     pub fn start(
         self: &Arc<Self>,
+        job: Job,
+        rerun: Rerun,
+        after: Vec<RestoreHandle>,
+    ) -> RestoreHandle {
+        self.start_for(RequestedBy::Watch { file: None }, job, rerun, after)
+    }
+
+    /// Asks for `job` to run (once; see [`Rerun`]), after every restore in `after` ended;
+    /// the attempts it runs record `requested_by`. Asking again for an identity that has a
+    /// task joins that task, whose records keep the asker that started it.
+    pub fn start_for(
+        self: &Arc<Self>,
+        requested_by: RequestedBy,
         job: Job,
         rerun: Rerun,
         after: Vec<RestoreHandle>,
@@ -187,9 +203,11 @@ impl Runner {
             .lock()
             .expect("wanted jobs lock: no panics under it")
             .entry(identity.clone())
+            .and_modify(|w| w.requested_by = requested_by.clone())
             .or_insert_with(|| Wanted {
                 job: job.clone(),
                 rerun,
+                requested_by: requested_by.clone(),
                 by: 0,
             })
             .by += 1;
@@ -198,7 +216,7 @@ impl Runner {
                 for earlier in after {
                     earlier.ended().await;
                 }
-                runner.drive(job, rerun, interrupt).await
+                runner.drive(job, rerun, requested_by, interrupt).await
             })
         })
     }
@@ -301,6 +319,7 @@ impl Runner {
         self: Arc<Self>,
         job: Job,
         rerun: Rerun,
+        requested_by: RequestedBy,
         interrupt: Interrupt,
     ) -> BoxFuture<'static, Ended> {
         Box::pin(async move {
@@ -354,10 +373,10 @@ impl Runner {
                         if interrupt.is_set() {
                             return Ended::NothingRan;
                         }
-                        let report =
-                            spawn_run(self.engine(interrupt.clone()), job.clone(), because)
-                                .await
-                                .expect("a restore does not panic");
+                        let engine = self.engine(interrupt.clone());
+                        let report = spawn_run(engine, job.clone(), requested_by.clone(), because)
+                            .await
+                            .expect("a restore does not panic");
                         if report.restore_id.is_empty() {
                             // Refused before any record: either another host claimed the same
                             // attempt a moment ago (its claim, or the record it then wrote,
@@ -505,11 +524,11 @@ impl Runner {
                 let wanted = (self.wanted.lock())
                     .expect("wanted jobs lock: no panics under it")
                     .get(&identity)
-                    .map(|w| (w.job.clone(), w.rerun));
-                if let Some((job, rerun)) = wanted {
+                    .map(|w| (w.job.clone(), w.rerun, w.requested_by.clone()));
+                if let Some((job, rerun, requested_by)) = wanted {
                     tracing::info!(restore = %record.id, "taking over an unfinished restore nobody holds, for the job here that asks for it");
                     self.begin(identity, |runner, interrupt| {
-                        runner.drive(job, rerun, interrupt)
+                        runner.drive(job, rerun, requested_by, interrupt)
                     });
                     continue;
                 }
@@ -561,8 +580,13 @@ async fn recheck_later(interrupt: &Interrupt) -> bool {
 }
 
 /// Spawns a restore of `job` as a task of its own.
-fn spawn_run(engine: Engine, job: Job, because: Option<String>) -> tokio::task::JoinHandle<Report> {
-    tokio::spawn(async move { engine.run_because(&job, because).await })
+fn spawn_run(
+    engine: Engine,
+    job: Job,
+    requested_by: RequestedBy,
+    because: Option<String>,
+) -> tokio::task::JoinHandle<Report> {
+    tokio::spawn(async move { engine.run_because(&job, requested_by, because).await })
 }
 
 /// Spawns a recovery of `record`, with the job's stores when the job is known, else the

@@ -1,7 +1,9 @@
 //! The compile cache: a second load deserializes what the first compiled,
 //! and an entry the host did not write (corrupted, or signed under another
-//! cache's key) is recompiled, never loaded.
+//! cache's key) is recompiled, never loaded. A folder, or an entry, that is not
+//! its user's alone is not trusted whatever its signature says.
 
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use lockstep::plugins::{CacheOutcome, CheckGrants, CheckLimits, Phase, PluginRuntime, Verdict};
@@ -102,4 +104,74 @@ fn one_runtime_per_cache_directory_per_process() {
     );
     let other = tempfile::tempdir().unwrap();
     assert!(!a.is(&PluginRuntime::shared(other.path()).expect("runtime")));
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// Issue 48: a key and an entry signed with it, planted in a cache folder that others
+/// can write, are never deserialized. The plant is a whole cache copied from another
+/// folder, which a folder only its user can write loads (the control); once the folder is
+/// mode 0777, the check still runs, compiled in memory, and the folder is left as found.
+#[tokio::test]
+async fn a_folder_others_can_write_is_not_used() {
+    let elsewhere = tempfile::tempdir().expect("temp dir");
+    assert_eq!(
+        load_and_call(elsewhere.path()).await,
+        CacheOutcome::Compiled
+    );
+    let temp = tempfile::tempdir().expect("temp dir");
+    let planted = temp.path().join("plugin-cache");
+    std::fs::create_dir(&planted).expect("plant folder");
+    for file in std::fs::read_dir(elsewhere.path()).expect("cache dir") {
+        let file = file.expect("entry").path();
+        std::fs::copy(&file, planted.join(file.file_name().expect("name"))).expect("plant");
+    }
+    assert_eq!(
+        load_and_call(&planted).await,
+        CacheOutcome::Hit,
+        "the plant is a cache today's code would load"
+    );
+
+    chmod(&planted, 0o777);
+    let before: Vec<_> = entries(&planted, "cwasm");
+    let outcome = load_and_call(&planted).await;
+    assert!(
+        matches!(&outcome, CacheOutcome::Unused(reason)
+            if reason.contains(&planted.display().to_string())
+                && reason.contains("written by its group or by others")),
+        "{outcome:?}"
+    );
+    let mode = std::fs::metadata(&planted)
+        .expect("folder")
+        .permissions()
+        .mode();
+    assert_eq!(
+        mode & 0o777,
+        0o777,
+        "left as found: narrowing it would trust the plant"
+    );
+    assert_eq!(entries(&planted, "cwasm"), before, "nothing written there");
+}
+
+/// In a folder only its user can write, an entry others can write is recompiled and
+/// replaced by one only its user can.
+#[tokio::test]
+async fn an_entry_others_can_write_is_recompiled() {
+    let cache = tempfile::tempdir().expect("temp dir");
+    load_and_call(cache.path()).await;
+    let entry = &entries(cache.path(), "cwasm")[0];
+    chmod(entry, 0o666);
+    let outcome = load_and_call(cache.path()).await;
+    assert!(
+        matches!(&outcome, CacheOutcome::Rejected(reason) if reason.contains("by others")),
+        "{outcome:?}"
+    );
+    let mode = std::fs::metadata(entry)
+        .expect("entry")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(load_and_call(cache.path()).await, CacheOutcome::Hit);
 }

@@ -3,6 +3,7 @@
 
 mod cache;
 mod examples;
+mod memory;
 mod run_checks;
 mod sandbox;
 mod support;

@@ -2,6 +2,7 @@
 //! stopped or refused with the reason that says which, and the same loaded
 //! plugin answers the next call normally.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lockstep::plugins::{
@@ -9,7 +10,9 @@ use lockstep::plugins::{
     Phase, Plugin, Verdict,
 };
 
-use super::support::{TestServer, config, context, no_storage, plugin, runtime};
+use super::support::{
+    ScriptedResolver, TestServer, config, context, no_storage, plugin, runtime, runtime_resolving,
+};
 
 const TIGHT: CheckLimits = CheckLimits {
     memory_bytes: 16 << 20,
@@ -44,6 +47,19 @@ async fn assert_next_call_passes(plugin: &Plugin) {
         Ok(Verdict::Pass),
         "the next call after a bad one"
     );
+}
+
+/// The guest GETs `url` once.
+async fn http_get(plugin: &Plugin, url: &str, grants: &CheckGrants) -> CheckRun {
+    call(plugin, &[("behaviour", "http-get"), ("url", url)], grants).await
+}
+
+/// Grants that let the check's HTTP GET reach `origins`.
+fn allowing(origins: &[String]) -> CheckGrants {
+    CheckGrants {
+        allow_hosts: AllowedHosts::parse("t", origins).expect("origins"),
+        ..CheckGrants::default()
+    }
 }
 
 fn refusal(run: &CheckRun) -> String {
@@ -121,10 +137,7 @@ async fn a_trap_names_the_instruction_and_the_wasm_frame() {
 async fn waiting_in_a_host_call_hits_the_wall_time_limit() {
     let server = TestServer::start(None, "").await;
     let plugin = test_guest(CheckLimits::default()).await;
-    let grants = CheckGrants {
-        allow_hosts: AllowedHosts::parse("t", &[server.origin()]).expect("origin"),
-        ..CheckGrants::default()
-    };
+    let grants = allowing(&[server.origin()]);
     let run = call(
         &plugin,
         &[("behaviour", "slow-http"), ("url", &server.url("/wait"))],
@@ -204,29 +217,137 @@ async fn http_to_a_host_not_allowed_is_refused_before_connecting() {
     let server = TestServer::start(Some(200), "ok").await;
     let other = TestServer::start(Some(200), "ok").await;
     let plugin = test_guest(TIGHT).await;
-    let grants = CheckGrants {
-        allow_hosts: AllowedHosts::parse("t", &[other.origin()]).expect("origin"),
-        ..CheckGrants::default()
-    };
-    let run = call(
-        &plugin,
-        &[("behaviour", "http-get"), ("url", &server.url("/secret"))],
-        &grants,
-    )
-    .await;
+    let grants = allowing(&[other.origin()]);
+    let run = http_get(&plugin, &server.url("/secret"), &grants).await;
     let reason = refusal(&run);
     assert!(reason.contains("NotAllowed"), "{reason}");
     assert_eq!(server.connections(), 0, "refused before any connection");
 
     // The same grant lets the allowed origin through.
+    let run = http_get(&plugin, &other.url("/ok"), &grants).await;
+    assert_eq!(run.outcome, Ok(Verdict::Pass));
+    assert_eq!(other.connections(), 1);
+}
+
+/// Host and the headers that frame a request are lockstep's: asking for one is an
+/// error the guest handles (not a trap), and nothing is sent; other headers go
+/// through beside the allowed origin's Host.
+#[tokio::test]
+async fn http_get_refuses_host_and_hop_by_hop_headers_without_sending() {
+    let server = TestServer::start(Some(200), "ok").await;
+    let plugin = test_guest(TIGHT).await;
+    let grants = allowing(&[server.origin()]);
+    let url = server.url("/approve");
+    for header in [
+        "Host: metadata.google.internal",
+        "Transfer-Encoding: chunked",
+        "Proxy-Authorization: Basic eA==",
+        "Connection: upgrade",
+    ] {
+        let run = call(
+            &plugin,
+            &[("behaviour", "http-get"), ("url", &url), ("header", header)],
+            &grants,
+        )
+        .await;
+        let reason = refusal(&run);
+        let name = header.split(':').next().expect("a name");
+        assert!(
+            reason.contains("NotAllowed") && reason.contains(&format!("request header `{name}`")),
+            "{reason}"
+        );
+    }
+    assert_eq!(server.connections(), 0, "no refused request was sent");
+
     let run = call(
         &plugin,
-        &[("behaviour", "http-get"), ("url", &other.url("/ok"))],
+        &[
+            ("behaviour", "http-get"),
+            ("url", &url),
+            ("header", "X-Request-Id: 7"),
+        ],
         &grants,
     )
     .await;
     assert_eq!(run.outcome, Ok(Verdict::Pass));
-    assert_eq!(other.connections(), 1);
+    let heads = server.heads();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(
+        heads[0].contains(&format!("\r\nhost: {}\r\n", server.addr)),
+        "{}",
+        heads[0]
+    );
+    assert!(heads[0].contains("\r\nx-request-id: 7\r\n"), "{}", heads[0]);
+}
+
+/// A name that resolves to loopback is refused, even when allowed; the address itself,
+/// named in allow_hosts, is reached.
+#[tokio::test]
+async fn a_name_resolving_to_loopback_is_refused_while_the_address_is_allowed() {
+    let server = TestServer::start(Some(200), "ok").await;
+    let plugin = test_guest(TIGHT).await;
+    let port = server.addr.port();
+    let by_name = format!("http://localhost:{port}");
+    let grants = allowing(std::slice::from_ref(&by_name));
+    let run = http_get(&plugin, &format!("{by_name}/"), &grants).await;
+    let reason = refusal(&run);
+    assert!(
+        reason.contains("NotAllowed") && reason.contains("(a loopback address)"),
+        "{reason}"
+    );
+    assert_eq!(server.connections(), 0);
+
+    let grants = allowing(&[server.origin()]);
+    let run = http_get(&plugin, &server.url("/"), &grants).await;
+    assert_eq!(run.outcome, Ok(Verdict::Pass));
+    assert_eq!(server.connections(), 1);
+}
+
+/// DNS rebinding: `approvals.test` answers 127.0.0.1 (named by address in allow_hosts, so
+/// reachable), then 127.0.0.2 (not named). Every GET of one call goes to the first
+/// answer, looked up once; the next call looks up again and is refused the second.
+#[tokio::test]
+async fn a_name_stays_on_its_first_address_for_the_whole_call() {
+    let first = TestServer::start(Some(200), "ok").await;
+    let port = first.addr.port();
+    let second = TestServer::start_on(([127, 0, 0, 2], port).into(), Some(200), "ok").await;
+    let resolver = Arc::new(ScriptedResolver::new(&[first.addr.ip(), second.addr.ip()]));
+    let plugin = runtime_resolving(resolver.clone())
+        .load(&plugin("test-guest"), TIGHT)
+        .await
+        .expect("test guest loads");
+    let name = format!("approvals.test:{port}");
+    let grants = allowing(&[format!("http://{name}"), first.origin()]);
+    let url = format!("http://{name}/approved");
+
+    let run = call(
+        &plugin,
+        &[("behaviour", "http-get"), ("url", &url), ("times", "3")],
+        &grants,
+    )
+    .await;
+    assert_eq!(run.outcome, Ok(Verdict::Pass));
+    assert_eq!(resolver.lookups(), 1, "one lookup per call");
+    assert_eq!(first.connections(), 3);
+    assert_eq!(
+        second.connections(),
+        0,
+        "the second answer was never followed"
+    );
+    assert!(
+        (first.heads().iter()).all(|head| head.contains(&format!("\r\nhost: {name}\r\n"))),
+        "{:?}",
+        first.heads()
+    );
+
+    let run = http_get(&plugin, &url, &grants).await;
+    let reason = refusal(&run);
+    assert!(
+        reason.contains("NotAllowed") && reason.contains("127.0.0.2 (a loopback address)"),
+        "{reason}"
+    );
+    assert_eq!(resolver.lookups(), 2);
+    assert_eq!(second.connections(), 0);
 }
 
 #[tokio::test]

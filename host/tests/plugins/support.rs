@@ -1,16 +1,18 @@
 //! Shared pieces: plugin paths, a runtime on a shared compile cache, a restore
-//! context, local object stores per end and tiny HTTP servers on loopback.
+//! context, local object stores per end, tiny HTTP servers on loopback and a
+//! resolver whose answers a test scripts.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use lockstep::plugins::{
     AllowedHosts, Check, CheckContext, CheckEnd, CheckHost, CheckImportJob, CheckLimits, EndRole,
-    OnError, Phase, PluginRuntime, StagedObject, StoreCheckHost,
+    OnError, Phase, PluginRuntime, Resolver, RuntimeConfig, StagedObject, StoreCheckHost,
 };
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
@@ -34,8 +36,20 @@ pub fn plugin(name: &str) -> PathBuf {
 /// A runtime whose compile cache outlives the test run, so the slow first
 /// compile (the Python check takes seconds) is paid once per target dir.
 pub fn runtime() -> PluginRuntime {
-    PluginRuntime::new(Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache"))
-        .expect("runtime starts")
+    PluginRuntime::new(cache_dir()).expect("runtime starts")
+}
+
+/// [`runtime`] looking names up with `resolver`.
+pub fn runtime_resolving(resolver: Arc<dyn Resolver>) -> PluginRuntime {
+    PluginRuntime::with_config(RuntimeConfig {
+        resolver,
+        ..RuntimeConfig::new(cache_dir())
+    })
+    .expect("runtime starts")
+}
+
+fn cache_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache")
 }
 
 /// A validated `[[check]]` of the built plugin `name` in `phase`, as a job
@@ -131,22 +145,32 @@ impl LocalEnds {
     }
 }
 
-/// A loopback server that counts connections and answers each request with
-/// `status` and `body` — or never answers when `status` is `None`.
+/// A loopback server that counts connections, keeps each request's head and
+/// answers each request with `status` and `body` — or never answers when
+/// `status` is `None`.
 pub struct TestServer {
     pub addr: SocketAddr,
     pub connections: Arc<AtomicUsize>,
+    heads: Arc<Mutex<Vec<String>>>,
 }
 
 impl TestServer {
     pub async fn start(status: Option<u16>, body: &'static str) -> TestServer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        TestServer::start_on(([127, 0, 0, 1], 0).into(), status, body).await
+    }
+
+    /// The server on `addr` (port 0: any free port).
+    pub async fn start_on(addr: SocketAddr, status: Option<u16>, body: &'static str) -> TestServer {
+        let listener = TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let connections = Arc::new(AtomicUsize::new(0));
+        let heads = Arc::new(Mutex::new(Vec::new()));
         let counter = Arc::clone(&connections);
+        let received = Arc::clone(&heads);
         tokio::spawn(async move {
             while let Ok((mut socket, _)) = listener.accept().await {
                 counter.fetch_add(1, Ordering::SeqCst);
+                let received = Arc::clone(&received);
                 tokio::spawn(async move {
                     let mut request = Vec::new();
                     let mut buf = [0u8; 1024];
@@ -156,6 +180,10 @@ impl TestServer {
                             Ok(n) => request.extend_from_slice(&buf[..n]),
                         }
                     }
+                    received
+                        .lock()
+                        .expect("no panics under the lock")
+                        .push(String::from_utf8_lossy(&request).to_ascii_lowercase());
                     let Some(status) = status else {
                         // Hold the connection open without answering.
                         std::future::pending::<()>().await;
@@ -169,7 +197,11 @@ impl TestServer {
                 });
             }
         });
-        TestServer { addr, connections }
+        TestServer {
+            addr,
+            connections,
+            heads,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -182,5 +214,40 @@ impl TestServer {
 
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
+    }
+
+    /// The request line and headers of each request so far, lowercased.
+    pub fn heads(&self) -> Vec<String> {
+        self.heads.lock().expect("no panics under the lock").clone()
+    }
+}
+
+/// A resolver that answers each lookup with the next of `answers` (the last one
+/// from then on) and counts the lookups: a name whose address changes.
+#[derive(Debug)]
+pub struct ScriptedResolver {
+    answers: Vec<IpAddr>,
+    lookups: AtomicUsize,
+}
+
+impl ScriptedResolver {
+    pub fn new(answers: &[IpAddr]) -> ScriptedResolver {
+        assert!(!answers.is_empty(), "a script answers at least once");
+        ScriptedResolver {
+            answers: answers.to_vec(),
+            lookups: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn lookups(&self) -> usize {
+        self.lookups.load(Ordering::SeqCst)
+    }
+}
+
+impl Resolver for ScriptedResolver {
+    fn lookup<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>> {
+        let turn = self.lookups.fetch_add(1, Ordering::SeqCst);
+        let answer = self.answers[turn.min(self.answers.len() - 1)];
+        Box::pin(std::future::ready(Ok(vec![answer])))
     }
 }

@@ -18,7 +18,7 @@ impl Check for TestGuest {
             "loop-forever" => loop_forever(),
             "allocate" => allocate_without_bound(),
             "trap" => trap_here(),
-            "http-get" => http_get_once(ctx.config_required("url")?),
+            "http-get" => http_get(ctx),
             "slow-http" => http_get_until_answered(ctx.config_required("url")?),
             "wasi-sleep" => {
                 std::thread::sleep(Duration::from_secs(3600));
@@ -109,11 +109,22 @@ fn trap_here() -> Result<Verdict, CheckError> {
     core::arch::wasm32::unreachable()
 }
 
-fn http_get_once(url: &str) -> Result<Verdict, CheckError> {
-    Ok(match lockstep_check::http_get(url, &[]) {
-        Ok(response) => Verdict::Pass.tap(|| format!("{url} answered {}", response.status)),
-        Err(e) => lockstep_check::fail(e.to_string()),
-    })
+/// GETs config `url` `times` times (default once), with the request header
+/// `header` (`name: value`) when set; passes when every GET got an answer.
+fn http_get(ctx: &Context) -> Result<Verdict, CheckError> {
+    let url = ctx.config_required("url")?;
+    let headers: Vec<(&str, &str)> = ctx
+        .config("header")
+        .and_then(|header| header.split_once(": "))
+        .into_iter()
+        .collect();
+    let times = ctx.config_parse::<u32>("times")?.unwrap_or(1);
+    for _ in 0..times {
+        if let Err(e) = lockstep_check::http_get(url, &headers) {
+            return Ok(lockstep_check::fail(e.to_string()));
+        }
+    }
+    Ok(Verdict::Pass.tap(|| format!("{url} answered {times} times")))
 }
 
 /// Keeps asking a slow host, so the guest spends its time waiting inside host

@@ -602,9 +602,11 @@ impl World {
     /// component is compiled once for every world that shares it rather than once per
     /// world: the 18 MB Python check takes most of a minute to compile in a debug build.
     /// Sharing is safe across processes: the cache writes entries atomically and settles
-    /// the race for its signing key.
+    /// the race for its signing key. The folder is made owner-only, as lockstep makes its
+    /// own: one its group could write (under a umask of 002) would not be used.
     pub fn share_plugin_cache(&self, shared: &Path) -> anyhow::Result<()> {
-        std::fs::create_dir_all(shared)?;
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(shared)?;
         std::fs::create_dir_all(self.path("state"))?;
         std::os::unix::fs::symlink(shared, self.path("state/plugin-cache"))
             .context("linking the shared plugin cache")
@@ -656,34 +658,7 @@ impl World {
     /// Starts `lockstep ARGS` and returns while it runs, collecting its log (stderr) as it
     /// comes, so a test can act at a moment the log marks.
     pub fn spawn(&self, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Running> {
-        let mut child = self
-            .lockstep(args, env)
-            .spawn()
-            .context("starting lockstep")?;
-        let mut stdout = child.stdout.take().expect("stdout is piped");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let log = Arc::new(Mutex::new(String::new()));
-        let stdout = tokio::spawn(async move {
-            let mut bytes = Vec::new();
-            stdout.read_to_end(&mut bytes).await.map(|_| bytes)
-        });
-        let log_reader = tokio::spawn({
-            let log = Arc::clone(&log);
-            async move {
-                let mut lines = tokio::io::BufReader::new(stderr).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    let mut log = log.lock().expect("no panics while the log lock is held");
-                    log.push_str(&line);
-                    log.push('\n');
-                }
-            }
-        });
-        Ok(Running {
-            child,
-            stdout,
-            log,
-            log_reader,
-        })
+        Running::start(self.lockstep(args, env))
     }
 
     /// Makes the last job `lockstep run JOB` will create on the target (counted with
@@ -1218,6 +1193,36 @@ pub struct Running {
 }
 
 impl Running {
+    /// Starts `cmd` (a `lockstep` command with piped output, such as [`World::lockstep`]
+    /// makes) and returns while it runs, collecting its log as it comes.
+    pub fn start(mut cmd: tokio::process::Command) -> anyhow::Result<Running> {
+        let mut child = cmd.spawn().context("starting lockstep")?;
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let log = Arc::new(Mutex::new(String::new()));
+        let stdout = tokio::spawn(async move {
+            let mut bytes = Vec::new();
+            stdout.read_to_end(&mut bytes).await.map(|_| bytes)
+        });
+        let log_reader = tokio::spawn({
+            let log = Arc::clone(&log);
+            async move {
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let mut log = log.lock().expect("no panics while the log lock is held");
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            }
+        });
+        Ok(Running {
+            child,
+            stdout,
+            log,
+            log_reader,
+        })
+    }
+
     /// What the process logged so far.
     pub fn log(&self) -> String {
         self.log

@@ -26,11 +26,12 @@ use std::path::{Path, PathBuf};
 
 use url::Url;
 
-use super::secret::{Env, Secret};
+use super::secret::{Env, Secret, TokenSource};
 use super::spec::{
     BackupsSpec, ClusterSpec, DEFAULT_MAX_ATTEMPTS, DEFAULT_STATE_DIR, GivenKeys, HostConfig,
-    PathForm, RestoreDefaults, StorageSpec, TlsSpec, TokenSource,
+    PathForm, RestoreDefaults, StorageSpec,
 };
+use super::tls::TlsSpec;
 use super::validate::read_pem;
 use crate::diagnostic::{Error, Input, Location, Problem, RawProblem, line_column};
 use settings::{Given, Origin, Settings};

@@ -2,8 +2,10 @@
 
 mod access;
 mod atomicity;
+mod browser;
 mod clouds;
 mod crash;
+mod cross_origin;
 mod drop_in;
 mod fault_runner;
 mod full_disk;

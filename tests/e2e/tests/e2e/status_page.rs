@@ -6,230 +6,30 @@
 //!
 //! `LOCKSTEP_STATUS_SCREENSHOT=FILE` keeps a screenshot of the page.
 
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use e2e::{Running, TARGET, World, WorldSpec, eventually, plugin, secondary};
-use serde_json::{Value, json};
+use e2e::{TARGET, World, WorldSpec, plugin, secondary};
+use serde_json::Value;
 
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-/// WebDriver's key for an element reference.
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+use crate::browser::{Browser, serve, until};
 
-/// Polls `probe` until it gives a value, for at most `limit`.
-async fn until<T, Fut>(
-    limit: Duration,
-    what: &str,
-    mut probe: impl FnMut() -> Fut,
-) -> anyhow::Result<T>
-where
-    Fut: Future<Output = anyhow::Result<Option<T>>>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(found) = probe().await? {
-            return Ok(found);
-        }
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: not within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// A chromedriver process and one headless Chromium session of it.
-struct Browser {
-    _driver: tokio::process::Child,
-    _profile: tempfile::TempDir,
-    session: String,
-    http: reqwest::Client,
-}
-
-impl Browser {
-    async fn start() -> anyhow::Result<Browser> {
-        for binary in [CHROMIUM, CHROMEDRIVER] {
-            anyhow::ensure!(
-                std::path::Path::new(binary).exists(),
-                "{binary} is missing: install Debian's chromium and chromium-driver (.ci/run does)"
-            );
-        }
-        let port = free_port()?;
-        let driver = tokio::process::Command::new(CHROMEDRIVER)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting chromedriver")?;
-        let base = format!("http://127.0.0.1:{port}");
-        let http = reqwest::Client::new();
-        eventually(Duration::from_secs(20), || async {
-            Ok(http.get(format!("{base}/status")).send().await.is_ok())
-        })
+/// The restore cards as the page drew them: id, class, and per end its cells.
+async fn cards_on(browser: &Browser) -> anyhow::Result<Vec<Value>> {
+    let cards = browser
+        .script(
+            "return [...document.querySelectorAll('.restore')].map(card => ({
+                id: card.dataset.id,
+                class: card.className,
+                text: card.innerText,
+                json: card.querySelector('a.json').getAttribute('href'),
+                ends: [...card.querySelectorAll('tr.end')].map(row =>
+                    [...row.querySelectorAll('td')].map(td => td.innerText)),
+            }))",
+        )
         .await?;
-        let profile = tempfile::tempdir()?;
-        // The flags this machine's closed network needs (no background fetches), as root.
-        let args = [
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-component-update",
-            "--disable-sync",
-            "--window-size=1280,1000",
-            &format!("--user-data-dir={}", profile.path().display()),
-        ];
-        let created: Value = http
-            .post(format!("{base}/session"))
-            .json(&json!({"capabilities": {"alwaysMatch": {
-                "browserName": "chrome",
-                "goog:chromeOptions": {"binary": CHROMIUM, "args": args},
-            }}}))
-            .send()
-            .await?
-            .json()
-            .await?;
-        let session = created["value"]["sessionId"]
-            .as_str()
-            .with_context(|| format!("no WebDriver session: {created}"))?;
-        Ok(Browser {
-            session: format!("{base}/session/{session}"),
-            _driver: driver,
-            _profile: profile,
-            http,
-        })
-    }
-
-    async fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Value,
-    ) -> anyhow::Result<Value> {
-        let mut request = self.http.request(method, format!("{}{path}", self.session));
-        if !body.is_null() {
-            request = request.json(&body);
-        }
-        let answer: Value = request.send().await?.json().await?;
-        anyhow::ensure!(
-            answer["value"].get("error").is_none(),
-            "WebDriver {path}: {answer}"
-        );
-        Ok(answer["value"].clone())
-    }
-
-    async fn open(&self, url: &str) -> anyhow::Result<()> {
-        self.call(reqwest::Method::POST, "/url", json!({"url": url}))
-            .await
-            .map(drop)
-    }
-
-    async fn script(&self, script: &str) -> anyhow::Result<Value> {
-        self.call(
-            reqwest::Method::POST,
-            "/execute/sync",
-            json!({"script": script, "args": []}),
-        )
-        .await
-    }
-
-    async fn type_into(&self, css: &str, text: &str) -> anyhow::Result<()> {
-        let element = self.element(css).await?;
-        self.call(
-            reqwest::Method::POST,
-            &format!("/element/{element}/value"),
-            json!({"text": text}),
-        )
-        .await
-        .map(drop)
-    }
-
-    async fn click(&self, css: &str) -> anyhow::Result<()> {
-        let element = self.element(css).await?;
-        self.call(
-            reqwest::Method::POST,
-            &format!("/element/{element}/click"),
-            json!({}),
-        )
-        .await
-        .map(drop)
-    }
-
-    async fn element(&self, css: &str) -> anyhow::Result<String> {
-        let found = self
-            .call(
-                reqwest::Method::POST,
-                "/element",
-                json!({"using": "css selector", "value": css}),
-            )
-            .await?;
-        found[ELEMENT]
-            .as_str()
-            .map(str::to_owned)
-            .with_context(|| format!("no element {css}: {found}"))
-    }
-
-    /// Ends the session, and with it Chromium; dropping the browser ends chromedriver.
-    async fn close(self) -> anyhow::Result<()> {
-        self.http.delete(&self.session).send().await?;
-        Ok(())
-    }
-
-    async fn screenshot(&self) -> anyhow::Result<Vec<u8>> {
-        use base64::Engine as _;
-        let png = self
-            .call(reqwest::Method::GET, "/screenshot", Value::Null)
-            .await?;
-        Ok(base64::engine::general_purpose::STANDARD
-            .decode(png.as_str().context("a base64 screenshot")?)?)
-    }
-
-    /// The restore cards as the page drew them: id, class, and per end its cells.
-    async fn cards(&self) -> anyhow::Result<Vec<Value>> {
-        let cards = self
-            .script(
-                "return [...document.querySelectorAll('.restore')].map(card => ({
-                    id: card.dataset.id,
-                    class: card.className,
-                    text: card.innerText,
-                    json: card.querySelector('a.json').getAttribute('href'),
-                    ends: [...card.querySelectorAll('tr.end')].map(row =>
-                        [...row.querySelectorAll('td')].map(td => td.innerText)),
-                }))",
-            )
-            .await?;
-        Ok(cards.as_array().cloned().unwrap_or_default())
-    }
-}
-
-/// `lockstep serve` on a free loopback port, with `args` added.
-async fn serve(
-    world: &World,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> anyhow::Result<(Running, String)> {
-    let listen = format!("127.0.0.1:{}", free_port()?);
-    let mut all = vec!["serve", "--listen", listen.as_str()];
-    all.extend_from_slice(args);
-    let running = world.spawn(&all, env)?;
-    let base = format!("http://{listen}");
-    let http = reqwest::Client::new();
-    eventually(Duration::from_secs(30), || async {
-        Ok(http.get(format!("{base}/healthz")).send().await.is_ok())
-    })
-    .await?;
-    Ok((running, base))
+    Ok(cards.as_array().cloned().unwrap_or_default())
 }
 
 fn number(cell: &Value) -> i64 {
@@ -303,19 +103,25 @@ async fn the_status_page_shows_a_finished_and_a_running_restore_in_a_real_browse
     )
     .await?;
     let held_id = record["id"].as_str().context("id")?.to_owned();
+    // The record says who asked for the restore: `lockstep run` of its job file.
+    assert_eq!(
+        record["requested_by"],
+        serde_json::json!({"source": "cli", "file": held.to_str()}),
+        "{record}"
+    );
     let snapshot = &record["progress"];
     assert_eq!(snapshot["rows_expected"], rows, "{snapshot}");
     assert_eq!(snapshot["rows_exact"], true, "{snapshot}");
     assert_eq!(snapshot["ends"][0]["end"], TARGET, "{snapshot}");
 
     let (_server, base) = serve(&world, &[], &[]).await?;
-    let browser = Browser::start().await?;
+    let browser = Browser::start(&[]).await?;
     browser.open(&format!("{base}/")).await?;
     let cards = until(
         Duration::from_secs(20),
         "both restores on the page",
         || async {
-            let cards = browser.cards().await?;
+            let cards = cards_on(&browser).await?;
             Ok((cards.len() == 2).then_some(cards))
         },
     )
@@ -383,14 +189,14 @@ async fn the_status_page_asks_once_for_the_token_of_a_server_that_needs_one() ->
     let done = world.run(&["run", job.to_str().unwrap()], &[]).await?;
     assert_eq!(done.code, 0, "{}", done.explain());
 
-    let token = "page-token-7d1f";
+    let token = "page-token-7d1f-2c9a";
     let (_server, base) = serve(
         &world,
         &["--token-env", "PAGE_TOKEN"],
         &[("PAGE_TOKEN", token)],
     )
     .await?;
-    let browser = Browser::start().await?;
+    let browser = Browser::start(&[]).await?;
     browser.open(&format!("{base}/")).await?;
     until(
         Duration::from_secs(20),
@@ -404,7 +210,7 @@ async fn the_status_page_asks_once_for_the_token_of_a_server_that_needs_one() ->
     )
     .await?;
     assert!(
-        browser.cards().await?.is_empty(),
+        cards_on(&browser).await?.is_empty(),
         "nothing shown without the token"
     );
 
@@ -414,7 +220,7 @@ async fn the_status_page_asks_once_for_the_token_of_a_server_that_needs_one() ->
         Duration::from_secs(20),
         "the restore drawn with the token",
         || async {
-            let cards = browser.cards().await?;
+            let cards = cards_on(&browser).await?;
             Ok((cards.len() == 1).then_some(cards))
         },
     )
@@ -428,7 +234,7 @@ async fn the_status_page_asks_once_for_the_token_of_a_server_that_needs_one() ->
     until(
         Duration::from_secs(20),
         "the restore drawn again",
-        || async { Ok((browser.cards().await?.len() == 1).then_some(())) },
+        || async { Ok((cards_on(&browser).await?.len() == 1).then_some(())) },
     )
     .await?;
     let asked = browser

@@ -1,6 +1,7 @@
 //! The REST API against milvus-sim: every route, sync and async restores, the envelope and
-//! codes, auth, bad bodies, the OpenAPI document checked against the answers, and state read
-//! back after the server restarts.
+//! codes, auth and the tokens' scopes, bad bodies, what a browser could be made to send
+//! (another Host or Origin, a body that is not JSON), who asked for a restore, the OpenAPI
+//! document checked against the answers, and state read back after the server restarts.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,7 +11,10 @@ use lockstep::config::HostConfig;
 use lockstep::engine::{Interrupt, Silent};
 use lockstep::journal::embedded::FileJournal;
 use lockstep::serve::ApiState;
+use lockstep::serve::access::{GivenToken, Tokens};
 use lockstep::serve::api::{ROUTES, router};
+use lockstep::serve::listen;
+use lockstep::serve::origin::AllowedOrigins;
 use lockstep::serve::{LiveProgress, Runner};
 use serde_json::{Value, json};
 
@@ -29,9 +33,25 @@ impl Server {
 
     /// A server over `host` (its state directory replaced by `state`).
     pub(crate) async fn start_with(
-        mut host: HostConfig,
+        host: HostConfig,
         state: PathBuf,
         token: Option<&str>,
+    ) -> Server {
+        let token = token.map(|value| GivenToken {
+            var: "TEST_TOKEN",
+            value,
+        });
+        let tokens = Tokens::new(token, None).unwrap();
+        Server::start_guarded(host, state, tokens, AllowedOrigins::default()).await
+    }
+
+    /// A server over `host` that takes `tokens` and answers to `allowed` beside its own
+    /// address.
+    async fn start_guarded(
+        mut host: HostConfig,
+        state: PathBuf,
+        tokens: Tokens,
+        allowed: AllowedOrigins,
     ) -> Server {
         host.state_dir = state.clone();
         let (stop, shutdown) = Interrupt::new();
@@ -45,18 +65,18 @@ impl Server {
         );
         let app = router(Arc::new(ApiState {
             runner,
-            token: token.map(str::to_string),
+            tokens,
+            allowed,
             watch: None,
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = shutdown.race(std::future::pending::<()>()).await;
-                })
-                .await
-                .unwrap();
+            listen::serve(listener, None, app, async move {
+                let _ = shutdown.race(std::future::pending::<()>()).await;
+            })
+            .await
+            .unwrap();
         });
         Server { base, stop, task }
     }
@@ -80,7 +100,7 @@ async fn call(
     call_with(doc, method, base, path_and_query, body, token, &[]).await
 }
 
-/// [`call`] with extra request headers.
+/// [`call`] with extra request headers (a `Content-Type` among them replaces JSON's).
 pub(crate) async fn call_with(
     doc: &Value,
     method: &str,
@@ -101,9 +121,13 @@ pub(crate) async fn call_with(
         req = req.header(*name, *value);
     }
     if let Some(b) = body {
-        req = req
-            .header("content-type", "application/json")
-            .body(b.to_string());
+        if !headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("content-type"))
+        {
+            req = req.header("content-type", "application/json");
+        }
+        req = req.body(b.to_string());
     }
     if let Some(t) = token {
         req = req.bearer_auth(t);
@@ -251,6 +275,17 @@ async fn every_route_sync_and_async_with_state_read_back_after_a_restart() {
         2
     );
     let sync_id = sync["data"]["id"].as_str().unwrap().to_string();
+    // Its record says who asked: an API request on a server without tokens.
+    let asked = &sync["data"]["requested_by"];
+    assert_eq!(
+        (&asked["source"], &asked["scope"], &asked["request_id"]),
+        (&json!("api"), &json!("none"), &json!("req-_sync")),
+        "{asked}"
+    );
+    assert!(
+        asked["peer"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "{asked}"
+    );
     assert_eq!(
         world
             .collections_with_suffix("s1", "_sync")
@@ -433,11 +468,16 @@ async fn bad_bodies_get_milvus_backups_codes_and_nothing_runs() {
     server.stop().await;
 }
 
+/// The restore token of the servers these tests start with one (16 bytes or more).
+const TOKEN: &str = "s3cret-restore-token";
+/// Their read token.
+const READ_TOKEN: &str = "s3cret-read-token-for-grafana";
+
 #[tokio::test]
 async fn a_token_is_required_when_set_except_for_healthz_and_the_page() {
     let world = world().await;
-    let server = Server::start(&world, world.path("api-state"), Some("s3cret")).await;
-    let doc = document(&server.base, Some("s3cret")).await;
+    let server = Server::start(&world, world.path("api-state"), Some(TOKEN)).await;
+    let doc = document(&server.base, Some(TOKEN)).await;
     // The document says what this server asks for: the token, on every route but /healthz
     // and the status page (which holds no data; its script asks the API with the token).
     assert_eq!(doc["security"], json!([{"bearer": []}]));
@@ -463,15 +503,231 @@ async fn a_token_is_required_when_set_except_for_healthz_and_the_page() {
             .is_some_and(|p| p.contains("/api/v1/list_restores")),
         "{page}"
     );
-    let (status, list) = call(
+    let (status, list) = call(&doc, "get", b, "/api/v1/list_restores", None, Some(TOKEN)).await;
+    assert_eq!((status, list.get("code")), (200, None));
+    server.stop().await;
+}
+
+/// The restore body the hostile requests below send: the world's backup onto the target,
+/// dropping what is there.
+fn dropping_body(suffix: &str) -> String {
+    body(suffix, r#", "dropExistCollection": true"#)
+}
+
+/// What a web page could make a browser send is refused before anything runs: a body that
+/// is not declared JSON (a form, `text/plain`: what a page of another origin can post
+/// without asking), a request naming another host (a page under a name rebound to this
+/// server) and one from another origin. A proxy's name, once allowed, is answered.
+#[tokio::test]
+async fn a_request_a_web_page_could_send_is_refused_and_nothing_runs() {
+    let world = world().await;
+    let server = Server::start_guarded(
+        HostConfig::load(&host_config(&world)).unwrap(),
+        world.path("api-state"),
+        Tokens::none(),
+        AllowedOrigins::parse(&["https://lockstep.example.com".to_owned()]).unwrap(),
+    )
+    .await;
+    let doc = document(&server.base, None).await;
+    let b = &server.base;
+    let port = b.rsplit(':').next().unwrap();
+
+    for content_type in [
+        "text/plain",
+        "text/plain;charset=UTF-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ] {
+        let (status, refused) = call_with(
+            &doc,
+            "post",
+            b,
+            "/api/v1/restore",
+            Some(&dropping_body("_plain")),
+            None,
+            &[("content-type", content_type)],
+        )
+        .await;
+        assert_eq!((status, &refused["code"]), (415, &json!(400)), "{refused}");
+        let msg = refused["msg"].as_str().unwrap();
+        assert!(
+            msg.contains("Content-Type: application/json") && msg.contains(content_type),
+            "{msg}"
+        );
+    }
+    // No body at all is not JSON either, on every route that changes something; a method
+    // no route serves is still that (405).
+    for (method, path) in ROUTES.iter().filter(|(m, _)| *m != "get") {
+        let (status, _) = call(&doc, method, b, path, None, None).await;
+        assert_eq!(status, 415, "{method} {path}");
+    }
+    let put = reqwest::Client::new()
+        .put(format!("{b}/api/v1/list_restores"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status().as_u16(), 405);
+
+    // A page under a name rebound to this address reads nothing.
+    let rebound = format!("evil.example:{port}");
+    let (status, refused) = call_with(
         &doc,
         "get",
         b,
         "/api/v1/list_restores",
         None,
-        Some("s3cret"),
+        None,
+        &[("host", rebound.as_str())],
     )
     .await;
-    assert_eq!((status, list.get("code")), (200, None));
+    assert_eq!((status, &refused["code"]), (403, &json!(2)), "{refused}");
+    assert!(
+        refused["msg"].as_str().unwrap().contains("DNS rebinding"),
+        "{refused}"
+    );
+    assert_eq!(refused["data"], Value::Null);
+    // Another origin may not post even JSON (fetch would ask first; a script of its own
+    // does not).
+    let other = "http://127.0.0.1:1";
+    let (status, refused) = call_with(
+        &doc,
+        "post",
+        b,
+        "/api/v1/restore",
+        Some(&dropping_body("_origin")),
+        None,
+        &[("origin", other)],
+    )
+    .await;
+    assert_eq!(status, 403, "{refused}");
+    assert!(
+        refused["msg"].as_str().unwrap().contains(other),
+        "{refused}"
+    );
+    assert_eq!(creates(&world).await, 0);
+    let (_, list) = call(&doc, "get", b, "/api/v1/list_restores", None, None).await;
+    assert_eq!(list["data"], json!([]), "nothing ran: {list}");
+
+    // What a proxy publishes is this server's once allowed; JSON with a charset is JSON.
+    let (status, listed) = call_with(
+        &doc,
+        "get",
+        b,
+        "/api/v1/list_restores",
+        None,
+        None,
+        &[
+            ("host", "lockstep.example.com"),
+            ("origin", "https://lockstep.example.com"),
+        ],
+    )
+    .await;
+    assert_eq!((status, listed.get("code")), (200, None), "{listed}");
+    let (status, ran) = call_with(
+        &doc,
+        "post",
+        b,
+        "/api/v1/restore",
+        Some(&body("_charset", "")),
+        None,
+        &[("content-type", "application/json; charset=utf-8")],
+    )
+    .await;
+    assert_eq!(
+        (status, &ran["data"]["state_code"]),
+        (200, &json!(2)),
+        "{ran}"
+    );
+    server.stop().await;
+}
+
+/// A read token reads every route that only reads and is refused, saying it is a read
+/// token, where something changes; the restore token does everything, whatever the case of
+/// `Bearer`, and the restore's record says it was the restore token, from where, when.
+#[tokio::test]
+async fn a_read_token_only_reads_and_a_restore_records_the_token_that_asked() {
+    let world = world().await;
+    let state = world.path("api-state");
+    let given = |var, value| Some(GivenToken { var, value });
+    let tokens = Tokens::new(given("T", TOKEN), given("RO", READ_TOKEN)).unwrap();
+    let server = Server::start_guarded(
+        HostConfig::load(&host_config(&world)).unwrap(),
+        state.clone(),
+        tokens,
+        AllowedOrigins::default(),
+    )
+    .await;
+    let doc = document(&server.base, Some(READ_TOKEN)).await;
+    let b = &server.base;
+
+    // The document says which token each route needs.
+    assert_eq!(doc["security"], json!([{"bearer": []}, {"readBearer": []}]));
+    for (method, path) in ROUTES {
+        let op = &doc["paths"][path][method];
+        let scope = match (*method, *path) {
+            (_, "/" | "/healthz") => "none",
+            ("get", _) => "read",
+            _ => "restore",
+        };
+        assert_eq!(op["x-lockstep-scope"], scope, "{method} {path}");
+        if scope == "restore" {
+            assert_eq!(op["security"], json!([{"bearer": []}]), "{path}");
+        }
+    }
+
+    for (method, path) in ROUTES
+        .iter()
+        .filter(|(_, p)| !["/", "/healthz"].contains(p))
+    {
+        let body = (*method != "get").then(|| dropping_body("_read"));
+        let (status, answer) = call(&doc, method, b, path, body.as_deref(), Some(READ_TOKEN)).await;
+        if *method == "get" {
+            assert_ne!(status, 401, "{path}: {answer}");
+            assert_ne!(status, 403, "{path}: {answer}");
+        } else {
+            assert_eq!((status, &answer["code"]), (403, &json!(2)), "{path}");
+            assert!(
+                answer["msg"].as_str().unwrap().contains("read token"),
+                "{path}: {answer}"
+            );
+        }
+    }
+    assert_eq!(creates(&world).await, 0, "a read token started nothing");
+
+    let before = jiff::Timestamp::now();
+    let bearer = format!("bearer {TOKEN}");
+    let (status, ran) = call_with(
+        &doc,
+        "post",
+        b,
+        "/api/v1/restore",
+        Some(&body("_scoped", "")),
+        None,
+        &[("authorization", bearer.as_str())],
+    )
+    .await;
+    assert_eq!(
+        (status, &ran["data"]["state_code"]),
+        (200, &json!(2)),
+        "{ran}"
+    );
+    let asked = &ran["data"]["requested_by"];
+    assert_eq!(
+        (&asked["source"], &asked["scope"], &asked["request_id"]),
+        (&json!("api"), &json!("restore"), &json!("req-_scoped")),
+        "{asked}"
+    );
+    let at: jiff::Timestamp = asked["at"].as_str().unwrap().parse().unwrap();
+    assert!(
+        at >= before && at <= jiff::Timestamp::now(),
+        "{at} is when it was asked"
+    );
+    assert!(asked["at"].as_str().unwrap().ends_with('Z'), "UTC: {asked}");
+    // As the journal holds it.
+    let id = ran["data"]["id"].as_str().unwrap();
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(state.join(format!("journal/{id}.json"))).unwrap())
+            .unwrap();
+    assert_eq!(&record["requested_by"], asked);
     server.stop().await;
 }

@@ -46,7 +46,10 @@ fn a_state_directory_that_is_a_file_is_lockstep_failing_not_a_refusal() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(6), "{stderr}");
-    assert!(stderr.contains("cannot use the journal at"), "{stderr}");
+    assert!(
+        stderr.contains("cannot use the state directory"),
+        "{stderr}"
+    );
 }
 
 #[test]

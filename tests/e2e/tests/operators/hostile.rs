@@ -158,9 +158,10 @@ mod api {
     use lockstep::config::HostConfig;
     use lockstep::engine::{Interrupt, Silent};
     use lockstep::journal::embedded::FileJournal;
-    use lockstep::serve::ApiState;
+    use lockstep::serve::access::Tokens;
     use lockstep::serve::api::router;
-    use lockstep::serve::{LiveProgress, Runner};
+    use lockstep::serve::origin::AllowedOrigins;
+    use lockstep::serve::{ApiState, LiveProgress, Runner, listen};
 
     use super::*;
 
@@ -182,12 +183,13 @@ mod api {
         );
         let app = router(Arc::new(ApiState {
             runner,
-            token: None,
+            tokens: Tokens::none(),
+            allowed: AllowedOrigins::default(),
             watch: None,
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let server = tokio::spawn(listen::serve(listener, None, app, std::future::pending()));
 
         let client = reqwest::Client::new();
         let mut queries: Vec<String> = hostile_ids()

@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use lockstep::config::HostConfig;
 use lockstep::engine::{Interrupt, Report, Silent};
-use lockstep::journal::Outcome;
 use lockstep::journal::embedded::FileJournal;
+use lockstep::journal::{Journal as _, Outcome, RequestedBy, RestoreId};
 use lockstep::serve::watch::WatchStats;
 use lockstep::serve::{LiveProgress, Runner, WatchOptions, reports, watch};
 
 use crate::support::{World, creates, eventually, host_config, job, snapshot, world};
 
-/// A watcher on `World`'s `jobs/` directory, in process, with its state in `jobs/.lockstep`.
+/// A watcher on `World`'s `jobs/` directory, in process, with its state in `state/`, outside
+/// it.
 pub struct Watching {
     pub jobs: PathBuf,
     pub reports: PathBuf,
@@ -32,7 +33,7 @@ impl Watching {
     }
 
     pub async fn start_in(world: &World, jobs: PathBuf) -> Watching {
-        let state = jobs.join(".lockstep");
+        let state = world.path("state");
         let mut host = HostConfig::load(&host_config(world)).expect("host config");
         host.state_dir = state.clone();
         let journal = Arc::new(FileJournal::open(&state).unwrap());
@@ -120,6 +121,14 @@ async fn a_dropped_file_runs_once_and_the_same_content_never_again() {
     let report = w.latest("orders", Outcome::Succeeded).await;
     let batches = report.jobs.len();
     assert!(batches >= 4, "2 collections x 2 partitions: {batches}");
+    // Its record says a job file asked for it.
+    let record = FileJournal::open(&w.jobs.join(".lockstep"))
+        .unwrap()
+        .load(&RestoreId::parse(&report.restore_id).unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.requested_by, Some(RequestedBy::Watch { file: None }));
     assert_eq!(creates(&world).await, batches, "one create per batch");
     world.assert_nothing_held().await.unwrap();
     for end in ["t", "s1"] {
@@ -333,7 +342,8 @@ async fn ten_thousand_files_at_start_do_not_stall_the_watcher() {
 }
 
 /// `lockstep watch` with no directory watches `jobs/` of the working directory, and keeps
-/// its state in `jobs/.lockstep` (which jobs/.gitignore keeps out of git).
+/// its state where every command does: the host config's state directory (`.lockstep`
+/// beside it), not in the watched directory.
 #[test]
 fn watch_with_no_directory_watches_jobs() {
     let dir = tempfile::tempdir().unwrap();
@@ -346,7 +356,7 @@ fn watch_with_no_directory_watches_jobs() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let reports = dir.path().join("jobs/.lockstep/reports");
+    let reports = dir.path().join(".lockstep/reports");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let refused = loop {
         let found = std::fs::read_dir(&reports).ok().and_then(|entries| {
@@ -367,4 +377,254 @@ fn watch_with_no_directory_watches_jobs() {
         "no refusal report for jobs/bad.toml under {}",
         reports.display()
     );
+    assert!(!dir.path().join("jobs/.lockstep").exists());
+}
+
+/// A state directory inside the watched one (given by flag, or by the host config) is
+/// refused before anything is made: whoever writes job files there could plant journal
+/// records beside them.
+#[test]
+fn a_state_directory_inside_the_watched_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    std::fs::create_dir_all(&jobs).unwrap();
+    std::fs::write(dir.path().join("lockstep.toml"), "").unwrap();
+    std::fs::write(
+        dir.path().join("inside.toml"),
+        "state_dir = \"jobs/state\"\n",
+    )
+    .unwrap();
+    for args in [
+        vec!["--state-dir", "jobs/.lockstep", "watch", "jobs"],
+        vec!["--config", "inside.toml", "watch", "jobs"],
+        vec![
+            "--config",
+            "inside.toml",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--watch",
+            "jobs",
+        ],
+    ] {
+        let out = std::process::Command::new(e2e::lockstep_bin())
+            .args(&args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("lies inside the watched directory") && stderr.contains("--state-dir"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(
+            std::fs::read_dir(&jobs).unwrap().count(),
+            0,
+            "{args:?}: nothing made in jobs/"
+        );
+    }
+}
+
+/// Every file under `dir`, recursively, with its bytes.
+fn every_file(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            found.extend(every_file(&path));
+        } else if kind.is_file() {
+            found.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+    }
+    found
+}
+
+/// A job file that is a link out of the watched directory (to a file holding a secret,
+/// directly or through a `..data`-style directory link) is refused naming where it points,
+/// and never opened; a file over the size limit is refused naming its size and the limit.
+/// The secret appears nowhere: not on stdout or stderr, not in the journal or the reports.
+/// A valid job beside them runs as usual.
+#[tokio::test]
+async fn links_out_of_the_directory_and_oversized_files_are_refused_unread() {
+    const SECRET: &str = "PLANTED-SECRET-41c9";
+    let world = world().await;
+    let jobs = world.path("jobs");
+    let outside = world.path("outside");
+    std::fs::create_dir_all(&jobs).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    // A valid job, so a watcher that read it would run it and log its fields.
+    let secret_file = outside.join("token.toml");
+    std::fs::write(&secret_file, job("stolen", SECRET)).unwrap();
+    std::os::unix::fs::symlink(&secret_file, jobs.join("stolen.toml")).unwrap();
+    std::os::unix::fs::symlink("../outside", jobs.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/token.toml", jobs.join("via.toml")).unwrap();
+    let mut big = job("big", "_big");
+    big.push_str(&format!("# {SECRET}\n"));
+    big.push_str(&"#".repeat(1 << 20));
+    std::fs::write(jobs.join("big.toml"), &big).unwrap();
+    std::fs::write(jobs.join("fine.toml"), job("fine", "_fine")).unwrap();
+
+    let mut inotify = inotify::Inotify::init().unwrap();
+    inotify
+        .watches()
+        .add(&outside, inotify::WatchMask::OPEN)
+        .unwrap();
+    let mut running = world
+        .spawn(&["watch", jobs.to_str().unwrap()], &[])
+        .unwrap();
+    let reports = world.path("state/reports");
+    let refused = |name: &'static str| {
+        let reports = reports.clone();
+        async move {
+            eventually(Duration::from_secs(60), || async {
+                reports::read_latest(&reports, name).filter(|r| r.outcome == Outcome::Refused)
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+        }
+    };
+    let target = secret_file.canonicalize().unwrap().display().to_string();
+    for name in ["stolen", "via"] {
+        let report = refused(name).await;
+        assert!(
+            report
+                .refusals
+                .iter()
+                .any(|r| r.contains(&format!("{name}.toml")) && r.contains(&target)),
+            "{name}: {:?}",
+            report.refusals
+        );
+    }
+    let report = refused("big").await;
+    assert!(
+        report
+            .refusals
+            .iter()
+            .any(|r| r.contains(&format!("{} bytes", big.len())) && r.contains("1048576")),
+        "{:?}",
+        report.refusals
+    );
+    eventually(Duration::from_secs(60), || async {
+        reports::read_latest(&reports, "fine").filter(|r| r.outcome == Outcome::Succeeded)
+    })
+    .await
+    .expect("the valid job runs beside the refused ones");
+    running.kill().unwrap();
+    let ran = running.finish().await.unwrap();
+
+    let mut buffer = [0u8; 4096];
+    let opened = match inotify.read_events(&mut buffer) {
+        Ok(events) => events.count(),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+        Err(e) => panic!("inotify: {e}"),
+    };
+    assert_eq!(opened, 0, "the file outside the directory was opened");
+    assert!(
+        !ran.stdout.contains(SECRET) && !ran.stderr.contains(SECRET),
+        "{}",
+        ran.explain()
+    );
+    for (path, bytes) in every_file(&world.path("state")) {
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(SECRET),
+            "{} holds the secret",
+            path.display()
+        );
+    }
+    assert_eq!(creates(&world).await, creates_of(&world, "fine").await);
+}
+
+/// Import creates of the restore of job `name`, by its report.
+async fn creates_of(world: &World, name: &str) -> usize {
+    let reports = world.path("state/reports");
+    reports::read_latest(&reports, name)
+        .map(|r| r.jobs.len())
+        .unwrap_or_else(|| panic!("no report of {name}"))
+}
+
+/// Points the link `link` at `target` the way kubelet and git-sync do: a new link under a
+/// temporary name, renamed over the old one, so the name is never missing.
+fn swap_link(link: &Path, target: &str) {
+    let tmp = link.with_file_name(format!(
+        "{}_tmp",
+        link.file_name().unwrap().to_string_lossy()
+    ));
+    std::os::unix::fs::symlink(target, &tmp).unwrap();
+    std::fs::rename(&tmp, link).unwrap();
+}
+
+/// A Kubernetes ConfigMap volume: every key is `NAME -> ..data/NAME`, `..data` a link to a
+/// timestamped directory. An update writes a new timestamped directory, swaps `..data` to it
+/// (a `..data_tmp` link renamed over it), adds the links of new keys, removes those of
+/// deleted keys and the old directory. The new job runs; the unchanged one does not again.
+#[tokio::test]
+async fn a_configmap_volume_runs_a_new_job_and_not_an_unchanged_one() {
+    let world = world().await;
+    let jobs = world.path("jobs");
+    let first = jobs.join("..2026_12_06_10_00_00.1");
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::write(first.join("orders.toml"), job("orders", "_cm")).unwrap();
+    std::fs::write(first.join("notes.txt"), "not a job\n").unwrap();
+    std::os::unix::fs::symlink("..2026_12_06_10_00_00.1", jobs.join("..data")).unwrap();
+    for key in ["orders.toml", "notes.txt"] {
+        std::os::unix::fs::symlink(format!("..data/{key}"), jobs.join(key)).unwrap();
+    }
+    let w = Watching::start(&world).await;
+    let orders = w.latest("orders", Outcome::Succeeded).await;
+
+    let second = jobs.join("..2026_12_06_10_05_00.2");
+    std::fs::create_dir_all(&second).unwrap();
+    std::fs::write(second.join("orders.toml"), job("orders", "_cm")).unwrap();
+    std::fs::write(second.join("later.toml"), job("later", "_cm2")).unwrap();
+    swap_link(&jobs.join("..data"), "..2026_12_06_10_05_00.2");
+    std::os::unix::fs::symlink("..data/later.toml", jobs.join("later.toml")).unwrap();
+    std::fs::remove_file(jobs.join("notes.txt")).unwrap();
+    std::fs::remove_dir_all(&first).unwrap();
+    let later = w.latest("later", Outcome::Succeeded).await;
+    quiet().await;
+    assert_eq!(
+        creates(&world).await,
+        orders.jobs.len() + later.jobs.len(),
+        "the unchanged job did not run again"
+    );
+    assert_eq!(w.stats.refused.load(Ordering::Relaxed), 0);
+    w.stop().await;
+}
+
+/// A git-sync checkout: the watched path is a link to the current commit's worktree, which
+/// each sync swaps to a new one. The watcher follows the swap: the new commit's new job
+/// runs, its unchanged one does not again, and a file written in the new worktree later is
+/// seen, so the watch itself moved there too.
+#[tokio::test]
+async fn a_git_sync_checkout_is_followed_across_the_swap() {
+    let world = world().await;
+    let root = world.path("git");
+    let first = root.join(".worktrees/aaaa");
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::write(first.join("orders.toml"), job("orders", "_gs")).unwrap();
+    std::os::unix::fs::symlink(".worktrees/aaaa", root.join("repo")).unwrap();
+    let w = Watching::start_in(&world, root.join("repo")).await;
+    let orders = w.latest("orders", Outcome::Succeeded).await;
+
+    let second = root.join(".worktrees/bbbb");
+    std::fs::create_dir_all(&second).unwrap();
+    std::fs::write(second.join("orders.toml"), job("orders", "_gs")).unwrap();
+    std::fs::write(second.join("later.toml"), job("later", "_gs2")).unwrap();
+    swap_link(&root.join("repo"), ".worktrees/bbbb");
+    std::fs::remove_dir_all(&first).unwrap();
+    let later = w.latest("later", Outcome::Succeeded).await;
+
+    w.write("third.toml", &job("third", "_gs3"));
+    let third = w.latest("third", Outcome::Succeeded).await;
+    quiet().await;
+    assert_eq!(
+        creates(&world).await,
+        orders.jobs.len() + later.jobs.len() + third.jobs.len(),
+        "the unchanged job did not run again"
+    );
+    w.stop().await;
 }
