@@ -67,6 +67,7 @@ struct ClusterFile {
     #[serde(default)]
     import_in_replicating_cluster: bool,
     enable_l0_import: Option<bool>,
+    two_phase_l0_keeps_timestamps: Option<bool>,
     pchannels: Option<Spanned<u32>>,
     max_import_job_num: Option<usize>,
     request_log_capacity: Option<usize>,
@@ -143,6 +144,12 @@ pub struct ClusterSpec {
     /// `dataCoord.import.enableL0Import`; unset, the version's default: off from 3.0
     /// (docs/milvus-facts.md §1.5), on before.
     pub enable_l0_import: Option<bool>,
+    /// An L0 import held for commit (`auto_commit=false`) keeps its deletes' timestamps,
+    /// while a held data import's rows take the commit's, later than every one of them: the
+    /// deletes remove none of those rows (milvus#51247, why 3.0 turned L0 import off;
+    /// docs/milvus-facts.md §1.5). Default true, as 3.0 does once L0 import is on; false
+    /// applies them by the rows' own timestamps, as no release does.
+    pub two_phase_l0_keeps_timestamps: bool,
     /// Number of pchannels, named `<id>-rootcoord-dml_<i>`.
     pub pchannels: u32,
     /// `dataCoord.import.maxImportJobNum`: active jobs (Uncommitted included) allowed at once.
@@ -184,6 +191,7 @@ impl ClusterSpec {
             storage_type: StorageType::Minio,
             import_in_replicating_cluster: false,
             enable_l0_import: None,
+            two_phase_l0_keeps_timestamps: true,
             pchannels: DEFAULT_PCHANNELS,
             max_import_job_num: DEFAULT_MAX_IMPORT_JOB_NUM,
             request_log_capacity: DEFAULT_REQUEST_LOG_CAPACITY,
@@ -495,6 +503,7 @@ impl Checker<'_> {
                 storage_type,
                 import_in_replicating_cluster: c.import_in_replicating_cluster,
                 enable_l0_import: c.enable_l0_import,
+                two_phase_l0_keeps_timestamps: c.two_phase_l0_keeps_timestamps.unwrap_or(true),
                 pchannels,
                 max_import_job_num: c.max_import_job_num.unwrap_or(DEFAULT_MAX_IMPORT_JOB_NUM),
                 request_log_capacity: c
