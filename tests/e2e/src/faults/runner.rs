@@ -697,6 +697,7 @@ pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Res
         records: &records,
         processes: &run.processes,
         backup: &run.world.backup,
+        l0: run.world.l0_logs(),
         misbehaving_check,
         resubmission: resubmission.as_ref(),
     });

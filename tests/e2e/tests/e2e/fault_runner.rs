@@ -335,10 +335,10 @@ fn every_fleet_seed_has_a_stale_or_lost_host_or_an_etcd_restart() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_collection_failing_after_others_committed_is_not_reported_as_rolled_back()
 -> anyhow::Result<()> {
-    // 3 collections of 7 jobs on a budget of 10: committed one collection at a time, so
+    // 3 collections of 4 jobs on a budget of 5: committed one collection at a time, so
     // the first two are committed when the last job fails.
     let world = World::start(WorldSpec {
-        max_import_job_num: 10,
+        max_import_job_num: 5,
         ..WorldSpec::with_collections(3)
     })
     .await?;
@@ -370,6 +370,7 @@ async fn a_collection_failing_after_others_committed_is_not_reported_as_rolled_b
             report: serde_json::from_value(run.report.clone()).ok(),
         }],
         backup: &world.backup,
+        l0: world.l0_logs(),
         misbehaving_check: false,
         resubmission: None,
     });

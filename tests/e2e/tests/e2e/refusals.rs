@@ -254,10 +254,11 @@ async fn a_binlog_that_does_not_decode_under_verify_backup_data() -> anyhow::Res
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_budget_too_small_for_restore_level_atomicity() -> anyhow::Result<()> {
-    // 14 jobs in all, 7 in the largest collection: restore-level atomicity cannot fit 10,
-    // collection-level can.
+    // 8 jobs in all, 4 in the largest collection (one a segment group of its partition, the
+    // L0 segments folded into them): restore-level atomicity cannot fit 6, collection-level
+    // can.
     let world = World::start(WorldSpec {
-        max_import_job_num: 10,
+        max_import_job_num: 6,
         ..WorldSpec::default()
     })
     .await?;
@@ -269,7 +270,7 @@ async fn a_budget_too_small_for_restore_level_atomicity() -> anyhow::Result<()> 
         &[
             "maxImportJobNum",
             "set [two_phase] atomicity",
-            "largest collection needs 7 jobs",
+            "largest collection needs 4 jobs",
         ],
     )
     .await?;
