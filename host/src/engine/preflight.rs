@@ -8,6 +8,7 @@ use futures::StreamExt as _;
 use futures::future::join_all;
 
 use super::ends::Ends;
+use super::faults::{self, Bug};
 use super::refusal::{EndRunning, Refusal};
 use super::route::{self, Choice, ImportApi, Route};
 use crate::backup::{self, Backup, BackupFiles, CollectionCreation, L0Route, RestorePlan};
@@ -552,7 +553,7 @@ async fn check_budget(job: &Job, ends: &Ends, plan: &RestorePlan, refusals: &mut
 /// keep timestamps older than the commit gives the rows, and delete nothing (milvus#51247,
 /// why 3.0 turned L0 import off), whatever `l0_import` says.
 fn l0_route(job: &Job, ends: &Ends, versions: &[ServerVersion], route: Route) -> L0Route {
-    if route == Route::TwoPhase {
+    if route == Route::TwoPhase && !faults::planted(Bug::HeldL0Jobs) {
         return L0Route::FoldTwoPhase;
     }
     let specs = std::iter::once(&job.target.end).chain(job.secondaries.iter().map(|s| &s.end));

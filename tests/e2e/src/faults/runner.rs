@@ -321,6 +321,8 @@ impl Run<'_> {
                 .api_fault(*face, *effect, Duration::from_millis(*for_ms))
                 .await
                 .map_err(|e| e.to_string()),
+            // In the world since it started (`Scenario::world_spec`).
+            Fault::L0ImportOn { .. } => Ok(()),
             Fault::DeleteStaged { end } => control(end)
                 .delete_objects(&DeleteObjects::Prefix(
                     lockstep::storage::STAGING_ROOT.to_owned(),
