@@ -5,6 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/common.proto",
         "proto/schema.proto",
         "proto/milvus.proto",
+        "proto/msg.proto",
         "proto/etcd/kv.proto",
         "proto/etcd/rpc.proto",
     ];

@@ -377,6 +377,21 @@ impl<'de, const MIN: u64, const MAX: u64> Deserialize<'de> for InRange<MIN, MAX>
     }
 }
 
+/// An error with its causes, on one line.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        source = cause.source();
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,6 +20,11 @@ pub mod milvus {
     tonic::include_proto!("milvus.proto.milvus");
 }
 
+/// `msgpb`: a position in a channel's WAL, as milvus-backup keeps a backup's checkpoints.
+pub mod msg {
+    tonic::include_proto!("milvus.proto.msg");
+}
+
 /// The Avro schema of a Milvus snapshot manifest (`SegmentDescription`) of metadata format 2,
 /// as Milvus's `internal/snapshotio` declares it: the reader of snapshot bundles edits it
 /// into the other formats' schemas, and milvus-sim writes its bundles with it.

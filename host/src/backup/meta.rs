@@ -118,24 +118,13 @@ impl CollectionBackupInfo {
             base64::engine::general_purpose::STANDARD
                 .decode(encoded)
                 .map_err(|e| e.to_string())
-                .and_then(|bytes| MsgPosition::decode(bytes.as_slice()).map_err(|e| e.to_string()))
+                .and_then(|bytes| {
+                    milvus_proto::msg::MsgPosition::decode(bytes.as_slice())
+                        .map_err(|e| e.to_string())
+                })
                 .map(|position| position.timestamp),
         )
     }
-}
-
-/// `msgpb.MsgPosition`, the protobuf behind `channel_checkpoints` values; only the
-/// timestamp is read.
-#[derive(Clone, PartialEq, prost::Message)]
-struct MsgPosition {
-    #[prost(string, tag = "1")]
-    channel_name: String,
-    #[prost(bytes = "vec", tag = "2")]
-    msg_id: Vec<u8>,
-    #[prost(string, tag = "3")]
-    msg_group: String,
-    #[prost(uint64, tag = "4")]
-    timestamp: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

@@ -41,7 +41,7 @@ fn print_json(value: &impl serde::Serialize) {
 /// Prints an error with its causes, each once: a cause whose text its parent already
 /// carries (thiserror messages often quote their source) is not repeated.
 pub fn error(format: OutputFormat, e: &anyhow::Error) {
-    let text = lockstep::engine::preflight::error_chain(e.as_ref());
+    let text = lockstep::diagnostic::error_chain(e.as_ref());
     match format {
         OutputFormat::Text => eprintln!("lockstep: {text}"),
         OutputFormat::Json => print_json(&json!({ "outcome": "refused", "error": text })),
@@ -57,7 +57,7 @@ pub fn backups(format: OutputFormat, listed: &[catalog::Listed]) {
                 .map(|entry| match entry {
                     catalog::Listed::Read(b) => json!(catalog::Summary::of(b)),
                     catalog::Listed::Unreadable { name, error } => {
-                        json!({ "name": name, "error": lockstep::engine::preflight::error_chain(error) })
+                        json!({ "name": name, "error": lockstep::diagnostic::error_chain(error) })
                     }
                 })
                 .collect();
@@ -80,7 +80,7 @@ pub fn backups(format: OutputFormat, listed: &[catalog::Listed]) {
                     }
                     catalog::Listed::Unreadable { name, error } => println!(
                         "{name:<32} unreadable: {}",
-                        lockstep::engine::preflight::error_chain(error)
+                        lockstep::diagnostic::error_chain(error)
                     ),
                 }
             }

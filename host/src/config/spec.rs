@@ -203,13 +203,14 @@ pub struct HostConfig {
 }
 
 impl HostConfig {
-    /// The cluster whose URI is `uri` (the same scheme, host and port, whatever the trailing
-    /// slash), by name; `Err` with every name when more than one is.
+    /// The cluster whose URI names the server `uri` does ([`same_endpoint`]), by name; `Err`
+    /// with every name when more than one does. Its own URI is the one to dial: how a
+    /// cluster is reached, over TLS or not, is the host config's to say.
     pub fn cluster_at(&self, uri: &Url) -> Result<Option<(&str, &ClusterSpec)>, Vec<&str>> {
         let mut found = self
             .clusters
             .iter()
-            .filter(|(_, spec)| same_endpoint(&spec.uri, uri));
+            .filter(|(_, spec)| same_endpoint(spec.uri.as_str(), uri.as_str()));
         match (found.next(), found.next()) {
             (None, _) => Ok(None),
             (Some((name, spec)), None) => Ok(Some((name, spec))),
@@ -222,13 +223,28 @@ impl HostConfig {
     }
 }
 
-/// Whether two cluster URIs name one server: scheme, host and port (a default port counted as
-/// written) and path, a trailing `/` aside.
-pub fn same_endpoint(a: &Url, b: &Url) -> bool {
-    a.scheme() == b.scheme()
-        && a.host_str() == b.host_str()
-        && a.port_or_known_default() == b.port_or_known_default()
-        && a.path().trim_end_matches('/') == b.path().trim_end_matches('/')
+/// Whether two Milvus URIs name the same server: the same host and port whatever the scheme
+/// and a trailing slash, `localhost` and `127.0.0.1` taken as one, 19530 the default port (a
+/// replication configuration's URIs are written so too).
+pub fn same_endpoint(a: &str, b: &str) -> bool {
+    match (endpoint_key(a), endpoint_key(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a.trim_end_matches('/') == b.trim_end_matches('/'),
+    }
+}
+
+fn endpoint_key(uri: &str) -> Option<(String, u16)> {
+    let with_scheme = if uri.contains("://") {
+        uri.to_string()
+    } else {
+        format!("http://{uri}")
+    };
+    let url = Url::parse(&with_scheme).ok()?;
+    let host = match url.host_str()? {
+        "localhost" | "::1" | "[::1]" => "127.0.0.1".to_string(),
+        h => h.to_ascii_lowercase(),
+    };
+    Some((host, url.port().unwrap_or(19530)))
 }
 
 /// Restore options a host config may set for its jobs (milvus-backup's `restore.*`); a job

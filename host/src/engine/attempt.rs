@@ -22,11 +22,11 @@ use super::ends::Ends;
 use super::error::StageError;
 use super::faults;
 use super::fence::{Fence, Lost};
-use super::preflight::error_chain;
 use super::process::Engine;
 use super::refusal::Refusal;
 use super::report::{self, Report};
 use super::two_phase::Tracker;
+use crate::diagnostic::error_chain;
 use crate::job::Job;
 use crate::journal::{
     self, Claim, CommitGroup, CreatedCollection, Decision, EndProgress, Outcome, ProgressSnapshot,

@@ -19,13 +19,13 @@ use std::sync::Arc;
 use super::ends::{EndClient, Ends};
 use super::fence::{Fence, Lost};
 use super::poll::{Denied, Judgement, Pair, Sight, watch};
-use super::preflight::error_chain;
 use super::report::{EndJobState, JobReport};
 use super::retry::{DEFAULT_CALL_DEADLINE, fenced, retry};
 use super::route::Route;
 use super::schedule::FirstLook;
 use super::schedule::MAX_INTERVAL;
 use crate::backup::ExpectedRows;
+use crate::diagnostic::error_chain;
 use crate::journal::{BatchRecord, CommitGroup};
 use crate::milvus::{self, JobState};
 

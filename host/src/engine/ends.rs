@@ -163,7 +163,7 @@ impl Ends {
                 )?);
                 continue;
             };
-            if !crate::config::same_endpoint(&cluster.uri, &uri) {
+            if !crate::config::same_endpoint(cluster.uri.as_str(), uri.as_str()) {
                 return Err(RecoverError::Moved {
                     end: e.name.clone(),
                     recorded: crate::config::without_userinfo(&e.uri).into_owned(),
@@ -239,7 +239,7 @@ impl Ends {
 /// Whether an end's recorded name is the URI it was recorded at: how an end the job named by
 /// URI alone is kept.
 fn bare_uri(name: &str, uri: &Url) -> bool {
-    Url::parse(name).is_ok_and(|named| crate::config::same_endpoint(&named, uri))
+    Url::parse(name).is_ok_and(|named| crate::config::same_endpoint(named.as_str(), uri.as_str()))
 }
 
 /// Why a recorded restore's ends cannot be reached again.

@@ -6,10 +6,10 @@ use crate::{journal, milvus, storage};
 
 use super::ddl::ArrivalError;
 use super::fence::Lost;
-use super::preflight::error_chain;
 use super::refusal::Refusal;
 use super::rows::Unreadable;
 use super::two_phase::HoldError;
+use crate::diagnostic::error_chain;
 
 /// What stopped a restore before its decision.
 #[derive(Debug, thiserror::Error)]

@@ -30,6 +30,14 @@ enum Stage {
     Failed,
 }
 
+/// How a stage ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StageEnd {
+    /// Every file is on every destination, durably, as checked.
+    Verified,
+    Failed,
+}
+
 /// Which batches may be imported, as the stage and the collections' arrival go.
 pub(super) struct ImportGate {
     /// The plan's files in the order they are staged: indices into `files_to_stage`.
@@ -113,14 +121,13 @@ impl ImportGate {
         }
     }
 
-    /// The stage ended: verified, or failed.
-    pub fn end(&self, verified: bool) {
+    /// The stage ended, `how`: verified, or failed.
+    pub fn end(&self, how: StageEnd) {
         self.stage.send_modify(|c| {
             if *c == Stage::Running {
-                *c = if verified {
-                    Stage::Verified
-                } else {
-                    Stage::Failed
+                *c = match how {
+                    StageEnd::Verified => Stage::Verified,
+                    StageEnd::Failed => Stage::Failed,
                 };
             }
         });
@@ -242,7 +249,7 @@ mod tests {
         assert_eq!(settles(gate.staged()).await, None, "not verified yet");
         gate.file_ready(2);
         assert_eq!(settles(gate.batch_ready(1)).await, Some(true));
-        gate.end(true);
+        gate.end(StageEnd::Verified);
         assert_eq!(settles(gate.staged()).await, Some(true));
         assert_eq!(settles(gate.failed()).await, None);
     }
@@ -256,7 +263,7 @@ mod tests {
         let waiting = async { tokio::join!(gate.batch_ready(1), gate.staged(), gate.failed()) };
         let ended = async {
             tokio::task::yield_now().await;
-            gate.end(false);
+            gate.end(StageEnd::Failed);
         };
         let ((ready, staged, ()), ()) = tokio::join!(waiting, ended);
         assert!(!ready && !staged);
@@ -272,12 +279,12 @@ mod tests {
         let gate = gate();
         (0..3).for_each(|p| gate.file_ready(p));
         gate.collection_arrived(0);
-        gate.end(true);
+        gate.end(StageEnd::Verified);
         gate.failed.cancel();
         assert_eq!(settles(gate.staged()).await, Some(false));
         assert_eq!(settles(gate.failed()).await, Some(()));
         assert_eq!(settles(gate.batch_ready(1)).await, Some(false));
-        gate.end(true);
+        gate.end(StageEnd::Verified);
         assert_eq!(
             settles(gate.staged()).await,
             Some(false),

@@ -25,7 +25,7 @@ use super::ends::Ends;
 use super::error::{Error, StageError};
 use super::faults;
 use super::gate::ImportGate;
-use super::preflight::{Preflight, error_chain};
+use super::preflight::Preflight;
 use super::refusal::Refusal;
 use super::report::{CheckEntry, Divergence};
 use super::retry::{DEFAULT_CALL_DEADLINE, fenced};
@@ -34,6 +34,7 @@ use super::schedule::FirstLook;
 use super::staging;
 use super::two_phase::{self, HoldError, Tracked, Tracker};
 use crate::backup::ImportBatch;
+use crate::diagnostic::error_chain;
 use crate::job::{Atomicity, Job};
 use crate::journal::{
     BatchRecord, CommitGroup, Decision, PlannedBatch, RestoreId, RestorePhase, Role,
@@ -439,8 +440,12 @@ impl Group<'_, '_> {
     /// Submits the group's jobs while its sentry watches those created so far.
     async fn submit_watched(&mut self) -> Result<(), Error> {
         let (attempt, job, index) = (self.attempt, self.groups.job, self.index);
-        let honours_key = (self.groups.preflight.versions.first())
-            .is_some_and(ServerVersion::honours_idempotency_key);
+        let key = match (self.groups.preflight.versions.first())
+            .is_some_and(ServerVersion::honours_idempotency_key)
+        {
+            true => CreateKey::Sent,
+            false => CreateKey::Omitted,
+        };
         let submitted = submit(
             attempt,
             self.groups,
@@ -448,7 +453,7 @@ impl Group<'_, '_> {
             self.first_batch,
             &mut self.tracker,
             self.published,
-            honours_key,
+            key,
         );
         tokio::pin!(submitted);
         tokio::select! {
@@ -594,6 +599,15 @@ impl Group<'_, '_> {
     }
 }
 
+/// Whether a create carries the batch's Idempotency-Key: only to a target that dedups by it
+/// (Milvus 3.0.2 on); an older one would take the header for nothing, and a create whose
+/// answer was lost is found by its paths instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CreateKey {
+    Sent,
+    Omitted,
+}
+
 /// Creates group `index`'s jobs on the target, each once its batch's files are staged, and
 /// publishes each job id as it comes. Every key is recorded as possibly sent before any
 /// create goes out, so a crash mid-submit leaves recovery a key to look each job up by.
@@ -604,7 +618,7 @@ async fn submit(
     first_batch: usize,
     tracker: &mut Tracker,
     published: &watch::Sender<Tracker>,
-    honours_key: bool,
+    key: CreateKey,
 ) -> Result<(), Error> {
     let gate = groups.gate;
     if !gate.batch_ready(first_batch).await {
@@ -630,7 +644,7 @@ async fn submit(
                 return (i, None);
             }
             let body = b.planned.create_held_import();
-            let key = honours_key.then_some(b.planned.idempotency_key.as_str());
+            let key = (key == CreateKey::Sent).then_some(b.planned.idempotency_key.as_str());
             let deadline = Instant::now() + call_timeout;
             match fenced(deadline, attempt, || target.rest.create_import(&body, key)).await {
                 Ok(created) => (i, Some(Ok(created))),

@@ -33,7 +33,7 @@ mod gate;
 mod group;
 mod outcome;
 mod poll;
-pub mod preflight;
+mod preflight;
 mod process;
 pub mod progress;
 mod recover;

@@ -12,8 +12,10 @@ use super::faults::{self, Bug};
 use super::refusal::{EndRunning, Refusal};
 use super::route::{self, Choice, ImportApi, Route};
 use crate::backup::{self, Backup, BackupFiles, CollectionCreation, L0Route, RestorePlan};
+use crate::config::same_endpoint;
+use crate::diagnostic::error_chain;
 use crate::job::{Atomicity, Job};
-use crate::milvus::{ServerVersion, Topology, topology::same_endpoint};
+use crate::milvus::{ServerVersion, Topology};
 use crate::storage::{self, OpenedStore};
 
 /// What preflight learned, for the stages that follow.
@@ -608,19 +610,4 @@ fn check_l0_import(
             collections: unfoldable,
         });
     }
-}
-
-/// An error with its causes, on one line.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        source = cause.source();
-    }
-    s
 }

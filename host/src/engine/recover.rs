@@ -13,13 +13,14 @@ use tokio::time::Instant;
 use super::attempt::{Attempt, Change};
 use super::ends::Ends;
 use super::fence::{Fence, Lost};
-use super::preflight::error_chain;
 use super::process::Engine;
 use super::report::{CollectionReport, Divergence, EndReport, Report, ReportOf};
 use super::retry::{DEFAULT_CALL_DEADLINE, fenced, retry};
+use super::rollback::{self, StageCleanup};
 use super::two_phase::{self, Tracked, Tracker};
-use super::{ddl, outcome, verification};
+use super::{outcome, verification};
 use crate::config::StorageSpec;
+use crate::diagnostic::error_chain;
 use crate::job::Job;
 use crate::journal::{BatchRecord, CommitGroup, Decision, Outcome, RestoreRecord};
 use crate::milvus::MilvusJobId;
@@ -205,30 +206,18 @@ async fn undo(
     settled: &mut Settled,
 ) -> (bool, TempFiles) {
     let decided = record.has_commit_decision();
-    match ddl::drop_created(
-        attempt.ends,
-        attempt,
-        &record.collections_to_drop(),
-        deadline,
-    )
-    .await
-    {
-        Ok(problems) => {
-            for problem in problems {
-                tracing::warn!(%problem, "recovery rollback");
-            }
-        }
-        Err(lost) => settled.unsettled.push(lost.to_string()),
-    }
     let temp = TempFiles::after(record.keep_temp_files, decided);
-    let quiet = settled.unsettled.is_empty() && !settled.forward_incomplete;
-    let cleaned = match &record.staging_prefix {
-        Some(_) if quiet && !stores.is_empty() && attempt.check().await.is_ok() => {
-            let prefix = StagingPrefix::for_restore(record.id.as_str());
-            crate::storage::delete_stage(stores, &prefix, temp, &[]).await
+    // The staged files go only once no end can still read them: every job settled.
+    let settled_before = settled.unsettled.is_empty() && !settled.forward_incomplete;
+    let stage = settled_before.then_some(StageCleanup { stores, temp });
+    let cleaned = match rollback::undo(attempt.ends, attempt, record, stage, deadline).await {
+        Ok(cleaned) => cleaned,
+        Err(lost) => {
+            settled.unsettled.push(lost.to_string());
+            false
         }
-        _ => false,
     };
+    let quiet = settled.unsettled.is_empty() && !settled.forward_incomplete;
     if let Some(prefix) = &record.staging_prefix
         && !cleaned
     {

@@ -83,7 +83,7 @@ impl Engine {
         let ends = match Ends::for_job(job) {
             Ok(e) => e,
             Err(e) => {
-                return self.refused_early(job, vec![Refusal::Client(e)]).await;
+                return self.refused_early(job, vec![Refusal::Client(e)]);
             }
         };
         let attempts = match self.journal.attempts(&job.name, job.id().as_str()).await {
@@ -117,7 +117,7 @@ impl Engine {
                     id: id.to_string(),
                     holder,
                 };
-                return self.refused_early(job, vec![busy]).await;
+                return self.refused_early(job, vec![busy]);
             }
             Err(e) => return self.host_failed(job, format!("journal: {e}")),
         };
@@ -209,7 +209,7 @@ impl Engine {
 
     /// A refusal before any journal record exists (the ends cannot be reached by the URIs
     /// given, or another process holds the restore).
-    async fn refused_early(&self, job: &Job, refusals: Vec<Refusal>) -> Report {
+    fn refused_early(&self, job: &Job, refusals: Vec<Refusal>) -> Report {
         let (_, summary) = super::outcome::refused(super::outcome::RefusedAt::Elsewhere, &refusals);
         let mut report = Report::refused(report::ReportOf::job(job), summary, vec![]);
         report.set_refusals(&refusals);

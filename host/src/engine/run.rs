@@ -18,24 +18,25 @@ use super::ddl;
 use super::ends::Ends;
 use super::error::{Error, StageError};
 use super::faults;
-use super::gate::ImportGate;
+use super::gate::{ImportGate, StageEnd};
 use super::group::{self, EarlyCleanup, GroupEnd, Groups};
 use super::outcome::{self, RefusedAt};
-use super::preflight::{Preflight, error_chain, preflight};
+use super::preflight::{Preflight, preflight};
 use super::process::{Engine, Interrupted};
 use super::refusal::Refusal;
 use super::report::{CollectionReport, Divergence, EndReport, Report, ReportOf, StagingReport};
 use super::retry::DEFAULT_CALL_DEADLINE;
-use super::rollback;
+use super::rollback::{self, StageCleanup};
 use super::staging::{self, Destinations};
 use super::two_phase::Tracker;
 use super::verification;
+use crate::diagnostic::error_chain;
 use crate::job::Job;
 use crate::journal::{
     Claim, CommitGroup, Decision, Outcome, RestoreId, RestorePhase, RestoreRecord,
 };
 use crate::plugins::{CheckContext, Phase, StagedFiles};
-use crate::storage::StagingPrefix;
+use crate::storage::TempFiles;
 
 /// Runs a new attempt of `job` under `claim`. It owns the attempt: its keeper writes the
 /// record, the work runs under it, and what the work returns decides the outcome.
@@ -655,7 +656,10 @@ async fn stage(
     if staged.is_err() {
         attempt.stop();
     }
-    gate.end(staged.is_ok());
+    gate.end(match staged {
+        Ok(_) => StageEnd::Verified,
+        Err(_) => StageEnd::Failed,
+    });
     staged
 }
 
@@ -677,18 +681,14 @@ async fn stopped_by(attempt: &Attempt<'_>) -> Error {
 /// Takes back what the restore made before its decision (DESIGN.md §2): the collections
 /// the record's one rollback rule names, and the staged files.
 async fn undo(attempt: &Attempt<'_>, keeper: &mut Keeper<'_>, inbox: &mut Inbox) {
-    let record = keeper.record();
-    let collections = record.collections_to_drop();
-    let staged =
-        (record.staging_prefix.is_some()).then(|| StagingPrefix::for_restore(record.id.as_str()));
+    let record = keeper.record().clone();
+    let stores = attempt.job.map(Job::destinations).unwrap_or_default();
+    let stage = StageCleanup {
+        stores: &stores,
+        temp: TempFiles::Delete,
+    };
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
-    let undo = rollback::undo(
-        attempt.ends,
-        attempt,
-        &collections,
-        attempt.job.zip(staged),
-        deadline,
-    );
+    let undo = rollback::undo(attempt.ends, attempt, &record, Some(stage), deadline);
     if let Err(lost) = keeper.run(inbox, undo).await {
         tracing::warn!(%lost, "rollback stopped: what is left is the new holder's");
     }

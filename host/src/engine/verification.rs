@@ -68,7 +68,7 @@ pub(super) async fn ask_recorded(
             let b = &job.backup;
             verify::Reopened::open(&b.storage, &b.root, &b.name)
                 .await
-                .map_err(|e| super::preflight::error_chain(&e))
+                .map_err(|e| crate::diagnostic::error_chain(&e))
         }
         None => Err("recovered without its job".to_owned()),
     };

@@ -6,7 +6,6 @@
 //! the target of exactly one edge from it.
 
 use milvus_proto::common::{MilvusCluster, ReplicateConfiguration};
-use url::Url;
 
 /// A replication configuration as read from one cluster, with the questions preflight asks.
 #[derive(Debug, Clone, Default)]
@@ -63,33 +62,10 @@ impl Topology {
             None => cfg.clusters.iter().find(|c| {
                 c.connection_param
                     .as_ref()
-                    .is_some_and(|p| same_endpoint(&p.uri, uri))
+                    .is_some_and(|p| crate::config::same_endpoint(&p.uri, uri))
             }),
         }
     }
-}
-
-/// Whether two Milvus URIs name the same endpoint: same scheme family, host and port, with
-/// `localhost` and `127.0.0.1` taken as one and 19530 as the default port.
-pub fn same_endpoint(a: &str, b: &str) -> bool {
-    match (endpoint_key(a), endpoint_key(b)) {
-        (Some(x), Some(y)) => x == y,
-        _ => a.trim_end_matches('/') == b.trim_end_matches('/'),
-    }
-}
-
-fn endpoint_key(uri: &str) -> Option<(String, u16)> {
-    let with_scheme = if uri.contains("://") {
-        uri.to_string()
-    } else {
-        format!("http://{uri}")
-    };
-    let url = Url::parse(&with_scheme).ok()?;
-    let host = match url.host_str()? {
-        "localhost" | "::1" | "[::1]" => "127.0.0.1".to_string(),
-        h => h.to_ascii_lowercase(),
-    };
-    Some((host, url.port().unwrap_or(19530)))
 }
 
 #[cfg(test)]

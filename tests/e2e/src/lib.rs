@@ -62,11 +62,6 @@ pub struct WorldSpec {
     pub target_paths: TargetPaths,
     /// `dataCoord.import.enableL0Import` on the ends, and what the host config says of it.
     pub l0_import: L0Import,
-    /// Ends whose held L0 imports apply their deletes (milvus-sim's
-    /// `two_phase_l0_keeps_timestamps` off), as no Milvus release does. Empty by default:
-    /// every end keeps a held L0 import's timestamps, and its deletes remove none of the rows
-    /// a held import committed, as 3.0 does once L0 import is on (milvus#51247).
-    pub two_phase_l0_applied: Vec<String>,
     /// With grants, every end checks privileges (and wants the cluster-level `ImportBinlog`
     /// for binlog imports), and lockstep signs in as the user [`RESTORER`] holding them.
     pub restorer_grants: Option<Vec<milvus_sim::rbac::Grant>>,
@@ -77,7 +72,76 @@ pub struct WorldSpec {
     pub request_log_capacity: usize,
     /// Whether lockstep reaches the target over TLS, on the target's TLS port.
     pub target_tls: TargetTls,
+    /// The Milvus 3.0 rules of every end not in `end_rules` (issue 49). By default 3.0's,
+    /// except that a query naming partitions of a partition-key collection is answered:
+    /// lockstep's verification counts every partition, which 3.0 refuses for those
+    /// collections (each would be reported unverifiable), and the worlds written before the
+    /// rule was modelled count on it.
+    pub rules: EndRules,
+    /// The rules of single ends, by end name (`t`, `s1`, …), in place of `rules`.
+    pub end_rules: BTreeMap<String, EndRules>,
     pub backup: BackupSpec,
+}
+
+/// Milvus 3.0 behaviours milvus-sim switches per cluster (`milvus_sim::topology::ClusterSpec`,
+/// where each is documented). `Default` is what 3.0 ships.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndRules {
+    /// How far the end's clock (AllocTimestamp, the time tick of its commits) runs from the
+    /// host's; negative runs behind (see [`EndRules::clock_before_generated_backups`]).
+    pub clock_offset: jiff::SignedDuration,
+    /// A commit below the binlogs' newest row timestamp stops the collection's pchannels.
+    pub stale_commit_blocks_channel: bool,
+    /// Schema DDL is refused (112) while the collection has an unfinished import job.
+    pub import_blocks_schema_ddl: bool,
+    /// An Idempotency-Key is looked up only after admission (job limit, gate, broadcast).
+    pub admission_before_idempotency: bool,
+    /// A query naming partitions of a partition-key collection is refused.
+    pub partition_key_refuses_partition_names: bool,
+    /// A held L0 import keeps its deletes' timestamps, and they remove none of the rows a
+    /// held import committed (milvus#51247); off, they apply, as no release does.
+    pub two_phase_l0_keeps_timestamps: bool,
+    /// The build the end reports when it is not its version's release build.
+    pub build: Option<String>,
+}
+
+impl Default for EndRules {
+    fn default() -> Self {
+        let sim = ClusterSpec::new("default");
+        EndRules {
+            clock_offset: sim.clock_offset,
+            stale_commit_blocks_channel: sim.stale_commit_blocks_channel,
+            import_blocks_schema_ddl: sim.import_blocks_schema_ddl,
+            admission_before_idempotency: sim.admission_before_idempotency,
+            partition_key_refuses_partition_names: sim.partition_key_refuses_partition_names,
+            two_phase_l0_keeps_timestamps: sim.two_phase_l0_keeps_timestamps,
+            build: sim.build,
+        }
+    }
+}
+
+impl EndRules {
+    /// The 3.0 defaults on a clock that reads a day before the earliest generated backup
+    /// (`milvus_sim::fixtures::FIRST_BACKUP_MS`): every generated backup's rows are newer
+    /// than the end's time, so the commit fence rejects every commit of them.
+    pub fn clock_before_generated_backups() -> EndRules {
+        let before = milvus_sim::fixtures::FIRST_BACKUP_MS as i64 - 86_400_000;
+        let now = jiff::Timestamp::now().as_millisecond();
+        EndRules {
+            clock_offset: jiff::SignedDuration::from_millis(before - now),
+            ..EndRules::default()
+        }
+    }
+
+    fn apply(&self, cluster: &mut ClusterSpec) {
+        cluster.clock_offset = self.clock_offset;
+        cluster.stale_commit_blocks_channel = self.stale_commit_blocks_channel;
+        cluster.import_blocks_schema_ddl = self.import_blocks_schema_ddl;
+        cluster.admission_before_idempotency = self.admission_before_idempotency;
+        cluster.partition_key_refuses_partition_names = self.partition_key_refuses_partition_names;
+        cluster.two_phase_l0_keeps_timestamps = self.two_phase_l0_keeps_timestamps;
+        cluster.build.clone_from(&self.build);
+    }
 }
 
 /// TLS to the target ([`tls`]): its certificate names only [`tls::SERVER_NAME`], so the
@@ -108,11 +172,13 @@ pub enum L0Import {
 }
 
 impl WorldSpec {
-    /// What every end shares besides its role: the task retention, L0 import, and the
-    /// restorer user when the world checks privileges.
+    /// What every end shares besides its role: its 3.0 rules, L0 import, the task
+    /// retention, and the restorer user when the world checks privileges.
     fn shared_settings(&self, cluster: &mut ClusterSpec) {
+        (self.end_rules.get(&cluster.id))
+            .unwrap_or(&self.rules)
+            .apply(cluster);
         cluster.enable_l0_import = self.l0_import.in_sim(&cluster.id);
-        cluster.two_phase_l0_keeps_timestamps = !self.two_phase_l0_applied.contains(&cluster.id);
         cluster.task_retention = self.task_retention;
         cluster.request_log_capacity = self.request_log_capacity;
         if let Some(grants) = &self.restorer_grants {
@@ -206,11 +272,15 @@ impl Default for WorldSpec {
             backup_store: BackupStore::Own,
             target_paths: TargetPaths::Object,
             l0_import: L0Import::On,
-            two_phase_l0_applied: Vec::new(),
             restorer_grants: None,
             task_retention: None,
             request_log_capacity: milvus_sim::topology::DEFAULT_REQUEST_LOG_CAPACITY,
             target_tls: TargetTls::Off,
+            rules: EndRules {
+                partition_key_refuses_partition_names: false,
+                ..EndRules::default()
+            },
+            end_rules: BTreeMap::new(),
             backup: BackupSpec {
                 name: "e2e_backup".into(),
                 collections: 2,
@@ -1525,5 +1595,30 @@ impl<T> Ready for Option<T> {
     type Value = T;
     fn ready(self) -> anyhow::Result<Option<T>> {
         Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each end gets its own rules where `end_rules` names it, the world's otherwise; the
+    /// world's leave every existing test's ends as they were.
+    #[test]
+    fn an_end_takes_its_own_rules_else_the_worlds() {
+        let mut spec = WorldSpec::default();
+        let behind = EndRules::clock_before_generated_backups();
+        spec.end_rules.insert(TARGET.into(), behind.clone());
+        let (mut target, mut secondary) = (ClusterSpec::new(TARGET), ClusterSpec::new("s1"));
+        spec.shared_settings(&mut target);
+        spec.shared_settings(&mut secondary);
+        assert_eq!(target.clock_offset, behind.clock_offset);
+        assert!(target.partition_key_refuses_partition_names);
+        let now = jiff::Timestamp::now().as_millisecond();
+        let clock = now + target.clock_offset.as_millis() as i64;
+        assert!(clock < milvus_sim::fixtures::FIRST_BACKUP_MS as i64);
+        assert_eq!(secondary.clock_offset, jiff::SignedDuration::ZERO);
+        assert!(!secondary.partition_key_refuses_partition_names);
+        assert!(secondary.stale_commit_blocks_channel && secondary.admission_before_idempotency);
     }
 }

@@ -84,6 +84,20 @@ pub enum DdlOp {
         db: String,
         collection: String,
     },
+    /// Sets `properties` and removes `delete_keys` of a collection's properties.
+    AlterCollection {
+        db: String,
+        collection: String,
+        properties: Vec<KeyValuePair>,
+        delete_keys: Vec<String>,
+    },
+    /// Appends a field; its id is the next after the schema's highest, which every cluster
+    /// derives alike from the same schema.
+    AddCollectionField {
+        db: String,
+        collection: String,
+        field: FieldSchema,
+    },
 }
 
 impl DdlOp {
@@ -98,6 +112,18 @@ impl DdlOp {
             DdlOp::CreateIndex { .. } => "CreateIndex",
             DdlOp::LoadCollection { .. } => "LoadCollection",
             DdlOp::ReleaseCollection { .. } => "ReleaseCollection",
+            DdlOp::AlterCollection { .. } => "AlterCollection",
+            DdlOp::AddCollectionField { .. } => "AddCollectionField",
+        }
+    }
+
+    /// The collection (database, name) whose schema this DDL changes: what milvus#53071
+    /// refuses while the collection has an unfinished import (docs/milvus-facts.md §2.8).
+    pub fn changes_schema_of(&self) -> Option<(&str, &str)> {
+        match self {
+            DdlOp::AlterCollection { db, collection, .. }
+            | DdlOp::AddCollectionField { db, collection, .. } => Some((db, collection)),
+            _ => None,
         }
     }
 }
@@ -563,6 +589,53 @@ impl Catalog {
                     return Ok(DdlOutcome::AlreadyThere);
                 }
                 c.loaded = false;
+                Ok(DdlOutcome::Applied)
+            }
+            DdlOp::AlterCollection {
+                db,
+                collection,
+                properties,
+                delete_keys,
+            } => {
+                let c = self.collection_mut(db, collection)?;
+                c.properties.retain(|kv| {
+                    !delete_keys.contains(&kv.key) && !properties.iter().any(|p| p.key == kv.key)
+                });
+                c.properties.extend(properties.iter().cloned());
+                Ok(DdlOutcome::Applied)
+            }
+            DdlOp::AddCollectionField {
+                db,
+                collection,
+                field,
+            } => {
+                let c = self.collection_mut(db, collection)?;
+                // [infer] wording: rootcoord refuses a name the schema has, and a field
+                // existing rows would have no value for.
+                if c.schema.fields.iter().any(|f| f.name == field.name) {
+                    return Err(MilvusError::parameter_invalid(
+                        "a new field name",
+                        format!("duplicate field name {}", field.name),
+                    ));
+                }
+                if !field.nullable && field.default_value.is_none() {
+                    return Err(MilvusError::parameter_invalid(
+                        "a nullable field or one with a default value",
+                        format!("field {} is neither", field.name),
+                    ));
+                }
+                let id = c
+                    .schema
+                    .fields
+                    .iter()
+                    .map(|f| f.field_id)
+                    .max()
+                    .unwrap_or(0)
+                    + 1;
+                c.schema.fields.push(FieldSchema {
+                    field_id: id,
+                    ..field.clone()
+                });
                 Ok(DdlOutcome::Applied)
             }
         }

@@ -44,8 +44,15 @@ pub struct MirrorImport {
 pub enum CdcMessage {
     Ddl(DdlOp),
     Import(MirrorImport),
-    CommitImport { job_id: i64 },
-    RollbackImport { job_id: i64 },
+    /// `commit_ts` is the time tick the primary stamped the commit with: every cluster's
+    /// commit fence checks the same one (docs/milvus-facts.md §2.7).
+    CommitImport {
+        job_id: i64,
+        commit_ts: u64,
+    },
+    RollbackImport {
+        job_id: i64,
+    },
     ReplicateConfig(ReplicateConfiguration),
 }
 
@@ -111,8 +118,8 @@ pub struct CdcStream {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// Turns the stream's instants into Milvus time ticks: wall-clock milliseconds since the
-/// epoch shifted left 18 bits, the physical part of a hybrid timestamp.
+/// Turns the stream's instants into Milvus time ticks: milliseconds since the epoch on the
+/// primary's clock shifted left 18 bits, the physical part of a hybrid timestamp.
 #[derive(Debug, Clone, Copy)]
 struct Clock {
     started: Instant,
@@ -120,10 +127,11 @@ struct Clock {
 }
 
 impl Clock {
-    fn now() -> Clock {
+    /// The clock of a primary whose TSO runs `offset` from the host's.
+    fn now(offset: jiff::SignedDuration) -> Clock {
         Clock {
             started: Instant::now(),
-            started_ms: jiff::Timestamp::now().as_millisecond(),
+            started_ms: jiff::Timestamp::now().as_millisecond() + offset.as_millis() as i64,
         }
     }
 
@@ -137,8 +145,14 @@ impl Clock {
 }
 
 impl CdcStream {
-    /// Starts the stream's delivery task.
-    pub fn start(target: String, lag: Duration, deliver: Deliver) -> CdcStream {
+    /// Starts the stream's delivery task; its time ticks are on the primary's clock, which
+    /// runs `clock_offset` from the host's.
+    pub fn start(
+        target: String,
+        lag: Duration,
+        clock_offset: jiff::SignedDuration,
+        deliver: Deliver,
+    ) -> CdcStream {
         let (queue, rx) = mpsc::unbounded_channel();
         let (settings, settings_rx) = watch::channel(Settings {
             lag,
@@ -153,7 +167,7 @@ impl CdcStream {
             applied.clone(),
             in_flight.clone(),
         ));
-        let clock = Clock::now();
+        let clock = Clock::now(clock_offset);
         let now = Instant::now();
         CdcStream {
             target,
@@ -261,13 +275,24 @@ mod tests {
 
     type Seen = Arc<Mutex<Vec<(i64, Instant)>>>;
 
+    fn commit(job_id: i64) -> CdcMessage {
+        CdcMessage::CommitImport {
+            job_id,
+            commit_ts: 0,
+        }
+    }
+
+    fn start(lag: Duration, deliver: Deliver) -> CdcStream {
+        CdcStream::start("b".into(), lag, jiff::SignedDuration::ZERO, deliver)
+    }
+
     fn recorder() -> (Deliver, Seen) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();
         let deliver: Deliver = Arc::new(move |m| {
             let sink = sink.clone();
             Box::pin(async move {
-                if let CdcMessage::CommitImport { job_id } = m {
+                if let CdcMessage::CommitImport { job_id, .. } = m {
                     sink.lock()
                         .expect("not poisoned")
                         .push((job_id, Instant::now()));
@@ -280,10 +305,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn delivers_in_order_after_the_lag() {
         let (deliver, seen) = recorder();
-        let stream = CdcStream::start("b".into(), Duration::from_secs(2), deliver);
+        let stream = start(Duration::from_secs(2), deliver);
         let start = Instant::now();
-        stream.send(CdcMessage::CommitImport { job_id: 1 });
-        stream.send(CdcMessage::CommitImport { job_id: 2 });
+        stream.send(commit(1));
+        stream.send(commit(2));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(seen.lock().expect("not poisoned").is_empty());
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -296,7 +321,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_checkpoint_follows_the_clock_behind_the_lag_and_stops_while_paused() {
         let (deliver, _) = recorder();
-        let stream = CdcStream::start("b".into(), Duration::from_millis(500), deliver);
+        let stream = start(Duration::from_millis(500), deliver);
         let first = stream.checkpoint();
         assert!(first > 0);
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -310,7 +335,7 @@ mod tests {
         // A message on its way holds the checkpoint at its send time until it is applied.
         stream.set_lag(Duration::from_secs(5));
         let held = stream.checkpoint();
-        stream.send(CdcMessage::CommitImport { job_id: 1 });
+        stream.send(commit(1));
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert!(
             stream.checkpoint() > held,
@@ -334,9 +359,9 @@ mod tests {
     async fn a_message_on_its_way_holds_the_checkpoint_back() {
         // A secondary that never finishes applying the message (a restart that never ends).
         let stuck: Deliver = Arc::new(|_| Box::pin(futures::future::pending()));
-        let stream = CdcStream::start("b".into(), Duration::ZERO, stuck);
+        let stream = start(Duration::ZERO, stuck);
         let before = stream.checkpoint();
-        stream.send(CdcMessage::CommitImport { job_id: 1 });
+        stream.send(commit(1));
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(
             stream.checkpoint(),
@@ -349,9 +374,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn pause_holds_messages_until_resume() {
         let (deliver, seen) = recorder();
-        let stream = CdcStream::start("b".into(), Duration::ZERO, deliver);
+        let stream = start(Duration::ZERO, deliver);
         stream.set_flow(Flow::Paused);
-        stream.send(CdcMessage::CommitImport { job_id: 1 });
+        stream.send(commit(1));
         tokio::time::sleep(Duration::from_secs(60)).await;
         assert!(seen.lock().expect("not poisoned").is_empty());
         assert_eq!(stream.snapshot().sent, 1);

@@ -28,6 +28,7 @@ use crate::control::{
     ClusterSnapshot, CollectionSnapshot, CompletedImport, FieldSnapshot, RequestRecord,
 };
 use crate::faults::{ApiEffect, Faults};
+use crate::fence::{self, Fence, Fences};
 use crate::jobs::{ImportJob, JobOrigin, JobState, Row, Stamp};
 use crate::merr::MilvusError;
 use crate::options::{self, CommitMode, ImportSource};
@@ -127,6 +128,8 @@ pub(crate) struct State {
     pub requests: RequestLog,
     pub streams: BTreeMap<String, CdcStream>,
     pub drivers: HashMap<i64, tokio::task::AbortHandle>,
+    /// The pchannels whose replay stopped at a rejected commit fence.
+    pub fences: Fences,
 }
 
 /// Import jobs of one cluster whose files are read at once. Each holds open files while it
@@ -155,6 +158,8 @@ pub(crate) struct Shared {
     pub addr: Mutex<Option<SocketAddr>>,
     /// The TLS port's address, when the spec asks for one.
     pub tls_addr: Mutex<Option<SocketAddr>>,
+    /// The management API's port ([`crate::management`]).
+    pub management_addr: Mutex<Option<SocketAddr>>,
     pub registry: Weak<Registry>,
     pub default_lag: Mutex<Duration>,
     pub server: tokio::sync::Mutex<Option<crate::server::Serving>>,
@@ -206,6 +211,7 @@ impl Cluster {
                 requests,
                 streams: BTreeMap::new(),
                 drivers: HashMap::new(),
+                fences: Fences::default(),
             }),
             ids,
             pchannel_cursor: AtomicUsize::new(0),
@@ -215,6 +221,7 @@ impl Cluster {
             availability: watch::channel(Availability::Down).0,
             addr: Mutex::new(None),
             tls_addr: Mutex::new(None),
+            management_addr: Mutex::new(None),
             registry,
             default_lag: Mutex::new(Duration::ZERO),
             server: tokio::sync::Mutex::new(None),
@@ -240,7 +247,26 @@ impl Cluster {
         &self.0.spec.version
     }
 
-    /// The import API its version serves.
+    /// The build it reports (GetVersion, Connect, the management API): its `build`, else its
+    /// version, as a release build reports its tag.
+    pub fn build(&self) -> &str {
+        self.0.spec.build.as_deref().unwrap_or(&self.0.spec.version)
+    }
+
+    /// Its TSO now: the clock AllocTimestamp answers from and commits are stamped with,
+    /// `clock_offset` from the host's.
+    pub fn clock(&self) -> u64 {
+        crate::tso::now_shifted(self.0.spec.clock_offset)
+    }
+
+    /// `dataCoord.import.taskRetention`, as set or as the version has it.
+    pub fn task_retention(&self) -> Duration {
+        self.0
+            .spec
+            .task_retention
+            .unwrap_or_else(|| self.0.version.default_task_retention())
+    }
+
     /// `dataCoord.import.enableL0Import`, as set or as the version has it.
     pub fn l0_import_enabled(&self) -> bool {
         self.0
@@ -249,6 +275,7 @@ impl Cluster {
             .unwrap_or(self.import_face() != ImportFace::TwoPhase)
     }
 
+    /// The import API its version serves.
     pub fn import_face(&self) -> ImportFace {
         self.0.version.import_face()
     }
@@ -305,6 +332,17 @@ impl Cluster {
     pub fn tls_uri(&self) -> Option<String> {
         let addr = *self.0.tls_addr.lock().expect("addr lock is never poisoned");
         addr.map(|a| format!("https://{a}"))
+    }
+
+    /// `http://127.0.0.1:PORT` of the management API (Milvus's metrics port).
+    pub fn management_uri(&self) -> String {
+        let addr = self
+            .0
+            .management_addr
+            .lock()
+            .expect("addr lock is never poisoned")
+            .expect("a cluster is bound before its handle is handed out");
+        format!("http://{addr}")
     }
 
     /// A control-API client for this cluster.
@@ -417,23 +455,17 @@ impl Cluster {
         if self.import_face() != ImportFace::TwoPhase {
             parsed.commit = CommitMode::Auto;
         }
-        let key = match req.idempotency_key.as_deref() {
-            Some(key) if self.0.version.honours_idempotency_key() && !key.is_empty() => {
-                if key.len() > MAX_IDEMPOTENCY_KEY_LEN
-                    || !key.bytes().all(|b| (0x20..=0x7e).contains(&b))
-                {
-                    return Err(MilvusError::parameter_invalid(
-                        "idempotency key of printable ASCII, at most 256 bytes",
-                        format!("{} bytes", key.len()),
-                    ));
-                }
-                if let Some(existing) = state.idempotency.get(&(collection_id, key.to_owned())) {
-                    return Ok(*existing);
-                }
-                Some(key.to_owned())
-            }
-            _ => None,
+        let key = self.idempotency_key(req.idempotency_key.as_deref())?;
+        // The job a known key names; looked up before admission, or after it when the
+        // cluster follows milvus#53228 (docs/milvus-facts.md §1.6).
+        let known = |state: &State| {
+            let key = key.clone()?;
+            state.idempotency.get(&(collection_id, key)).copied()
         };
+        let after_admission = self.0.spec.admission_before_idempotency;
+        if let Some(existing) = known(&state).filter(|_| !after_admission) {
+            return Ok(existing);
+        }
         // Only as many jobs as the limit can hold that many active ones: counting them at
         // every create made a restore of 40,000 jobs quadratic.
         let limit = self.0.spec.max_import_job_num;
@@ -476,6 +508,9 @@ impl Cluster {
                 ),
             )
         })?;
+        if let Some(existing) = known(&state) {
+            return Ok(existing);
+        }
         let job_id = self.next_id();
         let mirror = MirrorImport {
             job_id,
@@ -504,6 +539,24 @@ impl Cluster {
         drop(state);
         crate::executor::spawn_driver(self, job_id);
         Ok(job_id)
+    }
+
+    /// The `Idempotency-Key` of a create, checked as the proxy checks it; None when the
+    /// version ignores the header or none was sent.
+    fn idempotency_key(&self, key: Option<&str>) -> Result<Option<String>, MilvusError> {
+        let Some(key) = key.filter(|k| !k.is_empty()) else {
+            return Ok(None);
+        };
+        if !self.0.version.honours_idempotency_key() {
+            return Ok(None);
+        }
+        if key.len() > MAX_IDEMPOTENCY_KEY_LEN || !key.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
+            return Err(MilvusError::parameter_invalid(
+                "idempotency key of printable ASCII, at most 256 bytes",
+                format!("{} bytes", key.len()),
+            ));
+        }
+        Ok(Some(key.to_owned()))
     }
 
     fn insert_job(
@@ -585,11 +638,7 @@ impl Cluster {
     /// Whether a job is still known to clients: a finished one is forgotten
     /// `dataCoord.import.taskRetention` after it finished (the sim's own record keeps it).
     fn retained(&self, job: &ImportJob) -> bool {
-        let retention = self
-            .0
-            .spec
-            .task_retention
-            .unwrap_or_else(|| self.0.version.default_task_retention());
+        let retention = self.task_retention();
         job.completed
             .is_none_or(|done| Stamp::now().unix_ms - done.unix_ms <= retention.as_millis() as i64)
     }
@@ -664,11 +713,63 @@ impl Cluster {
             return Err(manual_not_allowed(job_id));
         }
         self.refuse_on_secondary(&state)?;
-        if let Some(entry) = state.jobs.get_mut(&job_id) {
-            set_state(entry, JobState::Committing);
-        }
-        self.broadcast(&mut state, CdcMessage::CommitImport { job_id });
+        let commit_ts = self.clock();
+        self.enter_committing(&mut state, job_id, commit_ts, None);
+        self.broadcast(&mut state, CdcMessage::CommitImport { job_id, commit_ts });
         Ok(job_id)
+    }
+
+    /// A commit stamped `commit_ts` reaching job `job_id`: the job is Committing. A commit the
+    /// fence rejects ([`fence::rejected`]) also stops the pchannels of the job's collection,
+    /// and a secondary's replication `checkpoint` with them (docs/milvus-facts.md §2.7).
+    fn enter_committing(
+        &self,
+        state: &mut State,
+        job_id: i64,
+        commit_ts: u64,
+        checkpoint: Option<u64>,
+    ) {
+        let Some(entry) = state.jobs.get_mut(&job_id) else {
+            return;
+        };
+        set_state(entry, JobState::Committing);
+        let Some(max_row_ts) = fence::rejected(&entry.job, commit_ts)
+            .filter(|_| self.0.spec.stale_commit_blocks_channel)
+        else {
+            return;
+        };
+        let collection_id = entry.job.collection_id;
+        let Some(collection) = state.catalog.collection_by_id(collection_id) else {
+            return;
+        };
+        tracing::warn!(
+            cluster = self.id(),
+            job_id,
+            commit_ts,
+            max_row_ts,
+            pchannels = ?collection.physical_channels,
+            "commit timestamp is below the binlogs' newest row timestamp: the commit fence is rejected and retried without end"
+        );
+        let pchannels = collection.physical_channels.clone();
+        let fence = Fence {
+            pchannel: String::new(),
+            job_id,
+            commit_ts,
+            max_row_ts,
+            checkpoint,
+        };
+        state.fences.raise(&pchannels, &fence);
+    }
+
+    /// Whether job `job_id`'s commit cannot complete: a pchannel of its collection stopped at
+    /// a rejected commit fence (its own, or an earlier job's).
+    pub(crate) fn commit_blocked(&self, job_id: i64) -> bool {
+        let state = self.lock();
+        let Some(entry) = state.jobs.get(&job_id) else {
+            return false;
+        };
+        let collection = state.catalog.collection_by_id(entry.job.collection_id);
+        collection.is_some_and(|c| state.fences.blocks(&c.physical_channels))
     }
 
     /// REST abort (docs/milvus-facts.md §2.3): a job already aborted by the user is a no-op; a
@@ -765,11 +866,38 @@ impl Cluster {
     pub fn execute_ddl(&self, op: DdlOp) -> Result<DdlOutcome, MilvusError> {
         let mut state = self.lock();
         self.refuse_on_secondary(&state)?;
+        self.refuse_schema_ddl_while_importing(&state, &op)?;
         let outcome = self.apply_ddl(&mut state, &op)?;
         if outcome != DdlOutcome::AlreadyThere {
             self.broadcast(&mut state, CdcMessage::Ddl(op));
         }
         Ok(outcome)
+    }
+
+    /// With `import_blocks_schema_ddl` (milvus#53071), DDL changing the schema of a collection
+    /// with an unfinished import job, Uncommitted included, is refused with code 112 before it
+    /// is applied or broadcast (docs/milvus-facts.md §2.8). Only a client's DDL is checked: a
+    /// secondary applies what its primary already let through.
+    fn refuse_schema_ddl_while_importing(
+        &self,
+        state: &State,
+        op: &DdlOp,
+    ) -> Result<(), MilvusError> {
+        let Some((db, name)) = op.changes_schema_of() else {
+            return Ok(());
+        };
+        if !self.0.spec.import_blocks_schema_ddl {
+            return Ok(());
+        }
+        let id = state.catalog.collection(db, name)?.id;
+        match jobs_of(state, Some(id)).find(|j| j.state.is_active()) {
+            Some(job) => Err(MilvusError::collection_ddl_import_conflict(
+                name,
+                job.job_id,
+                job.state.name(),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Applies DDL from a client or the stream; a dropped collection fails its active jobs
@@ -805,7 +933,8 @@ impl Cluster {
     }
 
     /// `GetReplicateInfo` on this cluster: how far its replication from `source` has come on
-    /// the source's pchannel `pchannel`, read off the source's stream to this cluster. `None`
+    /// the source's pchannel `pchannel`, read off the source's stream to this cluster, and held
+    /// where it was when the pchannel's replay stopped at a rejected commit fence. `None`
     /// unless this cluster is a secondary of `source` and the pchannel is one of the source's.
     pub fn replicate_checkpoint(
         &self,
@@ -817,19 +946,25 @@ impl Cluster {
             return None;
         }
         let primary = self.0.registry.upgrade()?.get(source)?;
-        if !primary.0.pchannels.iter().any(|p| p == pchannel) {
-            return None;
-        }
-        let time_tick = {
-            let mut state = primary.lock();
-            primary.stream(&mut state, self.id()).checkpoint()
-        };
+        // CDC maps the source's pchannel i to this cluster's pchannel i.
+        let index = primary.0.pchannels.iter().position(|p| p == pchannel)?;
+        let live = self.stream_checkpoint(source)?;
+        let stopped =
+            (self.0.pchannels.get(index)).and_then(|own| self.lock().fences.checkpoint(own));
+        let time_tick = stopped.map_or(live, |at| at.min(live));
         Some(ReplicateCheckpoint {
             cluster_id: source.to_owned(),
             pchannel: pchannel.to_owned(),
             message_id: None,
             time_tick,
         })
+    }
+
+    /// How far the stream from `source` to this cluster has come (see [`CdcStream`]).
+    fn stream_checkpoint(&self, source: &str) -> Option<u64> {
+        let primary = self.0.registry.upgrade()?.get(source)?;
+        let mut state = primary.lock();
+        Some(primary.stream(&mut state, self.id()).checkpoint())
     }
 
     /// `UpdateReplicateConfiguration` (docs/milvus-facts.md §3.1): validated with Milvus's rules;
@@ -942,7 +1077,12 @@ impl Cluster {
                 .default_lag
                 .lock()
                 .expect("lag lock is never poisoned");
-            CdcStream::start(target.to_owned(), lag, self.deliver_to(target.to_owned()))
+            CdcStream::start(
+                target.to_owned(),
+                lag,
+                self.0.spec.clock_offset,
+                self.deliver_to(target.to_owned()),
+            )
         })
     }
 
@@ -1007,10 +1147,13 @@ impl Cluster {
                 }
             }
             CdcMessage::Import(spec) => self.apply_mirror_import(source, spec),
-            CdcMessage::CommitImport { job_id } => {
+            CdcMessage::CommitImport { job_id, commit_ts } => {
                 let cluster = self.clone();
+                let source = source.to_owned();
                 // Retried until the mirror is Uncommitted, without holding up later messages.
-                tokio::spawn(async move { cluster.replay_commit(job_id).await });
+                tokio::spawn(
+                    async move { cluster.replay_commit(&source, job_id, commit_ts).await },
+                );
             }
             CdcMessage::RollbackImport { job_id } => {
                 let mut state = self.lock();
@@ -1065,8 +1208,9 @@ impl Cluster {
     }
 
     /// `commitImportV2AckCallback` on a secondary: waits (unbounded, as Milvus retries) for the
-    /// mirror to exist and reach Uncommitted; a Failed mirror is a logged divergence.
-    async fn replay_commit(&self, job_id: i64) {
+    /// mirror to exist and reach Uncommitted; a Failed mirror is a logged divergence. The
+    /// commit keeps the primary's time tick, so the fence judges it as the primary's did.
+    async fn replay_commit(&self, source: &str, job_id: i64, commit_ts: u64) {
         let mut watch = loop {
             let created = self.0.job_created.notified();
             tokio::pin!(created);
@@ -1080,12 +1224,11 @@ impl Cluster {
             let current = *watch.borrow_and_update();
             match current {
                 JobState::Uncommitted => {
-                    if self
-                        .update_job_in(job_id, JobState::Uncommitted, |j| {
-                            j.enter(JobState::Committing)
-                        })
-                        .is_some()
-                    {
+                    // Read before the lock: it takes the primary's.
+                    let checkpoint = self.stream_checkpoint(source);
+                    let mut state = self.lock();
+                    if state.jobs.get(&job_id).map(|e| e.job.state) == Some(JobState::Uncommitted) {
+                        self.enter_committing(&mut state, job_id, commit_ts, checkpoint);
                         return;
                     }
                 }
@@ -1204,6 +1347,7 @@ impl Cluster {
         ClusterSnapshot {
             cluster_id: self.id().to_owned(),
             version: self.version().to_owned(),
+            build: self.build().to_owned(),
             role: role.name().to_owned(),
             primary: match &role {
                 Role::Secondary { primary } => Some(primary.clone()),
@@ -1218,6 +1362,7 @@ impl Cluster {
             jobs: state.jobs.values().map(|e| e.job.clone()).collect(),
             streams: state.streams.values().map(CdcStream::snapshot).collect(),
             pending_job_failures: state.faults.pending_job_failures(),
+            fences: state.fences.list(),
             requests: state.requests.records().cloned().collect(),
             requests_dropped: state.requests.dropped(),
         }

@@ -164,6 +164,8 @@ async fn run_stage(
             CommitMode::Auto => return StageEnd::Advance(None),
             CommitMode::Manual => pending().await,
         },
+        // A commit the fence rejected is retried without end (docs/milvus-facts.md §2.7).
+        JobState::Committing if cluster.commit_blocked(job_id) => return pending().await,
         JobState::Committing => d.committing,
         JobState::Completed | JobState::Failed => return pending().await,
     };

@@ -15,6 +15,7 @@ use milvus_proto::common::{
 };
 use milvus_proto::milvus::milvus_service_server::MilvusService;
 use milvus_proto::milvus::*;
+use prost::Message;
 use tonic::{Request, Response};
 
 use crate::Protocol;
@@ -311,6 +312,7 @@ global!(
     CreateCollectionRequest => "CreateCollection",
     DropCollectionRequest => "DropCollection",
     DescribeCollectionRequest => "DescribeCollection",
+    AlterCollectionRequest => "CreateCollection",
 );
 on_collection!(
     LoadCollectionRequest => "Load",
@@ -324,6 +326,7 @@ on_collection!(
     CreateIndexRequest => "CreateIndex",
     DescribeIndexRequest => "IndexDetail",
     ImportRequest => "Import",
+    AddCollectionFieldRequest => "AddCollectionField",
 );
 unchecked!(
     HasCollectionRequest,
@@ -400,6 +403,46 @@ impl MilvusService for MilvusGrpc {
                 .execute_ddl(DdlOp::DropCollection {
                     db: db_or_default(&req.db_name).to_owned(),
                     name: req.collection_name,
+                })
+                .map(ok_status)
+        })
+        .await
+    }
+
+    async fn alter_collection(
+        &self,
+        request: Request<AlterCollectionRequest>,
+    ) -> Result<Response<Status>, tonic::Status> {
+        self.serve("AlterCollection", request, |cluster, req| {
+            cluster
+                .execute_ddl(DdlOp::AlterCollection {
+                    db: db_or_default(&req.db_name).to_owned(),
+                    collection: req.collection_name,
+                    properties: req.properties,
+                    delete_keys: req.delete_keys,
+                })
+                .map(ok_status)
+        })
+        .await
+    }
+
+    async fn add_collection_field(
+        &self,
+        request: Request<AddCollectionFieldRequest>,
+    ) -> Result<Response<Status>, tonic::Status> {
+        self.serve("AddCollectionField", request, |cluster, req| {
+            let field =
+                milvus_proto::schema::FieldSchema::decode(req.schema.as_slice()).map_err(|e| {
+                    MilvusError::new(
+                        merr::code::PARAMETER_INVALID,
+                        format!("failed to unmarshal field schema: {e}"),
+                    )
+                })?;
+            cluster
+                .execute_ddl(DdlOp::AddCollectionField {
+                    db: db_or_default(&req.db_name).to_owned(),
+                    collection: req.collection_name,
+                    field,
                 })
                 .map(ok_status)
         })
@@ -749,7 +792,7 @@ impl MilvusService for MilvusGrpc {
         self.serve("GetVersion", request, |cluster, _| {
             Ok(GetVersionResponse {
                 status: Some(merr::success()),
-                version: cluster.version().to_owned(),
+                version: cluster.build().to_owned(),
             })
         })
         .await
@@ -777,7 +820,7 @@ impl MilvusService for MilvusGrpc {
             Ok(ConnectResponse {
                 status: Some(merr::success()),
                 server_info: Some(ServerInfo {
-                    build_tags: cluster.version().to_owned(),
+                    build_tags: cluster.build().to_owned(),
                     build_time: String::new(),
                     git_commit: String::new(),
                     go_version: "milvus-sim".to_owned(),
@@ -883,16 +926,16 @@ impl MilvusService for MilvusGrpc {
         }))
     }
 
-    /// A hybrid timestamp of now: wall-clock milliseconds shifted left 18 bits, the clock
-    /// the replication checkpoints are read in.
+    /// A hybrid timestamp of now on the cluster's clock: milliseconds shifted left 18 bits,
+    /// the clock its commits are stamped with and its replication checkpoints read in.
     async fn alloc_timestamp(
         &self,
         request: Request<AllocTimestampRequest>,
     ) -> Result<Response<AllocTimestampResponse>, tonic::Status> {
-        self.serve("AllocTimestamp", request, |_, _| {
+        self.serve("AllocTimestamp", request, |cluster, _| {
             Ok(AllocTimestampResponse {
                 status: Some(merr::success()),
-                timestamp: crate::tso::now(),
+                timestamp: cluster.clock(),
             })
         })
         .await

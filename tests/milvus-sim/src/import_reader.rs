@@ -90,6 +90,7 @@ impl Default for ReadOutcome {
                 first_removed: None,
                 changed: None,
                 kept: Vec::new(),
+                max_row_ts: None,
             },
         }
     }
@@ -407,6 +408,8 @@ async fn read_binlog_group(
             });
         }
         result.rows = row_ids;
+        let newest = timestamps.iter().max().map(|ts| *ts as u64);
+        outcome.data.max_row_ts = outcome.data.max_row_ts.max(newest);
     }
     // `[insert, ""]` is how milvus-backup's v1 import says "no delta logs": Milvus skips an
     // empty delta path rather than listing its whole bucket.

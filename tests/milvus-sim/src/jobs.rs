@@ -194,6 +194,9 @@ pub struct ImportedData {
     pub changed: Option<milvus_formats::binlog::Pk>,
     /// Where each file group's insert logs were kept once imported, by group.
     pub kept: Vec<String>,
+    /// The newest row timestamp of a binlog import's insert logs (the source cluster's, which
+    /// a backup import keeps): what the commit fence holds the commit to ([`crate::fence`]).
+    pub max_row_ts: Option<u64>,
 }
 
 /// An import job as a cluster holds it.

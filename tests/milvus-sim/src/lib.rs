@@ -25,7 +25,9 @@
 //! - [`cdc`]: ordered streams from a primary to each secondary, with lag and pause.
 //! - [`replication`]: the ReplicateConfiguration rules and roles.
 //! - [`rest`], [`grpc`], [`control`]: the three faces of a cluster's port.
+//! - [`management`]: the management API on a port of its own, as Milvus's metrics port.
 //! - [`faults`]: injected job failures and API faults.
+//! - [`fence`]: the commit fence, and the pchannels a rejected one stopped.
 //! - [`request_log`]: the bounded record of requests each cluster answered.
 //! - [`merr`], [`go_duration`], [`version`], [`storage`], [`tso`]: Milvus's error codes, Go
 //!   durations, version rules, object storage, hybrid timestamps.
@@ -37,11 +39,13 @@ pub mod cluster;
 pub mod control;
 pub(crate) mod executor;
 pub mod faults;
+pub mod fence;
 pub mod fixtures;
 pub mod go_duration;
 pub mod grpc;
 pub mod import_reader;
 pub mod jobs;
+pub mod management;
 pub mod merr;
 pub mod options;
 pub mod query;

@@ -79,7 +79,14 @@ async fn up(topology: Topology, ports_file: Option<PathBuf>) -> anyhow::Result<(
     let lines: Vec<String> = sim
         .clusters()
         .iter()
-        .map(|c| serde_json::json!({"cluster": c.id(), "uri": c.uri()}).to_string())
+        .map(|c| {
+            let line = serde_json::json!({
+                "cluster": c.id(),
+                "uri": c.uri(),
+                "management_uri": c.management_uri(),
+            });
+            line.to_string()
+        })
         .collect();
     let text = lines.join("\n") + "\n";
     if let Some(path) = ports_file {

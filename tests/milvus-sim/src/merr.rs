@@ -8,6 +8,8 @@ use milvus_proto::common::{ErrorCode, Status};
 pub mod code {
     pub const SUCCESS: i32 = 0;
     pub const COLLECTION_NOT_FOUND: i32 = 100;
+    /// `ErrCollectionDDLImportConflict` (milvus#53071): not retriable.
+    pub const COLLECTION_DDL_IMPORT_CONFLICT: i32 = 112;
     pub const PARTITION_NOT_FOUND: i32 = 200;
     pub const INDEX_NOT_FOUND: i32 = 700;
     pub const INDEX_DUPLICATE: i32 = 702;
@@ -69,6 +71,18 @@ impl MilvusError {
         Self::new(
             code::OPERATION_NOT_SUPPORTED,
             format!("{msg}: unsupported operation"),
+        )
+    }
+
+    /// Schema DDL refused while `collection` has an unfinished import job (milvus#53071's
+    /// `WrapErrCollectionDDLImportConflict`, docs/milvus-facts.md §2.8). The context is the
+    /// PR's; the base message after it is [infer].
+    pub fn collection_ddl_import_conflict(collection: &str, job_id: i64, state: &str) -> Self {
+        Self::new(
+            code::COLLECTION_DDL_IMPORT_CONFLICT,
+            format!(
+                "import job {job_id} in state {state} is in flight, retry the ddl after it finishes: collection ddl conflicts with an import job[collection={collection}]"
+            ),
         )
     }
 

@@ -12,7 +12,8 @@ use milvus_proto::milvus::{QueryRequest, QueryResults};
 use milvus_proto::schema::{DataType, FieldSchema};
 
 use crate::cluster::{Cluster, FoundRow};
-use crate::merr::{self, MilvusError};
+use crate::merr::{self, MilvusError, code};
+use crate::version::ImportFace;
 
 /// Milvus's code for an expression or output field it cannot use.
 const CANNOT_PARSE: i32 = 1100;
@@ -98,13 +99,35 @@ fn literals(list: &str) -> Option<Vec<Pk>> {
     }
 }
 
+/// The proxy's refusal of a query naming partitions of a partition-key collection (its
+/// `PreExecute`, before the load state is looked at; docs/milvus-facts.md §4.5): an input
+/// error, 1100, from 3.0; a plain error, 65535, on older servers (seen on 2.3.5).
+fn refuse_partition_names(cluster: &Cluster) -> MilvusError {
+    const RULE: &str =
+        "not support manually specifying the partition names if partition key mode is used";
+    if cluster.import_face() == ImportFace::TwoPhase {
+        MilvusError::new(
+            code::PARAMETER_INVALID,
+            format!("{RULE}: invalid parameter"),
+        )
+    } else {
+        MilvusError::new(code::UNEXPECTED, RULE)
+    }
+}
+
 /// The answer to `req` on `cluster`.
 pub async fn answer(cluster: &Cluster, req: QueryRequest) -> Result<QueryResults, MilvusError> {
     let db = crate::catalog::db_or_default(&req.db_name).to_owned();
-    let loaded = cluster.with_catalog(|c| {
+    let (loaded, keyed) = cluster.with_catalog(|c| {
         c.collection(&db, &req.collection_name)
-            .map(|coll| coll.loaded)
+            .map(|coll| (coll.loaded, coll.has_partition_key()))
     })?;
+    if keyed
+        && !req.partition_names.is_empty()
+        && cluster.spec().partition_key_refuses_partition_names
+    {
+        return Err(refuse_partition_names(cluster));
+    }
     if !loaded {
         return Err(MilvusError::new(
             101,

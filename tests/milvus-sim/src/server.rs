@@ -1,5 +1,6 @@
 //! Starting clusters and serving them: one loopback port per cluster answers gRPC (HTTP/2,
-//! h2c), REST v2 and the control API (HTTP/1.1), as a Milvus proxy answers on 19530.
+//! h2c), REST v2 and the control API (HTTP/1.1), as a Milvus proxy answers on 19530; a
+//! second answers the management API, as Milvus's metrics port does on 9091.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use crate::cluster::{Availability, Cluster, Registry};
 use crate::merr::MilvusError;
 use crate::storage::{self, StorageError};
 use crate::topology::{ReplicationSpec, Topology};
-use crate::{control, executor, grpc, rest};
+use crate::{control, executor, grpc, management, rest};
 
 /// How long a stopping server waits for in-flight requests before it lets them go.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
@@ -80,11 +81,17 @@ impl Sim {
                 cluster: id.clone(),
                 source,
             })?;
+            let management_port = spec.management_port;
             let cluster = Cluster::new(spec, storage, Arc::downgrade(&registry));
-            let (listener, addr) = bind(&cluster, SocketAddr::from(([127, 0, 0, 1], port))).await?;
-            *cluster.0.addr.lock().expect("addr lock is never poisoned") = Some(addr);
-            let tls = bind_tls(&cluster, SocketAddr::from(([127, 0, 0, 1], 0))).await?;
-            start_serving(&cluster, listener, tls).await;
+            let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+            let listeners = Listeners::bind(
+                &cluster,
+                loopback(port),
+                Some(loopback(0)),
+                loopback(management_port),
+            )
+            .await?;
+            start_serving(&cluster, listeners).await;
             registry.insert(cluster);
             order.push(id);
         }
@@ -201,9 +208,47 @@ fn app(cluster: &Cluster) -> axum::Router {
         .fallback(to_grpc)
 }
 
-async fn start_serving(cluster: &Cluster, listener: TcpListener, tls: Option<TlsListener>) {
+/// The ports of one cluster, bound: its own, its TLS port when it has one, and its
+/// management port ([`crate::management`]).
+struct Listeners {
+    plain: TcpListener,
+    tls: Option<TlsListener>,
+    management: TcpListener,
+}
+
+impl Listeners {
+    /// Binds each port on its address (port 0: any free one) and records where they are;
+    /// `tls` is where the TLS port goes when the cluster's spec asks for one.
+    async fn bind(
+        cluster: &Cluster,
+        plain: SocketAddr,
+        tls: Option<SocketAddr>,
+        management: SocketAddr,
+    ) -> Result<Listeners, SimError> {
+        let (plain, addr) = bind(cluster, plain).await?;
+        *cluster.0.addr.lock().expect("addr lock is never poisoned") = Some(addr);
+        let tls = match tls {
+            Some(addr) => bind_tls(cluster, addr).await?,
+            None => None,
+        };
+        let (management, addr) = bind(cluster, management).await?;
+        *cluster
+            .0
+            .management_addr
+            .lock()
+            .expect("addr lock is never poisoned") = Some(addr);
+        Ok(Listeners {
+            plain,
+            tls,
+            management,
+        })
+    }
+}
+
+async fn start_serving(cluster: &Cluster, listeners: Listeners) {
     let (stop, stopped) = oneshot::channel::<()>();
     let app = app(cluster);
+    let management = management::router(cluster.clone());
     let id = cluster.id().to_owned();
     let task = tokio::spawn(async move {
         let stopped = async {
@@ -212,15 +257,19 @@ async fn start_serving(cluster: &Cluster, listener: TcpListener, tls: Option<Tls
         // Milvus's Go server answers with Nagle off, as Go's net package sets every TCP
         // connection. With it on, a response's trailers wait for the client's delayed ACK
         // (40 ms on Linux) behind its body: every unary call took 40 ms.
-        let listener = listener.tap_io(no_delay);
+        let listener = listeners.plain.tap_io(no_delay);
         let plain = axum::serve(listener, app.clone()).with_graceful_shutdown(stopped);
-        let result = match tls {
-            None => plain.await,
-            // The TLS port stops with the plain one: a restart takes both down.
-            Some(tls) => tokio::select! {
-                r = plain => r,
-                r = axum::serve(tls, app) => r,
-            },
+        let tls = async {
+            match listeners.tls {
+                Some(tls) => axum::serve(tls, app).await,
+                None => std::future::pending().await,
+            }
+        };
+        // The other ports stop with the plain one: a restart takes them all down.
+        let result = tokio::select! {
+            r = plain => r,
+            r = tls => r,
+            r = axum::serve(listeners.management.tap_io(no_delay), management) => r,
         };
         if let Err(e) = result {
             tracing::error!(cluster = %id, error = %e, "server stopped");
@@ -285,21 +334,23 @@ async fn stop_serving(cluster: &Cluster) {
 /// connections for `down_for`, job tasks stop, and everything resumes from the kept state.
 pub async fn restart(cluster: &Cluster, down_for: Duration) -> Result<(), SimError> {
     let addr: SocketAddr = cluster.addr();
-    tracing::info!(cluster = cluster.id(), ?down_for, "restarting");
-    stop_serving(cluster).await;
-    executor::stop_drivers(cluster);
-    tokio::time::sleep(down_for).await;
-    let (listener, _) = bind(cluster, addr).await?;
     let tls_addr = *cluster
         .0
         .tls_addr
         .lock()
         .expect("addr lock is never poisoned");
-    let tls = match tls_addr {
-        Some(addr) => bind_tls(cluster, addr).await?,
-        None => None,
-    };
-    start_serving(cluster, listener, tls).await;
+    let management_addr = cluster
+        .0
+        .management_addr
+        .lock()
+        .expect("addr lock is never poisoned")
+        .expect("a serving cluster has a management port");
+    tracing::info!(cluster = cluster.id(), ?down_for, "restarting");
+    stop_serving(cluster).await;
+    executor::stop_drivers(cluster);
+    tokio::time::sleep(down_for).await;
+    let listeners = Listeners::bind(cluster, addr, tls_addr, management_addr).await?;
+    start_serving(cluster, listeners).await;
     executor::resume_drivers(cluster);
     Ok(())
 }

@@ -25,6 +25,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use jiff::SignedDuration;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -67,7 +68,8 @@ struct ClusterFile {
     #[serde(default)]
     import_in_replicating_cluster: bool,
     enable_l0_import: Option<bool>,
-    two_phase_l0_keeps_timestamps: Option<bool>,
+    #[serde(default = "on")]
+    two_phase_l0_keeps_timestamps: bool,
     pchannels: Option<Spanned<u32>>,
     max_import_job_num: Option<usize>,
     request_log_capacity: Option<usize>,
@@ -81,8 +83,25 @@ struct ClusterFile {
     #[serde(default)]
     timeout_spares_committing: bool,
     task_retention: Option<Spanned<String>>,
+    build: Option<String>,
+    #[serde(default)]
+    management_port: u16,
+    clock_offset: Option<Spanned<String>>,
+    #[serde(default = "on")]
+    stale_commit_blocks_channel: bool,
+    #[serde(default)]
+    import_blocks_schema_ddl: bool,
+    #[serde(default = "on")]
+    admission_before_idempotency: bool,
+    #[serde(default = "on")]
+    partition_key_refuses_partition_names: bool,
     #[serde(default)]
     durations: DurationsFile,
+}
+
+/// The default of the rules Milvus 3.0 ships switched on.
+fn on() -> bool {
+    true
 }
 
 #[derive(Debug, Deserialize)]
@@ -175,6 +194,35 @@ pub struct ClusterSpec {
     /// `dataCoord.import.taskRetention`: how long a finished job stays describable; unset,
     /// the version's default (48 h from 3.0.2 and 2.6.24, 3 h before).
     pub task_retention: Option<Duration>,
+    /// What GetVersion, Connect's `build_tags` and the management API report, when the build
+    /// is not the release `version` names: a branch build such as `master-20260806-1a2b3c4`
+    /// of the same code, so two clusters of one version can run different builds
+    /// (docs/milvus-facts.md §4.2). The cluster behaves as `version` says either way.
+    pub build: Option<String>,
+    /// Port on 127.0.0.1 of the management API (Milvus's metrics port, 9091), which serves
+    /// `/api/v1/_cluster/configs` and `/_cluster/info` ([`crate::management`]); 0 picks a
+    /// free one. Never the cluster's own port: Milvus serves them apart.
+    pub management_port: u16,
+    /// How far the cluster's clock (its TSO: AllocTimestamp, the time tick a commit is
+    /// stamped with, the checkpoints of its streams) runs from the host's; negative runs
+    /// behind, so a backup's rows can be newer than the cluster's own time.
+    pub clock_offset: SignedDuration,
+    /// A commit whose time tick is below the newest row timestamp of the job's binlogs is
+    /// rejected by the commit fence and retried forever (milvus#51589, in every 3.0 release,
+    /// so on by default): the job stays Committing and the pchannels of its collection apply
+    /// no further commit, on every cluster the commit reaches (docs/milvus-facts.md §2.7).
+    pub stale_commit_blocks_channel: bool,
+    /// Schema-changing DDL (AddCollectionField, AlterCollection) on a collection with an
+    /// unfinished import job is refused with code 112 (milvus#53071, open: default off).
+    pub import_blocks_schema_ddl: bool,
+    /// An `Idempotency-Key` is looked up only after the create passed admission (the job
+    /// limit, the replication gate, the broadcast), so the retry of a create whose job exists
+    /// can be refused (milvus#53228, cherry-picked to 3.0: default on); off, a known key
+    /// answers its job first.
+    pub admission_before_idempotency: bool,
+    /// A query that names partitions of a partition-key collection is refused (the proxy's
+    /// rule in every release: default on).
+    pub partition_key_refuses_partition_names: bool,
     pub durations: StageDurations,
     /// A second port serving the same over TLS ([`crate::tls`]).
     pub tls: Option<crate::tls::TlsSpec>,
@@ -201,6 +249,13 @@ impl ClusterSpec {
             fill_redacted_tokens: false,
             timeout_spares_committing: false,
             task_retention: None,
+            build: None,
+            management_port: 0,
+            clock_offset: SignedDuration::ZERO,
+            stale_commit_blocks_channel: true,
+            import_blocks_schema_ddl: false,
+            admission_before_idempotency: true,
+            partition_key_refuses_partition_names: true,
             durations: StageDurations::default(),
             tls: None,
         }
@@ -414,6 +469,26 @@ impl Checker<'_> {
         }
     }
 
+    /// A Go duration that may be negative (`"-8760h"`).
+    fn signed_duration(&mut self, value: &Spanned<String>, field: String) -> SignedDuration {
+        let signed = |d: Duration| SignedDuration::try_from(d).ok();
+        let parsed = match go_duration::parse(value.get_ref()) {
+            Ok(GoDuration::Forward(d)) => signed(d).ok_or_else(|| "too long".to_owned()),
+            Ok(GoDuration::Backward(d)) => {
+                (signed(d).map(|d| -d)).ok_or_else(|| "too long".to_owned())
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        parsed.unwrap_or_else(|e| {
+            self.problem(
+                value.span().start,
+                field,
+                format!("expected a Go duration such as \"-8760h\" or \"30s\": {e}"),
+            );
+            SignedDuration::ZERO
+        })
+    }
+
     fn check(&mut self, raw: TopologyFile, base_dir: &Path) -> Topology {
         let mut clusters: Vec<ClusterSpec> = Vec::new();
         for (i, c) in raw.clusters.into_iter().enumerate() {
@@ -482,6 +557,9 @@ impl Checker<'_> {
                 .task_retention
                 .as_ref()
                 .map(|r| self.duration(r, format!("{at}.task_retention")));
+            let clock_offset = c.clock_offset.as_ref().map_or(SignedDuration::ZERO, |o| {
+                self.signed_duration(o, format!("{at}.clock_offset"))
+            });
             let d = &c.durations;
             let mut stage = |value: &Option<Spanned<String>>, name: &str| match value {
                 Some(v) => self.duration(v, format!("{at}.durations.{name}")),
@@ -503,7 +581,7 @@ impl Checker<'_> {
                 storage_type,
                 import_in_replicating_cluster: c.import_in_replicating_cluster,
                 enable_l0_import: c.enable_l0_import,
-                two_phase_l0_keeps_timestamps: c.two_phase_l0_keeps_timestamps.unwrap_or(true),
+                two_phase_l0_keeps_timestamps: c.two_phase_l0_keeps_timestamps,
                 pchannels,
                 max_import_job_num: c.max_import_job_num.unwrap_or(DEFAULT_MAX_IMPORT_JOB_NUM),
                 request_log_capacity: c
@@ -515,6 +593,13 @@ impl Checker<'_> {
                 fill_redacted_tokens: c.fill_redacted_tokens,
                 timeout_spares_committing: c.timeout_spares_committing,
                 task_retention,
+                build: c.build,
+                management_port: c.management_port,
+                clock_offset,
+                stale_commit_blocks_channel: c.stale_commit_blocks_channel,
+                import_blocks_schema_ddl: c.import_blocks_schema_ddl,
+                admission_before_idempotency: c.admission_before_idempotency,
+                partition_key_refuses_partition_names: c.partition_key_refuses_partition_names,
                 durations,
                 tls: None,
             });
@@ -703,6 +788,21 @@ mod tests {
         assert!(!a.import_in_replicating_cluster);
         assert_eq!(a.max_import_job_num, 1024);
         assert_eq!(a.request_log_capacity, 100_000);
+        // The 3.0 rules as 3.0 ships them.
+        assert_eq!(
+            (
+                a.two_phase_l0_keeps_timestamps,
+                a.stale_commit_blocks_channel,
+                a.import_blocks_schema_ddl,
+                a.admission_before_idempotency,
+                a.partition_key_refuses_partition_names,
+            ),
+            (true, true, false, true, true)
+        );
+        assert_eq!(
+            (a.clock_offset, a.build.as_deref(), a.management_port),
+            (SignedDuration::ZERO, None, 0)
+        );
         assert_eq!(
             a.pchannel_names(),
             ["a-rootcoord-dml_0", "a-rootcoord-dml_1"]
@@ -715,6 +815,25 @@ mod tests {
         assert_eq!(
             (r.primary.as_str(), r.stream_lag),
             ("a", Duration::from_millis(250))
+        );
+    }
+
+    #[test]
+    fn a_clock_offset_may_run_behind_and_must_be_a_go_duration() {
+        let t = parse("[[cluster]]\nid = \"a\"\nclock_offset = \"-8760h\"\n").expect("valid");
+        assert_eq!(
+            t.clusters[0].clock_offset,
+            SignedDuration::from_hours(-8760)
+        );
+        let p = problems("[[cluster]]\nid = \"a\"\nclock_offset = \"a year\"\n");
+        assert_eq!(
+            (p[0].line, p[0].field.as_str()),
+            (3, "cluster[0].clock_offset")
+        );
+        assert!(
+            p[0].message.contains("expected a Go duration"),
+            "{}",
+            p[0].message
         );
     }
 

@@ -19,5 +19,12 @@ pub fn from_unix_ms(unix_ms: i64) -> u64 {
 
 /// The TSO of now, logical part 0.
 pub fn now() -> u64 {
-    from_unix_ms(jiff::Timestamp::now().as_millisecond())
+    now_shifted(jiff::SignedDuration::ZERO)
+}
+
+/// The TSO of now on a clock `offset` from the host's (a cluster whose clock runs behind
+/// has a negative offset), logical part 0.
+pub fn now_shifted(offset: jiff::SignedDuration) -> u64 {
+    let now = jiff::Timestamp::now().as_millisecond();
+    from_unix_ms(now.saturating_add(offset.as_millis() as i64))
 }

@@ -84,11 +84,14 @@ async fn issue_49_a_two_phase_restore_folds_l0_deletes_where_every_end_imports_l
 -> anyhow::Result<()> {
     let world = World::start(WorldSpec {
         l0_import: L0Import::On,
-        two_phase_l0_applied: Vec::new(),
         ..WorldSpec::default()
     })
     .await?;
     assert!(world.l0_log().is_some(), "the backup has L0 segments");
+    assert!(
+        world.spec.rules.two_phase_l0_keeps_timestamps && world.spec.end_rules.is_empty(),
+        "every end loses a held L0 import's deletes"
+    );
     let job = world.job(
         "l0-everywhere",
         "[restore]\nrebuild_index = true\n[verify]\nrows = \"sample\"\nsample = 1000\n",

@@ -122,7 +122,7 @@ async fn a_dropped_file_runs_once_and_the_same_content_never_again() {
     let batches = report.jobs.len();
     assert!(batches >= 4, "2 collections x 2 partitions: {batches}");
     // Its record says a job file asked for it.
-    let record = FileJournal::open(&w.jobs.join(".lockstep"))
+    let record = FileJournal::open(&world.path("state"))
         .unwrap()
         .load(&RestoreId::parse(&report.restore_id).unwrap())
         .await

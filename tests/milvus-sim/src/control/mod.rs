@@ -133,6 +133,9 @@ pub struct CollectionSnapshot {
 pub struct ClusterSnapshot {
     pub cluster_id: String,
     pub version: String,
+    /// The build it reports (its `build`, else its version).
+    #[serde(default)]
+    pub build: String,
     /// "standalone", "primary" or "secondary".
     pub role: String,
     pub primary: Option<String>,
@@ -142,6 +145,9 @@ pub struct ClusterSnapshot {
     pub jobs: Vec<ImportJob>,
     pub streams: Vec<StreamSnapshot>,
     pub pending_job_failures: Vec<JobFailure>,
+    /// Pchannels whose replay stopped at a rejected commit fence ([`crate::fence`]).
+    #[serde(default)]
+    pub fences: Vec<crate::fence::Fence>,
     /// The most recent requests, oldest first: at most the cluster's `request_log_capacity`.
     pub requests: Vec<RequestRecord>,
     /// Older requests that no longer fit in the log.

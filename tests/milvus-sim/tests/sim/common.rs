@@ -212,17 +212,42 @@ pub async fn put_segment_of(
     deleted: u64,
     fields: &[(i64, DataType)],
 ) -> [String; 2] {
+    put_rows(cluster, prefix, (rows, 0), deleted, fields).await
+}
+
+/// [`put_segment`] of rows stamped `row_ts` (the source cluster's timestamp, which a backup
+/// import keeps), without deletes.
+pub async fn put_segment_at(
+    cluster: &Cluster,
+    prefix: &str,
+    rows: u64,
+    row_ts: u64,
+) -> [String; 2] {
+    let fields = [(100, DataType::Int64), (101, DataType::FloatVector)];
+    put_rows(cluster, prefix, (rows, row_ts), 0, &fields).await
+}
+
+/// `rows` rows, each stamped `row_ts`, and the deletes of the first `deleted` keys at
+/// timestamp 1.
+async fn put_rows(
+    cluster: &Cluster,
+    prefix: &str,
+    (rows, row_ts): (u64, u64),
+    deleted: u64,
+    fields: &[(i64, DataType)],
+) -> [String; 2] {
     let store = cluster.store();
     let insert = format!("{prefix}/binlogs/insert_log/1/2/3");
     let delta = format!("{prefix}/binlogs/delta_log/1/2/3");
     let system = [(0, DataType::Int64), (1, DataType::Int64)];
     let mut objects = Vec::new();
     for &(field, data_type) in system.iter().chain(fields) {
-        // The pk (field 100) counts 0, 1, ...; every other field is zeros, Timestamp
-        // included, so each delete below (at timestamp 1) removes its row.
+        // The pk (field 100) counts 0, 1, ...; every other field is zeros and Timestamp is
+        // `row_ts`: at 0, each delete below (at timestamp 1) removes its row.
         let log = |pks: std::ops::Range<i64>| {
             let column = match field {
                 100 => Column::Int64(pks.collect()),
+                1 => Column::Int64(pks.map(|_| row_ts as i64).collect()),
                 _ => Column::zeroed(data_type, pks.count()).expect("a type binlogs carry"),
             };
             binlog::encode_insert(Descriptor::new(field, data_type), &column)

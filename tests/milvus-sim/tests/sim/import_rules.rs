@@ -447,6 +447,43 @@ async fn idempotency_key_returns_the_same_job_even_when_it_failed() {
     }
 }
 
+/// milvus#53228 (in 3.0): the key is looked up only after admission, so the retry of a create
+/// whose job exists is refused when the job limit is full, although its job was created;
+/// with `admission_before_idempotency = false` the retry answers the job first
+/// (docs/milvus-facts.md §1.6).
+#[tokio::test]
+async fn a_known_idempotency_key_answers_only_after_admission() {
+    for after_admission in [true, false] {
+        let mut topology =
+            standalone("3.0.2").replace("id = \"a\"", "id = \"a\"\nmax_import_job_num = 1");
+        if !after_admission {
+            topology = topology.replace(
+                "id = \"a\"",
+                "id = \"a\"\nadmission_before_idempotency = false",
+            );
+        }
+        let sim = start(&topology).await;
+        let a = sim.cluster("a");
+        create_collection(&a.uri(), "c").await;
+        let files = put_segment(&a, "bk", 3, 0).await;
+        let rest = Rest::new(&a.uri());
+        let body =
+            json!({"collectionName": "c", "partitionName": "_default", "files": [[files[0]]],
+            "options": {"backup": "true", "auto_commit": "false"}})
+            .to_string();
+        let create = || rest.post_raw("create", &body, &[("Idempotency-Key", "batch-0")]);
+        let first = job_id(&create().await);
+        wait_for(&a, first, JobState::Uncommitted).await;
+        let retry = create().await;
+        if after_admission {
+            assert_refused(&retry, 2101, "The number of jobs has reached the limit");
+        } else {
+            assert_eq!(job_id(&retry), first);
+        }
+        assert_eq!(a.snapshot().jobs.len(), 1, "no second job either way");
+    }
+}
+
 #[tokio::test]
 async fn idempotency_key_is_ignored_by_older_versions() {
     for version in ["3.0.0", "3.0.1", "2.6.23", "v2.5.4"] {

@@ -6,12 +6,15 @@ mod common;
 
 mod auth;
 mod binary;
+mod commit_fence;
 mod faults;
 mod grpc;
 mod import_rules;
+mod management;
 mod mirroring;
 mod partition_key;
 mod replication_config;
 mod restart;
 mod scale;
+mod schema_ddl;
 mod two_phase;

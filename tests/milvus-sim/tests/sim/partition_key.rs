@@ -450,3 +450,91 @@ async fn regression_issue_2_varied_backup_imports_into_its_partition_key_partiti
         "the varied mix gives half the collections a partition key"
     );
 }
+
+/// The proxy refuses a query that names partitions of a partition-key collection, count(*)
+/// included, before it looks at the load state: an input error (1100) from 3.0, a plain one
+/// (65535) on 2.3.5; `partition_key_refuses_partition_names = false` lets it through
+/// (docs/milvus-facts.md §4.5).
+#[tokio::test]
+async fn a_query_naming_partitions_of_a_partition_key_collection_is_refused() {
+    const RULE: &str =
+        "not support manually specifying the partition names if partition key mode is used";
+    let invalid = format!("{RULE}: invalid parameter");
+    for (version, extra, refusal) in [
+        ("3.0.0", "", Some((1100, invalid.as_str()))),
+        ("2.3.5", "", Some((65535, RULE))),
+        (
+            "3.0.0",
+            "partition_key_refuses_partition_names = false\n",
+            None,
+        ),
+    ] {
+        let topology = standalone(version).replace("id = \"a\"\n", &format!("id = \"a\"\n{extra}"));
+        let sim = start(&topology).await;
+        let uri = sim.uri("a");
+        let mut client = grpc(&uri).await;
+        client
+            .create_collection(keyed_request("k", 2))
+            .await
+            .expect("answers");
+        create_collection(&uri, "plain").await;
+        for name in ["k", "plain"] {
+            let index = CreateIndexRequest {
+                collection_name: name.into(),
+                field_name: "vector".into(),
+                ..Default::default()
+            };
+            assert_eq!(
+                client
+                    .create_index(index)
+                    .await
+                    .expect("answers")
+                    .into_inner()
+                    .code,
+                0
+            );
+            let load = LoadCollectionRequest {
+                collection_name: name.into(),
+                ..Default::default()
+            };
+            assert_eq!(
+                client
+                    .load_collection(load)
+                    .await
+                    .expect("answers")
+                    .into_inner()
+                    .code,
+                0
+            );
+        }
+        let count = |collection: &str, partitions: &[&str]| QueryRequest {
+            collection_name: collection.into(),
+            output_fields: vec!["count(*)".into()],
+            partition_names: partitions.iter().map(|p| p.to_string()).collect(),
+            ..Default::default()
+        };
+        let status = |request| {
+            let mut client = client.clone();
+            async move {
+                let answer = client.query(request).await.expect("answers").into_inner();
+                let status = answer.status.expect("status");
+                (status.code, status.reason)
+            }
+        };
+        let named = status(count("k", &["_default_0"])).await;
+        match refusal {
+            Some((code, message)) => assert_eq!(named, (code, message.to_owned()), "{version}"),
+            None => assert_eq!(named.0, 0, "{named:?}"),
+        }
+        assert_eq!(
+            status(count("k", &[])).await.0,
+            0,
+            "the whole collection is counted"
+        );
+        assert_eq!(
+            status(count("plain", &["p1"])).await.0,
+            0,
+            "no partition key"
+        );
+    }
+}
