@@ -103,23 +103,67 @@ impl LogIds {
 
 /// Folds a collection's L0 deletes into its data batches: each group in `folded` gets a delta
 /// log (a delta prefix too, if it had none), written into `files` for the stage, and the L0
-/// batches go.
+/// batches go. Returns the prefixes of the L0 logs no import reads any more, for
+/// [`unstage`]: every L0 batch's, but one a data group's prefix holds (a backup without group
+/// ids keeps a partition's data and L0 delta logs under one prefix, which that group's import
+/// reads whole).
 pub fn apply(
     collection: &mut CollectionPlan,
     folded: Vec<(usize, Vec<Folded>)>,
     ids: &mut LogIds,
     files: &mut Vec<BackupFile>,
-) {
+) -> Vec<String> {
     let source_id = collection.source_collection_id;
     for (index, groups) in folded {
         let batch = &mut collection.batches[index];
         for fold in groups {
             let file = delta_log(batch, &fold, source_id, ids.next());
             batch.bytes += file.size;
+            // The batch's delta logs now hold these deletes too, as the meta would count them
+            // had milvus-backup's `l0compact` written the log.
+            batch.deletes = batch.deletes.map(|d| d + fold.deletes.len() as i64);
             files.push(file);
         }
     }
-    collection.batches.retain(|b| b.kind != BatchKind::L0);
+    let (l0, data): (Vec<ImportBatch>, Vec<ImportBatch>) = std::mem::take(&mut collection.batches)
+        .into_iter()
+        .partition(|b| b.kind == BatchKind::L0);
+    collection.batches = data;
+    unread(
+        collection
+            .batches
+            .iter()
+            .flat_map(|b| b.files.iter().flatten()),
+        l0.into_iter().flat_map(|b| b.files.into_iter().flatten()),
+    )
+}
+
+/// The prefixes of `l0` that lie under none of the prefixes `read`.
+fn unread<'a>(
+    read: impl Iterator<Item = &'a String>,
+    l0: impl Iterator<Item = String>,
+) -> Vec<String> {
+    let read: HashSet<&str> = read.map(String::as_str).collect();
+    l0.filter(|prefix| !ancestors(prefix).any(|dir| read.contains(dir)))
+        .collect()
+}
+
+/// Drops from the files to stage the logs of the L0 prefixes [`apply`] returned: nothing
+/// imports them once folded, and staging them would copy bytes no end reads (and leave files
+/// a storage probe, which probes what the jobs import, would not see).
+pub fn unstage(files: &mut Vec<BackupFile>, unread: &HashSet<String>) {
+    if unread.is_empty() {
+        return;
+    }
+    files.retain(|f| !ancestors(&f.path).any(|dir| unread.contains(dir)));
+}
+
+/// Each directory `path` lies in, outermost first, every one ending in `/` (a prefix that
+/// ends in `/` is among its own).
+fn ancestors(path: &str) -> impl Iterator<Item = &str> {
+    path.char_indices()
+        .filter(|(_, c)| *c == '/')
+        .map(|(i, _)| &path[..=i])
 }
 
 /// The delta log of one group's folded deletes, under the group's delta prefix, which the
@@ -186,5 +230,50 @@ mod tests {
         assert_eq!(hits, vec![Delete::int(1, 30), Delete::int(3, 40)]);
         assert_eq!(l0.hits("q", &rows(&[2])), vec![Delete::int(2, 10)]);
         assert!(l0.hits("r", &rows(&[7])).is_empty());
+    }
+
+    /// Once folded, an L0 segment's logs are staged no more, unless a data group's import
+    /// reads them too: in a backup without group ids a partition's one delta prefix holds its
+    /// L0 segments' directories.
+    #[test]
+    fn the_l0_logs_no_import_reads_are_not_staged() {
+        let strings = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let data = strings(&[
+            "binlogs/insert_log/1/7/11/",
+            "binlogs/delta_log/1/7/11/",
+            "binlogs/insert_log/1/8/",
+            "binlogs/delta_log/1/8/",
+        ]);
+        let l0 = strings(&[
+            "binlogs/delta_log/1/7/12/",
+            "binlogs/delta_log/1/8/13/",
+            "binlogs/delta_log/1/-1/14/",
+        ]);
+        let unread: HashSet<String> = unread(data.iter(), l0.into_iter()).into_iter().collect();
+        let expected = strings(&["binlogs/delta_log/1/7/12/", "binlogs/delta_log/1/-1/14/"]);
+        assert_eq!(unread, expected.into_iter().collect());
+        let file = |path: &str| BackupFile {
+            path: path.into(),
+            size: 1,
+            source: None,
+            written: None,
+        };
+        let mut files = vec![
+            file("binlogs/delta_log/1/7/11/11/20"),
+            file("binlogs/delta_log/1/7/12/12/21"),
+            file("binlogs/delta_log/1/8/13/22"),
+            file("binlogs/delta_log/1/-1/14/23"),
+            file("binlogs/insert_log/1/7/11/11/100/24"),
+        ];
+        unstage(&mut files, &unread);
+        let kept: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(
+            kept,
+            [
+                "binlogs/delta_log/1/7/11/11/20",
+                "binlogs/delta_log/1/8/13/22",
+                "binlogs/insert_log/1/7/11/11/100/24"
+            ]
+        );
     }
 }

@@ -64,8 +64,19 @@ pub fn check_collection_exists(
 pub enum L0Route {
     /// `l0_import=true` jobs: every end imports L0 segments.
     Import,
-    /// Folded into the data groups' delta logs in the stage.
+    /// Folded into the data groups' delta logs in the stage: some end imports no L0.
     Fold,
+    /// Folded because the import is two-phase, whatever the ends take: the data segments of
+    /// an `auto_commit=false` import take the commit's timestamp while an L0 segment's
+    /// deletes keep their own, older, so they would remove nothing (milvus#51247).
+    FoldTwoPhase,
+}
+
+impl L0Route {
+    /// Whether the deletes are folded into the data imports.
+    pub fn folds(self) -> bool {
+        !matches!(self, L0Route::Import)
+    }
 }
 
 impl std::fmt::Display for L0Route {
@@ -73,6 +84,10 @@ impl std::fmt::Display for L0Route {
         f.write_str(match self {
             L0Route::Import => "imported as L0 jobs",
             L0Route::Fold => "folded into the data segments' delta logs",
+            L0Route::FoldTwoPhase => {
+                "folded into the data segments' delta logs (a two-phase import would give them \
+                 timestamps older than the commit's rows, and they would delete nothing)"
+            }
         })
     }
 }

@@ -166,7 +166,7 @@ pub async fn count(
         }
     }
     let dirs = segment_dirs(backup);
-    let fold = route == L0Route::Fold;
+    let fold = route.folds();
     // By index: a closure over a borrowed item would keep the restore's future from being
     // `Send` (rust-lang/rust#102211).
     let counted: Vec<Result<BatchRows, Failure>> = futures::stream::iter(0..batches.len())
@@ -217,9 +217,10 @@ pub async fn count(
     }
 
     let mut ids = fold::LogIds::above(backup);
+    let mut unread = std::collections::HashSet::new();
     for (c, collection) in plan.collections.iter_mut().enumerate() {
         if !read[c] {
-            if collection.l0 == Some(L0Route::Fold) {
+            if collection.l0.is_some_and(L0Route::folds) {
                 found.unfoldable.push(collection.target.to_string());
             }
             continue;
@@ -227,11 +228,17 @@ pub async fn count(
         let mut figure = std::mem::take(&mut figures[c]);
         figure.deleted = figure.inserted - figure.live;
         collection.rows = Some(figure);
-        if collection.l0 == Some(L0Route::Fold) {
+        if collection.l0.is_some_and(L0Route::folds) {
             let folded = std::mem::take(&mut folds[c]);
-            fold::apply(collection, folded, &mut ids, &mut plan.files_to_stage);
+            unread.extend(fold::apply(
+                collection,
+                folded,
+                &mut ids,
+                &mut plan.files_to_stage,
+            ));
         }
     }
+    fold::unstage(&mut plan.files_to_stage, &unread);
     // Unstable: the paths are unique, and a stable sort holds a copy of half the list (9 MB
     // at 10,000 collections, at preflight's peak).
     plan.files_to_stage
@@ -686,6 +693,24 @@ mod tests {
             .map(|f| f.path.as_str())
             .collect();
         assert!(paths.is_sorted(), "the stage keeps path order");
+        // No import reads the L0 logs once folded: none is staged, and every other log is.
+        let l0_dirs: Vec<String> = (imported.collections.iter())
+            .flat_map(|c| &c.batches)
+            .filter(|b| b.kind == BatchKind::L0)
+            .flat_map(|b| b.files.iter().flatten().cloned())
+            .collect();
+        assert!(!l0_dirs.is_empty());
+        let l0_staged = |plan: &RestorePlan| {
+            (plan.files_to_stage.iter())
+                .filter(|f| l0_dirs.iter().any(|dir| f.path.starts_with(dir.as_str())))
+                .count()
+        };
+        assert_eq!(l0_staged(&folded), 0, "{paths:?}");
+        assert!(l0_staged(&imported) > 0);
+        assert_eq!(
+            folded.files_to_stage.len(),
+            imported.files_to_stage.len() - l0_staged(&imported) + written.len()
+        );
         for file in written {
             let bytes = file.written.as_ref().expect("written");
             assert_eq!(file.size, bytes.len() as u64);

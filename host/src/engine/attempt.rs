@@ -549,8 +549,11 @@ fn progress_snapshot(trackers: &[impl Deref<Target = Tracker>]) -> ProgressSnaps
         }
         for job in tracker.jobs.iter().filter(|j| j.job_id.is_some()) {
             if let Some(expected) = job.expected {
-                snapshot.rows_expected += expected.inserted - expected.deletes.unwrap_or(0);
-                snapshot.rows_exact &= expected.deletes.is_some();
+                // The rows read from the data where they were read: they take the L0 deletes
+                // folded into the job, which the meta's own deletes do not count.
+                let meta = expected.inserted - expected.deletes.unwrap_or(0);
+                snapshot.rows_expected += expected.exact.unwrap_or(meta);
+                snapshot.rows_exact &= expected.exact.is_some() || expected.deletes.is_some();
             }
             for (end, (seen, imported)) in snapshot
                 .ends

@@ -88,10 +88,13 @@ pub enum Bug {
     DropByName,
     /// `skip-verify`: decide the outcome without asking what a query on every end sees.
     SkipVerify,
+    /// `held-l0-jobs`: a two-phase restore imports L0 segments as L0 jobs where every end
+    /// takes them, as lockstep did before issue 49: the held jobs' deletes remove nothing.
+    HeldL0Jobs,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 7] = [
+    pub const ALL: [Bug; 8] = [
         Bug::CommitEarly,
         Bug::SkipAbort,
         Bug::NoDecision,
@@ -99,6 +102,7 @@ impl Bug {
         Bug::Unfenced,
         Bug::DropByName,
         Bug::SkipVerify,
+        Bug::HeldL0Jobs,
     ];
 
     pub fn name(self) -> &'static str {
@@ -110,6 +114,7 @@ impl Bug {
             Bug::Unfenced => "unfenced",
             Bug::DropByName => "drop-by-name",
             Bug::SkipVerify => "skip-verify",
+            Bug::HeldL0Jobs => "held-l0-jobs",
         }
     }
 }

@@ -8,6 +8,7 @@ use futures::StreamExt as _;
 use futures::future::join_all;
 
 use super::ends::Ends;
+use super::faults::{self, Bug};
 use super::refusal::{EndRunning, Refusal};
 use super::route::{self, Choice, ImportApi, Route};
 use crate::backup::{self, Backup, BackupFiles, CollectionCreation, L0Route, RestorePlan};
@@ -140,9 +141,9 @@ async fn job_and_backup_checks(
     if let (Some(store), Some(b), Some(plan)) = (&backup_store, &read, &mut planned) {
         check_backup_objects(job, store, b, plan, refusals).await;
         if refusals.is_empty() && !job.restore.meta_only {
-            let route = l0_route(job, ends, known);
-            let unfoldable = count_exact_rows(job, store, b, plan, route, refusals).await;
-            check_l0_import(job, ends, known, unfoldable, refusals);
+            let l0 = l0_route(job, ends, known, route);
+            let unfoldable = count_exact_rows(job, store, b, plan, l0, refusals).await;
+            check_l0_import(job, ends, known, l0, unfoldable, refusals);
         }
     }
     (backup_store, read, planned)
@@ -547,10 +548,16 @@ async fn check_budget(job: &Job, ends: &Ends, plan: &RestorePlan, refusals: &mut
 }
 
 /// How the backup's L0 deletes reach the ends: as `l0_import=true` jobs where every end
-/// takes them, else folded into the data imports ([`backup::fold`]). Milvus 3.0 refuses L0
-/// jobs unless `dataCoord.import.enableL0Import` is on (off by default, #51194), a secondary
-/// with it off creates the replicated mirror Failed, and 2.3 has no L0 import.
-fn l0_route(job: &Job, ends: &Ends, versions: &[ServerVersion]) -> L0Route {
+/// takes them and the import commits itself, else folded into the data imports
+/// ([`backup::fold`]). Milvus 3.0 refuses L0 jobs unless `dataCoord.import.enableL0Import`
+/// is on (off by default, #51194), a secondary with it off creates the replicated mirror
+/// Failed, and 2.3 has no L0 import. A two-phase import always folds: its L0 deletes would
+/// keep timestamps older than the commit gives the rows, and delete nothing (milvus#51247,
+/// why 3.0 turned L0 import off), whatever `l0_import` says.
+fn l0_route(job: &Job, ends: &Ends, versions: &[ServerVersion], route: Route) -> L0Route {
+    if route == Route::TwoPhase && !faults::planted(Bug::HeldL0Jobs) {
+        return L0Route::FoldTwoPhase;
+    }
     let specs = std::iter::once(&job.target.end).chain(job.secondaries.iter().map(|s| &s.end));
     let all_import = ends
         .all()
@@ -571,10 +578,17 @@ fn check_l0_import(
     job: &Job,
     ends: &Ends,
     versions: &[ServerVersion],
+    route: L0Route,
     unfoldable: Vec<String>,
     refusals: &mut Vec<Refusal>,
 ) {
     if unfoldable.is_empty() {
+        return;
+    }
+    if route == L0Route::FoldTwoPhase {
+        refusals.push(Refusal::L0TwoPhase {
+            collections: unfoldable,
+        });
         return;
     }
     let specs = std::iter::once(&job.target.end).chain(job.secondaries.iter().map(|s| &s.end));

@@ -442,6 +442,7 @@ fn report_of(record: &RestoreRecord, ends: &Ends, started: Timestamp) -> Report 
                             .unwrap_or_default(),
                         imported: Default::default(),
                         committed: false,
+                        l0_deletes: None,
                         target,
                     })
                 }

@@ -254,6 +254,14 @@ pub enum Refusal {
         ends: Vec<EndRunning>,
         collections: Vec<String>,
     },
+    #[error(
+        "the L0 deletes of {} cannot be folded into the data imports, because their data did \
+         not read (the warnings name each object), and a two-phase import cannot take them as \
+         L0 jobs: their deletes would keep timestamps older than the commit gives the rows and \
+         remove nothing (milvus#51247); restore a readable backup",
+        .collections.join(", ")
+    )]
+    L0TwoPhase { collections: Vec<String> },
     #[error("the plugin runtime cannot start: {reason}")]
     PluginRuntime { reason: String },
     #[error("check[{index}] ({name}): {reason}")]
@@ -324,7 +332,7 @@ impl Refusal {
             Refusal::ExistenceUnknown { .. } => "existence_unknown",
             Refusal::BudgetUnknown { .. } => "budget_unknown",
             Refusal::OverBudget { .. } => "over_budget",
-            Refusal::L0Import { .. } => "l0_import",
+            Refusal::L0Import { .. } | Refusal::L0TwoPhase { .. } => "l0_import",
             Refusal::PluginRuntime { .. } => "plugin_runtime",
             Refusal::CheckLoad { .. } => "check_load",
             Refusal::ReplicatedImportDisabled { .. } => "replicated_import_disabled",

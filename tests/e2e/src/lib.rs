@@ -16,6 +16,7 @@ use futures::TryStreamExt as _;
 use milvus_sim::control::CollectionSnapshot;
 use milvus_sim::fixtures::{BackupSpec, GeneratedBackup, SchemaMix, generate};
 use milvus_sim::topology::{ClusterSpec, ReplicationSpec, S3Spec, StageDurations, StorageSpec};
+use milvus_sim::version::{ImportFace, ServerVersion};
 use milvus_sim::{ClusterSnapshot, Sim, Topology};
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
@@ -97,6 +98,9 @@ pub struct EndRules {
     pub admission_before_idempotency: bool,
     /// A query naming partitions of a partition-key collection is refused.
     pub partition_key_refuses_partition_names: bool,
+    /// A held L0 import keeps its deletes' timestamps, and they remove none of the rows a
+    /// held import committed (milvus#51247); off, they apply, as no release does.
+    pub two_phase_l0_keeps_timestamps: bool,
     /// The build the end reports when it is not its version's release build.
     pub build: Option<String>,
 }
@@ -110,6 +114,7 @@ impl Default for EndRules {
             import_blocks_schema_ddl: sim.import_blocks_schema_ddl,
             admission_before_idempotency: sim.admission_before_idempotency,
             partition_key_refuses_partition_names: sim.partition_key_refuses_partition_names,
+            two_phase_l0_keeps_timestamps: sim.two_phase_l0_keeps_timestamps,
             build: sim.build,
         }
     }
@@ -134,6 +139,7 @@ impl EndRules {
         cluster.import_blocks_schema_ddl = self.import_blocks_schema_ddl;
         cluster.admission_before_idempotency = self.admission_before_idempotency;
         cluster.partition_key_refuses_partition_names = self.partition_key_refuses_partition_names;
+        cluster.two_phase_l0_keeps_timestamps = self.two_phase_l0_keeps_timestamps;
         cluster.build.clone_from(&self.build);
     }
 }
@@ -160,15 +166,19 @@ pub enum L0Import {
     Default,
     /// The host config says `l0_import = true` for every end, but these ends have it off.
     ClaimedButOff(Vec<String>),
+    /// On at these ends, and the host config says `l0_import = true` for them; Milvus's
+    /// default elsewhere (off on 3.0), and the host config says nothing of those.
+    OnAt(Vec<String>),
 }
 
 impl WorldSpec {
-    /// What every end shares besides its role: its 3.0 rules, the task retention, and the
-    /// restorer user when the world checks privileges.
+    /// What every end shares besides its role: its 3.0 rules, L0 import, the task
+    /// retention, and the restorer user when the world checks privileges.
     fn shared_settings(&self, cluster: &mut ClusterSpec) {
         (self.end_rules.get(&cluster.id))
             .unwrap_or(&self.rules)
             .apply(cluster);
+        cluster.enable_l0_import = self.l0_import.in_sim(&cluster.id);
         cluster.task_retention = self.task_retention;
         cluster.request_log_capacity = self.request_log_capacity;
         if let Some(grants) = &self.restorer_grants {
@@ -189,6 +199,16 @@ impl L0Import {
             L0Import::On => Some(true),
             L0Import::Default => None,
             L0Import::ClaimedButOff(off) => Some(!off.iter().any(|o| o == end)),
+            L0Import::OnAt(on) => on.iter().any(|o| o == end).then_some(true),
+        }
+    }
+
+    /// Whether the host config says `l0_import = true` for `end`.
+    fn claimed(&self, end: &str) -> bool {
+        match self {
+            L0Import::On | L0Import::ClaimedButOff(_) => true,
+            L0Import::Default => false,
+            L0Import::OnAt(on) => on.iter().any(|o| o == end),
         }
     }
 }
@@ -384,7 +404,6 @@ impl World {
         }
         target.durations = stage(spec.target_stage);
         target.max_import_job_num = spec.max_import_job_num;
-        target.enable_l0_import = spec.l0_import.in_sim(TARGET);
         spec.shared_settings(&mut target);
         let certs = match spec.target_tls {
             TargetTls::Off => None,
@@ -409,7 +428,6 @@ impl World {
                 s.durations.committing = committing;
             }
             s.max_import_job_num = spec.max_import_job_num;
-            s.enable_l0_import = spec.l0_import.in_sim(&secondary(i));
             spec.shared_settings(&mut s);
             clusters.push(s);
         }
@@ -520,7 +538,7 @@ impl World {
             if end == TARGET && self.spec.target_paths == TargetPaths::LocalDeclared {
                 text.push_str("storage_type = \"local\"\n");
             }
-            if self.spec.l0_import != L0Import::Default {
+            if self.spec.l0_import.claimed(&end) {
                 text.push_str("l0_import = true\n");
             }
             if self.spec.restorer_grants.is_some() {
@@ -873,25 +891,80 @@ impl World {
     }
 
     /// Every end imported exactly the backup's files, byte for byte (size and crc32c, as
-    /// milvus-sim read them), and shows every row of it: inserted less deleted.
+    /// milvus-sim read them), with its L0 deletes as this world's restores bring them
+    /// ([`World::l0_logs`]), and shows every row of it: inserted less deleted.
     pub async fn assert_every_end_has_the_backup(&self) -> anyhow::Result<()> {
         for c in &self.backup.info.collection_backups {
-            let want = self.backed_up(c.collection_id);
-            ensure!(
-                !want.is_empty(),
-                "the backup holds no file of {}",
-                c.collection_name
-            );
             for end in self.ends() {
-                let got = self.imported(&end, "default", &c.collection_name).await?;
-                ensure!(
-                    got == want,
-                    "{end}: {} imported other files than the backup holds",
-                    c.collection_name
-                );
+                if let Some(differs) = self.imported_differs(&end, &c.collection_name).await? {
+                    bail!(
+                        "{end}: {} imported other files than the backup holds: {differs}",
+                        c.collection_name
+                    );
+                }
             }
         }
         self.assert_every_end_shows(self.rows_after_deletes()).await
+    }
+
+    /// How a restore in this world brings the backup's L0 deletes. Only an auto-commit
+    /// import (a 2.4 to 2.6 target, whose ends import L0 by default) takes them as L0 jobs:
+    /// a two-phase one always folds them (milvus#51247), and 2.3 has no L0 import.
+    pub fn l0_logs(&self) -> L0Logs {
+        match ServerVersion::parse(&self.spec.target_version).import_face() {
+            ImportFace::RestAutoCommit => L0Logs::Imported,
+            ImportFace::V1Only | ImportFace::TwoPhase => L0Logs::Folded,
+        }
+    }
+
+    /// The backup's logs a restore in this world stages and imports, as (files, bytes):
+    /// every one, less the L0 logs where their deletes are folded.
+    pub fn logs_to_stage(&self) -> (usize, u64) {
+        let l0 = l0_segments(&self.backup);
+        let folded = self.l0_logs() == L0Logs::Folded;
+        let logs = (self.backup.logs.iter()).filter(|l| !(folded && l0.contains(&l.segment_id)));
+        logs.fold((0, 0), |(n, bytes), l| (n + 1, bytes + l.size))
+    }
+
+    /// The delta logs lockstep wrote for folded L0 deletes that `end` imported, as (files,
+    /// bytes).
+    pub async fn folded_logs(&self, end: &str) -> anyhow::Result<(usize, u64)> {
+        let highest = self.backup.logs.iter().map(|l| l.log_id).max().unwrap_or(0);
+        let state = self.state(end).await?;
+        let written: BTreeMap<&str, u64> = (state.collections.iter())
+            .flat_map(|c| &c.completed_imports)
+            .flat_map(|i| &i.manifest)
+            .filter(|m| folded_log(&m.path, highest).is_some())
+            .map(|m| (m.path.as_str(), m.size))
+            .collect();
+        Ok((written.len(), written.values().sum()))
+    }
+
+    /// How what `end` imported into `collection` of the default database (Completed jobs
+    /// only) differs from what a restore of the backup imports ([`imported_differs`]);
+    /// `None` when it does not.
+    pub async fn imported_differs(
+        &self,
+        end: &str,
+        collection: &str,
+    ) -> anyhow::Result<Option<String>> {
+        let state = self.state(end).await?;
+        let c = state
+            .collection("default", collection)
+            .with_context(|| format!("{end} has no default.{collection}"))?;
+        let source = self
+            .backup
+            .info
+            .collection_backups
+            .iter()
+            .find(|b| b.collection_name == collection)
+            .with_context(|| format!("the backup has no {collection}"))?;
+        Ok(imported_differs(
+            c,
+            &self.backup,
+            source.collection_id,
+            self.l0_logs(),
+        ))
     }
 
     /// Every end shows `rows` rows in all: inserted less deleted.
@@ -952,27 +1025,6 @@ impl World {
         Ok(all.into_keys().filter(|c| c.ends_with(suffix)).collect())
     }
 
-    /// What `end` imported into `collection` (Completed jobs only), as (path under
-    /// `binlogs/`, size, crc32c).
-    pub async fn imported(
-        &self,
-        end: &str,
-        db: &str,
-        collection: &str,
-    ) -> anyhow::Result<BTreeSet<(String, u64, u32)>> {
-        let state = self.state(end).await?;
-        let c = state
-            .collection(db, collection)
-            .with_context(|| format!("{end} has no {db}.{collection}"))?;
-        Ok(imported_logs(c))
-    }
-
-    /// What the backup holds for the source collection with id `collection_id`, in the same
-    /// form as [`World::imported`].
-    pub fn backed_up(&self, collection_id: i64) -> BTreeSet<(String, u64, u32)> {
-        backup_logs(&self.backup, collection_id)
-    }
-
     /// Requests to `route_suffix` that `end` received.
     pub async fn requests(&self, end: &str, route_suffix: &str) -> anyhow::Result<usize> {
         Ok(self.state(end).await?.requests_to(route_suffix).len())
@@ -1011,25 +1063,86 @@ fn shown(c: &CollectionSnapshot) -> (String, i64) {
     )
 }
 
-/// What a collection imported (Completed jobs only), as (path under `binlogs/`, size,
-/// crc32c).
-pub fn imported_logs(c: &CollectionSnapshot) -> BTreeSet<(String, u64, u32)> {
-    c.completed_imports
-        .iter()
-        .flat_map(|i| i.manifest.iter())
-        .map(|m| (binlog_relative(&m.path), m.size, m.crc32c))
+/// How a restore brings a backup's L0 deletes to the ends, as the logs they imported show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L0Logs {
+    /// As L0 jobs (an auto-commit import): the backup's L0 delta logs are imported too.
+    Imported,
+    /// Folded into the data imports: none of the backup's L0 delta logs is imported; a file
+    /// group whose keys they delete imports one more delta log instead, which lockstep wrote
+    /// under the restore's staging prefix with a log id above every one of the backup's.
+    Folded,
+}
+
+/// How what collection `c` imported (its Completed jobs' files) differs from what a restore
+/// of the collection with source id `collection_id` in `backup` imports, or `None`: every
+/// log the backup holds for it, byte for byte (size and crc32c), its L0 logs only with
+/// [`L0Logs::Imported`], and besides them only folded delta logs, at most one a segment.
+pub fn imported_differs(
+    c: &CollectionSnapshot,
+    backup: &GeneratedBackup,
+    collection_id: i64,
+    l0: L0Logs,
+) -> Option<String> {
+    let l0_segments = l0_segments(backup);
+    let own = format!("/{collection_id}/");
+    let want: BTreeSet<(String, u64, u32)> = (backup.logs.iter())
+        .filter(|l| l.relative_path.contains(&own))
+        .filter(|l| l0 == L0Logs::Imported || !l0_segments.contains(&l.segment_id))
+        .map(|l| (binlog_relative(&l.relative_path), l.size, l.crc32c))
+        .collect();
+    let highest = backup.logs.iter().map(|l| l.log_id).max().unwrap_or(0);
+    let mut found = BTreeSet::new();
+    let mut extra = BTreeSet::new();
+    let mut folded: BTreeMap<String, usize> = BTreeMap::new();
+    for file in c.completed_imports.iter().flat_map(|i| i.manifest.iter()) {
+        let log = (binlog_relative(&file.path), file.size, file.crc32c);
+        if want.contains(&log) {
+            found.insert(log);
+        } else if let (L0Logs::Folded, Some(segment)) = (l0, folded_log(&file.path, highest)) {
+            *folded.entry(segment.to_owned()).or_default() += 1;
+        } else {
+            extra.insert(log.0);
+        }
+    }
+    let missing: Vec<&String> = want.difference(&found).map(|(path, ..)| path).collect();
+    let twice: Vec<&String> = (folded.iter())
+        .filter(|(_, n)| **n > 1)
+        .map(|(dir, _)| dir)
+        .collect();
+    if missing.is_empty() && extra.is_empty() && twice.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} of the backup's logs missing (first {:?}), {} not in the backup (first {:?}), \
+         {} segments with more than one folded delta log",
+        missing.len(),
+        missing.first(),
+        extra.len(),
+        extra.first(),
+        twice.len()
+    ))
+}
+
+/// The ids of `backup`'s L0 segments: the partitions' and those of every partition.
+fn l0_segments(backup: &GeneratedBackup) -> BTreeSet<i64> {
+    let collections = backup.info.collection_backups.iter();
+    let partitions = (collections.clone().flat_map(|c| &c.partition_backups))
+        .flat_map(|p| &p.segment_backups)
+        .filter(|s| s.is_l0);
+    (partitions.chain(collections.flat_map(|c| &c.l0_segments)))
+        .map(|s| s.segment_id)
         .collect()
 }
 
-/// What `backup` holds for the source collection with id `collection_id`, in the form of
-/// [`imported_logs`].
-pub fn backup_logs(backup: &GeneratedBackup, collection_id: i64) -> BTreeSet<(String, u64, u32)> {
-    backup
-        .logs
-        .iter()
-        .filter(|l| l.relative_path.contains(&format!("/{collection_id}/")))
-        .map(|l| (binlog_relative(&l.relative_path), l.size, l.crc32c))
-        .collect()
+/// The segment directory of `path` when it is a delta log lockstep wrote for folded L0
+/// deletes: under a restore's staging prefix, with a log id above `highest`, every log id of
+/// the backup.
+fn folded_log(path: &str, highest: i64) -> Option<&str> {
+    let (_, staged) = path.split_once(&format!("{}/", lockstep::storage::STAGING_ROOT))?;
+    let (_, relative) = staged.split_once("/binlogs/delta_log/")?;
+    let (segment, log_id) = relative.rsplit_once('/')?;
+    (log_id.parse::<i64>().ok()? > highest).then_some(segment)
 }
 
 /// The folder that is `end`'s object storage in a world rooted at `root`.

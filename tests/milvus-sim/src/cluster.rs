@@ -1260,7 +1260,7 @@ impl Cluster {
     ) -> Result<i64, MilvusError> {
         let state = self.lock();
         let id = state.catalog.collection(db, collection)?.id;
-        Ok(live_rows(&completed(&state, id), partitions))
+        Ok(live_rows(&completed(&state, id), partitions, &self.0.spec))
     }
 
     /// The live rows of `collection` in `partitions` (all when `None`) whose key is one of
@@ -1275,7 +1275,7 @@ impl Cluster {
         let state = self.lock();
         let coll = state.catalog.collection(db, collection)?;
         let done = completed(&state, coll.id);
-        let found = live_keys(&done, partitions)
+        let found = live_keys(&done, partitions, &self.0.spec)
             .filter(|(_, row)| keys.contains(&row.pk))
             .map(|(job, row)| FoundRow {
                 insert_prefix: job.data.kept[row.group].clone(),
@@ -1328,8 +1328,8 @@ impl Cluster {
                     loaded: c.loaded,
                     visible_rows: done.iter().map(|j| j.total_rows).sum(),
                     visible_deleted_rows: done.iter().map(|j| j.total_rows).sum::<i64>()
-                        - live_rows(done, None),
-                    changed_rows: live_keys(done, None)
+                        - live_rows(done, None, &self.0.spec),
+                    changed_rows: live_keys(done, None, &self.0.spec)
                         .filter(|(job, row)| job.data.changed.as_ref() == Some(&row.pk))
                         .count() as i64,
                     completed_imports: done
@@ -1466,27 +1466,38 @@ fn jobs_of(state: &State, id: Option<i64>) -> Box<dyn Iterator<Item = &ImportJob
     Box::new(ids.filter_map(|job| state.jobs.get(job)).map(|e| &e.job))
 }
 
-/// The L0 deletes of `done` that apply to rows of `partition`: its own, and those of L0
-/// imports into no partition, which apply to every partition.
-fn deletes_for(done: &[&ImportJob], partition: &str) -> Vec<Delete> {
+/// The L0 deletes of `done` that apply to the rows of `rows` (a job of `done`): those of its
+/// partition, and those of L0 imports into no partition, which apply to every partition. On a
+/// cluster whose held L0 imports keep their timestamps (`two_phase_l0_keeps_timestamps`, as
+/// 3.0 does), a held L0 import's deletes keep the backup's timestamps while the rows of a
+/// held data import take the commit's, later than every one of them: they remove none of
+/// those rows (milvus#51247).
+fn deletes_for(done: &[&ImportJob], rows: &ImportJob, spec: &ClusterSpec) -> Vec<Delete> {
+    let committed_later = rows.commit_mode() == CommitMode::Manual;
     done.iter()
-        .filter(|j| j.partition_name.is_empty() || j.partition_name == partition)
+        .filter(|j| j.partition_name.is_empty() || j.partition_name == rows.partition_name)
+        .filter(|j| {
+            let kept_timestamps =
+                spec.two_phase_l0_keeps_timestamps && j.commit_mode() == CommitMode::Manual;
+            !(kept_timestamps && committed_later)
+        })
         .flat_map(|j| j.data.deletes.iter().cloned())
         .collect()
 }
 
-/// The keys of the rows of `done` (Completed imports of one collection) in `partitions` (all
-/// when `None`) that no L0 delete removes, by Milvus's rule: a delete removes the rows of its
-/// key written before it.
+/// The keys of the rows of `done` (Completed imports of one collection on the cluster of
+/// `spec`) in `partitions` (all when `None`) that no L0 delete removes, by Milvus's rule: a
+/// delete removes the rows of its key written before it.
 fn live_keys<'a>(
     done: &'a [&'a ImportJob],
     partitions: Option<&'a [String]>,
+    spec: &'a ClusterSpec,
 ) -> impl Iterator<Item = (&'a ImportJob, &'a Row)> + 'a {
     done.iter()
         .filter(move |j| partitions.is_none_or(|p| p.contains(&j.partition_name)))
         .filter_map(|j| j.data.keys.as_ref().map(|keys| (*j, keys)))
         .flat_map(move |(j, keys)| {
-            let deletes = deletes_for(done, &j.partition_name);
+            let deletes = deletes_for(done, j, spec);
             let removed = binlog::removed(keys.iter().map(|r| (&r.pk, r.ts)), &deletes);
             keys.iter()
                 .zip(removed)
@@ -1498,12 +1509,12 @@ fn live_keys<'a>(
 /// How many rows of `done` in `partitions` a query counts: the rows whose keys were read, less
 /// those an L0 delete removes, and the rows of imports whose keys were not read (row files),
 /// as imported.
-fn live_rows(done: &[&ImportJob], partitions: Option<&[String]>) -> i64 {
+fn live_rows(done: &[&ImportJob], partitions: Option<&[String]>, spec: &ClusterSpec) -> i64 {
     let unkeyed: i64 = done
         .iter()
         .filter(|j| partitions.is_none_or(|p| p.contains(&j.partition_name)))
         .filter(|j| j.data.keys.is_none())
         .map(|j| j.total_rows - j.deleted_rows)
         .sum();
-    unkeyed + live_keys(done, partitions).count() as i64
+    unkeyed + live_keys(done, partitions, spec).count() as i64
 }

@@ -68,6 +68,8 @@ struct ClusterFile {
     #[serde(default)]
     import_in_replicating_cluster: bool,
     enable_l0_import: Option<bool>,
+    #[serde(default = "on")]
+    two_phase_l0_keeps_timestamps: bool,
     pchannels: Option<Spanned<u32>>,
     max_import_job_num: Option<usize>,
     request_log_capacity: Option<usize>,
@@ -161,6 +163,12 @@ pub struct ClusterSpec {
     /// `dataCoord.import.enableL0Import`; unset, the version's default: off from 3.0
     /// (docs/milvus-facts.md §1.5), on before.
     pub enable_l0_import: Option<bool>,
+    /// An L0 import held for commit (`auto_commit=false`) keeps its deletes' timestamps,
+    /// while a held data import's rows take the commit's, later than every one of them: the
+    /// deletes remove none of those rows (milvus#51247, why 3.0 turned L0 import off;
+    /// docs/milvus-facts.md §1.5). Default true, as 3.0 does once L0 import is on; false
+    /// applies them by the rows' own timestamps, as no release does.
+    pub two_phase_l0_keeps_timestamps: bool,
     /// Number of pchannels, named `<id>-rootcoord-dml_<i>`.
     pub pchannels: u32,
     /// `dataCoord.import.maxImportJobNum`: active jobs (Uncommitted included) allowed at once.
@@ -231,6 +239,7 @@ impl ClusterSpec {
             storage_type: StorageType::Minio,
             import_in_replicating_cluster: false,
             enable_l0_import: None,
+            two_phase_l0_keeps_timestamps: true,
             pchannels: DEFAULT_PCHANNELS,
             max_import_job_num: DEFAULT_MAX_IMPORT_JOB_NUM,
             request_log_capacity: DEFAULT_REQUEST_LOG_CAPACITY,
@@ -572,6 +581,7 @@ impl Checker<'_> {
                 storage_type,
                 import_in_replicating_cluster: c.import_in_replicating_cluster,
                 enable_l0_import: c.enable_l0_import,
+                two_phase_l0_keeps_timestamps: c.two_phase_l0_keeps_timestamps,
                 pchannels,
                 max_import_job_num: c.max_import_job_num.unwrap_or(DEFAULT_MAX_IMPORT_JOB_NUM),
                 request_log_capacity: c
@@ -781,12 +791,13 @@ mod tests {
         // The 3.0 rules as 3.0 ships them.
         assert_eq!(
             (
+                a.two_phase_l0_keeps_timestamps,
                 a.stale_commit_blocks_channel,
                 a.import_blocks_schema_ddl,
                 a.admission_before_idempotency,
                 a.partition_key_refuses_partition_names,
             ),
-            (true, false, true, true)
+            (true, true, false, true, true)
         );
         assert_eq!(
             (a.clock_offset, a.build.as_deref(), a.management_port),

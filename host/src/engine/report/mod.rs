@@ -113,6 +113,9 @@ pub struct CollectionReport {
     pub imported: BTreeMap<String, i64>,
     /// Whether its jobs were committed (the decision of its commit group).
     pub committed: bool,
+    /// How its L0 deletes reached the ends, when it has any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l0_deletes: Option<crate::backup::L0Route>,
 }
 
 impl CollectionReport {
@@ -133,6 +136,7 @@ impl CollectionReport {
                 .unwrap_or_default(),
             imported: BTreeMap::new(),
             committed: false,
+            l0_deletes: c.l0,
         }
     }
 }
@@ -527,6 +531,7 @@ mod tests {
                 live_by_partition: BTreeMap::new(),
                 imported: BTreeMap::from([("stale".to_owned(), 1)]),
                 committed: false,
+                l0_deletes: None,
             })
             .collect();
         // Two jobs of orders_0 (the second moved over from orders_2), one of orders_1; an

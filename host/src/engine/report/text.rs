@@ -237,6 +237,9 @@ impl Report {
                         "not committed"
                     },
                 )?;
+                if let Some(route) = c.l0_deletes {
+                    writeln!(f, "    L0 deletes {route}")?;
+                }
             }
         }
         Ok(())

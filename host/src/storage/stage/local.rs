@@ -166,10 +166,12 @@ pub(super) async fn blocking<T: Send + 'static>(
 /// local store's filesystem writes back the copies' bytes and commits every new directory
 /// and rename in one journal commit.
 ///
-/// Copies write without fsync, so none of them waits on the disk; this one pass at the end
-/// makes them durable before [`stage`] reports them ready, and so before any import can
-/// read them: after a power loss, a restarted Milvus must not import a file that kept its
-/// name but lost its bytes. Links need no flush: they add no bytes, and a link lost with
+/// Copies write without fsync, so none of them waits on the disk; one pass for each run of
+/// files (while the next run is placed) makes them durable before [`stage`] reports them
+/// ready, and so before any import can read them: after a power loss, a restarted Milvus
+/// must not import a file that kept its name but lost its bytes. A pass only at the end held
+/// every batch with a written file (a folded L0 delta log) back until the whole stage was
+/// placed. Links need no flush: they add no bytes, and a link lost with
 /// the power is a missing file, which the import reports and a resumed stage makes again.
 /// Fsyncing each staged file and directory instead cost a journal commit apiece: a backup
 /// keeps each field's binlogs in a directory of their own, so a 1,000-collection restore

@@ -100,7 +100,8 @@ impl Default for StageOptions {
 /// called with a file's index as soon as it is durable on every destination, so an import
 /// can start on the first files while the rest are still copied. A placement is durable at
 /// once when it is a link or a copy inside the store (no new bytes) or an S3 object (a PUT
-/// that returned is durable); a copy into a local store only after the flush at the end.
+/// that returned is durable); a copy or a write into a local store once its run is flushed,
+/// which happens while the next run is placed.
 /// `ready` promises durability, not the verification: only `stage` returning `Ok` does.
 ///
 /// Once `stop` is cancelled no copy starts, those in flight finish, and the stage ends with
@@ -226,6 +227,10 @@ pub async fn stage<F: Borrow<BackupFile> + Sync>(
     }
     // How each file reached each store, `g * files + f`.
     let mut transfers: Vec<Option<Transfer>> = vec![None; files.len() * groups.len()];
+    // What the run before this one placed that a flush must make durable: it is flushed while
+    // this run is placed, so that its batches are imported (a folded delta log is written
+    // into every batch that has L0 deletes) without waiting for the whole stage.
+    let mut unflushed = Unflushed::default();
     for (i, run) in runs.iter().enumerate() {
         if stop.is_cancelled() {
             break;
@@ -247,9 +252,12 @@ pub async fn stage<F: Borrow<BackupFile> + Sync>(
                 None => Ok(()),
             }
         };
-        let (placed, made) = tokio::join!(placed, next);
+        let flushed = std::mem::take(&mut unflushed).flush(&groups, ready);
+        let (placed, made, flushed) = tokio::join!(placed, next, flushed);
         placed?;
         made?;
+        flushed?;
+        unflushed = Unflushed::of_run(&groups, run.clone(), &transfers, files.len());
     }
     if stop.is_cancelled() {
         return Err(Error::Stopped);
@@ -277,22 +285,55 @@ pub async fn stage<F: Borrow<BackupFile> + Sync>(
             transfers: transfers_of(g).collect(),
         });
     }
-    let to_flush: Vec<&StoreGroup<'_>> = groups
-        .iter()
-        .enumerate()
-        .filter(|(g, group)| transfers_of(*g).any(|t| awaits_flush(group.store, t)))
-        .map(|(_, group)| group)
-        .collect();
-    make_durable(&to_flush).await?;
-    let not_durable = done
-        .into_inner()
-        .expect("progress lock is never poisoned: no panics under it")
-        .not_durable;
-    for (f, _) in not_durable.iter().enumerate().filter(|(_, n)| **n > 0) {
-        ready(f);
-    }
-    tracing::info!(files = files.len(), stores = groups.len(), flushed = to_flush.len(), bytes = file_bytes, prefix = %prefix.path(), "staged");
+    unflushed.flush(&groups, ready).await?;
+    tracing::info!(files = files.len(), stores = groups.len(), bytes = file_bytes, prefix = %prefix.path(), "staged");
     Ok(staged)
+}
+
+/// A run's placements that are durable only once flushed ([`awaits_flush`]): the stores to
+/// flush, and the files to call ready then.
+#[derive(Default)]
+struct Unflushed {
+    stores: Vec<usize>,
+    files: Vec<usize>,
+}
+
+impl Unflushed {
+    /// What `run` placed (`transfers`, `g * files + f`) that awaits a flush.
+    fn of_run(
+        groups: &[StoreGroup<'_>],
+        run: std::ops::Range<usize>,
+        transfers: &[Option<Transfer>],
+        files: usize,
+    ) -> Unflushed {
+        let awaits = |g: usize, f: usize| {
+            transfers[g * files + f].is_some_and(|t| awaits_flush(groups[g].store, t))
+        };
+        Unflushed {
+            stores: (0..groups.len())
+                .filter(|&g| run.clone().any(|f| awaits(g, f)))
+                .collect(),
+            files: run
+                .filter(|&f| (0..groups.len()).any(|g| awaits(g, f)))
+                .collect(),
+        }
+    }
+
+    /// Flushes the stores, then tells `ready` of each file: it is now on every destination,
+    /// durably.
+    async fn flush(
+        self,
+        groups: &[StoreGroup<'_>],
+        ready: &(dyn Fn(usize) + Send + Sync),
+    ) -> Result<(), Error> {
+        if self.stores.is_empty() {
+            return Ok(());
+        }
+        let stores: Vec<&StoreGroup<'_>> = self.stores.iter().map(|&g| &groups[g]).collect();
+        make_durable(&stores).await?;
+        self.files.into_iter().for_each(ready);
+        Ok(())
+    }
 }
 
 /// `0..files` cut into runs: [`FIRST_DIR_RUN`] files first, then each run twice the one
@@ -877,6 +918,49 @@ mod tests {
             matches!(events.last(), Some(Event::Ready(_))),
             "the copies' readiness comes last, after the flush: {events:?}"
         );
+    }
+
+    /// A file lockstep writes (a folded L0 delta log) awaits a flush, as a copy does; it is
+    /// flushed with its run, so the batch it belongs to is imported before the stage's last
+    /// run is placed, not after the whole stage.
+    #[tokio::test]
+    async fn a_written_file_is_ready_once_its_run_is_flushed_before_the_last_run_is_placed() {
+        let dirs: Vec<_> = (0..3)
+            .map(|_| tempfile::tempdir().expect("tempdir"))
+            .collect();
+        let backup = local(dirs[0].path());
+        let (target, secondary) = (local(dirs[1].path()), local(dirs[2].path()));
+        // Three runs: 16 files, 32, and the rest. The first is written, the others linked.
+        let mut files = write_backup(&backup, &[1; 3 * FIRST_DIR_RUN]).await;
+        let bytes = bytes::Bytes::from_static(b"folded deletes");
+        files[0] = BackupFile {
+            path: "binlogs/delta_log/1/2/0/0/9999".into(),
+            size: bytes.len() as u64,
+            source: None,
+            written: Some(bytes),
+        };
+        let destinations = target_and_s1(&target, &secondary);
+        let (staged, events) = stage_timeline(
+            &backup,
+            &files,
+            &destinations,
+            &prefix("written"),
+            StageOptions::default(),
+        )
+        .await;
+        let staged = staged.expect("stage");
+        assert_eq!(
+            transfers(&staged, "target"),
+            BTreeSet::from([Transfer::Written, Transfer::Linked])
+        );
+        let first = readies(&events).into_iter().find(|(f, _)| *f == 0);
+        let two_runs = 2 * 3 * FIRST_DIR_RUN as u64;
+        assert!(
+            first.is_some_and(|(_, placed)| placed <= two_runs),
+            "the written file was ready after {first:?} placements, of {}",
+            2 * files.len()
+        );
+        assert_staged_content(&target, &prefix("written"), &files[1..]).await;
     }
 
     #[tokio::test]

@@ -13,7 +13,7 @@ use milvus_sim::fixtures::GeneratedBackup;
 use milvus_sim::jobs::JobState;
 use serde_json::Value;
 
-use crate::{backup_logs, imported_logs};
+use crate::{L0Logs, imported_differs};
 
 /// One broken promise, with what identifies it. The invariant it breaks is in its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -239,6 +239,8 @@ pub struct Evidence<'a> {
     /// Every lockstep process, in start order.
     pub processes: &'a [ProcessRun],
     pub backup: &'a GeneratedBackup,
+    /// How the restore brings the backup's L0 deletes to the ends.
+    pub l0: L0Logs,
     /// The job's check traps, loops or outgrows its memory.
     pub misbehaving_check: bool,
     pub resubmission: Option<&'a Resubmission>,
@@ -490,7 +492,6 @@ fn check_data(e: &Evidence<'_>, submitted: &BTreeMap<i64, Submitted<'_>>) -> Vec
                 collection: name.clone(),
             });
         }
-        let want = backup_logs(e.backup, c.collection_id);
         for (end, snapshot) in e.ends {
             let collection = snapshot.collection(&c.db_name, &c.collection_name);
             let rows = collection.map_or(0, |c| c.visible_rows);
@@ -548,16 +549,15 @@ fn check_data(e: &Evidence<'_>, submitted: &BTreeMap<i64, Submitted<'_>>) -> Vec
                     ),
                 });
             }
-            let got = collection.map(imported_logs).unwrap_or_default();
-            if got != want {
-                let missing = want.difference(&got).count();
-                let extra = got.difference(&want).count();
+            let differs = match collection {
+                Some(imported) => imported_differs(imported, e.backup, c.collection_id, e.l0),
+                None => Some("the collection is gone".into()),
+            };
+            if let Some(differs) = differs {
                 found.push(Violation::DataMismatch {
                     end: end.clone(),
                     collection: name.clone(),
-                    detail: format!(
-                        "imported logs differ from the backup's: {missing} missing, {extra} not in the backup"
-                    ),
+                    detail: format!("imported logs differ from the backup's: {differs}"),
                 });
                 continue;
             }

@@ -321,6 +321,8 @@ impl Run<'_> {
                 .api_fault(*face, *effect, Duration::from_millis(*for_ms))
                 .await
                 .map_err(|e| e.to_string()),
+            // In the world since it started (`Scenario::world_spec`).
+            Fault::L0ImportOn { .. } => Ok(()),
             Fault::DeleteStaged { end } => control(end)
                 .delete_objects(&DeleteObjects::Prefix(
                     lockstep::storage::STAGING_ROOT.to_owned(),
@@ -697,6 +699,7 @@ pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Res
         records: &records,
         processes: &run.processes,
         backup: &run.world.backup,
+        l0: run.world.l0_logs(),
         misbehaving_check,
         resubmission: resubmission.as_ref(),
     });

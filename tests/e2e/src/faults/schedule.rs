@@ -11,7 +11,7 @@ use milvus_sim::fixtures::rng::SplitMix64;
 use milvus_sim::fixtures::{BackupSpec, L0Segments, SchemaMix};
 use milvus_sim::jobs::JobState;
 
-use crate::{StorageLayout, TARGET, WorldSpec, secondary};
+use crate::{L0Import, StorageLayout, TARGET, WorldSpec, secondary};
 
 /// When in the run the schedule's faults fall: from the first process start to this.
 const WINDOW_MS: u64 = 4_000;
@@ -164,6 +164,12 @@ pub enum Fault {
     DeleteStaged { end: String },
     /// `end` goes down for `down_ms`.
     Restart { end: String, down_ms: u64 },
+    /// `end` imports L0 segments (`dataCoord.import.enableL0Import` on), and the host
+    /// config says so (`l0_import = true`): a world setting, in place before the first
+    /// process starts. Its held L0 imports lose their deletes there, as on 3.0
+    /// (milvus#51247), so a restore that imported the L0 segments as L0 jobs rather than
+    /// folding them would show the deleted rows once every end has it.
+    L0ImportOn { end: String },
     /// SIGKILL of the running lockstep process, which is then resumed.
     KillHost,
     /// A second host runs the same job on the same etcd journal.
@@ -209,6 +215,7 @@ impl Fault {
             Fault::ChangedRow { .. } => "changed-row",
             Fault::DeleteStaged { .. } => "staged-files-deleted",
             Fault::Restart { .. } => "cluster-restart",
+            Fault::L0ImportOn { .. } => "l0-import-on",
             Fault::KillHost => "host-sigkill",
             Fault::RaceHost => "second-host-race",
             Fault::PauseHost(_) => "host-paused",
@@ -409,6 +416,19 @@ impl Scenario {
                 fault: Fault::ChangedRow { end },
             });
         }
+        // L0 import switched on: at every end (what a restore that imported L0 jobs would
+        // show its deletes lost on), or at some.
+        if d.chance(3) {
+            let every = d.chance(2);
+            for end in &ends {
+                if every || d.chance(2) {
+                    schedule.push(Timed {
+                        at_ms: 0,
+                        fault: Fault::L0ImportOn { end: end.clone() },
+                    });
+                }
+            }
+        }
         schedule.sort_by_key(|t| t.at_ms);
         Scenario {
             seed,
@@ -427,12 +447,20 @@ impl Scenario {
     }
 
     /// The world this scenario runs in: fast stages and small binlogs, so a run takes
-    /// seconds; the stream lag starts at the default and faults change it.
+    /// seconds; the stream lag starts at the default and faults change it. Every end has
+    /// Milvus 3.0's default of L0 import (off) but those its faults switch it on at.
     pub fn world_spec(&self) -> WorldSpec {
         let base = WorldSpec::default();
+        let l0_on = (self.schedule.iter())
+            .filter_map(|t| match &t.fault {
+                Fault::L0ImportOn { end } => Some(end.clone()),
+                _ => None,
+            })
+            .collect();
         WorldSpec {
             secondaries: self.secondaries,
             storage: self.storage,
+            l0_import: L0Import::OnAt(l0_on),
             backup: BackupSpec {
                 name: "faults_backup".into(),
                 seed: self.seed,

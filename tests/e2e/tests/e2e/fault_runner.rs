@@ -5,10 +5,11 @@
 use e2e::faults::checker::{self, Ending, Evidence, ProcessRun, Violation};
 use e2e::faults::runner::{RunnerConfig, SeedRun, run_seed};
 use e2e::faults::schedule::{Atomicity, Fault, JournalKind, Pause, Scenario, Timed};
-use e2e::{StorageLayout, World, WorldSpec, secondary};
+use e2e::{StorageLayout, TARGET, World, WorldSpec, secondary};
 use lockstep::engine::faults::Bug;
 use lockstep::journal::embedded::FileJournal;
 use lockstep::journal::{Decision, Journal as _};
+use milvus_sim::fixtures::L0Segments;
 use milvus_sim::jobs::JobState;
 
 /// Seed 7's world and job, pinned to what a planted bug needs: two secondaries on their own
@@ -185,11 +186,41 @@ fn changed_row() -> Scenario {
     }])
 }
 
+/// Issue 49: every end imports L0 segments, and loses a held L0 import's deletes, as 3.0
+/// does once L0 import is on (milvus#51247). A restore that imports them as held L0 jobs
+/// rather than folding them imports the backup's L0 logs, not the folded delta logs, and
+/// leaves the deleted rows visible: the checker holds every end's imported logs to what a
+/// two-phase restore imports.
+#[tokio::test(flavor = "multi_thread")]
+async fn catches_held_l0_jobs_where_every_end_imports_l0() -> anyhow::Result<()> {
+    let scenario = l0_import_everywhere();
+    let run = run_with(&[Bug::HeldL0Jobs], &scenario).await?;
+    assert_caught(&run, &scenario, |v| {
+        matches!(v, Violation::DataMismatch { detail, .. }
+            if detail.contains("imported logs differ"))
+    });
+    Ok(())
+}
+
+/// [`pinned`] with L0 segments in the backup and L0 import switched on at every end.
+fn l0_import_everywhere() -> Scenario {
+    let ends = [TARGET.to_owned(), secondary(0), secondary(1)];
+    let mut s = pinned(
+        ends.map(|end| Timed {
+            at_ms: 0,
+            fault: Fault::L0ImportOn { end },
+        })
+        .into(),
+    );
+    s.backup.l0 = L0Segments::Present;
+    s
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_same_scenario_without_a_planted_bug_passes() -> anyhow::Result<()> {
     // Each planted-bug scenario, run by a correct engine: the violations above come from
     // the bug, not from the scenario.
-    for schedule in [
+    for scenario in [
         vec![Timed {
             at_ms: 0,
             fault: Fault::StreamLag {
@@ -208,8 +239,11 @@ async fn the_same_scenario_without_a_planted_bug_passes() -> anyhow::Result<()> 
         short_mirror(),
         lost_delete().schedule,
         changed_row().schedule,
-    ] {
-        let scenario = pinned(schedule);
+    ]
+    .map(pinned)
+    .into_iter()
+    .chain([l0_import_everywhere()])
+    {
         let run = run_with(&[], &scenario).await?;
         assert!(
             run.violations.is_empty(),
@@ -335,10 +369,10 @@ fn every_fleet_seed_has_a_stale_or_lost_host_or_an_etcd_restart() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_collection_failing_after_others_committed_is_not_reported_as_rolled_back()
 -> anyhow::Result<()> {
-    // 3 collections of 7 jobs on a budget of 10: committed one collection at a time, so
+    // 3 collections of 4 jobs on a budget of 5: committed one collection at a time, so
     // the first two are committed when the last job fails.
     let world = World::start(WorldSpec {
-        max_import_job_num: 10,
+        max_import_job_num: 5,
         ..WorldSpec::with_collections(3)
     })
     .await?;
@@ -370,6 +404,7 @@ async fn a_collection_failing_after_others_committed_is_not_reported_as_rolled_b
             report: serde_json::from_value(run.report.clone()).ok(),
         }],
         backup: &world.backup,
+        l0: world.l0_logs(),
         misbehaving_check: false,
         resubmission: None,
     });

@@ -31,7 +31,8 @@ fn per_seg_job(world: &World, name: &str) -> anyhow::Result<std::path::PathBuf> 
 
 /// Issue 27: ends with Milvus 3.0's default (`enableL0Import` off) take a backup with L0
 /// segments all the same. Its L0 deletes are folded into the data imports' delta logs, no L0
-/// job is created, and every end shows the backup's live rows.
+/// job is created, and every end shows the backup's live rows; `plan` and the report say so,
+/// and why: the restore is two-phase.
 #[tokio::test(flavor = "multi_thread")]
 async fn l0_deletes_are_folded_for_ends_that_do_not_import_l0() -> anyhow::Result<()> {
     let world = World::start(WorldSpec {
@@ -46,7 +47,9 @@ async fn l0_deletes_are_folded_for_ends_that_do_not_import_l0() -> anyhow::Resul
     assert_eq!(plan.code, 0, "{}", plan.explain());
     let collections = plan.report["collections"].as_array().expect("collections");
     assert!(
-        collections.iter().all(|c| c["l0_deletes"] == "fold"),
+        collections
+            .iter()
+            .all(|c| c["l0_deletes"] == "fold_two_phase"),
         "{}",
         plan.stdout
     );
@@ -60,10 +63,62 @@ async fn l0_deletes_are_folded_for_ends_that_do_not_import_l0() -> anyhow::Resul
     world.assert_nothing_held().await?;
     // The report's figures: each collection's live rows, and every end imported them.
     for c in run.report["collections"].as_array().expect("collections") {
+        assert_eq!(c["l0_deletes"], "fold_two_phase", "{c}");
         let live = c["live"].as_i64().expect("live rows");
         let imported = c["imported"].as_object().expect("imported per end");
         assert_eq!(imported.len(), world.ends().len(), "{c}");
         assert!(imported.values().all(|n| n.as_i64() == Some(live)), "{c}");
+    }
+    world.assert_l0_folded().await
+}
+
+/// Issue 49: every end imports L0 segments (`enableL0Import` on, and the host config says
+/// `l0_import = true` for each), and there, as on Milvus 3.0, a held L0 import keeps its
+/// deletes' timestamps and removes none of the rows a held import committed
+/// (milvus#51247). A two-phase restore folds the L0 deletes all the same: no L0 job on any
+/// end, and every end shows the backup's live rows, counted and sampled key by key with the
+/// deleted keys absent. Imported as L0 jobs, the rows they delete would stay visible on
+/// every end, and the restore would be diverged.
+#[tokio::test(flavor = "multi_thread")]
+async fn issue_49_a_two_phase_restore_folds_l0_deletes_where_every_end_imports_l0()
+-> anyhow::Result<()> {
+    let world = World::start(WorldSpec {
+        l0_import: L0Import::On,
+        ..WorldSpec::default()
+    })
+    .await?;
+    assert!(world.l0_log().is_some(), "the backup has L0 segments");
+    assert!(
+        world.spec.rules.two_phase_l0_keeps_timestamps && world.spec.end_rules.is_empty(),
+        "every end loses a held L0 import's deletes"
+    );
+    let job = world.job(
+        "l0-everywhere",
+        "[restore]\nrebuild_index = true\n[verify]\nrows = \"sample\"\nsample = 1000\n",
+    )?;
+    let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
+    assert_eq!(run.code, 0, "{}", run.explain());
+    assert_eq!(run.outcome(), "succeeded");
+    let shown = run.report["verification"]["shown"]
+        .as_array()
+        .expect("the restore verified what it committed");
+    let collections = world.backup.info.collection_backups.len();
+    assert_eq!(
+        shown.len(),
+        collections * world.ends().len(),
+        "{}",
+        run.stdout
+    );
+    for s in shown {
+        assert_eq!(s["shows"], s["live"], "{s}");
+        assert_eq!(s["sample"]["differences"], 0, "{s}");
+        assert!(
+            s["sample"]["absent"].as_i64() > Some(0),
+            "deleted keys are held absent: {s}"
+        );
+    }
+    for c in run.report["collections"].as_array().expect("collections") {
+        assert_eq!(c["l0_deletes"], "fold_two_phase", "{c}");
     }
     world.assert_l0_folded().await
 }

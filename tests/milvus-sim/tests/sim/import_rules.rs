@@ -4,7 +4,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use milvus_sim::catalog::NewCollection;
+use milvus_proto::milvus::QueryRequest;
+use milvus_proto::schema::ScalarField;
+use milvus_proto::schema::field_data::Field;
+use milvus_proto::schema::scalar_field::Data;
+use milvus_sim::catalog::{DdlOp, NewCollection};
 use milvus_sim::cluster::CreateImport;
 use milvus_sim::jobs::JobState;
 use milvus_sim::{Protocol, Sim, Topology};
@@ -161,6 +165,109 @@ async fn l0_import_is_refused_while_enable_l0_import_is_off() {
     wait_for(&sim.cluster("b"), id, JobState::Uncommitted).await;
     let peer = wait_for(&sim.cluster("c"), id, JobState::Failed).await;
     assert_eq!(peer.reason, milvus_sim::cluster::L0_IMPORT_DISABLED);
+}
+
+/// A held L0 import keeps its deletes' timestamps while a held data import's rows take the
+/// commit's (milvus#51247; docs/milvus-facts.md §1.5): once both are committed, a query counts
+/// the rows the deletes target and finds them by key. With `two_phase_l0_keeps_timestamps`
+/// off the deletes apply, as they do to rows imported with auto-commit either way.
+#[tokio::test]
+async fn a_held_l0_import_deletes_none_of_the_rows_a_held_import_committed() {
+    // (switch, held, rows a query counts, keys 0..4 it finds)
+    for (keeps, held, count, found) in [
+        (None, true, 10, vec![0, 1, 2, 3]),
+        (Some(false), true, 7, vec![3]),
+        (None, false, 7, vec![3]),
+    ] {
+        let mut topology = with_l0_import(&standalone("3.0.0"));
+        if let Some(keeps) = keeps {
+            topology = topology.replace(
+                "[[cluster]]\n",
+                &format!("[[cluster]]\ntwo_phase_l0_keeps_timestamps = {keeps}\n"),
+            );
+        }
+        let case = format!("switch {keeps:?}, held {held}");
+        let sim = start(&topology).await;
+        let a = sim.cluster("a");
+        create_collection(&a.uri(), "c").await;
+        // Ten rows (keys 0..10 at timestamp 0), and an L0 segment deleting keys 0..3 at
+        // timestamp 1.
+        let [insert, l0] = put_segment(&a, "bk", 10, 3).await;
+        let rest = Rest::new(&a.uri());
+        let auto_commit = if held { "false" } else { "true" };
+        let mut ids = Vec::new();
+        for (files, source) in [(insert, "backup"), (l0, "l0_import")] {
+            let answer = rest
+                .create(
+                    "c",
+                    "_default",
+                    json!([[files]]),
+                    json!({source: "true", "auto_commit": auto_commit}),
+                )
+                .await;
+            ids.push(job_id(&answer));
+        }
+        for id in &ids {
+            if held {
+                wait_for(&a, *id, JobState::Uncommitted).await;
+                assert_eq!(rest.commit(&id.to_string()).await["code"], 0, "{case}");
+            }
+            wait_for(&a, *id, JobState::Completed).await;
+        }
+        load(&a);
+        assert_eq!(query_ids(&a, "").await, vec![count], "{case}: count(*)");
+        assert_eq!(query_ids(&a, "id in [0, 1, 2, 3]").await, found, "{case}");
+    }
+}
+
+/// Loads collection `c` of `cluster`, its vector field indexed first.
+fn load(cluster: &milvus_sim::Cluster) {
+    for op in [
+        DdlOp::CreateIndex {
+            db: "default".into(),
+            collection: "c".into(),
+            field_name: "vector".into(),
+            index_name: "vector".into(),
+            params: Vec::new(),
+            id: cluster.next_id(),
+        },
+        DdlOp::LoadCollection {
+            db: "default".into(),
+            collection: "c".into(),
+        },
+    ] {
+        cluster.execute_ddl(op).expect("the collection loads");
+    }
+}
+
+/// The answer to `expr` on collection `c` of `cluster`: `count(*)` for an empty `expr`, else
+/// the keys found, in order.
+async fn query_ids(cluster: &milvus_sim::Cluster, expr: &str) -> Vec<i64> {
+    let output = if expr.is_empty() { "count(*)" } else { "id" };
+    let answer = grpc(&cluster.uri())
+        .await
+        .query(QueryRequest {
+            collection_name: "c".into(),
+            expr: expr.into(),
+            output_fields: vec![output.into()],
+            ..Default::default()
+        })
+        .await
+        .expect("Query answers")
+        .into_inner();
+    let status = answer.status.unwrap_or_default();
+    assert_eq!(status.code, 0, "{status:?}");
+    let column = answer.fields_data.first().expect("one column");
+    match &column.field {
+        Some(Field::Scalars(ScalarField {
+            data: Some(Data::LongData(longs)),
+        })) => {
+            let mut ids = longs.data.clone();
+            ids.sort_unstable();
+            ids
+        }
+        other => panic!("not an Int64 column: {other:?}"),
+    }
 }
 
 /// The database of a create: the body's `dbName`, else the `DB-Name` header, else default
