@@ -61,6 +61,16 @@ async fn run_with(plant: &[Bug], scenario: &Scenario) -> anyhow::Result<SeedRun>
     run_seed(scenario, &RunnerConfig::from_env(plant.to_vec())).await
 }
 
+/// Asserts that the run broke no invariant, showing everything if it did.
+fn assert_clean(run: &SeedRun, scenario: &Scenario) {
+    assert!(
+        run.violations.is_empty(),
+        "{:#?}\n{scenario}\n{}",
+        run.violations,
+        run.trace
+    );
+}
+
 /// Asserts that the run reported a violation `wanted` accepts, showing everything if not.
 fn assert_caught(run: &SeedRun, scenario: &Scenario, wanted: fn(&Violation) -> bool) {
     let found: Vec<String> = run.violations.iter().map(Violation::to_string).collect();
@@ -211,12 +221,7 @@ async fn the_same_scenario_without_a_planted_bug_passes() -> anyhow::Result<()> 
     ] {
         let scenario = pinned(schedule);
         let run = run_with(&[], &scenario).await?;
-        assert!(
-            run.violations.is_empty(),
-            "{:#?}\n{scenario}\n{}",
-            run.violations,
-            run.trace
-        );
+        assert_clean(&run, &scenario);
     }
     Ok(())
 }
@@ -284,12 +289,7 @@ async fn a_lost_create_answer_into_a_full_budget_and_schema_ddl_on_a_held_collec
         },
     ]);
     let run = run_with(&[], &scenario).await?;
-    assert!(
-        run.violations.is_empty(),
-        "{:#?}\n{scenario}\n{}",
-        run.violations,
-        run.trace
-    );
+    assert_clean(&run, &scenario);
     let met = |kind: &str| run.injected.get(kind).copied().unwrap_or(0) == 1;
     assert!(
         met("lost-answer-retry-refused") && met("schema-ddl-refused-112"),
@@ -306,12 +306,7 @@ async fn a_drawn_seed_passes() -> anyhow::Result<()> {
     let etcd = e2e::etcd::binary().is_some();
     let scenario = Scenario::draw(1, etcd);
     let run = run_with(&[], &scenario).await?;
-    assert!(
-        run.violations.is_empty(),
-        "{:#?}\n{scenario}\n{}",
-        run.violations,
-        run.trace
-    );
+    assert_clean(&run, &scenario);
     assert!(
         run.outcome.is_some(),
         "no report\n{scenario}\n{}",
