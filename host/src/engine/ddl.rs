@@ -2,6 +2,17 @@
 //! as the plan says. Milvus replicates DDL to the secondaries over CDC; lockstep never sends
 //! DDL to a secondary (it would be refused), it waits until each shows the collection, since a
 //! mirror whose collection has not arrived is silently never created (docs/milvus-facts.md §2.2).
+//!
+//! The rule this module keeps: every DDL of a collection is answered before its first import
+//! is created. A collection counts as made (`made`, what releases it to the import gate
+//! through [`await_mirrors`]) only once its create (with its properties, a snapshot's
+//! `preserve_field_ids` among them), the read-back of its id and field ids, its partitions
+//! and its indexes were all answered; a failure anywhere releases it never. Milvus refuses
+//! schema DDL while the collection has an unfinished import job, a held one included
+//! (milvus#53071, docs/milvus-facts.md §2.8): a held job freezes the schema until its
+//! commit, and DDL sent after the first create would meet that, or slip between two creates.
+//! The only later DDL a restore sends is verification's load, once every job of the
+//! collection is Completed.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -89,10 +100,11 @@ pub fn to_create(
 /// plan order. `exists[i]` says whether collection `i` was there at preflight. Each
 /// collection this restore creates goes to `created` as soon as it exists, with the id the
 /// target gave it (it is dropped again if the restore rolls back, while it still has that
-/// id), and `made` counts the collections done so far from the plan's first, with their
-/// partitions and indexes, so that waiting on the secondaries can start collection by
-/// collection. Every create and drop of a collection waits for `fence` first. At the first
-/// error no collection is begun; it is returned once those under way finished.
+/// id), and `made` counts the collections whose DDL is all answered, from the plan's first
+/// (the module's rule), so that waiting on the secondaries, and then the imports, can start
+/// collection by collection. Every create and drop of a collection waits for `fence`
+/// first. At the first error no collection is begun; it is returned once those under way
+/// finished.
 #[allow(clippy::too_many_arguments)]
 pub async fn apply(
     ends: &Ends,
@@ -141,6 +153,14 @@ pub async fn apply(
             Ok(()) if first_failure.is_none() => {
                 done += 1;
                 made.send_replace(done);
+                // Breaks the module's rule: the indexes come after the release, late.
+                if faults::planted(faults::Bug::IndexAfterRelease) {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let late = make_indexes(target, &plan.collections[done - 1], deadline);
+                    if let Err(e) = late.await {
+                        first_failure.get_or_insert(e);
+                    }
+                }
             }
             Ok(()) => {}
             Err(e) => {
@@ -152,7 +172,8 @@ pub async fn apply(
 }
 
 /// Makes collection `c` as the plan says: created (after a drop, if it `existed` and the
-/// plan drops and recreates), its field ids checked, its partitions and indexes made.
+/// plan drops and recreates), its field ids checked, its partitions and indexes made; every
+/// call answered when this returns.
 async fn make_collection(
     target: &EndClient,
     fence: &dyn Fence,
@@ -189,23 +210,37 @@ async fn make_collection(
             retry(deadline, || target.grpc.create_partition(db, name, p)).await?;
         }
     }
-    if !c.indexes.is_empty() {
-        let present = retry(deadline, || target.grpc.index_names(db, name)).await?;
-        for index in &c.indexes {
-            if !index.index_name.is_empty() && present.contains(&index.index_name) {
-                continue;
-            }
-            let spec = IndexSpec {
-                field_name: index.field_name.clone(),
-                index_name: index.index_name.clone(),
-                params: index
-                    .params
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            };
-            retry(deadline, || target.grpc.create_index(db, name, &spec)).await?;
+    if !faults::planted(faults::Bug::IndexAfterRelease) {
+        make_indexes(target, c, deadline).await?;
+    }
+    Ok(())
+}
+
+/// The indexes of `c` the target does not have yet (`rebuild_index`, or a snapshot's).
+async fn make_indexes(
+    target: &EndClient,
+    c: &CollectionPlan,
+    deadline: Instant,
+) -> Result<(), Error> {
+    if c.indexes.is_empty() {
+        return Ok(());
+    }
+    let (db, name) = (&c.target.db, &c.target.collection);
+    let present = retry(deadline, || target.grpc.index_names(db, name)).await?;
+    for index in &c.indexes {
+        if !index.index_name.is_empty() && present.contains(&index.index_name) {
+            continue;
         }
+        let spec = IndexSpec {
+            field_name: index.field_name.clone(),
+            index_name: index.index_name.clone(),
+            params: index
+                .params
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        };
+        retry(deadline, || target.grpc.create_index(db, name, &spec)).await?;
     }
     Ok(())
 }

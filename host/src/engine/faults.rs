@@ -91,10 +91,13 @@ pub enum Bug {
     /// `held-l0-jobs`: a two-phase restore imports L0 segments as L0 jobs where every end
     /// takes them, as lockstep did before issue 49: the held jobs' deletes remove nothing.
     HeldL0Jobs,
+    /// `index-after-release`: a collection goes to the import gate before its indexes are
+    /// made, and they come a second later, after its first imports.
+    IndexAfterRelease,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 8] = [
+    pub const ALL: [Bug; 9] = [
         Bug::CommitEarly,
         Bug::SkipAbort,
         Bug::NoDecision,
@@ -103,6 +106,7 @@ impl Bug {
         Bug::DropByName,
         Bug::SkipVerify,
         Bug::HeldL0Jobs,
+        Bug::IndexAfterRelease,
     ];
 
     pub fn name(self) -> &'static str {
@@ -115,6 +119,7 @@ impl Bug {
             Bug::DropByName => "drop-by-name",
             Bug::SkipVerify => "skip-verify",
             Bug::HeldL0Jobs => "held-l0-jobs",
+            Bug::IndexAfterRelease => "index-after-release",
         }
     }
 }

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use super::attempt::{Attempt, Change};
 use super::checks::{self, CheckSetup};
+use super::create::{self, CreateKey};
 use super::ends::Ends;
 use super::error::{Error, StageError};
 use super::faults;
@@ -28,7 +29,7 @@ use super::gate::ImportGate;
 use super::preflight::Preflight;
 use super::refusal::Refusal;
 use super::report::{CheckEntry, Divergence};
-use super::retry::{DEFAULT_CALL_DEADLINE, fenced};
+use super::retry::DEFAULT_CALL_DEADLINE;
 use super::rows;
 use super::schedule::FirstLook;
 use super::staging;
@@ -175,8 +176,12 @@ pub(super) struct Groups<'a> {
 /// How one commit group ended.
 pub(super) enum GroupEnd {
     /// It stopped before its decision, and aborted its jobs: why (its own failure, or that
-    /// it followed another's).
-    Aborted(Error),
+    /// it followed another's), and why the abort did not settle on every end, if it did not
+    /// (some job may then still read the staged files).
+    Aborted {
+        stop: Error,
+        unsettled: Option<String>,
+    },
     /// Decided for commit: the jobs not confirmed visible somewhere, and why the group did
     /// not complete, if it did not (the restore is then incomplete).
     Committed {
@@ -254,6 +259,7 @@ pub(super) async fn run<'r>(
                     .map(|g| g.batches.len())
                     .sum(),
                 jobs: (0..tracker.jobs.len()).collect(),
+                unanswered: Vec::new(),
                 checks: Vec::new(),
                 tracker,
                 published: &published[index],
@@ -358,6 +364,9 @@ struct Group<'a, 'r> {
     published: &'a watch::Sender<Tracker>,
     /// Every job of the group, by index into the tracker.
     jobs: Vec<usize>,
+    /// Batches whose create failed after an answer was lost, no job found: the abort looks
+    /// for their jobs again.
+    unanswered: Vec<usize>,
     /// What its before-commit checks reported.
     checks: Vec<CheckEntry>,
 }
@@ -449,11 +458,14 @@ impl Group<'_, '_> {
         let submitted = submit(
             attempt,
             self.groups,
-            index,
-            self.first_batch,
-            &mut self.tracker,
-            self.published,
-            key,
+            Submitting {
+                index,
+                first_batch: self.first_batch,
+                tracker: &mut self.tracker,
+                unanswered: &mut self.unanswered,
+                published: self.published,
+                key,
+            },
         );
         tokio::pin!(submitted);
         tokio::select! {
@@ -500,27 +512,39 @@ impl Group<'_, '_> {
         Ok(())
     }
 
-    /// Aborts the group's jobs on `stop`, unless the host lost the claim: then the restore
-    /// is the new holder's, and there is nothing to abort.
+    /// Aborts the group's jobs on `stop`, those of creates whose answer was lost included,
+    /// unless the host lost the claim: then the restore is the new holder's, and there is
+    /// nothing to abort.
     async fn abort(mut self, stop: Error) -> GroupEnd {
         self.attempt.stop();
+        let mut unsettled = None;
         if !matches!(stop, Error::Lost(_)) {
             let settle = (self.groups.job.two_phase.mirror_grace).min(Duration::from_secs(60));
             let deadline = Instant::now() + self.call_timeout();
+            let batches = &self.groups.restore.groups[self.index].batches;
+            let (attempt, tracker) = (self.attempt, &mut self.tracker);
+            create::find_unanswered(
+                attempt,
+                self.index,
+                batches,
+                &self.unanswered,
+                tracker,
+                deadline,
+            )
+            .await;
             let aborted = if faults::planted(faults::Bug::SkipAbort) {
                 Ok(())
             } else {
-                let ends = self.attempt.ends;
-                let tracker = &mut self.tracker;
-                two_phase::abort(ends, self.attempt, tracker, &self.jobs, settle, deadline).await
+                two_phase::abort(attempt.ends, attempt, tracker, &self.jobs, settle, deadline).await
             };
             self.publish();
             if let Err(e) = aborted {
                 tracing::warn!(group = self.index, error = %e, "the abort did not settle on every end");
+                unsettled = Some(error_chain(&e));
             }
         }
         tracing::warn!(group = self.index, reason = %stop.reason(), "aborted before the decision");
-        GroupEnd::Aborted(stop)
+        GroupEnd::Aborted { stop, unsettled }
     }
 
     /// The decision, durable before any commit is sent, then the commits, the wait for
@@ -599,13 +623,16 @@ impl Group<'_, '_> {
     }
 }
 
-/// Whether a create carries the batch's Idempotency-Key: only to a target that dedups by it
-/// (Milvus 3.0.2 on); an older one would take the header for nothing, and a create whose
-/// answer was lost is found by its paths instead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CreateKey {
-    Sent,
-    Omitted,
+/// One group's submit: which group, and where its answers go.
+struct Submitting<'s> {
+    index: usize,
+    /// The group's first batch, numbered across the restore's groups.
+    first_batch: usize,
+    tracker: &'s mut Tracker,
+    /// Where the batches go whose create failed after an answer was lost.
+    unanswered: &'s mut Vec<usize>,
+    published: &'s watch::Sender<Tracker>,
+    key: CreateKey,
 }
 
 /// Creates group `index`'s jobs on the target, each once its batch's files are staged, and
@@ -614,12 +641,16 @@ enum CreateKey {
 async fn submit(
     attempt: &Attempt<'_>,
     groups: &Groups<'_>,
-    index: usize,
-    first_batch: usize,
-    tracker: &mut Tracker,
-    published: &watch::Sender<Tracker>,
-    key: CreateKey,
+    to: Submitting<'_>,
 ) -> Result<(), Error> {
+    let Submitting {
+        index,
+        first_batch,
+        tracker,
+        unanswered,
+        published,
+        key,
+    } = to;
     let gate = groups.gate;
     if !gate.batch_ready(first_batch).await {
         return Err(StageError::GateFailed.into());
@@ -639,17 +670,12 @@ async fn submit(
     // `Send` (rust-lang/rust#102211).
     let mut creates = futures::stream::iter(0..batches.len())
         .map(|i| async move {
-            let b = &batches[i];
             if !gate.batch_ready(first_batch + i).await {
                 return (i, None);
             }
-            let body = b.planned.create_held_import();
-            let key = (key == CreateKey::Sent).then_some(b.planned.idempotency_key.as_str());
             let deadline = Instant::now() + call_timeout;
-            match fenced(deadline, attempt, || target.rest.create_import(&body, key)).await {
-                Ok(created) => (i, Some(Ok(created))),
-                Err(lost) => (i, Some(Err(lost))),
-            }
+            let created = create::create_held(target, attempt, &batches[i].planned, key, deadline);
+            (i, Some(created.await))
         })
         .buffer_unordered(CREATES_IN_FLIGHT);
     let mut first_error = None;
@@ -674,11 +700,15 @@ async fn submit(
             }
             // The attempt stops at once, so that the stage and the other groups stop now
             // rather than when the last batch was staged.
-            Some(Ok(Err(e))) if first_error.is_none() => {
-                attempt.stop();
-                first_error = Some(create_failed(e));
+            Some(Ok(Err(failed))) => {
+                if failed.answer_lost {
+                    unanswered.push(i);
+                }
+                if first_error.is_none() {
+                    attempt.stop();
+                    first_error = Some(create_failed(failed.error));
+                }
             }
-            Some(Ok(Err(_))) => {}
             None => unstaged = true,
         }
     }

@@ -24,6 +24,7 @@
 mod attempt;
 mod auto_commit;
 mod checks;
+mod create;
 mod ddl;
 mod ends;
 mod error;

@@ -12,18 +12,17 @@ use tokio::time::Instant;
 
 use super::attempt::{Attempt, Change};
 use super::ends::Ends;
-use super::fence::{Fence, Lost};
+use super::fence::Lost;
 use super::process::Engine;
 use super::report::{CollectionReport, Divergence, EndReport, Report, ReportOf};
-use super::retry::{DEFAULT_CALL_DEADLINE, fenced, retry};
+use super::retry::DEFAULT_CALL_DEADLINE;
 use super::rollback::{self, StageCleanup};
 use super::two_phase::{self, Tracked, Tracker};
-use super::{outcome, verification};
+use super::{create, outcome, verification};
 use crate::config::StorageSpec;
 use crate::diagnostic::error_chain;
 use crate::job::Job;
-use crate::journal::{BatchRecord, CommitGroup, Decision, Outcome, RestoreRecord};
-use crate::milvus::MilvusJobId;
+use crate::journal::{CommitGroup, Decision, Outcome, RestoreRecord};
 use crate::storage::{StagingPrefix, TempFiles};
 
 /// Resolves `record`. `job` is given when `lockstep run` found the record for the same job
@@ -278,20 +277,21 @@ async fn presumed_abort(
     settle: Duration,
     deadline: Instant,
 ) -> Option<String> {
-    let ends = attempt.ends;
-    for (i, b) in group.batches.iter().enumerate() {
-        if b.job_id.is_none() && b.create_sent {
-            let id = find_lost_job(ends, attempt, b, deadline).await;
-            tracker.jobs[i].job_id = id.clone();
-            attempt.note(Change::JobId {
-                group: index,
-                batch: i,
-                id,
-            });
-        }
-    }
+    let unanswered: Vec<usize> = (group.batches.iter().enumerate())
+        .filter(|(_, b)| b.job_id.is_none() && b.create_sent)
+        .map(|(i, _)| i)
+        .collect();
+    create::find_unanswered(
+        attempt,
+        index,
+        &group.batches,
+        &unanswered,
+        tracker,
+        deadline,
+    )
+    .await;
     let jobs: Vec<usize> = (0..tracker.jobs.len()).collect();
-    let aborted = two_phase::abort(ends, attempt, tracker, &jobs, settle, deadline).await;
+    let aborted = two_phase::abort(attempt.ends, attempt, tracker, &jobs, settle, deadline).await;
     let decision = Decision::Abort {
         at: Timestamp::now(),
         reason: "recovered: no decision on record".into(),
@@ -358,57 +358,6 @@ pub fn recorded_stores<'h>(
             Some((end.clone(), spec))
         })
         .collect()
-}
-
-/// Finds the job a create may have made when its answer was lost: by its Idempotency-Key
-/// where the target honours it (the same key returns the same job), else by listing the
-/// collection's jobs and matching their files. A create sent with the key waits for
-/// `fence`.
-async fn find_lost_job(
-    ends: &Ends,
-    fence: &dyn Fence,
-    b: &BatchRecord,
-    deadline: Instant,
-) -> Option<MilvusJobId> {
-    let target = ends.target();
-    let wanted: BTreeSet<String> = b
-        .planned
-        .files
-        .iter()
-        .map(|g| format!("[{}]", g.join(" ")))
-        .collect();
-    let listed = retry(deadline, || {
-        target.rest.list(&b.planned.db, &b.planned.collection)
-    })
-    .await
-    .ok()?;
-    for entry in listed.iter().filter(|e| !e.state.is_terminal()) {
-        if let Ok(p) = retry(deadline, || {
-            target.rest.describe(&b.planned.db, &entry.job_id)
-        })
-        .await
-        {
-            let groups: BTreeSet<String> = p.file_groups.into_iter().collect();
-            if groups == wanted {
-                return Some(entry.job_id.clone());
-            }
-        }
-    }
-    let version = target.grpc.version().await.ok()?;
-    if !version.honours_idempotency_key() {
-        return None;
-    }
-    // Not listed as active: the same key hands back the job if it was ever created (a
-    // failed one included), and creates one otherwise, which is then aborted with the rest.
-    let body = b.planned.create_held_import();
-    fenced(deadline, fence, || {
-        target
-            .rest
-            .create_import(&body, Some(&b.planned.idempotency_key))
-    })
-    .await
-    .ok()?
-    .ok()
 }
 
 /// The report of a recovered restore, its collections in the record's order. Each is found

@@ -98,23 +98,65 @@ pub(super) async fn run_attempt(
     let executed = keeper.run(&mut inbox, work).await;
     let (outcome, refusals) = match executed {
         Ok(Outcome::RolledBack) => {
-            undo(&attempt, &mut keeper, &mut inbox).await;
+            undo(&attempt, &mut keeper, &mut inbox, Stage::Delete).await;
             if let Some(s) = report.staging.as_mut() {
                 s.cleaned_up = true;
             }
             (Outcome::RolledBack, vec![])
         }
         Ok(outcome) => (outcome, vec![]),
-        Err(stop) => {
-            undo(&attempt, &mut keeper, &mut inbox).await;
-            stopped(stop, &mut report, &attempt.id)
+        Err(Stopped { why, unsettled }) => {
+            // A job some end may still hold can still read the staged files: they stay
+            // for the recovery, which deletes them once every job settled.
+            let staged = match unsettled.is_empty() {
+                true => Stage::Delete,
+                false => Stage::Keep,
+            };
+            undo(&attempt, &mut keeper, &mut inbox, staged).await;
+            stopped(why, unsettled, &mut report, &attempt.id)
         }
     };
     keeper.finish(report, outcome, refusals).await
 }
 
-/// The outcome of an attempt that stopped before (some of) its decisions, rolled back.
-fn stopped(stop: Error, report: &mut Report, id: &RestoreId) -> (Outcome, Vec<Refusal>) {
+/// A restore that stopped before (some of) its decisions: why, and the aborts that did not
+/// settle on every end.
+struct Stopped {
+    why: Error,
+    unsettled: Vec<String>,
+}
+
+impl From<Error> for Stopped {
+    fn from(why: Error) -> Stopped {
+        Stopped {
+            why,
+            unsettled: Vec::new(),
+        }
+    }
+}
+
+impl From<StageError> for Stopped {
+    fn from(failed: StageError) -> Stopped {
+        Error::from(failed).into()
+    }
+}
+
+/// What a rollback does with the staged files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Delete,
+    /// Some job may still read them.
+    Keep,
+}
+
+/// The outcome of an attempt that stopped before (some of) its decisions, rolled back;
+/// incomplete while an abort did not settle.
+fn stopped(
+    stop: Error,
+    unsettled: Vec<String>,
+    report: &mut Report,
+    id: &RestoreId,
+) -> (Outcome, Vec<Refusal>) {
     if let Error::Refused(refusals) = stop {
         let (outcome, summary) = outcome::refused(RefusedAt::Elsewhere, &refusals);
         report.summary = summary;
@@ -129,6 +171,7 @@ fn stopped(stop: Error, report: &mut Report, id: &RestoreId) -> (Outcome, Vec<Re
         divergences: &report.divergences,
         shown_wrong,
         unverified,
+        unconverged: unsettled,
         ..outcome::Facts::default()
     };
     let (outcome, summary) = outcome::decide(&facts, id);
@@ -145,7 +188,7 @@ async fn execute(
     preflight: &Preflight,
     checks: &CheckSetup,
     report: &mut Report,
-) -> Result<Outcome, Error> {
+) -> Result<Outcome, Stopped> {
     let ends = attempt.ends;
     let restore_id = &attempt.id;
 
@@ -157,7 +200,7 @@ async fn execute(
         job.restore.collection_creation,
     )));
     if job.restore.meta_only {
-        return meta_only(attempt, job, preflight, report).await;
+        return Ok(meta_only(attempt, job, preflight, report).await?);
     }
     let (made_tx, made) = watch::channel(0);
 
@@ -415,6 +458,8 @@ struct Landed<'r> {
     stop: Option<Error>,
     /// The groups that aborted on that stop.
     aborted: Vec<usize>,
+    /// Why some of their aborts did not settle on every end.
+    unsettled: Vec<String>,
 }
 
 /// What the commit groups came to: a collection is committed when a group that imports
@@ -432,6 +477,7 @@ fn held<'r>(
     let mut divergences = Vec::new();
     let mut unconverged = Vec::new();
     let mut aborted = Vec::new();
+    let mut unsettled = Vec::new();
     let mut group_stops = Vec::new();
     let mut committed_groups = Vec::new();
     for (index, (group, end)) in groups.iter().zip(ran.ends).enumerate() {
@@ -445,9 +491,10 @@ fn held<'r>(
                 committed_groups.push(group);
             }
             GroupEnd::Undecided(why) => unconverged.push(format!("group {}: {why}", group.id)),
-            GroupEnd::Aborted(stop) => {
+            GroupEnd::Aborted { stop, unsettled: u } => {
                 aborted.push(index);
                 group_stops.push(stop);
+                unsettled.extend(u.map(|why| format!("group {}: the abort: {why}", group.id)));
             }
         }
     }
@@ -469,6 +516,7 @@ fn held<'r>(
         cleaned_early: ran.cleaned_early,
         stop: Error::first(stops.into_iter().chain(group_stops)),
         aborted,
+        unsettled,
     }
 }
 
@@ -515,6 +563,7 @@ fn auto_committed(
         cleaned_early: None,
         stop: None,
         aborted: Vec::new(),
+        unsettled: Vec::new(),
     }
 }
 
@@ -530,7 +579,7 @@ async fn conclude(
     preflight: &Preflight,
     mut landed: Landed<'_>,
     report: &mut Report,
-) -> Result<Outcome, Error> {
+) -> Result<Outcome, Stopped> {
     for (c, committed) in report.collections.iter_mut().zip(&landed.committed) {
         c.committed = *committed;
     }
@@ -581,7 +630,10 @@ async fn conclude(
         if let Err(e) = attempt.persist().await {
             tracing::warn!(error = %error_chain(&e), "could not record the abort decisions");
         }
-        return Err(stop);
+        return Err(Stopped {
+            why: stop,
+            unsettled: landed.unsettled,
+        });
     }
     let (shown_wrong, unverified) = verification::findings(report.verification.as_ref());
     let facts = outcome::Facts {
@@ -679,16 +731,17 @@ async fn stopped_by(attempt: &Attempt<'_>) -> Error {
 }
 
 /// Takes back what the restore made before its decision (DESIGN.md §2): the collections
-/// the record's one rollback rule names, and the staged files.
-async fn undo(attempt: &Attempt<'_>, keeper: &mut Keeper<'_>, inbox: &mut Inbox) {
+/// the record's one rollback rule names, and the staged files unless some job may still
+/// read them.
+async fn undo(attempt: &Attempt<'_>, keeper: &mut Keeper<'_>, inbox: &mut Inbox, staged: Stage) {
     let record = keeper.record().clone();
     let stores = attempt.job.map(Job::destinations).unwrap_or_default();
-    let stage = StageCleanup {
+    let stage = (staged == Stage::Delete).then_some(StageCleanup {
         stores: &stores,
         temp: TempFiles::Delete,
-    };
+    });
     let deadline = Instant::now() + DEFAULT_CALL_DEADLINE;
-    let undo = rollback::undo(attempt.ends, attempt, &record, Some(stage), deadline);
+    let undo = rollback::undo(attempt.ends, attempt, &record, stage, deadline);
     if let Err(lost) = keeper.run(inbox, undo).await {
         tracing::warn!(%lost, "rollback stopped: what is left is the new holder's");
     }

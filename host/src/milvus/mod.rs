@@ -164,6 +164,20 @@ impl Error {
         false
     }
 
+    /// The request may have gone out and no answer of Milvus's came back: a connection that
+    /// broke after it was sent or a timeout, an HTTP 5xx a gateway sent in Milvus's place (a
+    /// Milvus proxy answers HTTP 200 with an envelope), or a body that does not read. The
+    /// call may have been carried out; a code in an envelope is Milvus's own answer, and a
+    /// call [`never_sent`](Self::never_sent) was not.
+    pub fn answer_lost(&self) -> bool {
+        match self {
+            Error::Unreachable { .. } => !self.never_sent(),
+            Error::Http { status, .. } => *status >= 500,
+            Error::Protocol { .. } => true,
+            Error::Api { .. } => false,
+        }
+    }
+
     /// The end does not know the job: describe answers "import job does not exist", commit
     /// and abort "job N not found" (2100, or 2101 on 3.0). On a secondary this is also what
     /// a mirror looks like before its ImportMsg arrived over CDC, and on any end what a job
@@ -244,5 +258,31 @@ mod tests {
             message: "busy".into(),
         };
         assert!(!answer.never_sent());
+    }
+
+    /// A create whose answer was lost may have made its job; Milvus's own refusal, or a
+    /// request that never left, did not.
+    #[test]
+    fn an_answer_is_lost_when_the_request_left_and_milvus_said_nothing() {
+        use std::io::{Error as Io, ErrorKind};
+        let reset = Io::new(ErrorKind::ConnectionReset, "connection reset by peer");
+        assert!(unreachable(reset).answer_lost());
+        let refused = Io::new(ErrorKind::ConnectionRefused, "Connection refused");
+        assert!(!unreachable(refused).answer_lost());
+        let http = |status| Error::Http {
+            end: "t".into(),
+            call: "create".into(),
+            status,
+            message: None,
+        };
+        assert!(http(503).answer_lost() && http(502).answer_lost());
+        assert!(!http(429).answer_lost() && !http(403).answer_lost());
+        let limit = Error::Api {
+            end: "t".into(),
+            call: "create".into(),
+            code: 2101,
+            message: "The number of jobs has reached the limit".into(),
+        };
+        assert!(!limit.answer_lost(), "a refusal is an answer");
     }
 }

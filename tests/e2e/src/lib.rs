@@ -313,6 +313,15 @@ impl WorldSpec {
         spec.backup.collections = n;
         spec
     }
+
+    /// How many import jobs a restore of this world's backup with the job tables `extra`
+    /// creates, counted with `lockstep plan` in a world of its own: what a world whose job
+    /// budget the restore fills exactly needs before it starts.
+    pub async fn restore_jobs(&self, extra: &str) -> anyhow::Result<u32> {
+        let probe = World::start(self.clone()).await?;
+        let job = probe.job("count", extra)?;
+        probe.planned_batches(&job).await
+    }
 }
 
 /// A running world. Dropping it stops the clusters and removes the files.
@@ -759,20 +768,35 @@ impl World {
         job: &Path,
         reason: &str,
     ) -> anyhow::Result<()> {
-        let job = job.to_str().context("a UTF-8 job path")?;
-        let plan = self.run(&["plan", job], &[]).await?;
-        ensure!(plan.code == 0, "plan failed: {}", plan.explain());
-        let batches = plan.report["totals"]["batches"]
-            .as_u64()
-            .filter(|&n| n >= 2)
-            .with_context(|| format!("no batch count of 2 or more in the plan: {}", plan.stdout))?;
+        let batches = self.planned_batches(job).await?;
+        ensure!(batches >= 2, "the plan has fewer than 2 batches");
         self.fail_job(
             TARGET,
-            milvus_sim::faults::JobSelector::Nth(u32::try_from(batches)?),
+            milvus_sim::faults::JobSelector::Nth(batches),
             milvus_sim::jobs::JobState::Uncommitted,
             reason,
         )
         .await
+    }
+
+    /// The import jobs `lockstep run JOB` will create on the target: its plan's batches.
+    pub async fn planned_batches(&self, job: &Path) -> anyhow::Result<u32> {
+        let job = job.to_str().context("a UTF-8 job path")?;
+        let plan = self.run(&["plan", job], &[]).await?;
+        ensure!(plan.code == 0, "plan failed: {}", plan.explain());
+        let batches = (plan.report["totals"]["batches"].as_u64())
+            .with_context(|| format!("no batch count in the plan: {}", plan.stdout))?;
+        Ok(u32::try_from(batches)?)
+    }
+
+    /// The answer to the create that makes the `nth` job on the target from now is lost
+    /// after the job was made.
+    pub async fn lose_create_answer(&self, nth: u32) -> anyhow::Result<()> {
+        let lost = milvus_sim::faults::LostAnswer {
+            job: milvus_sim::faults::JobSelector::Nth(nth),
+        };
+        (self.sim.cluster(TARGET).control().lose_answer(&lost).await)
+            .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
     /// Fails the next job created on `end` (a mirror counts) when it reaches `state`.
@@ -787,7 +811,7 @@ impl World {
     }
 
     /// Fails the `job` of `end` with `reason` when it reaches `state`.
-    async fn fail_job(
+    pub async fn fail_job(
         &self,
         end: &str,
         job: milvus_sim::faults::JobSelector,

@@ -392,14 +392,11 @@ impl Cluster {
         code: Option<i32>,
         fault: Option<ApiEffect>,
     ) {
-        let record = RequestRecord {
-            at: Stamp::now(),
-            protocol,
-            route: route.to_owned(),
-            job_id: job_id.map(|id| id.to_string()),
-            code,
-            fault,
-        };
+        self.log_request(RequestRecord::new(protocol, route, job_id, code, fault));
+    }
+
+    /// Logs `record` as it stands (one about a collection names it).
+    pub fn log_request(&self, record: RequestRecord) {
         self.lock().requests.push(record);
     }
 
@@ -1403,6 +1400,18 @@ impl Cluster {
     /// The next job (or a named one) imports fewer rows than its files hold.
     pub fn add_short_import(&self, short: crate::faults::ShortImport) {
         self.lock().faults.add_short_import(short);
+    }
+
+    /// The answer to the REST create that makes the selected job is lost after the job was
+    /// made.
+    pub fn add_lost_answer(&self, lost: crate::faults::LostAnswer) {
+        self.lock().faults.add_lost_answer(lost);
+    }
+
+    /// Whether the answer to the create that made `job_id` is to be lost, consuming the
+    /// fault.
+    pub(crate) fn take_lost_answer(&self, job_id: i64) -> bool {
+        self.lock().faults.take_lost_answer(job_id)
     }
 
     /// The next job that can drift so reports its rows and shows a query others: a lost

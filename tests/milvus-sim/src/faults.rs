@@ -1,6 +1,7 @@
 //! Faults a test or the fault runner injects into one cluster: a job that fails at a named
-//! state, and REST or gRPC answers that fail (HTTP 503 / gRPC Unavailable) or come late, for a
-//! while. The control API is never affected, so a test can always observe and undo a fault.
+//! state, REST or gRPC answers that fail (HTTP 503 / gRPC Unavailable) or come late, for a
+//! while, and the answer to one create lost after the job was made. The control API is never
+//! affected, so a test can always observe and undo a fault.
 
 use std::time::Duration;
 
@@ -39,6 +40,16 @@ pub struct JobFailure {
 pub struct ShortImport {
     pub job: JobSelector,
     pub rows: i64,
+}
+
+/// The REST create that makes the selected job makes it, and its answer is then lost: the
+/// client gets HTTP 503, as from a proxy whose upstream went away after doing the work, and
+/// cannot tell whether the job exists (docs/milvus-facts.md §1.6). Only a create that makes a
+/// job fires it; one that answers a known Idempotency-Key with its job does not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LostAnswer {
+    pub job: JobSelector,
 }
 
 /// The next job whose own deletes remove a row keeps one of those rows, and still reports
@@ -127,6 +138,7 @@ struct ApiFault {
 pub struct Faults {
     job_failures: Vec<JobFailure>,
     short_imports: Vec<ShortImport>,
+    lost_answers: Vec<JobSelector>,
     drifts: Vec<Drift>,
     api: Vec<ApiFault>,
 }
@@ -138,6 +150,10 @@ impl Faults {
 
     pub fn add_short_import(&mut self, short: ShortImport) {
         self.short_imports.push(short);
+    }
+
+    pub fn add_lost_answer(&mut self, lost: LostAnswer) {
+        self.lost_answers.push(lost.job);
     }
 
     pub fn add_drift(&mut self, drift: Drift) {
@@ -153,6 +169,15 @@ impl Faults {
         for short in &mut self.short_imports {
             short.job = short.job.bind(job_id);
         }
+        for lost in &mut self.lost_answers {
+            *lost = lost.bind(job_id);
+        }
+    }
+
+    /// Whether the answer to the create that made `job_id` is lost, consuming the fault.
+    pub fn take_lost_answer(&mut self, job_id: i64) -> bool {
+        let index = (self.lost_answers.iter()).position(|j| *j == JobSelector::Id(job_id));
+        index.map(|i| self.lost_answers.remove(i)).is_some()
     }
 
     /// The rows `job_id` must come up short by, consuming the fault.

@@ -21,6 +21,7 @@ use tonic::{Request, Response};
 use crate::Protocol;
 use crate::catalog::{Collection, DdlOp, NewCollection, db_or_default, decode_schema};
 use crate::cluster::{Cluster, CreateImport};
+use crate::control::RequestRecord;
 use crate::faults::ApiEffect;
 use crate::jobs::{ExternalState, ImportJob};
 use crate::merr::{self, MilvusError};
@@ -155,20 +156,26 @@ impl MilvusGrpc {
             })
     }
 
+    /// Logs the answer, with the job and the collection (`db.name`) it was about, and
+    /// returns it.
     fn finish<R: Answer>(
         &self,
         rpc: &str,
         job_id: Option<i64>,
+        collection: Option<String>,
         result: Result<R, MilvusError>,
     ) -> Result<Response<R>, tonic::Status> {
         let response = result.unwrap_or_else(R::failed);
-        self.cluster.record_request(
-            Protocol::Grpc,
-            &format!("{SERVICE}/{rpc}"),
-            job_id,
-            Some(response.code()),
-            None,
-        );
+        self.cluster.log_request(RequestRecord {
+            collection,
+            ..RequestRecord::new(
+                Protocol::Grpc,
+                &format!("{SERVICE}/{rpc}"),
+                job_id,
+                Some(response.code()),
+                None,
+            )
+        });
         Ok(Response::new(response))
     }
 
@@ -180,8 +187,9 @@ impl MilvusGrpc {
         handle: impl FnOnce(&Cluster, Q) -> Result<R, MilvusError>,
     ) -> Result<Response<R>, tonic::Status> {
         self.admit(rpc, &request).await?;
+        let collection = about(&request);
         let result = handle(&self.cluster, request.into_inner());
-        self.finish(rpc, None, result)
+        self.finish(rpc, None, collection, result)
     }
 }
 
@@ -265,6 +273,26 @@ fn import_state_of(cluster: &Cluster, job: &ImportJob) -> GetImportStateResponse
 /// its `db_name`, else the `dbname` metadata's database.
 trait Privileged {
     fn required(&self, header_db: &str) -> Option<Required>;
+
+    /// The collection the request is about, as `db.name`, for the request log.
+    fn collection(&self, _header_db: &str) -> Option<String> {
+        None
+    }
+}
+
+/// The collection `request` is about, its database named by the request or its `dbname`
+/// metadata.
+fn about<Q: Privileged>(request: &Request<Q>) -> Option<String> {
+    let header_db = request
+        .metadata()
+        .get("dbname")
+        .and_then(|v| v.to_str().ok());
+    request.get_ref().collection(header_db.unwrap_or(""))
+}
+
+/// `db.name`, the default database named.
+fn qualified(db: &str, collection: &str) -> String {
+    format!("{}.{collection}", db_or_default(db))
 }
 
 fn db<'a>(own: &'a str, header: &'a str) -> &'a str {
@@ -277,6 +305,10 @@ macro_rules! global {
         impl Privileged for $request {
             fn required(&self, header_db: &str) -> Option<Required> {
                 Some(Required::global($privilege, db(&self.db_name, header_db)))
+            }
+
+            fn collection(&self, header_db: &str) -> Option<String> {
+                Some(qualified(db(&self.db_name, header_db), &self.collection_name))
             }
         }
     )*};
@@ -292,6 +324,10 @@ macro_rules! on_collection {
                     db(&self.db_name, header_db),
                     &self.collection_name,
                 ))
+            }
+
+            fn collection(&self, header_db: &str) -> Option<String> {
+                Some(qualified(db(&self.db_name, header_db), &self.collection_name))
             }
         }
     )*};
@@ -501,8 +537,9 @@ impl MilvusService for MilvusGrpc {
         request: Request<QueryRequest>,
     ) -> Result<Response<QueryResults>, tonic::Status> {
         self.admit("Query", &request).await?;
+        let collection = about(&request);
         let result = crate::query::answer(&self.cluster, request.into_inner()).await;
-        self.finish("Query", None, result)
+        self.finish("Query", None, collection, result)
     }
 
     async fn describe_collection(
@@ -720,6 +757,7 @@ impl MilvusService for MilvusGrpc {
         request: Request<ImportRequest>,
     ) -> Result<Response<ImportResponse>, tonic::Status> {
         let caller = self.admit("Import", &request).await?;
+        let collection = about(&request);
         let req = request.into_inner();
         let create = CreateImport {
             db_name: req.db_name,
@@ -752,7 +790,7 @@ impl MilvusService for MilvusGrpc {
             status: Some(merr::success()),
             tasks: vec![id],
         });
-        self.finish("Import", job_id, result)
+        self.finish("Import", job_id, collection, result)
     }
 
     async fn get_import_state(
@@ -765,7 +803,7 @@ impl MilvusService for MilvusGrpc {
             .cluster
             .describe_import(&task.to_string())
             .map(|job| import_state_of(&self.cluster, &job));
-        self.finish("GetImportState", Some(task), result)
+        self.finish("GetImportState", Some(task), None, result)
     }
 
     async fn list_import_tasks(
@@ -898,7 +936,7 @@ impl MilvusService for MilvusGrpc {
                 "config cannot be nil: invalid parameter",
             )),
         };
-        self.finish("UpdateReplicateConfiguration", None, result)
+        self.finish("UpdateReplicateConfiguration", None, None, result)
     }
 
     /// Asked of a secondary. No status field: a secondary of another source, or a cluster

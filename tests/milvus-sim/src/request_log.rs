@@ -53,17 +53,9 @@ impl RequestLog {
 mod tests {
     use super::*;
     use crate::Protocol;
-    use crate::jobs::Stamp;
 
     fn record(route: &str) -> RequestRecord {
-        RequestRecord {
-            at: Stamp::now(),
-            protocol: Protocol::Rest,
-            route: route.to_owned(),
-            job_id: None,
-            code: Some(0),
-            fault: None,
-        }
+        RequestRecord::new(Protocol::Rest, route, None, Some(0), None)
     }
 
     fn routes(log: &RequestLog) -> Vec<&str> {

@@ -19,7 +19,9 @@ use axum::routing::post;
 use serde_json::{Map, Value, json};
 
 use crate::Protocol;
+use crate::catalog::db_or_default;
 use crate::cluster::{Cluster, CreateImport};
+use crate::control::RequestRecord;
 use crate::faults::ApiEffect;
 use crate::jobs::ImportJob;
 use crate::merr::{MilvusError, code};
@@ -177,17 +179,32 @@ fn answer(
     job_id: Option<i64>,
     result: Result<Value, MilvusError>,
 ) -> Response {
+    answer_about(cluster, route, job_id, None, result)
+}
+
+/// [`answer`] for a request about `collection` (`db.name`), which the log names.
+fn answer_about(
+    cluster: &Cluster,
+    route: &str,
+    job_id: Option<i64>,
+    collection: Option<String>,
+    result: Result<Value, MilvusError>,
+) -> Response {
     let (code, body) = match result {
         Ok(data) => (code::SUCCESS, json!({"code": 0, "data": data})),
         Err(e) => (e.code, json!({"code": e.code, "message": e.message})),
     };
-    cluster.record_request(
+    let logged = RequestRecord::new(
         Protocol::Rest,
         &format!("{PREFIX}/{route}"),
         job_id,
         Some(code),
         None,
     );
+    cluster.log_request(RequestRecord {
+        collection,
+        ..logged
+    });
     axum::Json(body).into_response()
 }
 
@@ -376,6 +393,7 @@ async fn create(
         };
         Ok(request)
     })();
+    let mut collection = None;
     let result = match result {
         Ok(request) => {
             let allowed =
@@ -383,15 +401,39 @@ async fn create(
             if let Err(forbid) = allowed {
                 return forbidden(&cluster, "create", forbid);
             }
+            collection = Some(format!(
+                "{}.{}",
+                db_or_default(&request.db_name),
+                request.collection_name
+            ));
             cluster.create_import(request)
         }
         Err(e) => Err(e),
     };
     let job_id = result.as_ref().ok().copied();
-    answer(
+    if let Some(made) = job_id.filter(|id| cluster.take_lost_answer(*id)) {
+        let logged = RequestRecord::new(
+            Protocol::Rest,
+            &format!("{PREFIX}/create"),
+            Some(made),
+            Some(code::SUCCESS),
+            Some(ApiEffect::Unavailable),
+        );
+        cluster.log_request(RequestRecord {
+            collection,
+            ..logged
+        });
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "upstream connection lost after the request was served (fault injected by milvus-sim)",
+        )
+            .into_response();
+    }
+    answer_about(
         &cluster,
         "create",
         job_id,
+        collection,
         result.map(|id| json!({"jobId": id.to_string()})),
     )
 }

@@ -94,6 +94,13 @@ pub enum Violation {
     /// Invariant 8: an attempt rolled back because its host was lost before its decision,
     /// and no later attempt ran the job, nor does its report say the attempts are spent.
     LostNotRerun { restore: String },
+    /// Invariant 9: DDL on a collection answered while one of its import jobs was
+    /// unfinished (milvus#53071 refuses schema DDL then, a held job included).
+    DdlWhileImporting {
+        collection: String,
+        route: String,
+        job: i64,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -195,6 +202,14 @@ impl fmt::Display for Violation {
                 f,
                 "[inv 8] restore {restore} was lost with its host before its decision, and no later attempt ran the job"
             ),
+            DdlWhileImporting {
+                collection,
+                route,
+                job,
+            } => write!(
+                f,
+                "[inv 9] {route} on {collection} was answered while its import job {job} was unfinished"
+            ),
         }
     }
 }
@@ -286,6 +301,56 @@ pub fn commits_followed_every_uncommitted(ends: &[(String, ClusterSnapshot)]) ->
     found
 }
 
+/// DDL a restore sends on a collection after creating it: partitions, indexes, properties,
+/// fields, and the load (and release) of verification.
+const COLLECTION_DDL: [&str; 7] = [
+    "/CreatePartition",
+    "/CreateIndex",
+    "/DropIndex",
+    "/AlterCollection",
+    "/AddCollectionField",
+    "/LoadCollection",
+    "/ReleaseCollection",
+];
+
+/// Invariant 9 from the target's request log: no DDL on a collection was answered (code 0)
+/// while one of its import jobs was unfinished, so every DDL of the restore came before the
+/// collection's first import and its load after the last one ended. A job counts from the
+/// millisecond after its creation: a create sent on a DDL's answer can fall in the same one.
+pub fn ddl_before_imports(ends: &[(String, ClusterSnapshot)]) -> Vec<Violation> {
+    let Some((_, target)) = ends.first() else {
+        return Vec::new();
+    };
+    let qualified =
+        |db: &str, name: &str| format!("{}.{name}", if db.is_empty() { "default" } else { db });
+    let mut found = Vec::new();
+    for r in &target.requests {
+        let Some(collection) = r.collection.as_deref() else {
+            continue;
+        };
+        if r.code != Some(0) || !COLLECTION_DDL.iter().any(|d| r.route.ends_with(d)) {
+            continue;
+        }
+        let at = r.at.unix_ms;
+        let unfinished = target.jobs.iter().find(|j| {
+            qualified(&j.db_name, &j.collection_name) == collection
+                && j.created.unix_ms < at
+                && !j
+                    .history
+                    .iter()
+                    .any(|h| h.state.is_terminal() && h.at.unix_ms <= at)
+        });
+        if let Some(job) = unfinished {
+            found.push(Violation::DdlWhileImporting {
+                collection: collection.to_owned(),
+                route: r.route.rsplit('/').next().unwrap_or(&r.route).to_owned(),
+                job: job.job_id,
+            });
+        }
+    }
+    found
+}
+
 /// Invariants 2 and 4's end state: no job on any end short of Completed or Failed.
 pub fn nothing_held(ends: &[(String, ClusterSnapshot)]) -> Vec<Violation> {
     ends.iter()
@@ -348,6 +413,7 @@ fn job_state(state: &ClusterSnapshot, job: i64) -> Option<JobState> {
 pub fn check(e: &Evidence<'_>) -> Vec<Violation> {
     let mut found = commits_followed_every_uncommitted(e.ends);
     found.extend(nothing_held(e.ends));
+    found.extend(ddl_before_imports(e.ends));
     let Some((_, target)) = e.ends.first() else {
         return found;
     };

@@ -12,8 +12,15 @@ use lockstep::engine::faults::Bug;
 use lockstep::journal::embedded::FileJournal;
 use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
 use lockstep::journal::{Journal, Outcome, RestoreRecord};
+use milvus_proto::common::KeyValuePair;
+use milvus_sim::Cluster;
+use milvus_sim::catalog::{DdlOp, db_or_default};
 use milvus_sim::control::DeleteObjects;
-use milvus_sim::faults::{ChangedRow, JobFailure, JobSelector, LostDelete, ShortImport};
+use milvus_sim::faults::{
+    ChangedRow, JobFailure, JobSelector, LostAnswer, LostDelete, ShortImport,
+};
+use milvus_sim::jobs::JobState;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::checker::{self, Ending, Evidence, ProcessRun, Resubmission, Violation};
@@ -24,6 +31,10 @@ use crate::{Running, TARGET, World, WorldSpec, plugin, secondary};
 
 /// How many times a host that did not finish is brought back before the run gives up.
 const RESUMES: usize = 5;
+
+/// How long the other client of [`Fault::SchemaDdl`] waits for a held job of its collection
+/// before it sends its DDL all the same.
+const HELD_WITHIN: Duration = Duration::from_secs(10);
 
 /// The claims' lease in every etcd scenario (`?lease_ttl=2`), and how long the runner waits
 /// after a host stops renewing it before another host takes the restore over.
@@ -137,6 +148,11 @@ struct Run<'a> {
     etcd: Option<EtcdServer>,
     /// Hosts paused past their lease, in pause order.
     stale: Vec<Stale>,
+    /// The jobs the restore creates, when every end's budget holds exactly those.
+    restore_jobs: Option<u32>,
+    /// Other clients' schema DDL, each waiting for a held job: the kind of its answer, and
+    /// the answer.
+    other_clients: Vec<JoinHandle<(&'static str, String)>>,
 }
 
 impl Run<'_> {
@@ -392,6 +408,34 @@ impl Run<'_> {
                 }
                 None => Err("the scenario has no etcd".into()),
             },
+            Fault::LostCreateAnswer { from_last } => match self.restore_jobs {
+                Some(jobs) => {
+                    let lost = LostAnswer {
+                        job: JobSelector::Nth(jobs.saturating_sub(*from_last).max(1)),
+                    };
+                    let lose = control(TARGET).lose_answer(&lost).await;
+                    lose.map_err(|e| e.to_string())
+                }
+                None => Err("the budget was not set to the restore's jobs".into()),
+            },
+            Fault::SchemaDdl { collection } => {
+                match self
+                    .world
+                    .backup
+                    .info
+                    .collection_backups
+                    .get(*collection as usize)
+                {
+                    Some(c) => {
+                        let target = self.world.sim.cluster(TARGET);
+                        let (db, name) = (c.db_name.clone(), c.collection_name.clone());
+                        let ddl = schema_ddl_once_held(target, db, name);
+                        self.other_clients.push(tokio::spawn(ddl));
+                        Ok(())
+                    }
+                    None => Err("the backup has no such collection".into()),
+                }
+            }
         };
         match applied {
             Ok(()) => {
@@ -494,6 +538,59 @@ impl Run<'_> {
     }
 }
 
+/// Another client's schema DDL (a property of `collection` altered) on the target, sent once
+/// one of the collection's jobs is held there, or after [`HELD_WITHIN`] all the same: the
+/// kind of what Milvus answered, for the counts, and the answer.
+async fn schema_ddl_once_held(
+    target: Cluster,
+    db: String,
+    collection: String,
+) -> (&'static str, String) {
+    let db = db_or_default(&db).to_owned();
+    let until = Instant::now() + HELD_WITHIN;
+    let held = loop {
+        let held = (target.snapshot().jobs.iter()).any(|j| {
+            j.db_name == db && j.collection_name == collection && j.state == JobState::Uncommitted
+        });
+        if held || Instant::now() >= until {
+            break held;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let op = DdlOp::AlterCollection {
+        db: db.clone(),
+        collection: collection.clone(),
+        properties: vec![KeyValuePair {
+            key: "e2e.other_client".into(),
+            value: "1".into(),
+        }],
+        delete_keys: Vec::new(),
+    };
+    let held = if held { "held" } else { "not held" };
+    match target.execute_ddl(op) {
+        Err(e) if e.code == 112 => (
+            "schema-ddl-refused-112",
+            format!(
+                "schema DDL on {db}.{collection} ({held}) refused: {}",
+                e.message
+            ),
+        ),
+        Err(e) => (
+            "schema-ddl-failed",
+            format!(
+                "schema DDL on {db}.{collection} ({held}) failed: {}",
+                e.message
+            ),
+        ),
+        Ok(_) => (
+            "schema-ddl-applied",
+            format!(
+                "schema DDL on {db}.{collection} ({held}) applied: no import of it was unfinished"
+            ),
+        ),
+    }
+}
+
 /// Whether a main-line process left the restore finished: it printed a final report, or
 /// (`recover`) found nothing to resume. A host that lost its claim finished nothing.
 fn finished(p: &ProcessRun) -> bool {
@@ -539,7 +636,14 @@ fn job_tables(s: &Scenario) -> anyhow::Result<String> {
 
 /// Runs `scenario` start to end and checks what it left.
 pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Result<SeedRun> {
-    let world = World::start(scenario.world_spec()).await?;
+    let mut spec = scenario.world_spec();
+    let mut restore_jobs = None;
+    if scenario.fills_the_budget() {
+        let jobs = spec.restore_jobs(&job_tables(scenario)?).await?;
+        spec.max_import_job_num = jobs as usize;
+        restore_jobs = Some(jobs);
+    }
+    let world = World::start(spec).await?;
     let mut injected = BTreeMap::new();
     if let Some(check) = scenario.check {
         world.share_plugin_cache(&config.plugin_cache)?;
@@ -587,6 +691,8 @@ pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Res
         restarted_until: None,
         etcd,
         stale: Vec::new(),
+        restore_jobs,
+        other_clients: Vec::new(),
     };
 
     let t0 = Instant::now();
@@ -638,6 +744,11 @@ pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Res
     for handle in resumes {
         handle.abort();
     }
+    for client in std::mem::take(&mut run.other_clients) {
+        let (kind, answer) = client.await.context("the other client's DDL")?;
+        *run.injected.entry(kind).or_default() += 1;
+        run.log.note(answer);
+    }
     run.heal().await?;
     let mut last = run.converge(last).await?;
     // Every paused host wakes (those woken after this point: after the new attempt's
@@ -671,6 +782,18 @@ pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Res
     while !checker::nothing_held(&ends).is_empty() && Instant::now() < settle_until {
         tokio::time::sleep(Duration::from_millis(100)).await;
         ends = run.world.snapshots().await?;
+    }
+
+    // Whether a lost create answer's retry met the full budget (it can come before the
+    // last job was made), for the counts.
+    if let Some((_, target)) = ends.first() {
+        let creates = target.requests_to("import/create");
+        let lost = creates
+            .iter()
+            .position(|r| r.fault.is_some() && r.code == Some(0));
+        if lost.is_some_and(|at| creates[at..].iter().any(|r| r.code == Some(2101))) {
+            *run.injected.entry("lost-answer-retry-refused").or_default() += 1;
+        }
     }
 
     // Invariant 5: the same content again is a no-op once it committed.

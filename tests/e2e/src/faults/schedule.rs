@@ -11,7 +11,7 @@ use milvus_sim::fixtures::rng::SplitMix64;
 use milvus_sim::fixtures::{BackupSpec, L0Segments, SchemaMix};
 use milvus_sim::jobs::JobState;
 
-use crate::{L0Import, StorageLayout, TARGET, WorldSpec, secondary};
+use crate::{EndRules, L0Import, StorageLayout, TARGET, WorldSpec, secondary};
 
 /// When in the run the schedule's faults fall: from the first process start to this.
 const WINDOW_MS: u64 = 4_000;
@@ -179,6 +179,16 @@ pub enum Fault {
     PauseHost(Pause),
     /// The seed's etcd is killed and starts again `down_ms` later, its data kept.
     EtcdRestart { down_ms: u64 },
+    /// Every end's job budget holds exactly the restore's jobs, and the answer to the create
+    /// of the job `from_last` before the restore's last is lost after the job was made: a
+    /// retry meets the budget full, the lost job in it (milvus#53228 admits before it looks
+    /// the key up).
+    LostCreateAnswer { from_last: u32 },
+    /// Another client sends schema DDL (AlterCollection) to the target for the backup's
+    /// `collection`-th collection once one of its jobs is held; every end refuses schema DDL
+    /// while an import is unfinished (milvus#53071), so it is refused with 112 and the
+    /// restore goes on as if it had not been sent.
+    SchemaDdl { collection: u32 },
 }
 
 /// What follows a paused host: the takeover, maybe killed, and the wake.
@@ -220,6 +230,8 @@ impl Fault {
             Fault::RaceHost => "second-host-race",
             Fault::PauseHost(_) => "host-paused",
             Fault::EtcdRestart { .. } => "etcd-restart",
+            Fault::LostCreateAnswer { .. } => "lost-create-answer-full-budget",
+            Fault::SchemaDdl { .. } => "schema-ddl-while-held",
         }
     }
 }
@@ -429,6 +441,27 @@ impl Scenario {
                 }
             }
         }
+        // Issue 49's rules. The last create is the one whose retry certainly meets the
+        // budget full; an earlier one's retry may come before the last job is made.
+        if d.chance(4) {
+            let from_last = if d.chance(2) {
+                0
+            } else {
+                d.between(1, 3) as u32
+            };
+            schedule.push(Timed {
+                at_ms: 0,
+                fault: Fault::LostCreateAnswer { from_last },
+            });
+        }
+        // From the start: the other client waits for a held job of its collection.
+        if d.chance(4) {
+            let collection = d.between(0, u64::from(backup.collections) - 1) as u32;
+            schedule.push(Timed {
+                at_ms: 0,
+                fault: Fault::SchemaDdl { collection },
+            });
+        }
         schedule.sort_by_key(|t| t.at_ms);
         Scenario {
             seed,
@@ -448,7 +481,9 @@ impl Scenario {
 
     /// The world this scenario runs in: fast stages and small binlogs, so a run takes
     /// seconds; the stream lag starts at the default and faults change it. Every end has
-    /// Milvus 3.0's default of L0 import (off) but those its faults switch it on at.
+    /// Milvus 3.0's default of L0 import (off) but those its faults switch it on at, and
+    /// refuses schema DDL while an import is unfinished (milvus#53071): a restore must
+    /// never meet that, whatever else happens.
     pub fn world_spec(&self) -> WorldSpec {
         let base = WorldSpec::default();
         let l0_on = (self.schedule.iter())
@@ -461,6 +496,10 @@ impl Scenario {
             secondaries: self.secondaries,
             storage: self.storage,
             l0_import: L0Import::OnAt(l0_on),
+            rules: EndRules {
+                import_blocks_schema_ddl: true,
+                ..base.rules.clone()
+            },
             backup: BackupSpec {
                 name: "faults_backup".into(),
                 seed: self.seed,
@@ -473,6 +512,11 @@ impl Scenario {
             },
             ..base
         }
+    }
+
+    /// Whether every end's job budget is to hold exactly the restore's jobs.
+    pub fn fills_the_budget(&self) -> bool {
+        (self.schedule.iter()).any(|t| matches!(t.fault, Fault::LostCreateAnswer { .. }))
     }
 
     /// The longest a stream may still be delivering after the last fault: what the runner

@@ -62,6 +62,16 @@ async fn run_with(plant: &[Bug], scenario: &Scenario) -> anyhow::Result<SeedRun>
     run_seed(scenario, &RunnerConfig::from_env(plant.to_vec())).await
 }
 
+/// Asserts that the run broke no invariant, showing everything if it did.
+fn assert_clean(run: &SeedRun, scenario: &Scenario) {
+    assert!(
+        run.violations.is_empty(),
+        "{:#?}\n{scenario}\n{}",
+        run.violations,
+        run.trace
+    );
+}
+
 /// Asserts that the run reported a violation `wanted` accepts, showing everything if not.
 fn assert_caught(run: &SeedRun, scenario: &Scenario, wanted: fn(&Violation) -> bool) {
     let found: Vec<String> = run.violations.iter().map(Violation::to_string).collect();
@@ -245,12 +255,7 @@ async fn the_same_scenario_without_a_planted_bug_passes() -> anyhow::Result<()> 
     .chain([l0_import_everywhere()])
     {
         let run = run_with(&[], &scenario).await?;
-        assert!(
-            run.violations.is_empty(),
-            "{:#?}\n{scenario}\n{}",
-            run.violations,
-            run.trace
-        );
+        assert_clean(&run, &scenario);
     }
     Ok(())
 }
@@ -301,17 +306,41 @@ async fn a_stale_host_that_drops_by_identity_passes() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Issue 49's faults, pinned: the last create's answer lost into a job budget the restore
+/// fills, and another client's schema DDL on a held collection. The retry meets the full
+/// budget and the DDL is refused while held; the restore commits all the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_create_answer_into_a_full_budget_and_schema_ddl_on_a_held_collection_pass()
+-> anyhow::Result<()> {
+    let scenario = pinned(vec![
+        Timed {
+            at_ms: 0,
+            fault: Fault::LostCreateAnswer { from_last: 0 },
+        },
+        Timed {
+            at_ms: 0,
+            fault: Fault::SchemaDdl { collection: 1 },
+        },
+    ]);
+    let run = run_with(&[], &scenario).await?;
+    assert_clean(&run, &scenario);
+    let met = |kind: &str| run.injected.get(kind).copied().unwrap_or(0) == 1;
+    assert!(
+        met("lost-answer-retry-refused") && met("schema-ddl-refused-112"),
+        "the faults did not meet what they are for: {:?}\n{}",
+        run.injected,
+        run.trace
+    );
+    assert_eq!(run.outcome, Some(lockstep::journal::Outcome::Succeeded));
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drawn_seed_passes() -> anyhow::Result<()> {
     let etcd = e2e::etcd::binary().is_some();
     let scenario = Scenario::draw(1, etcd);
     let run = run_with(&[], &scenario).await?;
-    assert!(
-        run.violations.is_empty(),
-        "{:#?}\n{scenario}\n{}",
-        run.violations,
-        run.trace
-    );
+    assert_clean(&run, &scenario);
     assert!(
         run.outcome.is_some(),
         "no report\n{scenario}\n{}",

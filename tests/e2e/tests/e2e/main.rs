@@ -9,6 +9,7 @@ mod cross_origin;
 mod drop_in;
 mod fault_runner;
 mod full_disk;
+mod held_imports;
 mod invariants;
 mod plugins;
 mod refusals;

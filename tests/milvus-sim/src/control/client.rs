@@ -10,7 +10,9 @@ use super::{
     ApiFaultRequest, ClusterSnapshot, DeleteObjects, Deleted, RestartRequest, StreamUpdate,
 };
 use crate::cdc::{Flow, StreamSnapshot};
-use crate::faults::{ApiEffect, ApiFace, ChangedRow, JobFailure, LostDelete, ShortImport};
+use crate::faults::{
+    ApiEffect, ApiFace, ChangedRow, JobFailure, LostAnswer, LostDelete, ShortImport,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -175,6 +177,17 @@ impl SimControl {
             reqwest::Method::POST,
             "/sim/v1/faults/changed_row",
             Some(changed),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The REST create that makes the selected job makes it, and its answer is lost.
+    pub async fn lose_answer(&self, lost: &LostAnswer) -> Result<(), ControlError> {
+        self.call::<_, serde_json::Value>(
+            reqwest::Method::POST,
+            "/sim/v1/faults/lost_answer",
+            Some(lost),
         )
         .await
         .map(drop)

@@ -11,6 +11,7 @@
 //! | POST | `/sim/v1/faults/lost_delete` | [`LostDelete`](crate::faults::LostDelete) | `{}` |
 //! | POST | `/sim/v1/faults/changed_row` | [`ChangedRow`](crate::faults::ChangedRow) | `{}` |
 //! | POST | `/sim/v1/faults/api` | [`ApiFaultRequest`] | `{}` |
+//! | POST | `/sim/v1/faults/lost_answer` | [`LostAnswer`](crate::faults::LostAnswer) | `{}` |
 //! | DELETE | `/sim/v1/faults` | – | `{}` |
 //! | POST | `/sim/v1/storage/delete` | [`DeleteObjects`] | [`Deleted`] |
 //! | POST | `/sim/v1/restart` | [`RestartRequest`] | 202 `{}`, then the port goes down |
@@ -86,9 +87,37 @@ pub struct RequestRecord {
     /// (`/milvus.proto.milvus.MilvusService/GetVersion`).
     pub route: String,
     pub job_id: Option<String>,
-    /// The Milvus code answered; None when an injected fault answered instead.
+    /// The Milvus code of what the cluster did; None when an injected fault answered before
+    /// it did anything.
     pub code: Option<i32>,
+    /// The fault that answered instead of the cluster. With a `code` too, the cluster did
+    /// the work and its answer was lost ([`crate::faults::LostAnswer`]).
     pub fault: Option<ApiEffect>,
+    /// The collection the request was about, as `db.name` (DDL, describes, import creates),
+    /// so that a test can tell the order of what one collection was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collection: Option<String>,
+}
+
+impl RequestRecord {
+    /// A request answered now, about no collection.
+    pub fn new(
+        protocol: Protocol,
+        route: &str,
+        job_id: Option<i64>,
+        code: Option<i32>,
+        fault: Option<ApiEffect>,
+    ) -> RequestRecord {
+        RequestRecord {
+            at: Stamp::now(),
+            protocol,
+            route: route.to_owned(),
+            job_id: job_id.map(|id| id.to_string()),
+            code,
+            fault,
+            collection: None,
+        }
+    }
 }
 
 /// A finished import as the collection shows it.

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::{ApiFaultRequest, DeleteObjects, Deleted, RestartRequest, StreamUpdate};
 use crate::cluster::Cluster;
-use crate::faults::{ChangedRow, Drift, JobFailure, LostDelete, ShortImport};
+use crate::faults::{ChangedRow, Drift, JobFailure, LostAnswer, LostDelete, ShortImport};
 use crate::go_duration;
 
 pub(crate) fn router(cluster: Cluster) -> Router {
@@ -31,6 +31,7 @@ pub(crate) fn router(cluster: Cluster) -> Router {
             post(drift_fault::<ChangedRow>),
         )
         .route("/sim/v1/faults/api", post(api_fault))
+        .route("/sim/v1/faults/lost_answer", post(lost_answer_fault))
         .route("/sim/v1/faults", delete(clear_faults))
         .route("/sim/v1/storage/delete", post(delete_objects))
         .route("/sim/v1/restart", post(restart))
@@ -144,6 +145,16 @@ async fn drift_fault<T: DeserializeOwned + Into<Drift>>(
     match body::<T>(&bytes) {
         Ok(drift) => {
             cluster.add_drift(drift);
+            axum::Json(json!({})).into_response()
+        }
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+async fn lost_answer_fault(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
+    match body::<LostAnswer>(&bytes) {
+        Ok(lost) => {
+            cluster.add_lost_answer(lost);
             axum::Json(json!({})).into_response()
         }
         Err(refusal) => refusal.into_response(),

@@ -1,11 +1,12 @@
 //! Injected faults (control API): a job failing at a named state, REST 503, gRPC Unavailable,
-//! delays, deleted objects; and the request log tests read call counts from.
+//! delays, a create whose answer is lost after its job was made, deleted objects; and the
+//! request log tests read call counts from.
 
 use std::time::{Duration, Instant};
 
 use milvus_proto::milvus::GetVersionRequest;
 use milvus_sim::control::DeleteObjects;
-use milvus_sim::faults::{ApiEffect, ApiFace, JobFailure, JobSelector};
+use milvus_sim::faults::{ApiEffect, ApiFace, JobFailure, JobSelector, LostAnswer};
 use milvus_sim::jobs::JobState;
 use serde_json::json;
 
@@ -130,6 +131,60 @@ async fn rest_answers_503_and_grpc_unavailable_while_faulted_and_control_keeps_w
         .expect("served")
         .into_inner();
     assert_eq!(version.version, "3.0.0");
+}
+
+/// The create makes its job and the client gets HTTP 503; the log says both. Retried under
+/// the same key into a job budget the job itself fills, the create is refused at admission
+/// (milvus#53228), and only a look at the collection's jobs finds it.
+#[tokio::test]
+async fn a_lost_create_answer_leaves_its_job_made_and_the_retry_meets_the_full_budget() {
+    let topology = standalone("3.0.2").replace("id = \"a\"", "id = \"a\"\nmax_import_job_num = 1");
+    let sim = start(&topology).await;
+    let a = sim.cluster("a");
+    create_collection(&a.uri(), "c").await;
+    let files = put_segment(&a, "bk", 3, 0).await;
+    let lost = LostAnswer {
+        job: JobSelector::Next,
+    };
+    a.control().lose_answer(&lost).await.expect("fault set");
+    let body = json!({"collectionName": "c", "partitionName": "_default", "files": [[files[0]]],
+        "options": {"backup": "true", "auto_commit": "false"}});
+    let send = || {
+        reqwest::Client::new()
+            .post(format!("{}/v2/vectordb/jobs/import/create", a.uri()))
+            .header("Idempotency-Key", "batch-0")
+            .json(&body)
+            .send()
+    };
+    let first = send().await.expect("answers");
+    assert_eq!(first.status(), 503);
+    let state = a.control().state().await.expect("state");
+    let [job] = state.jobs.as_slice() else {
+        panic!("one job made: {:?}", state.jobs);
+    };
+    let logged = state.requests_to("import/create");
+    assert_eq!(logged.len(), 1);
+    assert_eq!(
+        (
+            logged[0].code,
+            logged[0].fault,
+            logged[0].collection.as_deref()
+        ),
+        (Some(0), Some(ApiEffect::Unavailable), Some("default.c"))
+    );
+    assert_eq!(logged[0].job_id, Some(job.job_id.to_string()));
+
+    let retry: serde_json::Value = send().await.expect("answers").json().await.expect("JSON");
+    assert_refused(&retry, 2101, "The number of jobs has reached the limit");
+    let listed = Rest::new(&a.uri())
+        .post("list", json!({"collectionName": "c"}))
+        .await;
+    assert_eq!(
+        listed["data"]["records"][0]["jobId"],
+        job.job_id.to_string(),
+        "{listed}"
+    );
+    assert_eq!(a.snapshot().jobs.len(), 1, "the retry made no second job");
 }
 
 #[tokio::test]
