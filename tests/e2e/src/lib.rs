@@ -71,11 +71,7 @@ pub struct WorldSpec {
     pub request_log_capacity: usize,
     /// Whether lockstep reaches the target over TLS, on the target's TLS port.
     pub target_tls: TargetTls,
-    /// The Milvus 3.0 rules of every end not in `end_rules` (issue 49). By default 3.0's,
-    /// except that a query naming partitions of a partition-key collection is answered:
-    /// lockstep's verification counts every partition, which 3.0 refuses for those
-    /// collections (each would be reported unverifiable), and the worlds written before the
-    /// rule was modelled count on it.
+    /// The Milvus 3.0 rules of every end not in `end_rules` (issue 49); by default 3.0's.
     pub rules: EndRules,
     /// The rules of single ends, by end name (`t`, `s1`, …), in place of `rules`.
     pub end_rules: BTreeMap<String, EndRules>,
@@ -256,10 +252,7 @@ impl Default for WorldSpec {
             task_retention: None,
             request_log_capacity: milvus_sim::topology::DEFAULT_REQUEST_LOG_CAPACITY,
             target_tls: TargetTls::Off,
-            rules: EndRules {
-                partition_key_refuses_partition_names: false,
-                ..EndRules::default()
-            },
+            rules: EndRules::default(),
             end_rules: BTreeMap::new(),
             backup: BackupSpec {
                 name: "e2e_backup".into(),
@@ -1489,11 +1482,11 @@ impl<T> Ready for Option<T> {
 mod tests {
     use super::*;
 
-    /// Each end gets its own rules where `end_rules` names it, the world's otherwise; the
-    /// world's leave every existing test's ends as they were.
+    /// Each end gets its own rules where `end_rules` names it, the world's otherwise.
     #[test]
     fn an_end_takes_its_own_rules_else_the_worlds() {
         let mut spec = WorldSpec::default();
+        spec.rules.partition_key_refuses_partition_names = false;
         let behind = EndRules::clock_before_generated_backups();
         spec.end_rules.insert(TARGET.into(), behind.clone());
         let (mut target, mut secondary) = (ClusterSpec::new(TARGET), ClusterSpec::new("s1"));
