@@ -50,6 +50,9 @@ pub struct WorldSpec {
     /// Whether the host config gives the secondaries their storage (so lockstep stages
     /// into it). Without it a secondary cannot read the files it is asked to import.
     pub secondary_storage_known: bool,
+    /// Whether the host config gives every end its management URI (where preflight reads
+    /// the replicated import gate).
+    pub management_known: bool,
     /// The last this-many secondaries run but are not in the target's replication topology.
     pub unreplicated: usize,
     pub storage: StorageLayout,
@@ -95,6 +98,9 @@ pub struct EndRules {
     pub partition_key_refuses_partition_names: bool,
     /// The build the end reports when it is not its version's release build.
     pub build: Option<String>,
+    /// The end's `dataCoord.import.enableInReplicatingCluster`, where it is not the
+    /// world's `gate_on`.
+    pub replicated_import_gate: Option<bool>,
 }
 
 impl Default for EndRules {
@@ -107,6 +113,7 @@ impl Default for EndRules {
             admission_before_idempotency: sim.admission_before_idempotency,
             partition_key_refuses_partition_names: sim.partition_key_refuses_partition_names,
             build: sim.build,
+            replicated_import_gate: None,
         }
     }
 }
@@ -124,7 +131,24 @@ impl EndRules {
         }
     }
 
+    /// The 3.0 defaults on a clock that reads `by` before the newest row of the backup
+    /// `backup` describes (from the host's clock now): a restore of it must wait for the
+    /// clock, or be refused, before it commits.
+    pub fn clock_behind_newest_row(backup: &BackupSpec, by: Duration) -> anyhow::Result<EndRules> {
+        let newest = milvus_sim::fixtures::newest_row_ts(backup)?.context("a backup with rows")?;
+        let newest_ms = i64::try_from(newest >> 18)?;
+        let now = jiff::Timestamp::now().as_millisecond();
+        let by = i64::try_from(by.as_millis())?;
+        Ok(EndRules {
+            clock_offset: jiff::SignedDuration::from_millis(newest_ms - by - now),
+            ..EndRules::default()
+        })
+    }
+
     fn apply(&self, cluster: &mut ClusterSpec) {
+        if let Some(on) = self.replicated_import_gate {
+            cluster.import_in_replicating_cluster = on;
+        }
         cluster.clock_offset = self.clock_offset;
         cluster.stale_commit_blocks_channel = self.stale_commit_blocks_channel;
         cluster.import_blocks_schema_ddl = self.import_blocks_schema_ddl;
@@ -242,6 +266,7 @@ impl Default for WorldSpec {
             first_secondary_committing: None,
             max_import_job_num: 1024,
             secondary_storage_known: true,
+            management_known: true,
             unreplicated: 0,
             storage: StorageLayout::Separate,
             service: StorageService::LocalDirs,
@@ -518,6 +543,12 @@ impl World {
             }
             if self.spec.restorer_grants.is_some() {
                 text.push_str(&format!("token_env = \"{RESTORER_TOKEN_VAR}\"\n"));
+            }
+            if self.spec.management_known {
+                text.push_str(&format!(
+                    "management = \"{}\"\n",
+                    self.sim.cluster(&end).management_uri()
+                ));
             }
         }
         std::fs::write(self.path("lockstep.toml"), text)?;

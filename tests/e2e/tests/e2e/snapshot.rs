@@ -68,7 +68,11 @@ async fn a_snapshot_backup_restores_two_phase_into_a_target_and_its_two_secondar
 fn verified_everywhere(world: &World, verification: &serde_json::Value) {
     let shown = verification["shown"].as_array().expect("shown");
     let collections = world.backup.info.collection_backups.len();
-    assert_eq!(shown.len(), collections * world.ends().len(), "{verification}");
+    assert_eq!(
+        shown.len(),
+        collections * world.ends().len(),
+        "{verification}"
+    );
     for s in shown {
         assert!(s["unverifiable"].is_null(), "{s}");
         assert_eq!(s["shows"], s["live"], "{s}");
