@@ -88,10 +88,13 @@ pub enum Bug {
     DropByName,
     /// `skip-verify`: decide the outcome without asking what a query on every end sees.
     SkipVerify,
+    /// `skip-clock`: pass preflight without holding the ends' clocks to the backup's newest
+    /// row.
+    SkipClock,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 7] = [
+    pub const ALL: [Bug; 8] = [
         Bug::CommitEarly,
         Bug::SkipAbort,
         Bug::NoDecision,
@@ -99,6 +102,7 @@ impl Bug {
         Bug::Unfenced,
         Bug::DropByName,
         Bug::SkipVerify,
+        Bug::SkipClock,
     ];
 
     pub fn name(self) -> &'static str {
@@ -110,6 +114,7 @@ impl Bug {
             Bug::Unfenced => "unfenced",
             Bug::DropByName => "drop-by-name",
             Bug::SkipVerify => "skip-verify",
+            Bug::SkipClock => "skip-clock",
         }
     }
 }

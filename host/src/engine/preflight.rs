@@ -82,6 +82,7 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
     let mut clock_waited = Duration::ZERO;
     if let Some(plan) = &planned
         && let Some(newest) = plan.newest_row
+        && !super::faults::planted(super::faults::Bug::SkipClock)
     {
         let collection = plan.collections[newest.collection].source.to_string();
         clock_waited =

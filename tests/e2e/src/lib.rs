@@ -1004,27 +1004,32 @@ impl World {
 
     /// Whether any end received a write: DDL, import create, commit or abort.
     pub async fn writes_received(&self) -> anyhow::Result<Vec<String>> {
-        const WRITES: &[&str] = &[
-            "import/create",
-            "import/commit",
-            "import/abort",
-            "/CreateCollection",
-            "/CreateDatabase",
-            "/CreatePartition",
-            "/CreateIndex",
-            "/DropCollection",
-        ];
         let mut seen = Vec::new();
         for end in self.ends() {
             let state = self.state(&end).await?;
-            for r in &state.requests {
-                if WRITES.iter().any(|w| r.route.ends_with(w)) {
-                    seen.push(format!("{end} {}", r.route));
-                }
-            }
+            seen.extend(writes_in(&state).map(|route| format!("{end} {route}")));
         }
         Ok(seen)
     }
+}
+
+/// The routes of the requests that change an end: import writes and DDL.
+const WRITE_ROUTES: &[&str] = &[
+    "import/create",
+    "import/commit",
+    "import/abort",
+    "/CreateCollection",
+    "/CreateDatabase",
+    "/CreatePartition",
+    "/CreateIndex",
+    "/DropCollection",
+];
+
+/// The routes of the requests in `state`'s log that changed the end.
+pub fn writes_in(state: &ClusterSnapshot) -> impl Iterator<Item = &str> {
+    (state.requests.iter())
+        .map(|r| r.route.as_str())
+        .filter(|route| WRITE_ROUTES.iter().any(|w| route.ends_with(w)))
 }
 
 /// A collection's `db.name` and the rows a query sees in it: inserted less deleted.

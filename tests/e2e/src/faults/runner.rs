@@ -30,6 +30,11 @@ const RESUMES: usize = 5;
 const LEASE: Duration = Duration::from_secs(2);
 const PAST_THE_LEASE: Duration = Duration::from_millis(2_500);
 
+/// The job's `completion_timeout` where an end's clock runs behind: were a commit stamped
+/// below the backup's rows, its jobs would stay Committing for ever and the run with them.
+/// Long beside what a healthy completion takes here, with every fault of a schedule.
+const CLOCK_COMPLETION: Duration = Duration::from_secs(60);
+
 /// What the runner needs besides the scenario.
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
@@ -381,6 +386,8 @@ impl Run<'_> {
                     Err("no lockstep process was running".into())
                 }
             }
+            // Set up with the world (`Scenario::world_spec`).
+            Fault::ClockBehind { .. } => Ok(()),
             Fault::EtcdRestart { down_ms } => match self.etcd.as_mut() {
                 Some(etcd) => {
                     etcd.kill().await?;
@@ -510,6 +517,12 @@ fn job_tables(s: &Scenario) -> anyhow::Result<String> {
         s.atomicity.name(),
         s.mirror_grace_ms
     );
+    if s.clock_behind() {
+        text.push_str(&format!(
+            "completion_timeout = \"{}s\"\n",
+            CLOCK_COMPLETION.as_secs()
+        ));
+    }
     let drifts = |changed: bool| {
         (s.schedule.iter()).any(|t| match t.fault {
             Fault::LostDelete { .. } => !changed,
@@ -537,7 +550,7 @@ fn job_tables(s: &Scenario) -> anyhow::Result<String> {
 
 /// Runs `scenario` start to end and checks what it left.
 pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Result<SeedRun> {
-    let world = World::start(scenario.world_spec()).await?;
+    let world = World::start(scenario.world_spec()?).await?;
     let mut injected = BTreeMap::new();
     if let Some(check) = scenario.check {
         world.share_plugin_cache(&config.plugin_cache)?;

@@ -11,7 +11,7 @@ use milvus_sim::fixtures::rng::SplitMix64;
 use milvus_sim::fixtures::{BackupSpec, L0Segments, SchemaMix};
 use milvus_sim::jobs::JobState;
 
-use crate::{StorageLayout, TARGET, WorldSpec, secondary};
+use crate::{EndRules, StorageLayout, TARGET, WorldSpec, secondary};
 
 /// When in the run the schedule's faults fall: from the first process start to this.
 const WINDOW_MS: u64 = 4_000;
@@ -173,6 +173,10 @@ pub enum Fault {
     PauseHost(Pause),
     /// The seed's etcd is killed and starts again `down_ms` later, its data kept.
     EtcdRestart { down_ms: u64 },
+    /// `end`'s clock runs `behind_ms` behind the backup's newest row from the start: a
+    /// commit it stamps before then is one the commit fence rejects (milvus#51589). Set up
+    /// with the world, so its time is always 0.
+    ClockBehind { end: String, behind_ms: u64 },
 }
 
 /// What follows a paused host: the takeover, maybe killed, and the wake.
@@ -213,6 +217,7 @@ impl Fault {
             Fault::RaceHost => "second-host-race",
             Fault::PauseHost(_) => "host-paused",
             Fault::EtcdRestart { .. } => "etcd-restart",
+            Fault::ClockBehind { .. } => "clock-behind",
         }
     }
 }
@@ -409,6 +414,21 @@ impl Scenario {
                 fault: Fault::ChangedRow { end },
             });
         }
+        if d.chance(6) {
+            let end = ends[d.between(0, ends.len() as u64 - 1) as usize].clone();
+            let margin = lockstep::engine::clock::MARGIN.as_millis() as u64;
+            // Seconds behind (waited for), just past the margin when the world starts (by
+            // preflight within it, or not), or days behind (refused).
+            let behind_ms = match d.between(0, 2) {
+                0 => d.between(500, margin - 2_000),
+                1 => d.between(margin + 1_000, margin + 30_000),
+                _ => d.between(3_600_000, 40 * 86_400_000),
+            };
+            schedule.push(Timed {
+                at_ms: 0,
+                fault: Fault::ClockBehind { end, behind_ms },
+            });
+        }
         schedule.sort_by_key(|t| t.at_ms);
         Scenario {
             seed,
@@ -427,10 +447,11 @@ impl Scenario {
     }
 
     /// The world this scenario runs in: fast stages and small binlogs, so a run takes
-    /// seconds; the stream lag starts at the default and faults change it.
-    pub fn world_spec(&self) -> WorldSpec {
+    /// seconds; the stream lag starts at the default and faults change it. A clock that
+    /// runs behind is set against the backup's newest row from now.
+    pub fn world_spec(&self) -> anyhow::Result<WorldSpec> {
         let base = WorldSpec::default();
-        WorldSpec {
+        let mut spec = WorldSpec {
             secondaries: self.secondaries,
             storage: self.storage,
             backup: BackupSpec {
@@ -444,7 +465,21 @@ impl Scenario {
                 ..base.backup.clone()
             },
             ..base
+        };
+        for t in &self.schedule {
+            if let Fault::ClockBehind { end, behind_ms } = &t.fault {
+                let behind = Duration::from_millis(*behind_ms);
+                let rules = EndRules::clock_behind_newest_row(&spec.backup, behind)?;
+                spec.end_rules.insert(end.clone(), rules);
+            }
         }
+        Ok(spec)
+    }
+
+    /// Whether some end's clock runs behind the backup: the job then bounds its wait after
+    /// the commit, which a commit the fence rejects would make endless.
+    pub fn clock_behind(&self) -> bool {
+        (self.schedule.iter()).any(|t| matches!(t.fault, Fault::ClockBehind { .. }))
     }
 
     /// The longest a stream may still be delivering after the last fault: what the runner
