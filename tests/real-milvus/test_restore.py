@@ -319,6 +319,33 @@ def test_the_restore_compares_a_sample_of_rows_field_by_field_on_the_real_server
         assert s["sample"]["absent"] > 0, s
 
 
+def test_a_partition_key_collection_is_verified_whole_and_by_sample_on_the_real_server(target, backups, lockstep):
+    """Issue 49: 2.3.5 refuses a count(*) that names partitions of a partition-key collection
+    ("not support manually specifying the partition names if partition key mode is used"),
+    so a verification that counted each partition ended "cannot verify" and exit 0. Counted
+    as a whole and sampled by key alone, the collection is verified, in the restore and by
+    `lockstep verify ID` afterwards."""
+    backups.get("pkey_bak", ["src_pkey"])
+    expected = backups.expected("pkey_bak")
+    want = expected["collections"]["src_pkey"]
+    result = lockstep.run(
+        "pkey",
+        "pkey_bak",
+        {"suffix": "_pk", "rebuild_index": True},
+        extra='[verify]\nrows = "sample"\n',
+    )
+    assert result.code == 0, str(result)
+    [shown] = result.report["verification"]["shown"]
+    assert shown["unverifiable"] is None, shown
+    assert (shown["end"], shown["shows"], shown["live"]) == ("real", want["rows"], want["rows"]), shown
+    assert shown["sample"]["differences"] == 0 and shown["sample"]["rows"] > 0, shown
+    verify = lockstep.verify("pkey", result.report["restore_id"])
+    assert verify.code == 0, str(verify)
+    [again] = verify.report["shown"]
+    assert (again["unverifiable"], again["shows"]) == (None, want["rows"]), again
+    assert_restored(target, "src_pkey", "src_pkey_pk", expected)
+
+
 def test_drop_exist_collection_replaces_an_existing_collection(target, backups, lockstep):
     backups.get("strs_bak", ["src_strs"])
     expected = backups.expected("strs_bak")

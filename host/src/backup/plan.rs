@@ -169,6 +169,30 @@ pub struct RestorePlan {
     /// Every binlog under some batch's prefixes, each once, in path order.
     pub files_to_stage: Vec<BackupFile>,
     pub totals: PlanTotals,
+    /// The newest row timestamp of the data batches; `None` until [`super::rows::count`]
+    /// read it, and for a plan without rows.
+    pub newest_row: Option<NewestRow>,
+}
+
+/// The newest row timestamp of a restore's data, read from the rows, or from the meta of a
+/// collection whose data did not read: a commit stamped below it is one Milvus 3.0's commit
+/// fence rejects (docs/milvus-facts.md §2.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewestRow {
+    /// A hybrid timestamp (TSO), as the rows carry it.
+    pub timestamp: u64,
+    /// The plan collection holding it.
+    pub collection: usize,
+}
+
+impl NewestRow {
+    /// The later of `self` and `other`.
+    pub(super) fn max(self, other: Option<NewestRow>) -> NewestRow {
+        match other {
+            Some(other) if other.timestamp > self.timestamp => other,
+            _ => self,
+        }
+    }
 }
 
 /// Plans the restore of `backup` with `options`, in batches for `strategy` (preflight's
@@ -295,6 +319,7 @@ pub fn plan(
         collections,
         files_to_stage,
         totals,
+        newest_row: None,
     })
 }
 

@@ -19,6 +19,9 @@
 //! per batch in flight are in memory at a time, with the L0 deletes of the collections being
 //! counted (each key once, with its latest delete).
 //!
+//! The newest of the rows' timestamps is kept too: Milvus 3.0 refuses a commit stamped below
+//! it (docs/milvus-facts.md §2.7), so preflight holds every end's clock to it.
+//!
 //! The rows read are also held to the meta: a group whose binlogs hold another number of
 //! rows than its segments' `num_of_rows` is a backup that disagrees with its meta, and the
 //! restore is refused naming the segment, rather than restoring what the data holds under a
@@ -34,7 +37,7 @@ use object_store::ObjectStore;
 
 use super::batch::{BatchKind, ImportBatch};
 use super::fold::{self, L0Deletes};
-use super::plan::{CollectionPlan, DataRows, L0Route, RestorePlan};
+use super::plan::{CollectionPlan, DataRows, L0Route, NewestRow, RestorePlan};
 use super::read::{Backup, BackupFiles};
 
 /// `common.TimeStampField`: every segment's column of row timestamps.
@@ -97,6 +100,8 @@ struct BatchRows {
     live: i64,
     /// The L0 deletes its groups take, when folding.
     folded: Vec<fold::Folded>,
+    /// The newest timestamp of its rows.
+    newest: Option<u64>,
 }
 
 /// Sets `exact_rows` on every data batch of `plan` whose data reads and agrees with its
@@ -187,12 +192,20 @@ pub async fn count(
         }
     }
     let mut figures: Vec<DataRows> = vec![DataRows::default(); plan.collections.len()];
+    let mut newest_row: Option<NewestRow> = None;
     let mut folds: Vec<Vec<(usize, Vec<fold::Folded>)>> =
         (0..plan.collections.len()).map(|_| Vec::new()).collect();
     for ((c, b), rows) in places.into_iter().zip(counted) {
         let batch = &mut plan.collections[c].batches[b];
         match rows {
             Ok(rows) => {
+                if let Some(timestamp) = rows.newest {
+                    let read = NewestRow {
+                        timestamp,
+                        collection: c,
+                    };
+                    newest_row = Some(read.max(newest_row));
+                }
                 batch.exact_rows = Some(rows.imported);
                 let figure = &mut figures[c];
                 figure.inserted += batch.rows;
@@ -220,6 +233,18 @@ pub async fn count(
     let mut unread = std::collections::HashSet::new();
     for (c, collection) in plan.collections.iter_mut().enumerate() {
         if !read[c] {
+            match meta_newest(backup, collection) {
+                Some(timestamp) => {
+                    let newest = NewestRow {
+                        timestamp,
+                        collection: c,
+                    };
+                    newest_row = Some(newest.max(newest_row));
+                }
+                None => {
+                    tracing::warn!(collection = %collection.target, "neither the backup's data nor its meta says when its newest row was written: no clock is held to it")
+                }
+            }
             if collection.l0.is_some_and(L0Route::folds) {
                 found.unfoldable.push(collection.target.to_string());
             }
@@ -239,6 +264,7 @@ pub async fn count(
         }
     }
     fold::unstage(&mut plan.files_to_stage, &unread);
+    plan.newest_row = newest_row;
     // Unstable: the paths are unique, and a stable sort holds a copy of half the list (9 MB
     // at 10,000 collections, at preflight's peak).
     plan.files_to_stage
@@ -246,6 +272,24 @@ pub async fn count(
     plan.totals.batches = plan.collections.iter().map(|c| c.batches.len()).sum();
     plan.totals.bytes_to_stage = plan.files_to_stage.iter().map(|f| f.size).sum();
     found
+}
+
+/// The newest row timestamp the meta gives a collection whose data did not read: its
+/// binlogs' `timestamp_to`, and the time it was backed up, which no row of it is newer than.
+/// `None` when the meta says neither.
+fn meta_newest(backup: &Backup, collection: &CollectionPlan) -> Option<u64> {
+    let info = (backup.info.collection_backups.iter())
+        .find(|c| c.collection_id == collection.source_collection_id)?;
+    let binlogs = (info.partition_backups.iter())
+        .flat_map(|p| &p.segment_backups)
+        .filter(|s| !s.is_l0)
+        .flat_map(|s| &s.binlogs)
+        .flat_map(|f| &f.binlogs)
+        .map(|b| b.timestamp_to);
+    binlogs
+        .chain([info.backup_timestamp])
+        .max()
+        .filter(|ts| *ts > 0)
 }
 
 /// Every delete of a collection's L0 batches.
@@ -333,6 +377,7 @@ async fn batch_rows(
         imported: 0,
         live: 0,
         folded: Vec::new(),
+        newest: None,
     };
     for (index, group) in batch.files.iter().enumerate() {
         let (insert, delta) = match group.as_slice() {
@@ -341,6 +386,7 @@ async fn batch_rows(
             [] => continue,
         };
         let rows = group_rows(store, backup, kind, insert, pk_field).await?;
+        counted.newest = counted.newest.max(rows.iter().map(|(_, ts)| *ts).max());
         let (segments, meta) = meta_rows(dirs, insert);
         if rows.len() as i64 != meta {
             return Err(Failure::Disagrees(Disagreement {
@@ -539,10 +585,9 @@ mod tests {
     use crate::backup::{BackupLocation, read};
     use crate::backup::{RestoreOptions, Strategy, plan};
 
-    /// A generated backup in both delta forms, read and planned.
-    async fn planned(form: DeltaForm) -> (Arc<InMemory>, Backup, RestorePlan, GeneratedBackup) {
-        let store = Arc::new(InMemory::new());
-        let spec = BackupSpec {
+    /// The backup these tests read, its deletes in `form`.
+    fn spec(form: DeltaForm) -> BackupSpec {
+        BackupSpec {
             name: "b".into(),
             collections: 2,
             partitions: 2,
@@ -553,7 +598,13 @@ mod tests {
             l0_segments: L0Segments::Present,
             deltalog_format: form,
             ..BackupSpec::default()
-        };
+        }
+    }
+
+    /// A generated backup in both delta forms, read and planned.
+    async fn planned(form: DeltaForm) -> (Arc<InMemory>, Backup, RestorePlan, GeneratedBackup) {
+        let store = Arc::new(InMemory::new());
+        let spec = spec(form);
         let generated = generate(&spec, store.clone(), &Path::from("backup"))
             .await
             .expect("a backup");
@@ -582,6 +633,40 @@ mod tests {
             assert!(found.disagreements.is_empty(), "{:?}", found.disagreements);
             assert_eq!(exact_total(&plan), Some(want as i64), "{form:?}");
         }
+    }
+
+    /// Issue 49: the newest row timestamp is read with the keys, from the rows themselves;
+    /// a collection whose data does not read gives the time its meta says it was backed up,
+    /// which no row of it is newer than.
+    #[tokio::test]
+    async fn the_newest_row_is_read_with_the_keys_and_else_taken_from_the_meta() {
+        let (store, backup, mut plan, _) = planned(DeltaForm::Json).await;
+        let want = milvus_sim::fixtures::newest_row_ts(&spec(DeltaForm::Json))
+            .expect("a valid spec")
+            .expect("rows");
+        let mut read = plan.clone();
+        count(store.as_ref(), &backup, &mut read, L0Route::Import).await;
+        let newest = read.newest_row.expect("a newest row");
+        assert_eq!(newest.timestamp, want);
+        let holder = &backup.info.collection_backups[newest.collection];
+
+        // The holder's data does not read: its backup time stands in for its rows.
+        let prefix = (plan.collections[newest.collection].batches.iter())
+            .find(|b| b.kind == BatchKind::Data)
+            .and_then(|b| b.files.first()?.first().cloned())
+            .expect("a data batch");
+        let (path, _) = (backup.files.binlogs.under(&prefix))
+            .find(|(path, _)| field_dir(path) == Some(TIMESTAMP_FIELD))
+            .expect("a timestamp binlog");
+        store
+            .put(&backup.files.location.path(path), vec![0x5a; 16].into())
+            .await
+            .expect("overwritten");
+        let found = count(store.as_ref(), &backup, &mut plan, L0Route::Import).await;
+        assert!(!found.unreadable.is_empty());
+        let newest = plan.newest_row.expect("a newest row");
+        assert!(holder.backup_timestamp > want);
+        assert_eq!(newest.timestamp, holder.backup_timestamp);
     }
 
     /// Issue 27's case: a segment whose meta claims 50 rows more than its binlogs hold.

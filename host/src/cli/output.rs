@@ -12,6 +12,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use lockstep::backup::catalog;
+use lockstep::engine::builds::Gate;
 use lockstep::engine::progress::{JobCounts, format_counts};
 use lockstep::engine::{self, EndFiles, PlanOutput, Report};
 use lockstep::job::Job;
@@ -275,8 +276,16 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
                         "no storage known: its mirrors read the paths staged into the target's storage from its own (a shared bucket, or synced content); add `storage` to its cluster in the host config to stage into it"
                     }
                 };
+                let gate = match end.gate {
+                    None => "",
+                    Some(Gate::On) => "; replicated import gate on",
+                    Some(Gate::Off) => "; replicated import gate OFF",
+                    Some(Gate::NotRead) => {
+                        "; replicated import gate not read: no management URI in the host config (add `management` to its cluster)"
+                    }
+                };
                 println!(
-                    "  end {}: Milvus {}; {}; paths as {}",
+                    "  end {}: Milvus {}; {}; paths as {}{gate}",
                     end.name, end.version, files, end.import_paths
                 );
             }

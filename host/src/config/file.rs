@@ -91,6 +91,10 @@ pub struct ClusterFile {
     pub l0_import: Option<Spanned<bool>>,
     /// TLS to an `https://` cluster beyond the system's roots.
     pub tls: Option<Spanned<TlsFile>>,
+    /// Milvus's management API, on its metrics port (`http://host:9091`), reached with the
+    /// cluster's token and TLS: where preflight reads the replicated import gate. Without it
+    /// the gate is not read (a warning says so).
+    pub management: Option<Spanned<String>>,
 }
 
 /// `tls = { ... }` of a cluster: PEM files and the certificate's name.

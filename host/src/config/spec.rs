@@ -136,6 +136,9 @@ pub struct ClusterSpec {
     pub l0_import: Option<bool>,
     /// How to trust an `https://` cluster, and what to present to it.
     pub tls: TlsSpec,
+    /// Its management API (Milvus's metrics port), where its settings are read; `None`
+    /// leaves them unread.
+    pub management: Option<Url>,
 }
 
 /// How a Milvus resolves the paths of an import, by its `common.storageType`. A mirror

@@ -377,6 +377,17 @@ pub(crate) fn cluster_spec(
     let storage_ok = file.storage.is_none() || storage.is_some();
     let paths = path_form(file, field, storage.as_ref(), problems);
     let tls = tls_spec(file, field, uri.as_ref(), author, problems);
+    // Given but invalid: `Some(None)`.
+    let management = (file.management.as_ref()).map(|m| {
+        let field = format!("{field}.management");
+        http_uri(
+            m.get_ref(),
+            &field,
+            Some(m.span()),
+            "management URI",
+            problems,
+        )
+    });
     Some(ClusterSpec {
         uri: uri?,
         token,
@@ -386,6 +397,10 @@ pub(crate) fn cluster_spec(
         require_staging: file.require_staging.as_ref().is_some_and(|r| *r.get_ref()),
         l0_import: file.l0_import.as_ref().map(|l| *l.get_ref()),
         tls: tls?,
+        management: match management {
+            Some(given) => Some(given?),
+            None => None,
+        },
     })
     .filter(|_| storage_ok)
 }
@@ -553,6 +568,18 @@ pub(crate) fn cluster_uri(
     span: Option<std::ops::Range<usize>>,
     problems: &mut Vec<RawProblem>,
 ) -> Option<Url> {
+    http_uri(uri, field, span, "cluster URI", problems)
+}
+
+/// Parses one of a cluster's addresses (`what`): `http://` or `https://` with a host, and no
+/// user or password.
+fn http_uri(
+    uri: &str,
+    field: &str,
+    span: Option<std::ops::Range<usize>>,
+    what: &str,
+    problems: &mut Vec<RawProblem>,
+) -> Option<Url> {
     match Url::parse(uri) {
         Ok(url) if has_userinfo(&url) => {
             problems.push(userinfo_refused(
@@ -569,7 +596,7 @@ pub(crate) fn cluster_uri(
                 field,
                 span,
                 format!(
-                    "invalid cluster URI `{}`: expected http://host:port or https://host:port",
+                    "invalid {what} `{}`: expected http://host:port or https://host:port",
                     without_userinfo(uri)
                 ),
             ));
@@ -1082,6 +1109,43 @@ endpoint = "https://AKIA:s3cr3t-key@minio:9000"
         }
     }
 
+    /// Issue 49: a cluster's management API (Milvus's metrics port), where preflight reads
+    /// the replicated import gate; a URI that is none is refused at its place, and so is one
+    /// holding a password.
+    #[test]
+    fn a_clusters_management_uri_is_read_and_a_bad_one_refused_at_its_place() {
+        let config = parse(
+            "[clusters.a]\nuri = \"http://10.0.0.1:19530\"\nmanagement = \"http://10.0.0.1:9091\"\n\
+             [clusters.b]\nuri = \"http://10.0.0.2:19530\"\n",
+        )
+        .unwrap();
+        let a = config.clusters["a"].management.as_ref();
+        assert_eq!(a.map(Url::as_str), Some("http://10.0.0.1:9091/"));
+        assert_eq!(config.clusters["b"].management, None);
+
+        let err = parse(
+            "[clusters.a]\nuri = \"http://10.0.0.1:19530\"\nmanagement = \"10.0.0.1:9091\"\n\
+             [clusters.b]\nuri = \"http://10.0.0.2:19530\"\nmanagement = \"http://root:Milvus@10.0.0.2:9091\"\n",
+        )
+        .unwrap_err();
+        let shown: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
+        let path = "/etc/lockstep/lockstep.toml";
+        assert_eq!(
+            shown[0],
+            format!(
+                "{path}:3:14: clusters.a.management: invalid management URI `10.0.0.1:9091`: expected http://host:port or https://host:port"
+            )
+        );
+        assert!(
+            shown[1].starts_with(&format!(
+                "{path}:6:14: clusters.b.management: `http://…@10.0.0.2:9091` carries a user or password"
+            )),
+            "{shown:#?}"
+        );
+        assert_eq!(shown.len(), 2, "{shown:#?}");
+        assert!(!err.to_string().contains("Milvus@"), "{err}");
+    }
+
     #[test]
     fn every_problem_is_reported_with_its_place() {
         let text = r#"default_target = "prod-z"
@@ -1111,7 +1175,7 @@ root = "backup"
         let path = "/etc/lockstep/lockstep.toml";
         let mut expected = vec![
             format!(
-                "{path}:18:1: clusters.c.tokens: unknown field `tokens`, expected one of `uri`, `token_env`, `storage`, `max_import_jobs`, `storage_type`, `local_storage_path`, `require_staging`, `l0_import`, `tls`"
+                "{path}:18:1: clusters.c.tokens: unknown field `tokens`, expected one of `uri`, `token_env`, `storage`, `max_import_jobs`, `storage_type`, `local_storage_path`, `require_staging`, `l0_import`, `tls`, `management`"
             ),
             format!(
                 "{path}:4:7: storages.s.url: invalid storage URL `gcs://bucket`: expected s3://bucket/root, az://container/root, gs://bucket/root or file:///dir/root"

@@ -3,7 +3,7 @@
 use crate::config::TlsSpec;
 use crate::job::{End, Job};
 use crate::journal::{RecordedEnd, Role};
-use crate::milvus::{self, GrpcClient, RestClient, Tls};
+use crate::milvus::{self, GrpcClient, ManagementClient, RestClient, Tls};
 use url::Url;
 
 /// One cluster lockstep talks to.
@@ -14,13 +14,26 @@ pub struct EndClient {
     pub uri: String,
     pub rest: RestClient,
     pub grpc: GrpcClient,
+    /// Its management API, where the host config gives one: only preflight asks it, so an
+    /// end a recovery reaches has none.
+    pub management: Option<ManagementClient>,
 }
 
 impl EndClient {
     fn new(end: &End, role: Role) -> Result<EndClient, milvus::Error> {
         let token = end.token.as_ref().map(|t| t.expose().to_string());
         let tls = tls(end.name.as_str(), end.uri.as_str(), &end.tls)?;
-        EndClient::connect(end.name.as_str(), role, end.uri.as_str(), token, &tls)
+        let management = (end.management.as_ref())
+            .map(|uri| {
+                warn_if_exposed(end.name.as_str(), uri.as_str(), token.is_some());
+                ManagementClient::new(end.name.as_str(), uri.as_str(), token.clone(), &tls)
+            })
+            .transpose()?;
+        let client = EndClient::connect(end.name.as_str(), role, end.uri.as_str(), token, &tls)?;
+        Ok(EndClient {
+            management,
+            ..client
+        })
     }
 
     /// A client for an end known by name and URI (recovery reads them from the journal).
@@ -32,20 +45,14 @@ impl EndClient {
         tls: &Tls,
     ) -> Result<EndClient, milvus::Error> {
         let uri = uri.trim_end_matches('/').to_string();
-        if token.is_some() && exposed(&uri) {
-            tracing::warn!(
-                end = name,
-                uri,
-                "the end's token goes over plain http, where anyone on the path can read it: \
-                 reach it at an https:// URI"
-            );
-        }
+        warn_if_exposed(name, &uri, token.is_some());
         Ok(EndClient {
             name: name.to_string(),
             role,
             rest: RestClient::new(name, &uri, token.clone(), tls)?,
             grpc: GrpcClient::new(name, &uri, token.as_deref(), tls)?,
             uri,
+            management: None,
         })
     }
 
@@ -55,6 +62,18 @@ impl EndClient {
             role: self.role,
             uri: self.uri.clone(),
         }
+    }
+}
+
+/// Warns when `name`'s token (`with_token`) would go to `uri` in the clear.
+fn warn_if_exposed(name: &str, uri: &str, with_token: bool) {
+    if with_token && exposed(uri) {
+        tracing::warn!(
+            end = name,
+            uri,
+            "the end's token goes over plain http, where anyone on the path can read it: \
+             reach it at an https:// URI"
+        );
     }
 }
 

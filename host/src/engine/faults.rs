@@ -94,10 +94,13 @@ pub enum Bug {
     /// `index-after-release`: a collection goes to the import gate before its indexes are
     /// made, and they come a second later, after its first imports.
     IndexAfterRelease,
+    /// `skip-clock`: pass preflight without holding the ends' clocks to the backup's newest
+    /// row.
+    SkipClock,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 9] = [
+    pub const ALL: [Bug; 10] = [
         Bug::CommitEarly,
         Bug::SkipAbort,
         Bug::NoDecision,
@@ -107,6 +110,7 @@ impl Bug {
         Bug::SkipVerify,
         Bug::HeldL0Jobs,
         Bug::IndexAfterRelease,
+        Bug::SkipClock,
     ];
 
     pub fn name(self) -> &'static str {
@@ -120,6 +124,7 @@ impl Bug {
             Bug::SkipVerify => "skip-verify",
             Bug::HeldL0Jobs => "held-l0-jobs",
             Bug::IndexAfterRelease => "index-after-release",
+            Bug::SkipClock => "skip-clock",
         }
     }
 }

@@ -4,7 +4,8 @@
 //!   attempt's claim and record.
 //! - `run`: `run_attempt` owns one attempt: its keeper, the work, the rollback and the
 //!   outcome. The work: [`preflight`] (every reason to refuse, found before anything is
-//!   written), `checks`, then `ddl` (databases, collections, partitions, indexes on the
+//!   written: `streams` probes each replication, [`builds`] the ends' builds and gates,
+//!   [`clock`] their clocks against the backup's newest row), `checks`, then `ddl` (databases, collections, partitions, indexes on the
 //!   target; mirrors awaited), `staging` and the import `gate`, and the commit groups
 //!   (`group`, each owning its tracker and returning how it ended; `two_phase`: hold,
 //!   commit, complete, abort; `auto_commit` for the routes that cannot hold) side by side,
@@ -23,7 +24,9 @@
 
 mod attempt;
 mod auto_commit;
+pub mod builds;
 mod checks;
+pub mod clock;
 mod create;
 mod ddl;
 mod ends;

@@ -4,9 +4,13 @@
 //! collections exist) and never writes. Each refusal says why and what to do; all of them are
 //! collected, so an operator fixes a job once, not once per run.
 
+use std::time::Duration;
+
 use futures::StreamExt as _;
 use futures::future::join_all;
 
+use super::builds::{self, Builds};
+use super::clock;
 use super::ends::Ends;
 use super::faults::{self, Bug};
 use super::refusal::{EndRunning, Refusal};
@@ -32,6 +36,10 @@ pub struct Preflight {
     pub exists: Vec<bool>,
     /// The import this restore drives, and why.
     pub route: Choice,
+    /// The ends' builds and replicated import gates.
+    pub builds: Builds,
+    /// How long preflight waited for every end's clock to pass the backup's newest row.
+    pub clock_waited: Duration,
 }
 
 /// Runs every check; `Err` holds every reason to refuse.
@@ -52,12 +60,16 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
     // when the topology refuses: that costs only a refusal its time, and says more.
     let mut topology = Vec::new();
     let mut job_and_backup = Vec::new();
-    let ((), (backup_store, read, planned)) = tokio::join!(
+    let mut of_builds = Vec::new();
+    let allow_mixed = job.two_phase.allow_mixed_builds;
+    let ((), (backup_store, read, planned), builds) = tokio::join!(
         check_topology(job, ends, &known[0], route.route, &mut topology),
         job_and_backup_checks(job, ends, &known, route.route, &mut job_and_backup),
+        builds::check(ends, &known, allow_mixed, &mut of_builds),
     );
     refusals.extend(topology);
     refusals.extend(job_and_backup);
+    refusals.extend(of_builds);
     // The meta tree is planned and checked: from here on the restore asks only the files.
     let files = read.map(|backup| backup.files);
     let mut exists = Vec::new();
@@ -66,6 +78,16 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
             check_budget(job, ends, plan, &mut refusals).await;
         }
         exists = existing_collections(job, ends, plan, &mut refusals).await;
+    }
+    // Last, so that a wait for the clocks comes only when nothing else refuses.
+    let mut clock_waited = Duration::ZERO;
+    if let Some(plan) = &planned
+        && let Some(newest) = plan.newest_row
+        && !super::faults::planted(super::faults::Bug::SkipClock)
+    {
+        let collection = plan.collections[newest.collection].source.to_string();
+        clock_waited =
+            clock::hold(ends, &known, newest.timestamp, &collection, &mut refusals).await;
     }
 
     match (refusals.is_empty(), backup_store, files, planned) {
@@ -82,6 +104,8 @@ pub async fn preflight(job: &Job, ends: &Ends) -> Result<Preflight, Vec<Refusal>
                 plan,
                 exists,
                 route,
+                builds,
+                clock_waited,
             })
         }
         _ => Err(refusals),

@@ -275,6 +275,68 @@ pub enum Refusal {
          secondary (it is off by default)"
     )]
     ReplicatedImportDisabled { reason: String },
+    /// An end's clock stands at or before the backup's newest row (milvus#51589).
+    #[error(
+        "{role} {end}'s clock (AllocTimestamp) reads {clock}, {behind} before the newest row \
+         of the backup ({newest_row}, in {collection}); Milvus refuses a commit stamped below \
+         the rows it makes visible and retries it without end, which stops the collection's \
+         channels until an operator steps in (milvus#51589); set the clock of {end}'s nodes \
+         right (NTP) and run the restore again"
+    )]
+    ClockBehind {
+        role: Role,
+        end: String,
+        /// Both times in UTC, and how far apart, in words.
+        clock: String,
+        newest_row: String,
+        behind: String,
+        collection: String,
+    },
+    #[error(
+        "cannot read the clock of {role} {end} (AllocTimestamp): {reason}; a commit stamped \
+         below the backup's rows would stop its channels (milvus#51589), so nothing is started \
+         before the clock is known"
+    )]
+    ClockUnreadable {
+        role: Role,
+        end: String,
+        reason: String,
+    },
+    /// A secondary runs another build than the target's (milvus#53544).
+    #[error(
+        "secondary {secondary} runs {build} and the target {target} runs {target_build}; \
+         Milvus's replicated import is promised only between ends of the same build \
+         (milvus#53544), so run one build on every end, or set [two_phase] \
+         allow_mixed_builds = true to restore anyway"
+    )]
+    MixedBuilds {
+        secondary: String,
+        build: String,
+        target: String,
+        target_build: String,
+    },
+    #[error(
+        "{role} {end} has dataCoord.import.enableInReplicatingCluster off (its management API \
+         at {management} says so); a restore with secondaries imports on every end through \
+         that gate, so turn it on there (it takes effect without a restart)"
+    )]
+    GateOff {
+        role: Role,
+        end: String,
+        management: String,
+    },
+    #[error(
+        "cannot read the replicated import gate of {role} {end} from its management API at \
+         {management}: {reason}; check `management` of its cluster in the host config \
+         (Milvus's metrics port, 9091 by default) and its token, or leave it out to restore \
+         without reading the gate"
+    )]
+    GateUnreadable {
+        role: Role,
+        end: String,
+        management: String,
+        reason: String,
+    },
 }
 
 /// An end and the Milvus it runs, for a refusal that holds on several ends.
@@ -336,6 +398,11 @@ impl Refusal {
             Refusal::PluginRuntime { .. } => "plugin_runtime",
             Refusal::CheckLoad { .. } => "check_load",
             Refusal::ReplicatedImportDisabled { .. } => "replicated_import_disabled",
+            Refusal::ClockBehind { .. } => "clock_behind",
+            Refusal::ClockUnreadable { .. } => "clock_unreadable",
+            Refusal::MixedBuilds { .. } => "mixed_builds",
+            Refusal::GateOff { .. } => "gate_off",
+            Refusal::GateUnreadable { .. } => "gate_unreadable",
         }
     }
 

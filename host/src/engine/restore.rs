@@ -34,6 +34,9 @@ pub struct EndPlan {
     /// The form of the import paths its Milvus resolves.
     pub import_paths: crate::config::PathForm,
     pub files: EndFiles,
+    /// Its replicated import gate, in a restore with secondaries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<super::builds::Gate>,
 }
 
 /// Where an end's import files come from.
@@ -164,14 +167,17 @@ impl Engine {
             };
             planned.push((&s.end, files));
         }
+        let gates = (preflight.builds.gates.iter().copied()).map(Some);
         let ends = planned
             .into_iter()
             .zip(&preflight.versions)
-            .map(|((end, files), version)| EndPlan {
+            .zip(gates.chain(std::iter::repeat(None)))
+            .map(|(((end, files), version), gate)| EndPlan {
                 name: end.name.to_string(),
                 version: version.to_string(),
                 import_paths: end.paths.clone(),
                 files,
+                gate,
             })
             .collect();
         let import_prefix_note = if in_place {

@@ -24,7 +24,9 @@ use super::outcome::{self, RefusedAt};
 use super::preflight::{Preflight, preflight};
 use super::process::{Engine, Interrupted};
 use super::refusal::Refusal;
-use super::report::{CollectionReport, Divergence, EndReport, Report, ReportOf, StagingReport};
+use super::report::{
+    CollectionReport, Divergence, EndReport, PreflightNotes, Report, ReportOf, StagingReport,
+};
 use super::retry::DEFAULT_CALL_DEADLINE;
 use super::rollback::{self, StageCleanup};
 use super::staging::{self, Destinations};
@@ -70,6 +72,11 @@ pub(super) async fn run_attempt(
     }
     report.route = Some(preflight.route.route);
     report.format = Some(preflight.backup.format);
+    report.preflight = PreflightNotes {
+        clock_waited_ms: Some(preflight.clock_waited.as_millis() as u64).filter(|ms| *ms > 0),
+        mixed_builds: preflight.builds.mixed.clone(),
+        gate_not_read: preflight.builds.not_read(ends),
+    };
     for s in job.secondaries.iter().filter(|s| s.storage.is_none()) {
         tracing::warn!(
             secondary = %s.end.name,

@@ -141,6 +141,10 @@ pub struct TwoPhaseSection {
     /// `restore` (default): nothing is committed until every job of the whole restore is
     /// Uncommitted everywhere. `collection`: each collection commits on its own.
     pub atomicity: Option<Spanned<Atomicity>>,
+    /// Restore into ends that run different builds (GetVersion's strings differ), which
+    /// Milvus's replicated import does not promise to handle (milvus#53544); the report
+    /// says so. Default false: such a restore is refused.
+    pub allow_mixed_builds: Option<bool>,
 }
 
 /// `[verify]`: what a query on every end must show after the commit.

@@ -210,6 +210,9 @@ pub struct End {
     /// How to reach it over TLS: transport, not part of what a restore is.
     #[serde(skip)]
     pub tls: TlsSpec,
+    /// Its management API, where preflight reads its settings: transport too.
+    #[serde(skip)]
+    pub management: Option<Url>,
 }
 
 impl End {
@@ -252,6 +255,10 @@ pub struct TwoPhase {
     pub commit_timeout: Option<Duration>,
     pub completion_timeout: Option<Duration>,
     pub atomicity: Atomicity,
+    /// Ends that run different builds are restored into rather than refused. Left out of
+    /// the job's identity when off, so that the jobs written before it keep their ids.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub allow_mixed_builds: bool,
 }
 
 /// `[verify]`, validated.
@@ -406,6 +413,7 @@ mod tests {
                 commit_timeout: Some(Duration::from_secs(5400)),
                 completion_timeout: Some(Duration::from_secs(7200)),
                 atomicity: Atomicity::Collection,
+                allow_mixed_builds: true,
             }
         );
 
@@ -466,6 +474,7 @@ mod tests {
                 commit_timeout: None,
                 completion_timeout: None,
                 atomicity: Atomicity::Restore,
+                allow_mixed_builds: false,
             }
         );
         assert!(job.checks.is_empty());

@@ -281,6 +281,7 @@ fn resolve_cluster(
                         require_staging: false,
                         l0_import: None,
                         tls: host::TlsSpec::default(),
+                        management: None,
                     },
                 },
                 Err(names) => {
@@ -365,6 +366,7 @@ fn end(
         paths: resolved.spec.paths.clone(),
         l0_import: resolved.spec.l0_import,
         tls: resolved.spec.tls.clone(),
+        management: resolved.spec.management.clone(),
     })
 }
 
@@ -663,6 +665,7 @@ fn two_phase(section: &TwoPhaseSection, problems: &mut Problems<'_>) -> Option<T
             .as_ref()
             .map(|a| *a.get_ref())
             .unwrap_or_default(),
+        allow_mixed_builds: section.allow_mixed_builds.unwrap_or(false),
     })
 }
 

@@ -1,11 +1,13 @@
 //! Talking to Milvus: the REST v2 import routes (the only place two-phase commit and abort
-//! exist), the gRPC MilvusService subset for DDL, version and replication topology, and the
-//! types the engine sees in place of wire fields.
+//! exist), the gRPC MilvusService subset for DDL, version and replication topology, the
+//! management API of its metrics port for settings no RPC reports, and the types the engine
+//! sees in place of wire fields.
 //!
 //! Wire formats stay here: the engine sees [`JobState`], [`MilvusJobId`] and [`Error`], never a
 //! JSON envelope or a raw `code`.
 
 mod grpc;
+mod management;
 mod rest;
 mod tls;
 pub mod topology;
@@ -15,6 +17,7 @@ use std::fmt;
 use std::time::Duration;
 
 pub use grpc::{CollectionInfo, GrpcClient, IndexSpec, ReplicateProgress, V1ImportState};
+pub use management::ManagementClient;
 pub use rest::{CreateImport, ImportListEntry, ImportProgress, RestClient};
 pub use tls::{Identity, Tls};
 pub use topology::Topology;

@@ -137,36 +137,60 @@ struct ListRecord {
     reason: Option<String>,
 }
 
+/// An HTTP client for one of `end`'s ports at `base`, trusting and presenting what `tls`
+/// says, and the base URL to send its requests to (the certificate's name in place of the
+/// host, where `tls` names one).
+pub(super) fn http_client(end: &str, base: &str, tls: &Tls) -> Result<(reqwest::Client, String)> {
+    let unusable = |source: BoxError| Error::Unreachable {
+        end: end.to_string(),
+        uri: base.to_string(),
+        source,
+    };
+    let mut base = base.trim_end_matches('/').to_string();
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(REQUEST_TIMEOUT);
+    if let Some(ca) = &tls.ca {
+        let roots = reqwest::Certificate::from_pem_bundle(ca).map_err(|e| unusable(e.into()))?;
+        builder = builder.tls_certs_only(roots);
+    }
+    if let Some(id) = &tls.identity {
+        let pem = [id.cert.as_slice(), b"\n", id.key.as_slice()].concat();
+        let identity = reqwest::Identity::from_pem(&pem).map_err(|e| unusable(e.into()))?;
+        builder = builder.identity(identity);
+    }
+    if let Some(name) = &tls.server_name {
+        // reqwest checks the certificate against the URL's host: the URL names the
+        // certificate's name, resolved to the address the URI names.
+        let (url, addrs) = renamed(&base, name).map_err(unusable)?;
+        builder = builder.resolve_to_addrs(name, &addrs);
+        base = url;
+    }
+    let http = builder.build().map_err(|e| unusable(e.into()))?;
+    Ok((http, base))
+}
+
+/// A non-200 answer to `call` as an error, with the message of the envelope its body
+/// holds, if any (Milvus answers 401 and 403 with one).
+pub(super) async fn http_error(end: &str, call: String, resp: reqwest::Response) -> Error {
+    let status = resp.status().as_u16();
+    let message = resp
+        .bytes()
+        .await
+        .ok()
+        .and_then(|body| serde_json::from_slice::<Envelope>(&body).ok()?.message);
+    Error::Http {
+        end: end.to_owned(),
+        call,
+        status,
+        message,
+    }
+}
+
 impl RestClient {
     /// `base` is the end's URI (`http://host:19530`); the REST API shares the gRPC port.
     pub fn new(end: &str, base: &str, token: Option<String>, tls: &Tls) -> Result<RestClient> {
-        let unusable = |source: BoxError| Error::Unreachable {
-            end: end.to_string(),
-            uri: base.to_string(),
-            source,
-        };
-        let mut base = base.trim_end_matches('/').to_string();
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(REQUEST_TIMEOUT);
-        if let Some(ca) = &tls.ca {
-            let roots =
-                reqwest::Certificate::from_pem_bundle(ca).map_err(|e| unusable(e.into()))?;
-            builder = builder.tls_certs_only(roots);
-        }
-        if let Some(id) = &tls.identity {
-            let pem = [id.cert.as_slice(), b"\n", id.key.as_slice()].concat();
-            let identity = reqwest::Identity::from_pem(&pem).map_err(|e| unusable(e.into()))?;
-            builder = builder.identity(identity);
-        }
-        if let Some(name) = &tls.server_name {
-            // reqwest checks the certificate against the URL's host: the URL names the
-            // certificate's name, resolved to the address the URI names.
-            let (url, addrs) = renamed(&base, name).map_err(unusable)?;
-            builder = builder.resolve_to_addrs(name, &addrs);
-            base = url;
-        }
-        let http = builder.build().map_err(|e| unusable(e.into()))?;
+        let (http, base) = http_client(end, base, tls)?;
         Ok(RestClient {
             end: end.to_string(),
             base,
@@ -274,19 +298,8 @@ impl RestClient {
             uri: self.base.clone(),
             source: Box::new(e),
         })?;
-        let status = resp.status();
-        if !status.is_success() {
-            let message = resp
-                .bytes()
-                .await
-                .ok()
-                .and_then(|body| serde_json::from_slice::<Envelope>(&body).ok()?.message);
-            return Err(Error::Http {
-                end: self.end.clone(),
-                call,
-                status: status.as_u16(),
-                message,
-            });
+        if !resp.status().is_success() {
+            return Err(http_error(&self.end, call, resp).await);
         }
         let bytes = resp.bytes().await.map_err(|e| Error::Unreachable {
             end: self.end.clone(),

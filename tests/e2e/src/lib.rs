@@ -51,6 +51,9 @@ pub struct WorldSpec {
     /// Whether the host config gives the secondaries their storage (so lockstep stages
     /// into it). Without it a secondary cannot read the files it is asked to import.
     pub secondary_storage_known: bool,
+    /// Whether the host config gives every end its management URI (where preflight reads
+    /// the replicated import gate).
+    pub management_known: bool,
     /// The last this-many secondaries run but are not in the target's replication topology.
     pub unreplicated: usize,
     pub storage: StorageLayout,
@@ -72,11 +75,7 @@ pub struct WorldSpec {
     pub request_log_capacity: usize,
     /// Whether lockstep reaches the target over TLS, on the target's TLS port.
     pub target_tls: TargetTls,
-    /// The Milvus 3.0 rules of every end not in `end_rules` (issue 49). By default 3.0's,
-    /// except that a query naming partitions of a partition-key collection is answered:
-    /// lockstep's verification counts every partition, which 3.0 refuses for those
-    /// collections (each would be reported unverifiable), and the worlds written before the
-    /// rule was modelled count on it.
+    /// The Milvus 3.0 rules of every end not in `end_rules` (issue 49); by default 3.0's.
     pub rules: EndRules,
     /// The rules of single ends, by end name (`t`, `s1`, …), in place of `rules`.
     pub end_rules: BTreeMap<String, EndRules>,
@@ -103,6 +102,9 @@ pub struct EndRules {
     pub two_phase_l0_keeps_timestamps: bool,
     /// The build the end reports when it is not its version's release build.
     pub build: Option<String>,
+    /// The end's `dataCoord.import.enableInReplicatingCluster`, where it is not the
+    /// world's `gate_on`.
+    pub replicated_import_gate: Option<bool>,
 }
 
 impl Default for EndRules {
@@ -116,6 +118,7 @@ impl Default for EndRules {
             partition_key_refuses_partition_names: sim.partition_key_refuses_partition_names,
             two_phase_l0_keeps_timestamps: sim.two_phase_l0_keeps_timestamps,
             build: sim.build,
+            replicated_import_gate: None,
         }
     }
 }
@@ -133,7 +136,28 @@ impl EndRules {
         }
     }
 
+    /// These rules on a clock that reads `by` before the newest row of the backup `backup`
+    /// describes (from the host's clock now): a restore of it must wait for the clock, or
+    /// be refused, before it commits.
+    pub fn clock_behind_newest_row(
+        self,
+        backup: &BackupSpec,
+        by: Duration,
+    ) -> anyhow::Result<EndRules> {
+        let newest = milvus_sim::fixtures::newest_row_ts(backup)?.context("a backup with rows")?;
+        let newest_ms = i64::try_from(newest >> 18)?;
+        let now = jiff::Timestamp::now().as_millisecond();
+        let by = i64::try_from(by.as_millis())?;
+        Ok(EndRules {
+            clock_offset: jiff::SignedDuration::from_millis(newest_ms - by - now),
+            ..self
+        })
+    }
+
     fn apply(&self, cluster: &mut ClusterSpec) {
+        if let Some(on) = self.replicated_import_gate {
+            cluster.import_in_replicating_cluster = on;
+        }
         cluster.clock_offset = self.clock_offset;
         cluster.stale_commit_blocks_channel = self.stale_commit_blocks_channel;
         cluster.import_blocks_schema_ddl = self.import_blocks_schema_ddl;
@@ -266,6 +290,7 @@ impl Default for WorldSpec {
             first_secondary_committing: None,
             max_import_job_num: 1024,
             secondary_storage_known: true,
+            management_known: true,
             unreplicated: 0,
             storage: StorageLayout::Separate,
             service: StorageService::LocalDirs,
@@ -276,10 +301,7 @@ impl Default for WorldSpec {
             task_retention: None,
             request_log_capacity: milvus_sim::topology::DEFAULT_REQUEST_LOG_CAPACITY,
             target_tls: TargetTls::Off,
-            rules: EndRules {
-                partition_key_refuses_partition_names: false,
-                ..EndRules::default()
-            },
+            rules: EndRules::default(),
             end_rules: BTreeMap::new(),
             backup: BackupSpec {
                 name: "e2e_backup".into(),
@@ -552,6 +574,12 @@ impl World {
             }
             if self.spec.restorer_grants.is_some() {
                 text.push_str(&format!("token_env = \"{RESTORER_TOKEN_VAR}\"\n"));
+            }
+            if self.spec.management_known {
+                text.push_str(&format!(
+                    "management = \"{}\"\n",
+                    self.sim.cluster(&end).management_uri()
+                ));
             }
         }
         std::fs::write(self.path("lockstep.toml"), text)?;
@@ -1056,27 +1084,32 @@ impl World {
 
     /// Whether any end received a write: DDL, import create, commit or abort.
     pub async fn writes_received(&self) -> anyhow::Result<Vec<String>> {
-        const WRITES: &[&str] = &[
-            "import/create",
-            "import/commit",
-            "import/abort",
-            "/CreateCollection",
-            "/CreateDatabase",
-            "/CreatePartition",
-            "/CreateIndex",
-            "/DropCollection",
-        ];
         let mut seen = Vec::new();
         for end in self.ends() {
             let state = self.state(&end).await?;
-            for r in &state.requests {
-                if WRITES.iter().any(|w| r.route.ends_with(w)) {
-                    seen.push(format!("{end} {}", r.route));
-                }
-            }
+            seen.extend(writes_in(&state).map(|route| format!("{end} {route}")));
         }
         Ok(seen)
     }
+}
+
+/// The routes of the requests that change an end: import writes and DDL.
+const WRITE_ROUTES: &[&str] = &[
+    "import/create",
+    "import/commit",
+    "import/abort",
+    "/CreateCollection",
+    "/CreateDatabase",
+    "/CreatePartition",
+    "/CreateIndex",
+    "/DropCollection",
+];
+
+/// The routes of the requests in `state`'s log that changed the end.
+pub fn writes_in(state: &ClusterSnapshot) -> impl Iterator<Item = &str> {
+    (state.requests.iter())
+        .map(|r| r.route.as_str())
+        .filter(|route| WRITE_ROUTES.iter().any(|w| route.ends_with(w)))
 }
 
 /// A collection's `db.name` and the rows a query sees in it: inserted less deleted.
@@ -1626,11 +1659,11 @@ impl<T> Ready for Option<T> {
 mod tests {
     use super::*;
 
-    /// Each end gets its own rules where `end_rules` names it, the world's otherwise; the
-    /// world's leave every existing test's ends as they were.
+    /// Each end gets its own rules where `end_rules` names it, the world's otherwise.
     #[test]
     fn an_end_takes_its_own_rules_else_the_worlds() {
         let mut spec = WorldSpec::default();
+        spec.rules.partition_key_refuses_partition_names = false;
         let behind = EndRules::clock_before_generated_backups();
         spec.end_rules.insert(TARGET.into(), behind.clone());
         let (mut target, mut secondary) = (ClusterSpec::new(TARGET), ClusterSpec::new("s1"));

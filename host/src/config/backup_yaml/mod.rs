@@ -43,6 +43,9 @@ pub const MILVUS_STORAGE: &str = "milvus";
 /// Where the backups are (`backup.storage`).
 pub const BACKUP_STORAGE: &str = "backup";
 
+/// The cluster's management API (Milvus's metrics port), where milvus-backup pauses GC.
+const MANAGEMENT: &str = "milvus.management.endpoint";
+
 /// The most segments Milvus takes in one import request that lockstep batches.
 const MAX_SEGMENTS_PER_JOB: i64 = crate::backup::DEFAULT_MAX_SEGMENTS_PER_JOB as i64;
 
@@ -315,7 +318,6 @@ impl Reader<'_> {
                 "must name at least one endpoint",
             );
         }
-        self.http_url(s, "milvus.management.endpoint");
         let milvus = self.storage(s, "milvus.storage");
         let backup = self.storage(s, "backup.storage");
         let cluster = self.cluster(s, milvus.as_ref());
@@ -423,6 +425,10 @@ impl Reader<'_> {
                 format!("{rest}: lockstep reaches Milvus's REST and gRPC at one address, {uri}; leave it empty or give that address"),
             );
         }
+        // milvus-backup pauses GC at its default (`http://localhost:9091`) whoever wrote
+        // nothing: only an address someone wrote is the cluster's management API.
+        let management = self.http_url(s, MANAGEMENT);
+        let management = management.filter(|_| s.origin(MANAGEMENT).is_set());
         let (user, password) = (s.text("milvus.user"), s.text("milvus.password"));
         let token = (!user.is_empty() || !password.is_empty())
             .then(|| TokenSource::Given(Secret(format!("{user}:{password}"))));
@@ -444,6 +450,7 @@ impl Reader<'_> {
             require_staging: false,
             l0_import: None,
             tls: tls?,
+            management,
         })
     }
 
@@ -962,6 +969,7 @@ mod tests {
                     require_staging: false,
                     l0_import: None,
                     tls: TlsSpec::default(),
+                    management: Some(Url::parse("http://10.0.0.1:9091").unwrap()),
                 },
             )]),
             storages: BTreeMap::from([
@@ -1150,6 +1158,41 @@ milvus:
         assert!(
             refused[2].ends_with("`bad host` is not a host name or address"),
             "{refused:#?}"
+        );
+    }
+
+    /// Issue 49: `milvus.management.endpoint` (where milvus-backup pauses GC) is the
+    /// cluster's management API when someone wrote it; its default, `http://localhost:9091`,
+    /// is nobody's address for a remote Milvus and is not taken. A bad one is refused at its
+    /// line.
+    #[test]
+    fn a_written_management_endpoint_is_the_clusters_management_api() {
+        let management = |text: &str, sets: &[(&str, &str)]| {
+            let config = parse(text, sets, &no_env).unwrap();
+            config.clusters[CLUSTER]
+                .management
+                .clone()
+                .map(String::from)
+        };
+        let head = "configVersion: v2\nmilvus:\n  grpc:\n    address: 10.0.0.1\n";
+        assert_eq!(management(head, &[]), None);
+        let written = format!("{head}  management:\n    endpoint: http://10.0.0.1:9091\n");
+        assert_eq!(
+            management(&written, &[]).as_deref(),
+            Some("http://10.0.0.1:9091/")
+        );
+        let set = [("milvus.management.endpoint", "https://10.0.0.1:9091")];
+        assert_eq!(
+            management(head, &set).as_deref(),
+            Some("https://10.0.0.1:9091/")
+        );
+        let bad = format!("{head}  management:\n    endpoint: 10.0.0.1:9091\n");
+        let refused = shown(parse(&bad, &[], &no_env).unwrap_err());
+        assert_eq!(
+            refused,
+            [
+                "/etc/milvus-backup/backup.yaml:6:5: milvus.management.endpoint: `10.0.0.1:9091`: expected an absolute http(s):// URL"
+            ],
         );
     }
 

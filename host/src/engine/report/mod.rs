@@ -64,6 +64,32 @@ pub struct Report {
     /// when it was not asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verification: Option<crate::verify::Verification>,
+    /// What preflight let through that a person should know of.
+    #[serde(default, skip_serializing_if = "PreflightNotes::is_empty")]
+    pub preflight: PreflightNotes,
+}
+
+/// What preflight let through and a report says: a wait for the clocks, builds that differ,
+/// gates it could not read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreflightNotes {
+    /// How long it waited for every end's clock to pass the backup's newest row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_waited_ms: Option<u64>,
+    /// `end build` of every end, when their builds differ and the job allowed it
+    /// (`allow_mixed_builds`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mixed_builds: Vec<String>,
+    /// The ends whose replicated import gate was not read: the host config gives them no
+    /// management URI.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gate_not_read: Vec<String>,
+}
+
+impl PreflightNotes {
+    pub fn is_empty(&self) -> bool {
+        *self == PreflightNotes::default()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -342,6 +368,7 @@ impl Report {
             reaction_ms: None,
             rerun_because: None,
             verification: None,
+            preflight: PreflightNotes::default(),
         }
     }
 

@@ -169,6 +169,28 @@ impl Report {
         if let Some(why) = &self.rerun_because {
             writeln!(f, "  run again: {why}")?;
         }
+        let notes = &self.preflight;
+        if let Some(ms) = notes.clock_waited_ms {
+            writeln!(
+                f,
+                "  waited {:.1}s for every end's clock to pass the backup's newest row",
+                ms as f64 / 1000.0
+            )?;
+        }
+        if !notes.mixed_builds.is_empty() {
+            writeln!(
+                f,
+                "  the ends run different builds ({}), restored as allow_mixed_builds allows",
+                notes.mixed_builds.join(", ")
+            )?;
+        }
+        if !notes.gate_not_read.is_empty() {
+            writeln!(
+                f,
+                "  replicated import gate not read on {}: no management URI in the host config",
+                notes.gate_not_read.join(", ")
+            )?;
+        }
         let secs = self
             .finished_at
             .duration_since(self.started_at)

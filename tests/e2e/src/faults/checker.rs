@@ -101,6 +101,16 @@ pub enum Violation {
         route: String,
         job: i64,
     },
+    /// Invariant 10: a commit stamped below its rows' newest timestamp stopped a pchannel of
+    /// `end` at the commit fence (milvus#51589).
+    StaleCommit {
+        end: String,
+        job: i64,
+        pchannel: String,
+    },
+    /// Invariant 5: every attempt was refused before it planned anything, yet `end` was
+    /// written.
+    RefusalWrote { end: String, route: String },
 }
 
 impl fmt::Display for Violation {
@@ -209,6 +219,14 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "[inv 9] {route} on {collection} was answered while its import job {job} was unfinished"
+            ),
+            StaleCommit { end, job, pchannel } => write!(
+                f,
+                "[inv 10] the commit of job {job} was stamped below its rows' newest timestamp: {end} stopped {pchannel} at the commit fence"
+            ),
+            RefusalWrote { end, route } => write!(
+                f,
+                "[inv 5] every attempt was refused before planning anything, yet {end} was sent {route}"
             ),
         }
     }
@@ -391,6 +409,37 @@ pub fn nothing_restored(ends: &[(String, ClusterSnapshot)]) -> Vec<Violation> {
     found
 }
 
+/// Invariant 9 from the ends alone: no pchannel of any end stopped at a rejected commit
+/// fence, which only a commit stamped below its rows' newest timestamp raises.
+pub fn no_stale_commit(ends: &[(String, ClusterSnapshot)]) -> Vec<Violation> {
+    (ends.iter())
+        .flat_map(|(end, state)| {
+            state.fences.iter().map(|f| Violation::StaleCommit {
+                end: end.clone(),
+                job: f.job_id,
+                pchannel: f.pchannel.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Invariant 5's refusal: when every attempt was refused before it planned anything, no end
+/// received a write.
+fn refusals_wrote_nothing(e: &Evidence<'_>) -> Vec<Violation> {
+    let refused = |r: &RestoreRecord| r.outcome == Some(Outcome::Refused) && r.groups.is_empty();
+    if e.records.is_empty() || !e.records.iter().all(refused) {
+        return Vec::new();
+    }
+    (e.ends.iter())
+        .flat_map(|(end, state)| {
+            crate::writes_in(state).map(|route| Violation::RefusalWrote {
+                end: end.clone(),
+                route: route.to_owned(),
+            })
+        })
+        .collect()
+}
+
 /// A batch as the journal holds it, with its commit decision's time if it has one.
 struct Submitted<'a> {
     record: &'a RestoreRecord,
@@ -414,6 +463,8 @@ pub fn check(e: &Evidence<'_>) -> Vec<Violation> {
     let mut found = commits_followed_every_uncommitted(e.ends);
     found.extend(nothing_held(e.ends));
     found.extend(ddl_before_imports(e.ends));
+    found.extend(no_stale_commit(e.ends));
+    found.extend(refusals_wrote_nothing(e));
     let Some((_, target)) = e.ends.first() else {
         return found;
     };

@@ -41,6 +41,11 @@ const HELD_WITHIN: Duration = Duration::from_secs(10);
 const LEASE: Duration = Duration::from_secs(2);
 const PAST_THE_LEASE: Duration = Duration::from_millis(2_500);
 
+/// The job's `completion_timeout` where an end's clock runs behind: were a commit stamped
+/// below the backup's rows, its jobs would stay Committing for ever and the run with them.
+/// Long beside what a healthy completion takes here, with every fault of a schedule.
+const CLOCK_COMPLETION: Duration = Duration::from_secs(60);
+
 /// What the runner needs besides the scenario.
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
@@ -399,6 +404,8 @@ impl Run<'_> {
                     Err("no lockstep process was running".into())
                 }
             }
+            // Set up with the world (`Scenario::world_spec`).
+            Fault::ClockBehind { .. } => Ok(()),
             Fault::EtcdRestart { down_ms } => match self.etcd.as_mut() {
                 Some(etcd) => {
                     etcd.kill().await?;
@@ -609,6 +616,12 @@ fn job_tables(s: &Scenario) -> anyhow::Result<String> {
         s.atomicity.name(),
         s.mirror_grace_ms
     );
+    if s.clock_behind() {
+        text.push_str(&format!(
+            "completion_timeout = \"{}s\"\n",
+            CLOCK_COMPLETION.as_secs()
+        ));
+    }
     let drifts = |changed: bool| {
         (s.schedule.iter()).any(|t| match t.fault {
             Fault::LostDelete { .. } => !changed,
@@ -636,7 +649,7 @@ fn job_tables(s: &Scenario) -> anyhow::Result<String> {
 
 /// Runs `scenario` start to end and checks what it left.
 pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Result<SeedRun> {
-    let mut spec = scenario.world_spec();
+    let mut spec = scenario.world_spec()?;
     let mut restore_jobs = None;
     if scenario.fills_the_budget() {
         let jobs = spec.restore_jobs(&job_tables(scenario)?).await?;

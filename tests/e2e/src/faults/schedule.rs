@@ -189,6 +189,10 @@ pub enum Fault {
     /// while an import is unfinished (milvus#53071), so it is refused with 112 and the
     /// restore goes on as if it had not been sent.
     SchemaDdl { collection: u32 },
+    /// `end`'s clock runs `behind_ms` behind the backup's newest row from the start: a
+    /// commit it stamps before then is one the commit fence rejects (milvus#51589). Set up
+    /// with the world, so its time is always 0.
+    ClockBehind { end: String, behind_ms: u64 },
 }
 
 /// What follows a paused host: the takeover, maybe killed, and the wake.
@@ -232,6 +236,7 @@ impl Fault {
             Fault::EtcdRestart { .. } => "etcd-restart",
             Fault::LostCreateAnswer { .. } => "lost-create-answer-full-budget",
             Fault::SchemaDdl { .. } => "schema-ddl-while-held",
+            Fault::ClockBehind { .. } => "clock-behind",
         }
     }
 }
@@ -462,6 +467,21 @@ impl Scenario {
                 fault: Fault::SchemaDdl { collection },
             });
         }
+        if d.chance(6) {
+            let end = ends[d.between(0, ends.len() as u64 - 1) as usize].clone();
+            let margin = lockstep::engine::clock::MARGIN.as_millis() as u64;
+            // Seconds behind (waited for), just past the margin when the world starts (by
+            // preflight within it, or not), or days behind (refused).
+            let behind_ms = match d.between(0, 2) {
+                0 => d.between(500, margin - 2_000),
+                1 => d.between(margin + 1_000, margin + 30_000),
+                _ => d.between(3_600_000, 40 * 86_400_000),
+            };
+            schedule.push(Timed {
+                at_ms: 0,
+                fault: Fault::ClockBehind { end, behind_ms },
+            });
+        }
         schedule.sort_by_key(|t| t.at_ms);
         Scenario {
             seed,
@@ -483,8 +503,9 @@ impl Scenario {
     /// seconds; the stream lag starts at the default and faults change it. Every end has
     /// Milvus 3.0's default of L0 import (off) but those its faults switch it on at, and
     /// refuses schema DDL while an import is unfinished (milvus#53071): a restore must
-    /// never meet that, whatever else happens.
-    pub fn world_spec(&self) -> WorldSpec {
+    /// never meet that, whatever else happens. A clock that runs behind is set against the
+    /// backup's newest row from now.
+    pub fn world_spec(&self) -> anyhow::Result<WorldSpec> {
         let base = WorldSpec::default();
         let l0_on = (self.schedule.iter())
             .filter_map(|t| match &t.fault {
@@ -492,7 +513,7 @@ impl Scenario {
                 _ => None,
             })
             .collect();
-        WorldSpec {
+        let mut spec = WorldSpec {
             secondaries: self.secondaries,
             storage: self.storage,
             l0_import: L0Import::OnAt(l0_on),
@@ -511,7 +532,21 @@ impl Scenario {
                 ..base.backup.clone()
             },
             ..base
+        };
+        for t in &self.schedule {
+            if let Fault::ClockBehind { end, behind_ms } = &t.fault {
+                let behind = Duration::from_millis(*behind_ms);
+                let rules = (spec.rules.clone()).clock_behind_newest_row(&spec.backup, behind)?;
+                spec.end_rules.insert(end.clone(), rules);
+            }
         }
+        Ok(spec)
+    }
+
+    /// Whether some end's clock runs behind the backup: the job then bounds its wait after
+    /// the commit, which a commit the fence rejects would make endless.
+    pub fn clock_behind(&self) -> bool {
+        (self.schedule.iter()).any(|t| matches!(t.fault, Fault::ClockBehind { .. }))
     }
 
     /// Whether every end's job budget is to hold exactly the restore's jobs.

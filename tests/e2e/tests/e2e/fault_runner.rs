@@ -5,7 +5,7 @@
 use e2e::faults::checker::{self, Ending, Evidence, ProcessRun, Violation};
 use e2e::faults::runner::{RunnerConfig, SeedRun, run_seed};
 use e2e::faults::schedule::{Atomicity, Fault, JournalKind, Pause, Scenario, Timed};
-use e2e::{StorageLayout, TARGET, World, WorldSpec, secondary};
+use e2e::{EndRules, StorageLayout, TARGET, World, WorldSpec, secondary};
 use lockstep::engine::faults::Bug;
 use lockstep::journal::embedded::FileJournal;
 use lockstep::journal::{Decision, Journal as _};
@@ -422,8 +422,25 @@ async fn a_collection_failing_after_others_committed_is_not_reported_as_rolled_b
         "no collection was committed before the failure: the test proved nothing\n{}",
         run.explain()
     );
+    let violations = checked(&world, &run).await?;
+    assert!(
+        violations.is_empty(),
+        "{}\n{}",
+        violations
+            .iter()
+            .map(Violation::to_string)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        run.explain()
+    );
+    Ok(())
+}
+
+/// What the checker finds of `world` after the one run `run`.
+async fn checked(world: &World, run: &e2e::RunResult) -> anyhow::Result<Vec<Violation>> {
+    let records = FileJournal::open(&world.path("state"))?.list().await?;
     let ends = world.snapshots().await?;
-    let violations = checker::check(&Evidence {
+    Ok(checker::check(&Evidence {
         ends: &ends,
         records: &records,
         processes: &[ProcessRun {
@@ -436,16 +453,39 @@ async fn a_collection_failing_after_others_committed_is_not_reported_as_rolled_b
         l0: world.l0_logs(),
         misbehaving_check: false,
         resubmission: None,
-    });
-    assert!(
-        violations.is_empty(),
-        "{}\n{}",
-        violations
-            .iter()
-            .map(Violation::to_string)
-            .collect::<Vec<_>>()
-            .join("\n"),
-        run.explain()
-    );
+    }))
+}
+
+/// Issue 49: a host that does not hold the ends' clocks to the backup's newest row commits
+/// below it onto a target whose clock runs days behind: the commit fence stops the
+/// collection's channels and the jobs stay Committing (the job's short completion timeout
+/// ends the run). The checker names the stale commit. A correct host refuses the same
+/// restore, and the checker finds nothing written.
+#[tokio::test(flavor = "multi_thread")]
+async fn catches_a_commit_stamped_below_the_backups_rows() -> anyhow::Result<()> {
+    let job_tables = "[two_phase]\ncompletion_timeout = \"10s\"\n";
+    for plant in [Some(Bug::SkipClock), None] {
+        let mut spec = WorldSpec::default();
+        (spec.end_rules).insert(TARGET.into(), EndRules::clock_before_generated_backups());
+        let world = World::start(spec).await?;
+        let job = world.job("stale", job_tables)?;
+        let env: Vec<(&str, &str)> = plant.iter().map(|b| ("LOCKSTEP_PLANT", b.name())).collect();
+        let run = world
+            .run(&["run", job.to_str().expect("a UTF-8 path")], &env)
+            .await?;
+        let violations = checked(&world, &run).await?;
+        let stale = (violations.iter()).any(|v| matches!(v, Violation::StaleCommit { .. }));
+        match plant {
+            Some(_) => assert!(
+                stale,
+                "the checker missed the stale commit: {violations:#?}\n{}",
+                run.explain()
+            ),
+            None => {
+                assert_eq!(run.code, 2, "{}", run.explain());
+                assert!(violations.is_empty(), "{violations:#?}\n{}", run.explain());
+            }
+        }
+    }
     Ok(())
 }

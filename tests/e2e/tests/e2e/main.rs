@@ -3,6 +3,7 @@
 mod access;
 mod atomicity;
 mod browser;
+mod clocks_and_builds;
 mod clouds;
 mod crash;
 mod cross_origin;

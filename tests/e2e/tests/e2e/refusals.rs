@@ -351,11 +351,13 @@ async fn an_existing_collection_without_drop_or_skip() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_import_gate_off_on_the_target() -> anyhow::Result<()> {
-    // Milvus exposes dataCoord.import.enableInReplicatingCluster only through the create it
-    // refuses (code 3000), so lockstep learns it at its first create, before any job exists,
-    // and undoes its DDL: nothing is left on any end once the drops have replicated.
+    // Without a management URI (where preflight reads dataCoord.import.enableInReplicatingCluster,
+    // tests/e2e/tests/e2e/clocks_and_builds.rs), the gate shows only in the create it refuses
+    // (code 3000), so lockstep learns it at its first create, before any job exists, and
+    // undoes its DDL: nothing is left on any end once the drops have replicated.
     let world = World::start(WorldSpec {
         gate_on: false,
+        management_known: false,
         ..WorldSpec::default()
     })
     .await?;
