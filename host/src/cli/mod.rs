@@ -425,8 +425,7 @@ async fn verify(
         .filter(|_| !record.is_unfinished())
         .with_context(|| format!("restore {id} has not finished: `lockstep recover {id}` first"))
         .and_then(|r| r.read().context("the restore's report does not read"))?;
-    let expected = report
-        .to_verify()
+    let expected = engine::report::to_verify(&report.collections)
         .with_context(|| format!("a collection in the report of {id}"))?;
     let ends = engine::Ends::from_recorded(&record.ends, host)?;
     let reopened = match sample {

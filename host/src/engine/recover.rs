@@ -126,7 +126,7 @@ async fn resolve(
     // What a query on every end sees of what the decisions made visible, as the run would
     // have asked once every end completed.
     if let Some(asked) = record.verify.as_ref().filter(|_| unsettled.is_empty()) {
-        report.verification = verification::ask_recorded(attempt, asked, &report).await;
+        report.verification = verification::ask_recorded(attempt, asked, &report.collections).await;
     }
     let (shown_wrong, unverified) = verification::findings(report.verification.as_ref());
     let failure = match (decided, settled.aborted_any) {

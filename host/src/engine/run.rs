@@ -25,7 +25,8 @@ use super::preflight::{Preflight, preflight};
 use super::process::{Engine, Interrupted};
 use super::refusal::Refusal;
 use super::report::{
-    CollectionReport, Divergence, EndReport, PreflightNotes, Report, ReportOf, StagingReport,
+    self, CheckEntry, CollectionReport, Divergence, EndReport, JobReport, PreflightNotes, Report,
+    ReportOf, StagingReport,
 };
 use super::retry::DEFAULT_CALL_DEADLINE;
 use super::rollback::{self, StageCleanup};
@@ -39,6 +40,7 @@ use crate::journal::{
 };
 use crate::plugins::{CheckContext, Phase, StagedFiles};
 use crate::storage::TempFiles;
+use crate::verify::Verification;
 
 /// Runs a new attempt of `job` under `claim`. It owns the attempt: its keeper writes the
 /// record, the work runs under it, and what the work returns decides the outcome.
@@ -95,23 +97,18 @@ pub(super) async fn run_attempt(
             return keeper.finish(report, outcome, refusals).await;
         }
     };
-    report.collections = preflight
-        .plan
-        .collections
-        .iter()
-        .map(CollectionReport::planned)
-        .collect();
-    let work = execute(&attempt, job, &preflight, &checks, &mut report);
-    let executed = keeper.run(&mut inbox, work).await;
-    let (outcome, refusals) = match executed {
-        Ok(Outcome::RolledBack) => {
+    let found = Found::planned(&preflight);
+    let work = execute(&attempt, job, &preflight, &checks, found);
+    let Executed { mut found, end } = keeper.run(&mut inbox, work).await;
+    let (outcome, summary, refusals) = match end {
+        Ok((Outcome::RolledBack, summary)) => {
             undo(&attempt, &mut keeper, &mut inbox, Stage::Delete).await;
-            if let Some(s) = report.staging.as_mut() {
+            if let Some(s) = found.staging.as_mut() {
                 s.cleaned_up = true;
             }
-            (Outcome::RolledBack, vec![])
+            (Outcome::RolledBack, summary, vec![])
         }
-        Ok(outcome) => (outcome, vec![]),
+        Ok((outcome, summary)) => (outcome, summary, vec![]),
         Err(Stopped { why, unsettled }) => {
             // A job some end may still hold can still read the staged files: they stay
             // for the recovery, which deletes them once every job settled.
@@ -120,10 +117,64 @@ pub(super) async fn run_attempt(
                 false => Stage::Keep,
             };
             undo(&attempt, &mut keeper, &mut inbox, staged).await;
-            stopped(why, unsettled, &mut report, &attempt.id)
+            stopped(why, unsettled, &found, &attempt.id)
         }
     };
+    let report = Report {
+        summary,
+        collections: found.collections,
+        jobs: found.jobs,
+        staging: found.staging,
+        checks: found.checks,
+        divergences: found.divergences,
+        verification: found.verification,
+        ..report
+    };
     keeper.finish(report, outcome, refusals).await
+}
+
+/// What the work after preflight found, each part returned by the stage that found it:
+/// [`run_attempt`] makes the report of it once, whatever the work came to.
+struct Found {
+    /// The plan's collections, each marked committed once a decision made it visible.
+    collections: Vec<CollectionReport>,
+    /// Every planned job, then each as it ended.
+    jobs: Vec<JobReport>,
+    staging: Option<StagingReport>,
+    checks: Vec<CheckEntry>,
+    divergences: Vec<Divergence>,
+    verification: Option<Verification>,
+}
+
+impl Found {
+    /// Nothing found yet: the plan's collections, none committed.
+    fn planned(preflight: &Preflight) -> Found {
+        Found {
+            collections: (preflight.plan.collections.iter())
+                .map(CollectionReport::planned)
+                .collect(),
+            jobs: Vec::new(),
+            staging: None,
+            checks: Vec::new(),
+            divergences: Vec::new(),
+            verification: None,
+        }
+    }
+
+    /// The work stopped by `why` with this found.
+    fn stopped(self, why: impl Into<Stopped>) -> Executed {
+        Executed {
+            found: self,
+            end: Err(why.into()),
+        }
+    }
+}
+
+/// What the work after preflight came to: its outcome and summary, or why it stopped, with
+/// what it found either way.
+struct Executed {
+    found: Found,
+    end: Result<(Outcome, String), Stopped>,
 }
 
 /// A restore that stopped before (some of) its decisions: why, and the aborts that did not
@@ -161,41 +212,39 @@ enum Stage {
 fn stopped(
     stop: Error,
     unsettled: Vec<String>,
-    report: &mut Report,
+    found: &Found,
     id: &RestoreId,
-) -> (Outcome, Vec<Refusal>) {
+) -> (Outcome, String, Vec<Refusal>) {
     if let Error::Refused(refusals) = stop {
         let (outcome, summary) = outcome::refused(RefusedAt::Elsewhere, &refusals);
-        report.summary = summary;
-        return (outcome, refusals);
+        return (outcome, summary, refusals);
     }
     // With collection atomicity, groups decided before the failure stay committed, and
     // what a query showed of them counts.
-    let (shown_wrong, unverified) = verification::findings(report.verification.as_ref());
+    let (shown_wrong, unverified) = verification::findings(found.verification.as_ref());
     let facts = outcome::Facts {
         failure: Some(stop.reason()),
-        visible: report.committed_collections(),
-        divergences: &report.divergences,
+        visible: report::committed(&found.collections),
+        divergences: &found.divergences,
         shown_wrong,
         unverified,
         unconverged: unsettled,
         ..outcome::Facts::default()
     };
     let (outcome, summary) = outcome::decide(&facts, id);
-    report.summary = summary;
-    (outcome, vec![])
+    (outcome, summary, vec![])
 }
 
-/// Everything after preflight. `Ok` is the outcome of a restore that got past its DDL
-/// without a failure before its decision (a rollback of it is the caller's); `Err` a stop
+/// Everything after preflight. An outcome is that of a restore that got past its DDL
+/// without a failure before its decision (a rollback of it is the caller's); a stop is one
 /// whose rollback the caller does and reports.
 async fn execute(
     attempt: &Attempt<'_>,
     job: &Job,
     preflight: &Preflight,
     checks: &CheckSetup,
-    report: &mut Report,
-) -> Result<Outcome, Stopped> {
+    mut found: Found,
+) -> Executed {
     let ends = attempt.ends;
     let restore_id = &attempt.id;
 
@@ -207,18 +256,21 @@ async fn execute(
         job.restore.collection_creation,
     )));
     if job.restore.meta_only {
-        return Ok(meta_only(attempt, job, preflight, report).await?);
+        return meta_only(attempt, job, preflight, found).await;
     }
     let (made_tx, made) = watch::channel(0);
 
     // Where the ends import from, and the commit groups: recorded before anything is
     // created, staged or submitted.
-    let to = Destinations::open(job, preflight, restore_id)?;
+    let to = match Destinations::open(job, preflight, restore_id) {
+        Ok(to) => to,
+        Err(e) => return found.stopped(e),
+    };
     let import_prefix = to.paths.prefix().to_string();
     let groups = group::plan(restore_id, job, preflight, &import_prefix);
     let trackers = group::trackers(ends, preflight, &groups);
     // Every planned job, none created yet: what a restore stopped before its creates reports.
-    report.jobs = trackers.iter().flat_map(Tracker::job_reports).collect();
+    found.jobs = trackers.iter().flat_map(Tracker::job_reports).collect();
     // Only checks page through the staged files: without one, a list of every file's path
     // (about 100 MB at 600,000 files) would be held for nobody.
     let staged = if job.checks.is_empty() {
@@ -235,13 +287,14 @@ async fn execute(
     // phase: each is a journal commit with an fsync, and all of them come before any DDL,
     // copy or create.
     attempt.enter_phase(RestorePhase::Ddl);
-    attempt
-        .write(Change::Planned {
-            groups: groups.clone(),
-            staging: to.recorded(),
-            verify: verification::recorded(job, report),
-        })
-        .await?;
+    let planned = Change::Planned {
+        groups: groups.clone(),
+        staging: to.recorded(),
+        verify: verification::recorded(job, &found.collections),
+    };
+    if let Err(e) = attempt.write(planned).await {
+        return found.stopped(e);
+    }
     let gate = ImportGate::new(
         &import_prefix,
         &preflight.plan.files_to_stage,
@@ -273,11 +326,11 @@ async fn execute(
     // staged, and the decision waits for the whole stage.
     let made = (made_tx, made);
     let landed = if checks.has(Phase::BeforeImport) || preflight.route.route.auto_commits() {
-        one_after_another(attempt, run_on, trackers, &to, made, report).await?
+        one_after_another(attempt, run_on, trackers, &to, made).await
     } else {
-        side_by_side(attempt, run_on, trackers, &to, made, report).await
+        side_by_side(attempt, run_on, trackers, &to, made).await
     };
-    conclude(attempt, job, preflight, landed, report).await
+    conclude(attempt, job, preflight, landed, found).await
 }
 
 /// A meta-only restore: the collections created on the target and awaited on every
@@ -286,31 +339,37 @@ async fn meta_only(
     attempt: &Attempt<'_>,
     job: &Job,
     preflight: &Preflight,
-    report: &mut Report,
-) -> Result<Outcome, Error> {
-    let (made_tx, made) = watch::channel(0);
-    attempt.set_phase(RestorePhase::Ddl).await?;
-    ddl(attempt, job, preflight, &made_tx).await?;
-    let grace = job.two_phase.mirror_grace;
-    arrivals(attempt, preflight, grace, made, &|_| {}).await?;
-    let (outcome, summary) = outcome::meta_only();
-    report.summary = summary;
-    for c in &mut report.collections {
+    mut found: Found,
+) -> Executed {
+    let made = async {
+        let (made_tx, made) = watch::channel(0);
+        attempt.set_phase(RestorePhase::Ddl).await?;
+        ddl(attempt, job, preflight, &made_tx).await?;
+        let grace = job.two_phase.mirror_grace;
+        arrivals(attempt, preflight, grace, made, &|_| {}).await
+    };
+    if let Err(e) = made.await {
+        return found.stopped(e);
+    }
+    for c in &mut found.collections {
         c.committed = true;
     }
-    Ok(outcome)
+    Executed {
+        found,
+        end: Ok(outcome::meta_only()),
+    }
 }
 
 /// The DDL, the arrivals and the stage in turn, the checks before import, then the imports:
-/// held by the commit groups, or auto-committed.
+/// held by the commit groups, or auto-committed. The first of them to fail stops the rest,
+/// before any job was created.
 async fn one_after_another<'r>(
     attempt: &'r Attempt<'_>,
     run_on: Groups<'r>,
     trackers: Vec<Tracker>,
     to: &Destinations,
     (made_tx, made): (watch::Sender<usize>, watch::Receiver<usize>),
-    report: &mut Report,
-) -> Result<Landed<'r>, Error> {
+) -> Landed<'r> {
     let Groups {
         job,
         preflight,
@@ -318,24 +377,39 @@ async fn one_after_another<'r>(
         restore,
         gate,
     } = run_on;
+    let collections = preflight.plan.collections.len();
     let grace = job.two_phase.mirror_grace;
     let arrived = |c: usize| gate.collection_arrived(c);
-    ddl(attempt, job, preflight, &made_tx).await?;
-    arrivals(attempt, preflight, grace, made, &arrived).await?;
-    report.staging = Some(stage(attempt, preflight, to, gate).await?);
+    let made = async {
+        ddl(attempt, job, preflight, &made_tx).await?;
+        arrivals(attempt, preflight, grace, made, &arrived).await?;
+        stage(attempt, preflight, to, gate).await
+    };
+    let staging = match made.await {
+        Ok(staging) => staging,
+        Err(why) => return Landed::before_imports(why, collections, None, Vec::new()),
+    };
     faults::crash_point("after-stage");
     let before_import = CheckContext::for_phase(restore, Phase::BeforeImport, None);
     let (entries, checked) = checks.run(job, restore.staged, before_import).await;
-    report.checks = entries;
-    checked?;
+    if let Err(why) = checked {
+        return Landed::before_imports(why.into(), collections, Some(staging), entries);
+    }
     if !preflight.route.route.auto_commits() {
         let ran = group::run(attempt, run_on, trackers).await;
-        return Ok(held(restore.groups, ran, report, []));
+        let plan = &preflight.plan.collections;
+        return held(restore.groups, plan, ran, Ok(staging), entries, []);
     }
-    attempt.set_phase(RestorePhase::Importing).await?;
+    if let Err(why) = attempt.set_phase(RestorePhase::Importing).await {
+        return Landed::before_imports(why.into(), collections, Some(staging), entries);
+    }
     let imports =
         auto_commit::run(attempt.ends, attempt, restore.groups, preflight.route.route).await;
-    Ok(auto_committed(&imports, attempt.ends, report))
+    Landed {
+        staging: Some(staging),
+        checks: entries,
+        ..auto_committed(&imports, attempt.ends, &preflight.plan)
+    }
 }
 
 /// The DDL, the arrivals, the stage and the commit groups side by side: each batch's job is
@@ -347,7 +421,6 @@ async fn side_by_side<'r>(
     trackers: Vec<Tracker>,
     to: &Destinations,
     (made_tx, made): (watch::Sender<usize>, watch::Receiver<usize>),
-    report: &mut Report,
 ) -> Landed<'r> {
     let Groups {
         job,
@@ -385,9 +458,9 @@ async fn side_by_side<'r>(
         staging,
         group::run(attempt, run_on, trackers)
     );
-    let staged = staged.map(|staged| report.staging = Some(staged));
-    let stops = [created.err(), arrived.err(), staged.err()];
-    held(restore.groups, ran, report, stops.into_iter().flatten())
+    let stops = [created.err(), arrived.err()];
+    let plan = &preflight.plan.collections;
+    held(restore.groups, plan, ran, staged, vec![], stops)
 }
 
 /// The DDL on the target, counting the collections it made on `made`; what it created is
@@ -449,8 +522,13 @@ async fn arrivals(
 
 /// What the imports came to, however they ran: [`conclude`] decides the outcome from it.
 struct Landed<'r> {
-    /// Per collection of the report, in its order: every row visible on every end.
+    /// Per collection of the plan, in its order: every row visible on every end.
     committed: Vec<bool>,
+    /// Each job as it ended; empty when none was created (the planned ones stand).
+    jobs: Vec<JobReport>,
+    staging: Option<StagingReport>,
+    /// What the checks before import and before commit reported.
+    checks: Vec<CheckEntry>,
     /// Collections with some rows visible and not all, each with what it shows.
     partly_visible: Vec<String>,
     /// What went wrong and cannot be taken back: auto-committed imports that came up short.
@@ -458,7 +536,8 @@ struct Landed<'r> {
     divergences: Vec<Divergence>,
     /// Groups that stopped after their decision without completing.
     unconverged: Vec<String>,
-    jobs: usize,
+    /// How many jobs the plan has.
+    job_count: usize,
     /// The staged files' deletion begun while the ends finished committing; `None` if not.
     cleaned_early: Option<EarlyCleanup<'r>>,
     /// Why the restore stopped before (some of) its decisions, if it did.
@@ -469,18 +548,51 @@ struct Landed<'r> {
     unsettled: Vec<String>,
 }
 
+impl Landed<'_> {
+    /// A restore stopped by `why` before it created any job, with the stage and the checks
+    /// before import it got to.
+    fn before_imports(
+        why: Error,
+        collections: usize,
+        staging: Option<StagingReport>,
+        checks: Vec<CheckEntry>,
+    ) -> Landed<'static> {
+        Landed {
+            committed: vec![false; collections],
+            jobs: Vec::new(),
+            staging,
+            checks,
+            partly_visible: Vec::new(),
+            failure: None,
+            divergences: Vec::new(),
+            unconverged: Vec::new(),
+            job_count: 0,
+            cleaned_early: None,
+            stop: Some(why),
+            aborted: Vec::new(),
+            unsettled: Vec::new(),
+        }
+    }
+}
+
 /// What the commit groups came to: a collection is committed when a group that imports
-/// into it decided for commit. `stops` are those of the parts that ran beside the groups:
-/// the restore's stop is the first of them and the groups' that does not follow from
-/// another.
+/// into it decided for commit. `stops` are those of the parts that ran beside the groups,
+/// the stage's included: the restore's stop is the first of them and the groups' that
+/// does not follow from another. `checks` are those that ran before the groups'.
 fn held<'r>(
     groups: &[CommitGroup],
+    collections: &[crate::backup::CollectionPlan],
     ran: group::Ran<'r>,
-    report: &mut Report,
-    stops: impl IntoIterator<Item = Error>,
+    staged: Result<StagingReport, Error>,
+    mut checks: Vec<CheckEntry>,
+    stops: impl IntoIterator<Item = Option<Error>>,
 ) -> Landed<'r> {
-    report.jobs = ran.trackers.iter().flat_map(Tracker::job_reports).collect();
-    report.checks.extend(ran.checks);
+    let jobs = ran.trackers.iter().flat_map(Tracker::job_reports).collect();
+    checks.extend(ran.checks);
+    let (staging, stage_stop) = match staged {
+        Ok(staging) => (Some(staging), None),
+        Err(why) => (None, Some(why)),
+    };
     let mut divergences = Vec::new();
     let mut unconverged = Vec::new();
     let mut aborted = Vec::new();
@@ -510,18 +622,22 @@ fn held<'r>(
     let visible: BTreeSet<String> = (committed_groups.iter())
         .flat_map(|g| g.batches.iter().map(|b| b.planned.namespace().to_string()))
         .collect();
-    let committed = (report.collections.iter())
-        .map(|c| visible.contains(&c.target))
+    let committed = (collections.iter())
+        .map(|c| visible.contains(&c.target.to_string()))
         .collect();
+    let stops = stops.into_iter().chain([stage_stop]).flatten();
     Landed {
         committed,
+        jobs,
+        staging,
+        checks,
         partly_visible: Vec::new(),
         failure: None,
         divergences,
         unconverged,
-        jobs: groups.iter().map(|g| g.batches.len()).sum(),
+        job_count: groups.iter().map(|g| g.batches.len()).sum(),
         cleaned_early: ran.cleaned_early,
-        stop: Error::first(stops.into_iter().chain(group_stops)),
+        stop: Error::first(stops.chain(group_stops)),
         aborted,
         unsettled,
     }
@@ -532,21 +648,20 @@ fn held<'r>(
 fn auto_committed(
     imports: &[auto_commit::BatchImport],
     ends: &Ends,
-    report: &mut Report,
+    plan: &crate::backup::RestorePlan,
 ) -> Landed<'static> {
     let target = &ends.target().name;
-    report.jobs = imports.iter().map(|b| b.job_report(target)).collect();
+    let jobs = imports.iter().map(|b| b.job_report(target)).collect();
     let mut committed = Vec::new();
     let mut partly_visible = Vec::new();
-    for c in &report.collections {
-        let mine: Vec<_> = imports
-            .iter()
-            .filter(|b| b.collection == c.target)
-            .collect();
+    for c in &plan.collections {
+        let name = c.target.to_string();
+        let mine: Vec<_> = imports.iter().filter(|b| b.collection == name).collect();
         let imported: i64 = mine.iter().map(|b| b.imported).sum();
         let whole = mine.iter().all(|b| b.whole());
         if !whole && imported > 0 {
-            partly_visible.push(format!("{} ({imported} of {} rows)", c.target, c.inserted));
+            let inserted: i64 = c.batches.iter().map(|b| b.rows).sum();
+            partly_visible.push(format!("{name} ({imported} of {inserted} rows)"));
         }
         committed.push(whole);
     }
@@ -562,11 +677,14 @@ fn auto_committed(
     });
     Landed {
         committed,
+        jobs,
+        staging: None,
+        checks: Vec::new(),
         partly_visible,
         failure,
         divergences: Vec::new(),
         unconverged: Vec::new(),
-        jobs: imports.len(),
+        job_count: imports.len(),
         cleaned_early: None,
         stop: None,
         aborted: Vec::new(),
@@ -585,12 +703,17 @@ async fn conclude(
     job: &Job,
     preflight: &Preflight,
     mut landed: Landed<'_>,
-    report: &mut Report,
-) -> Result<Outcome, Stopped> {
-    for (c, committed) in report.collections.iter_mut().zip(&landed.committed) {
+    mut found: Found,
+) -> Executed {
+    for (c, committed) in found.collections.iter_mut().zip(&landed.committed) {
         c.committed = *committed;
     }
-    report.divergences = landed.divergences;
+    if !landed.jobs.is_empty() {
+        found.jobs = std::mem::take(&mut landed.jobs);
+    }
+    found.staging = landed.staging.take();
+    found.checks = std::mem::take(&mut landed.checks);
+    found.divergences = std::mem::take(&mut landed.divergences);
     let settled = landed.unconverged.is_empty();
     // A restore that every end completed, with nothing failed, keeps what it committed
     // whatever a query then shows: its staged files go while the ends are asked (nothing
@@ -600,7 +723,7 @@ async fn conclude(
         && landed.cleaned_early.is_none()
         && landed.stop.is_none()
         && landed.failure.is_none()
-        && report.staging.is_some();
+        && found.staging.is_some();
     let staged = &preflight.plan.files_to_stage;
     // What a query sees of what was committed, once every end completed it (with collection
     // atomicity, also before a stop that left other collections undecided): a restore left
@@ -612,7 +735,7 @@ async fn conclude(
             if !settled {
                 return None;
             }
-            verification::run(attempt, job, report, preflight).await
+            verification::run(attempt, job, &found.collections, preflight).await
         },
         async {
             match early {
@@ -624,7 +747,7 @@ async fn conclude(
             }
         }
     );
-    report.verification = verified;
+    found.verification = verified;
     if let Some(stop) = landed.stop {
         let reason = stop.reason();
         for &group in &landed.aborted {
@@ -637,38 +760,40 @@ async fn conclude(
         if let Err(e) = attempt.persist().await {
             tracing::warn!(error = %error_chain(&e), "could not record the abort decisions");
         }
-        return Err(Stopped {
+        return found.stopped(Stopped {
             why: stop,
             unsettled: landed.unsettled,
         });
     }
-    let (shown_wrong, unverified) = verification::findings(report.verification.as_ref());
+    let (shown_wrong, unverified) = verification::findings(found.verification.as_ref());
     let facts = outcome::Facts {
         failure: landed.failure,
-        visible: report.committed_collections(),
+        visible: report::committed(&found.collections),
         partly_visible: landed.partly_visible,
-        divergences: &report.divergences,
+        divergences: &found.divergences,
         shown_wrong,
         unverified,
         unconverged: landed.unconverged,
-        collections: report.collections.len(),
-        jobs: landed.jobs,
+        collections: found.collections.len(),
+        jobs: landed.job_count,
         ends: attempt.ends.len(),
     };
-    let (outcome, summary) = outcome::decide(&facts, &attempt.id);
-    report.summary = summary;
-    if outcome == Outcome::RolledBack {
-        return Ok(outcome);
+    let decided = outcome::decide(&facts, &attempt.id);
+    if decided.0 == Outcome::RolledBack {
+        return Executed {
+            found,
+            end: Ok(decided),
+        };
     }
     // A restore left incomplete already says why; a journal that cannot take this write
     // either does not change that outcome.
     if let Err(e) = attempt.set_phase(RestorePhase::Completing).await {
         if settled {
-            return Err(e.into());
+            return found.stopped(e);
         }
         tracing::warn!(error = %error_chain(&e), "could not record the completing phase");
     }
-    if let Some(s) = report.staging.as_mut() {
+    if let Some(s) = found.staging.as_mut() {
         match cleaned {
             Some(cleaned) => s.cleaned_up = cleaned,
             None if settled => {
@@ -677,7 +802,10 @@ async fn conclude(
             None => {}
         }
     }
-    Ok(outcome)
+    Executed {
+        found,
+        end: Ok(decided),
+    }
 }
 
 /// Stages the plan's files into every end's store that is not the backup's, in the gate's

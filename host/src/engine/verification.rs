@@ -7,7 +7,7 @@ use super::attempt::Attempt;
 use super::faults;
 use super::fence::Fence;
 use super::preflight::Preflight;
-use super::report::Report;
+use super::report::{self, CollectionReport};
 use crate::job::{Job, VerifyRows};
 use crate::journal::{RecordedLive, RecordedVerify};
 use crate::verify::{self, Verification};
@@ -19,7 +19,7 @@ use crate::verify::{self, Verification};
 pub(super) async fn run(
     attempt: &Attempt<'_>,
     job: &Job,
-    report: &Report,
+    collections: &[CollectionReport],
     preflight: &Preflight,
 ) -> Option<Verification> {
     if job.verify.rows == VerifyRows::Off {
@@ -31,16 +31,16 @@ pub(super) async fn run(
         plan: &preflight.plan,
         keys,
     });
-    ask(attempt, job.verify.timeout, report, sampler.as_ref()).await
+    ask(attempt, job.verify.timeout, collections, sampler.as_ref()).await
 }
 
 /// What the job's `[verify]` asks, for the record: a recovery that rolls the restore
 /// forward asks it too, without the job.
-pub(super) fn recorded(job: &Job, report: &Report) -> Option<RecordedVerify> {
+pub(super) fn recorded(job: &Job, collections: &[CollectionReport]) -> Option<RecordedVerify> {
     (job.verify.rows != VerifyRows::Off).then(|| RecordedVerify {
         timeout_ms: u64::try_from(job.verify.timeout.as_millis()).unwrap_or(u64::MAX),
         sample: job.verify.sample,
-        collections: (report.collections.iter())
+        collections: (collections.iter())
             .map(|c| RecordedLive {
                 target: c.target.clone(),
                 source: c.source.clone(),
@@ -57,11 +57,11 @@ pub(super) fn recorded(job: &Job, report: &Report) -> Option<RecordedVerify> {
 pub(super) async fn ask_recorded(
     attempt: &Attempt<'_>,
     asked: &RecordedVerify,
-    report: &Report,
+    collections: &[CollectionReport],
 ) -> Option<Verification> {
     let timeout = std::time::Duration::from_millis(asked.timeout_ms);
     let Some(keys) = asked.sample else {
-        return ask(attempt, timeout, report, None).await;
+        return ask(attempt, timeout, collections, None).await;
     };
     let reopened = match attempt.job {
         Some(job) => {
@@ -73,7 +73,7 @@ pub(super) async fn ask_recorded(
         None => Err("recovered without its job".to_owned()),
     };
     let sampler = reopened.as_ref().ok().map(|r| r.sampler(keys));
-    let mut verification = ask(attempt, timeout, report, sampler.as_ref()).await;
+    let mut verification = ask(attempt, timeout, collections, sampler.as_ref()).await;
     if let (Err(why), Some(verification)) = (reopened, verification.as_mut()) {
         let why = format!(
             "its sample was not compared ({why}); `lockstep verify --sample {keys}` compares it"
@@ -85,12 +85,12 @@ pub(super) async fn ask_recorded(
     verification
 }
 
-/// Counts the report's committed collections on every end (and compares their samples, with
+/// Counts the committed ones of `collections` on every end (and compares their samples, with
 /// a `sampler`), waiting up to `timeout` for each to load.
 pub(super) async fn ask(
     attempt: &Attempt<'_>,
     timeout: std::time::Duration,
-    report: &Report,
+    collections: &[CollectionReport],
     sampler: Option<&verify::Sampler<'_>>,
 ) -> Option<Verification> {
     if faults::planted(faults::Bug::SkipVerify) {
@@ -98,7 +98,7 @@ pub(super) async fn ask(
     }
     // The report's targets are namespaces written out: one that does not read back is a
     // report this restore did not make, and nothing is asked.
-    let expected = report.to_verify().unwrap_or_default();
+    let expected = report::to_verify(collections).unwrap_or_default();
     if expected.is_empty() || attempt.check().await.is_err() {
         return None;
     }

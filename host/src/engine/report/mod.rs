@@ -412,31 +412,6 @@ impl Report {
     /// The collections marked committed, by target name.
     /// What a query on every end must show of the committed collections: their live rows,
     /// in all and per partition. For the restore's own verification and `lockstep verify`.
-    pub fn to_verify(&self) -> Result<Vec<crate::verify::Expected>, crate::backup::NamespaceError> {
-        (self.collections.iter())
-            .filter(|c| c.committed)
-            .map(|c| {
-                Ok(crate::verify::Expected {
-                    collection: crate::backup::Namespace::parse(&c.target)?,
-                    source: c.source.clone(),
-                    live: c.live,
-                    partitions: (c.live_by_partition.iter())
-                        .filter(|(p, _)| !p.is_empty())
-                        .map(|(p, n)| (p.clone(), *n))
-                        .collect(),
-                })
-            })
-            .collect()
-    }
-
-    pub fn committed_collections(&self) -> Vec<String> {
-        self.collections
-            .iter()
-            .filter(|c| c.committed)
-            .map(|c| c.target.clone())
-            .collect()
-    }
-
     /// Sets each collection's `imported` from its jobs' rows on every end, in one pass over
     /// the jobs (each collection's own pass over every job was 400 million comparisons at
     /// 10,000 collections).
@@ -454,6 +429,34 @@ impl Report {
             c.imported = tallied.remove(c.target.as_str()).unwrap_or_default();
         }
     }
+}
+
+/// What a query must show of `collections`' committed ones.
+pub fn to_verify(
+    collections: &[CollectionReport],
+) -> Result<Vec<crate::verify::Expected>, crate::backup::NamespaceError> {
+    (collections.iter())
+        .filter(|c| c.committed)
+        .map(|c| {
+            Ok(crate::verify::Expected {
+                collection: crate::backup::Namespace::parse(&c.target)?,
+                source: c.source.clone(),
+                live: c.live,
+                partitions: (c.live_by_partition.iter())
+                    .filter(|(p, _)| !p.is_empty())
+                    .map(|(p, n)| (p.clone(), *n))
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// The targets of `collections`' committed ones.
+pub fn committed(collections: &[CollectionReport]) -> Vec<String> {
+    (collections.iter())
+        .filter(|c| c.committed)
+        .map(|c| c.target.clone())
+        .collect()
 }
 
 #[cfg(test)]
