@@ -157,10 +157,11 @@ pub fn router(state: Arc<ApiState>) -> Router {
 }
 
 /// A route that changes something (every POST and DELETE): after the token, it takes the
-/// restore token alone, then a JSON body alone. On the method's own handler, so that a
+/// restore token alone, then a JSON body alone, read in time. On the method's own handler, so that a
 /// method no route serves still gets 405.
 fn changes(route: MethodRouter<Arc<ApiState>>) -> MethodRouter<Arc<ApiState>> {
     route
+        .route_layer(middleware::from_fn(super::listen::body_in_time))
         .route_layer(middleware::from_fn(super::origin::json_only))
         .route_layer(middleware::from_fn(super::access::restore_scope_only))
 }

@@ -2,6 +2,11 @@
 //! ([`CertFiles`]). Each request learns its connection ([`Conn`]): the peer it came from
 //! (what the journal records of who asked) and the local address and scheme it arrived by
 //! (what the same-origin check holds its `Host` and `Origin` to).
+//!
+//! No client holds a connection, or a stop, for as long as it likes: a handshake, a
+//! request's headers (and an idle kept-alive connection's next ones) and its body each have
+//! a limit, and once `serve` stops accepting, the requests under way get [`STOP_LIMIT`] to
+//! finish before their connections are cut.
 
 use std::future::Future;
 use std::io;
@@ -10,18 +15,43 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::connect_info::Connected;
-use axum::serve::IncomingStream;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
 use tokio_util::either::Either;
+use tower::ServiceExt as _;
 
 use super::certs::CertFiles;
+use super::envelope::{Code, refused};
 
 /// How long a client may take over its TLS handshake before it is dropped, so that
 /// connections that never finish one do not pile up.
 pub const HANDSHAKE_LIMIT: Duration = Duration::from_secs(10);
+
+/// How long a client may take to send a request's headers, counted from when its
+/// connection is ready for one: the first request's and, on a kept-alive connection, the
+/// next one's, so it is also how long an idle connection stays open (HTTP/1).
+pub const HEADER_LIMIT: Duration = Duration::from_secs(10);
+
+/// How long a request's body may take to arrive once its headers did.
+pub const BODY_LIMIT: Duration = Duration::from_secs(10);
+
+/// The largest body a route that changes something reads: a restore request is a few
+/// kilobytes, and what would not fit is refused before it is read on.
+const BODY_BYTES: usize = 1 << 20;
+
+/// How long the requests under way may take to finish once `serve` stops accepting (Ctrl-C,
+/// SIGTERM): restores run apart from the connections that asked for them, and a slow
+/// client does not hold the stop any longer.
+pub const STOP_LIMIT: Duration = Duration::from_secs(5);
 
 /// How long accepting waits after an error that is not one connection's (out of file
 /// descriptors, most often): trying again at once would spin while nothing is freed.
@@ -68,33 +98,10 @@ pub struct Conn {
 
 type Stream = Either<TcpStream, TlsStream<TcpStream>>;
 
-/// The connections `serve` takes: accepted (and for TLS, past their handshake) by a task of
-/// their own, so that one slow handshake holds no other connection back.
-struct ApiListener {
-    accepted: mpsc::Receiver<(Stream, SocketAddr)>,
-    local: SocketAddr,
-}
-
-impl axum::serve::Listener for ApiListener {
-    type Io = Stream;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.accepted.recv().await {
-            Some(accepted) => accepted,
-            // The accepting task ends only once this listener is gone.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        Ok(self.local)
-    }
-}
-
-impl Connected<IncomingStream<'_, ApiListener>> for Conn {
-    fn connect_info(stream: IncomingStream<'_, ApiListener>) -> Conn {
-        let (tcp, scheme) = match stream.io() {
+impl Conn {
+    /// The connection `stream` from `peer`.
+    fn of(stream: &Stream, peer: SocketAddr) -> Conn {
+        let (tcp, scheme) = match stream {
             Either::Left(tcp) => (tcp, Scheme::Http),
             Either::Right(tls) => (tls.get_ref().0, Scheme::Https),
         };
@@ -103,7 +110,7 @@ impl Connected<IncomingStream<'_, ApiListener>> for Conn {
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         Conn {
-            peer: *stream.remote_addr(),
+            peer,
             local,
             scheme,
         }
@@ -111,20 +118,88 @@ impl Connected<IncomingStream<'_, ApiListener>> for Conn {
 }
 
 /// Serves `app` on `tcp` (over TLS with `tls`'s certificates) until `shutdown` resolves;
-/// requests under way then finish.
+/// requests under way then get [`STOP_LIMIT`] to finish.
 pub async fn serve(
     tcp: TcpListener,
     tls: Option<Arc<CertFiles>>,
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let local = tcp.local_addr()?;
-    let (sender, accepted) = mpsc::channel(ACCEPTED_QUEUE);
+    let (sender, mut accepted) = mpsc::channel(ACCEPTED_QUEUE);
     tokio::spawn(accept(tcp, tls, sender));
-    let listener = ApiListener { accepted, local };
-    axum::serve(listener, app.into_make_service_with_connect_info::<Conn>())
-        .with_graceful_shutdown(shutdown)
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    (builder.http1())
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_LIMIT);
+    let connections = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            next = accepted.recv() => match next {
+                Some(next) => next,
+                None => break,
+            },
+        };
+        let conn = Conn::of(&stream, peer);
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |mut request: Request<_>| {
+            request.extensions_mut().insert(ConnectInfo(conn));
+            app.clone().oneshot(request.map(Body::new))
+        });
+        let served = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+        let served = connections.watch(served.into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = served.await {
+                tracing::debug!(%peer, error = %e, "connection ended");
+            }
+        });
+    }
+    // The accepting task ends with its receiver.
+    drop(accepted);
+    if tokio::time::timeout(STOP_LIMIT, connections.shutdown())
         .await
+        .is_err()
+    {
+        tracing::warn!(
+            "requests still under way {}s after the stop were cut off",
+            STOP_LIMIT.as_secs()
+        );
+    }
+    Ok(())
+}
+
+/// Reads a request's body within [`BODY_LIMIT`] before its route sees it: 408 for a body
+/// that does not arrive in time, 413 for one over [`BODY_BYTES`]. On the routes that take
+/// one, so that a client that sends half a body holds no handler.
+pub(super) async fn body_in_time(request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let refuse = |status: StatusCode, msg: String| {
+        tracing::warn!(status = status.as_u16(), reason = %msg, "refused a request");
+        refused(status, Code::ParameterError, &parts.headers, msg)
+    };
+    match tokio::time::timeout(BODY_LIMIT, axum::body::to_bytes(body, BODY_BYTES)).await {
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Ok(Err(e)) => refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body did not read ({e}); at most {BODY_BYTES} bytes are taken"),
+        ),
+        Err(_) => {
+            let mut answer = refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the body did not arrive within {}s of its headers",
+                    BODY_LIMIT.as_secs()
+                ),
+            );
+            // The rest of the body may still come: the connection cannot be read on.
+            (answer.headers_mut()).insert(header::CONNECTION, HeaderValue::from_static("close"));
+            answer
+        }
+    }
 }
 
 /// Accepts connections until the listener is dropped, each TLS handshake on a task of its

@@ -1,15 +1,18 @@
 //! `lockstep serve` as a network service: what it refuses at start (a listener off loopback
 //! without TLS and a token, a short token, a certificate that does not load), the example
-//! systemd unit's command line, and TLS with a certificate that cert-manager rotates in
-//! place, seen by a client that trusts only the test's CA.
+//! systemd unit's command line, TLS with a certificate that cert-manager rotates in place,
+//! seen by a client that trusts only the test's CA, and clients too slow to finish a
+//! request, which neither hold a connection nor a stop.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockstep::serve::listen::{BODY_LIMIT, HEADER_LIMIT, STOP_LIMIT};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, pem::PemObject as _};
 use tokio_rustls::rustls::{ClientConfig, RootCertStore};
@@ -253,17 +256,7 @@ async fn serve_over_tls_presents_a_rotated_certificate_to_new_connections() {
     .stderr(Stdio::null())
     .spawn()
     .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .expect("serve says where it listens")
-        .unwrap()
-        .unwrap_or_default();
-    let port: u16 = line
-        .strip_prefix("listening on https://127.0.0.1:")
-        .unwrap_or_else(|| panic!("{line}"))
-        .parse()
-        .unwrap();
+    let port = listening(&mut child, "https").await;
 
     let (presented, status) = get_over_tls(port, ca.roots(), "/api/v1/list_restores")
         .await
@@ -291,3 +284,110 @@ async fn serve_over_tls_presents_a_rotated_certificate_to_new_connections() {
     .expect("the rotated certificate is served");
     child.kill().await.unwrap();
 }
+
+/// The port a started `serve` says it listens on (over `scheme`).
+async fn listening(child: &mut tokio::process::Child, scheme: &str) -> u16 {
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("serve says where it listens")
+        .unwrap()
+        .unwrap_or_default();
+    line.strip_prefix(&format!("listening on {scheme}://127.0.0.1:"))
+        .unwrap_or_else(|| panic!("{line}"))
+        .parse()
+        .unwrap()
+}
+
+/// A plain `serve` on a loopback port of its own, and that port.
+async fn plain_serve(root: &Path) -> (tokio::process::Child, u16) {
+    let mut child = serve(root, &["--listen", "127.0.0.1:0"], &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let port = listening(&mut child, "http").await;
+    (child, port)
+}
+
+/// What a connection to `port` that sent `sent` reads until the server closes it, or `None`
+/// if it is still open after `limit`.
+async fn read_until_closed(port: u16, sent: &str, limit: Duration) -> Option<String> {
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    tcp.write_all(sent.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    match tokio::time::timeout(limit, tcp.read_to_end(&mut answer)).await {
+        // A reset after the answer is a close as well.
+        Ok(_) => Some(String::from_utf8_lossy(&answer).into_owned()),
+        Err(_) => None,
+    }
+}
+
+/// Well past a limit, for a loaded machine, and short of what a client that is never cut
+/// off would be waited for.
+const PAST: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn a_client_that_sends_half_its_headers_is_cut_off() {
+    let root = tempfile::tempdir().unwrap();
+    let (mut child, port) = plain_serve(root.path()).await;
+    let half = format!("GET /api/v1/list_restores HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
+    let answer = read_until_closed(port, &half, HEADER_LIMIT + PAST).await;
+    assert!(
+        answer.is_some(),
+        "a connection with half its headers was still open {:?} later",
+        HEADER_LIMIT + PAST
+    );
+    // The same connection with its headers whole is answered: the limit cut the slow one.
+    let whole = format!("{half}Connection: close\r\n\r\n");
+    let answer = read_until_closed(port, &whole, PAST).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_body_that_does_not_arrive_is_answered_408() {
+    let root = tempfile::tempdir().unwrap();
+    let (mut child, port) = plain_serve(root.path()).await;
+    let request = format!(
+        "POST /api/v1/restore HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+         Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{{\"backup_name\":"
+    );
+    let answer = read_until_closed(port, &request, BODY_LIMIT + PAST)
+        .await
+        .expect("the server closed the connection of a body that never came");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive within"), "{answer}");
+    child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn sigterm_stops_serve_within_its_deadline_whatever_a_slow_client_does() {
+    let root = tempfile::tempdir().unwrap();
+    let (mut child, port) = plain_serve(root.path()).await;
+    // One connection with half its headers, one kept alive after an answer.
+    let mut slow = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let half = format!("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n");
+    slow.write_all(half.as_bytes()).await.unwrap();
+    let mut idle = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let whole = format!("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    idle.write_all(whole.as_bytes()).await.unwrap();
+    let mut answer = [0u8; 12];
+    idle.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200");
+
+    let pid = rustix::process::Pid::from_raw(child.id().unwrap() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    // Well before the header limit would have cut the slow client off: the stop's own
+    // deadline ended it.
+    let within = STOP_LIMIT + (HEADER_LIMIT - STOP_LIMIT) / 2;
+    let exited = tokio::time::timeout(within, child.wait()).await;
+    let status = exited
+        .unwrap_or_else(|_| panic!("serve still ran {within:?} after SIGTERM"))
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status}");
+    drop((slow, idle));
+}
+
+// The SIGTERM test tells the stop's deadline from the header limit only if it is shorter.
+const _: () = assert!(STOP_LIMIT.as_secs() < HEADER_LIMIT.as_secs());
