@@ -66,6 +66,14 @@ pub fn document(tokens: TokenSetup) -> Value {
                 envelope(json!({})),
                 "The request's Content-Type is not application/json (code 400): a route that changes something takes nothing else, so that no web page can post a form or text to it",
             );
+            responses["408"] = ok(
+                envelope(json!({})),
+                "The body did not arrive within 10 s of the headers (code 400); the connection is closed",
+            );
+            responses["413"] = ok(
+                envelope(json!({})),
+                "The body is over 1 MiB, or did not read (code 400)",
+            );
         }
         op["summary"] = json!(summary);
         op["x-lockstep-scope"] = json!(match scope {
