@@ -90,6 +90,11 @@ pub struct Sampled {
 /// The differences a sample names one by one; the rest are counted.
 const DIFFERENCES_NAMED: usize = 5;
 
+/// Why a collection without a vector index is not verified, and what to do about it.
+pub const NO_INDEX: &str = "no vector index, so Milvus will not load it: restore with \
+     `rebuild_index = true` (job file), `--rebuild_index` (CLI) or `restoreIndex` (REST), or \
+     create one, then `lockstep verify` the restore";
+
 /// Keys asked for in one query.
 const KEYS_PER_QUERY: usize = 100;
 
@@ -134,18 +139,65 @@ impl Verification {
     pub fn unverifiable(&self) -> impl Iterator<Item = &Shown> {
         self.shown.iter().filter(|s| s.unverifiable.is_some())
     }
+
+    /// Why collections could not be asked about, each reason once (a missing index stops
+    /// the load of every collection on every end), in order of first appearance.
+    pub fn unverified(&self) -> Vec<Unverified<'_>> {
+        let mut grouped: Vec<Unverified<'_>> = Vec::new();
+        for s in self.unverifiable() {
+            let why = s.unverifiable.as_deref().unwrap_or_default();
+            let at = match grouped.iter().position(|u| u.why == why) {
+                Some(at) => at,
+                None => {
+                    grouped.push(Unverified {
+                        why,
+                        collections: Vec::new(),
+                        ends: Vec::new(),
+                    });
+                    grouped.len() - 1
+                }
+            };
+            let u = &mut grouped[at];
+            for (names, name) in [(&mut u.collections, &s.collection), (&mut u.ends, &s.end)] {
+                if !names.contains(&name.as_str()) {
+                    names.push(name);
+                }
+            }
+        }
+        grouped
+    }
+}
+
+/// One reason collections could not be verified, with the collections and ends it held on.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Unverified<'a> {
+    pub why: &'a str,
+    pub collections: Vec<&'a str>,
+    pub ends: Vec<&'a str>,
+}
+
+impl std::fmt::Display for Unverified<'_> {
+    /// The first few collections (the JSON report has every one), the ends, the reason.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const NAMED: usize = 5;
+        let named = self.collections.len().min(NAMED);
+        write!(f, "{}", self.collections[..named].join(", "))?;
+        if self.collections.len() > named {
+            write!(f, " and {} more", self.collections.len() - named)?;
+        }
+        write!(f, " on {}: {}", self.ends.join(", "), self.why)
+    }
 }
 
 impl std::fmt::Display for Verification {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for unverified in self.unverified() {
+            writeln!(f, "  not verified: {unverified}")?;
+        }
         for s in &self.shown {
             let live = s.live.map_or("?".to_owned(), |n| n.to_string());
             match (&s.unverifiable, s.shows) {
-                (Some(why), _) => writeln!(
-                    f,
-                    "  {:<16} {:<36} cannot verify: {why}",
-                    s.end, s.collection
-                )?,
+                (Some(_), _) => {}
                 (None, Some(shows)) => {
                     let verdict = if s.differs() { "MISMATCH" } else { "ok" };
                     let sampled = s.sample.as_ref().map_or(String::new(), |s| {
@@ -380,7 +432,12 @@ pub async fn collection(
         Err(why) => return unverifiable(why),
     };
     if !loaded_before && let Err(e) = target.grpc.load_collection(db, collection).await {
-        return unverifiable(format!("{} cannot load it: {e}", target.name));
+        return unverifiable(match e.is_index_missing() {
+            // What milvus-backup, its REST API and lockstep's flags do by default: said in
+            // the words that change it, not in Milvus's.
+            true => NO_INDEX.to_owned(),
+            false => format!("{} cannot load it: {e}", target.name),
+        });
     }
     // Each end is asked at once: a secondary shows the load when the replication stream
     // brings it, whatever the other ends are doing.

@@ -129,16 +129,19 @@ pub fn decide(facts: &Facts<'_>, id: &RestoreId) -> (Outcome, String) {
             format!("committed on the target; {}", diverged()),
         );
     }
-    let mut summary = format!(
+    let restored = format!(
         "restored {} collection(s) in {} import job(s), visible on {} end(s)",
         facts.collections, facts.jobs, facts.ends
     );
-    if !facts.unverified.is_empty() {
-        summary.push_str(&format!(
-            "; not verified by a query: {}",
+    // What is not verified comes first: a reader of the first words must not take it for
+    // verified.
+    let summary = match facts.unverified.is_empty() {
+        true => restored,
+        false => format!(
+            "NOT VERIFIED by a query: {}; {restored} (the jobs' own counts)",
             facts.unverified.join("; ")
-        ));
-    }
+        ),
+    };
     (Outcome::Succeeded, summary)
 }
 
@@ -210,7 +213,7 @@ mod tests {
         let (outcome, summary) = decide(&facts, &id());
         assert_eq!(outcome, Outcome::Succeeded);
         assert!(
-            summary.ends_with("; not verified by a query: default.c on t: no vector index"),
+            summary.starts_with("NOT VERIFIED by a query: default.c on t: no vector index; "),
             "{summary}"
         );
     }

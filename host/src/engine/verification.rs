@@ -135,22 +135,8 @@ pub(super) fn findings(verification: Option<&Verification>) -> (Vec<String>, Vec
             }
         })
         .collect();
-    // One reason that holds on several ends (a missing index stops the load everywhere) is
-    // said once, naming them.
-    let mut grouped: Vec<((&str, &str), Vec<&str>)> = Vec::new();
-    for s in verification.unverifiable() {
-        let key = (
-            s.collection.as_str(),
-            s.unverifiable.as_deref().unwrap_or_default(),
-        );
-        match grouped.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, ends)) => ends.push(&s.end),
-            None => grouped.push((key, vec![&s.end])),
-        }
-    }
-    let unverified = grouped
-        .into_iter()
-        .map(|((collection, why), ends)| format!("{collection} on {}: {why}", ends.join(", ")))
+    let unverified = (verification.unverified().iter())
+        .map(ToString::to_string)
         .collect();
     (wrong, unverified)
 }
@@ -189,6 +175,26 @@ mod tests {
             [
                 "default.c on a, b: no vector index",
                 "default.d on b: unreachable"
+            ]
+        );
+    }
+
+    /// A reason shared by many collections (no index anywhere) is one line, naming the
+    /// first few collections and how many more.
+    #[test]
+    fn one_reason_on_many_collections_is_one_line() {
+        let shown: Vec<Shown> = (0..8)
+            .flat_map(|c| {
+                let collection = format!("default.c{c}");
+                ["t", "s1"].map(|end| shown(end, &collection, Some("no vector index"), 0))
+            })
+            .collect();
+        let (_, unverified) = findings(Some(&Verification { shown }));
+        assert_eq!(
+            unverified,
+            [
+                "default.c0, default.c1, default.c2, default.c3, default.c4 and 3 more on t, \
+                 s1: no vector index"
             ]
         );
     }

@@ -214,6 +214,12 @@ impl Error {
         matches!(self, Error::Api { code: 800, .. })
     }
 
+    /// The collection has no index (merr 700, `index not found`): Milvus will not load a
+    /// collection whose vector field has none.
+    pub fn is_index_missing(&self) -> bool {
+        matches!(self, Error::Api { code: 700, .. })
+    }
+
     /// The target refuses imports because it replicates and
     /// `dataCoord.import.enableInReplicatingCluster` is off (merr 3000, operation not
     /// supported).
