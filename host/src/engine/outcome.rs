@@ -60,6 +60,8 @@ pub struct Facts<'a> {
     pub shown_wrong: Vec<String>,
     /// Committed collections some end could not be asked about, with why.
     pub unverified: Vec<String>,
+    /// `[verify] required`: what could not be asked makes the restore `unverified`.
+    pub verify_required: bool,
     /// What did not converge: ends that did not settle an abort, commit groups that did not
     /// complete in time.
     pub unconverged: Vec<String>,
@@ -135,14 +137,17 @@ pub fn decide(facts: &Facts<'_>, id: &RestoreId) -> (Outcome, String) {
     );
     // What is not verified comes first: a reader of the first words must not take it for
     // verified.
-    let summary = match facts.unverified.is_empty() {
-        true => restored,
-        false => format!(
-            "NOT VERIFIED by a query: {}; {restored} (the jobs' own counts)",
-            facts.unverified.join("; ")
-        ),
-    };
-    (Outcome::Succeeded, summary)
+    if facts.unverified.is_empty() {
+        return (Outcome::Succeeded, restored);
+    }
+    let summary = format!(
+        "NOT VERIFIED by a query: {}; {restored} (the jobs' own counts)",
+        facts.unverified.join("; ")
+    );
+    match facts.verify_required {
+        true => (Outcome::Unverified, summary),
+        false => (Outcome::Succeeded, summary),
+    }
 }
 
 #[cfg(test)]
@@ -216,6 +221,29 @@ mod tests {
             summary.starts_with("NOT VERIFIED by a query: default.c on t: no vector index; "),
             "{summary}"
         );
+    }
+
+    /// With `[verify] required`, a collection not asked about makes the restore
+    /// `unverified` (exit 4), said the same way.
+    #[test]
+    fn not_verified_where_verification_is_required_is_unverified() {
+        let facts = |verify_required| Facts {
+            visible: vec!["default.c".into()],
+            unverified: vec!["default.c on t: no vector index".into()],
+            verify_required,
+            collections: 1,
+            jobs: 1,
+            ends: 2,
+            ..Facts::default()
+        };
+        let (outcome, summary) = decide(&facts(true), &id());
+        assert_eq!((outcome, outcome.exit_code()), (Outcome::Unverified, 4));
+        assert_eq!(summary, decide(&facts(false), &id()).1);
+        let verified = Facts {
+            unverified: vec![],
+            ..facts(true)
+        };
+        assert_eq!(decide(&verified, &id()).0, Outcome::Succeeded);
     }
 
     #[test]

@@ -145,6 +145,7 @@ async fn resolve(
         shown_wrong,
         unverified,
         unconverged: unsettled,
+        verify_required: record.verify.as_ref().is_some_and(|v| v.required),
         collections: report.collections.len(),
         jobs: record.groups.iter().map(|g| g.batches.len()).sum(),
         ends: attempt.ends.len(),
@@ -152,7 +153,9 @@ async fn resolve(
     };
     let (outcome, summary) = outcome::decide(&facts, &record.id);
     report.summary = match outcome {
-        Outcome::Succeeded | Outcome::Diverged if decided && !settled.aborted_any => {
+        Outcome::Succeeded | Outcome::Unverified | Outcome::Diverged
+            if decided && !settled.aborted_any =>
+        {
             format!("recovered by rolling the commit decision forward: {summary}")
         }
         _ => summary,

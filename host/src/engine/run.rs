@@ -774,6 +774,7 @@ async fn conclude(
         shown_wrong,
         unverified,
         unconverged: landed.unconverged,
+        verify_required: job.verify.required,
         collections: found.collections.len(),
         jobs: landed.job_count,
         ends: attempt.ends.len(),

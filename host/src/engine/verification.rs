@@ -39,6 +39,7 @@ pub(super) async fn run(
 pub(super) fn recorded(job: &Job, collections: &[CollectionReport]) -> Option<RecordedVerify> {
     (job.verify.rows != VerifyRows::Off).then(|| RecordedVerify {
         timeout_ms: u64::try_from(job.verify.timeout.as_millis()).unwrap_or(u64::MAX),
+        required: job.verify.required,
         sample: job.verify.sample,
         collections: (collections.iter())
             .map(|c| RecordedLive {

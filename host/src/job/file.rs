@@ -159,6 +159,10 @@ pub struct VerifySection {
     pub sample: Option<Spanned<InRange<1, MAX_VERIFY_SAMPLE>>>,
     /// The longest wait for one collection to load on every end; default "5m".
     pub timeout: Option<Spanned<String>>,
+    /// Whether a restore some end could not be asked about (a collection Milvus will not
+    /// load, an end that did not answer) ends `unverified` (exit 4) rather than succeeded;
+    /// default false.
+    pub required: Option<Spanned<bool>>,
 }
 
 /// The most keys `[verify] sample` takes of one collection: each is fetched from every end.

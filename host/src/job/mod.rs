@@ -271,6 +271,10 @@ pub struct Verify {
     pub sample: Option<usize>,
     /// The longest wait for one collection to load on every end.
     pub timeout: Duration,
+    /// A restore not verified everywhere ends `unverified`, not succeeded; left out of the
+    /// job's identity when false, which jobs written before it keep.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub required: bool,
 }
 
 /// The keys of each collection `rows = "sample"` compares when `[verify]` sets no `sample`.
@@ -285,6 +289,7 @@ impl Default for Verify {
             rows: VerifyRows::default(),
             sample: None,
             timeout: DEFAULT_VERIFY_TIMEOUT,
+            required: false,
         }
     }
 }
@@ -511,7 +516,7 @@ mod tests {
 
         // `[verify]` at its defaults, written out or not, is the same job as before it
         // existed; anything else is other content.
-        let verified = "[verify]\nrows = \"count\"\ntimeout = \"5m\"\n";
+        let verified = "[verify]\nrows = \"count\"\ntimeout = \"5m\"\nrequired = false\n";
         let written_out = format!(
             "{}{verified}",
             "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n"
@@ -521,6 +526,7 @@ mod tests {
         for changed in [
             "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n[verify]\nrows = \"off\"\n",
             "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n[verify]\ntimeout = \"30s\"\n",
+            "backup = \"orders_bak\"\ntarget = \"prod-a\"\nsecondaries = [\"prod-b\"]\n[verify]\nrequired = true\n",
         ] {
             assert_ne!(a.id(), job(changed).unwrap().id(), "{changed}");
         }

@@ -688,10 +688,22 @@ fn verify(section: &VerifySection, problems: &mut Problems<'_>) -> Option<Verify
         }
         (_, None) => None,
     };
+    let required = section.required.as_ref().is_some_and(|r| *r.get_ref());
+    if let Some(r) = section.required.as_ref().filter(|_| required)
+        && rows == VerifyRows::Off
+    {
+        problems.push(
+            "verify.required",
+            Some(r.span()),
+            "requires a verification that rows = \"off\" turns off",
+        );
+        return None;
+    }
     Some(Verify {
         rows,
         sample,
         timeout: timeout.unwrap_or(DEFAULT_VERIFY_TIMEOUT),
+        required,
     })
 }
 

@@ -199,6 +199,9 @@ pub enum RestorePhase {
 pub enum Outcome {
     /// Visible on every end.
     Succeeded,
+    /// Visible on every end by the jobs' own counts, but a query could not be asked on
+    /// every end, and the job's `[verify] required` asks for one.
+    Unverified,
     /// Refused before anything was written: bad input or a preflight rule.
     Refused,
     /// Failed before its decision; every submitted job was aborted on every end.
@@ -222,8 +225,9 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 8] = [
+    pub const ALL: [Outcome; 9] = [
         Outcome::Succeeded,
+        Outcome::Unverified,
         Outcome::Refused,
         Outcome::RolledBack,
         Outcome::Diverged,
@@ -234,15 +238,16 @@ impl Outcome {
     ];
 
     /// 0 success, 1 failed and rolled back, 2 refused, 3 committed with divergence,
-    /// 4 not converged (run `lockstep recover`), 5 partly committed, 6 lockstep itself
-    /// could not work, 7 lost to another host (its record says how the restore ends).
+    /// 4 not converged (run `lockstep recover`) or committed and not verified everywhere
+    /// (as `lockstep verify` says), 5 partly committed, 6 lockstep itself could not work,
+    /// 7 lost to another host (its record says how the restore ends).
     pub fn exit_code(self) -> i32 {
         match self {
             Outcome::Succeeded => 0,
             Outcome::RolledBack => 1,
             Outcome::Refused => 2,
             Outcome::Diverged => 3,
-            Outcome::Incomplete => 4,
+            Outcome::Incomplete | Outcome::Unverified => 4,
             Outcome::PartlyCommitted => 5,
             Outcome::HostFailed => 6,
             Outcome::Lost => 7,
@@ -254,7 +259,7 @@ impl Outcome {
     pub fn committed(self) -> bool {
         matches!(
             self,
-            Outcome::Succeeded | Outcome::Diverged | Outcome::PartlyCommitted
+            Outcome::Succeeded | Outcome::Unverified | Outcome::Diverged | Outcome::PartlyCommitted
         )
     }
 
@@ -264,7 +269,7 @@ impl Outcome {
         fn rank(o: Outcome) -> u8 {
             match o {
                 Outcome::Succeeded => 0,
-                Outcome::Refused => 1,
+                Outcome::Refused | Outcome::Unverified => 1,
                 Outcome::HostFailed => 2,
                 // This host's part ended; the restore goes on elsewhere.
                 Outcome::Lost => 2,
@@ -510,6 +515,9 @@ impl Eq for StoredReport {}
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordedVerify {
     pub timeout_ms: u64,
+    /// `[verify] required`: a recovery ends a restore it could not verify `unverified`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub required: bool,
     /// With `rows = "sample"`, the keys of each collection compared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample: Option<usize>,

@@ -396,6 +396,7 @@ fn state_code(outcome: Option<Outcome>) -> StateCode {
             Outcome::Refused
             | Outcome::RolledBack
             | Outcome::Diverged
+            | Outcome::Unverified
             | Outcome::PartlyCommitted
             | Outcome::HostFailed,
         ) => StateCode::Fail,

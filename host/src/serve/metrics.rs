@@ -30,6 +30,7 @@ fn outcome_label(o: Option<Outcome>) -> &'static str {
     match o {
         None => "running",
         Some(Outcome::Succeeded) => "succeeded",
+        Some(Outcome::Unverified) => "unverified",
         Some(Outcome::Refused) => "refused",
         Some(Outcome::RolledBack) => "rolled_back",
         Some(Outcome::Diverged) => "diverged",
@@ -46,20 +47,11 @@ pub fn render(
     watch: Option<&WatchStats>,
 ) -> String {
     let mut out = String::new();
-    let mut by_outcome: BTreeMap<&str, u64> = [
-        "running",
-        "succeeded",
-        "refused",
-        "rolled_back",
-        "diverged",
-        "partly_committed",
-        "incomplete",
-        "host_failed",
-        "lost",
-    ]
-    .into_iter()
-    .map(|o| (o, 0))
-    .collect();
+    // Every outcome has a line, a zero included, so a dashboard's rate has a series.
+    let mut by_outcome: BTreeMap<&str, u64> = (std::iter::once(None))
+        .chain(Outcome::ALL.map(Some))
+        .map(|o| (outcome_label(o), 0))
+        .collect();
     let mut reactions = Vec::new();
     let mut staged_finished = 0u64;
     for r in records {

@@ -308,7 +308,7 @@ fn restore_view() -> Value {
             "progress": {"type": "integer"},
             "collection_restore_tasks": {"type": "array", "items": {"$ref": "#/components/schemas/CollectionView"}},
             "job_name": {"type": "string"},
-            "outcome": {"type": "string", "nullable": true, "enum": ["succeeded", "refused", "rolled_back", "diverged", "partly_committed", "incomplete", "host_failed", "lost", null]},
+            "outcome": {"type": "string", "nullable": true, "enum": ["succeeded", "unverified", "refused", "rolled_back", "diverged", "partly_committed", "incomplete", "host_failed", "lost", null]},
             "phase": {"type": "string", "nullable": true},
             "report": {"type": "object", "nullable": true, "description": "The final report: outcome, route, ends, refusals and their kinds, collections, every import job with its expected rows and the rows and state on every end, divergences, what a query on every end showed (verification), checks, staging, phases"},
             "snapshot": {

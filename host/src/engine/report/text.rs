@@ -136,6 +136,7 @@ impl Report {
     fn write_verdict(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let verdict = match self.outcome {
             Outcome::Succeeded => "SUCCEEDED",
+            Outcome::Unverified => "COMMITTED, NOT VERIFIED (`lockstep verify` once it can be)",
             Outcome::Refused => "REFUSED",
             Outcome::RolledBack => "FAILED, ROLLED BACK",
             Outcome::Diverged => "COMMITTED WITH DIVERGENCE",

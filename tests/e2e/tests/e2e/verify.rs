@@ -231,8 +231,8 @@ async fn a_mirror_that_changed_one_value_is_a_mismatch_only_the_sample_finds() -
 }
 
 /// Without vector indexes Milvus will not load a collection: the restore says it was not
-/// verified (and succeeds on its jobs' evidence), and `verify` says it cannot run, and does
-/// not pass.
+/// verified (and succeeds on its jobs' evidence, unless the job requires the verification),
+/// and `verify` says it cannot run, and does not pass.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_collection_that_cannot_be_loaded_is_not_verified() -> anyhow::Result<()> {
     let world = World::start(folded()).await?;
@@ -257,6 +257,25 @@ async fn a_collection_that_cannot_be_loaded_is_not_verified() -> anyhow::Result<
     );
     let verify = world.run(&["verify", restore_id(&run)], &[]).await?;
     assert_eq!(verify.code, 4, "{}", verify.explain());
+    // Where the job requires the verification, the same restore ends unverified, exit 4
+    // as `verify` does, its data committed.
+    let required = restored(
+        &world,
+        "no-index-required",
+        "[verify]\nrequired = true\n[restore]\nsuffix = \"_required\"\n",
+        4,
+    )
+    .await?;
+    assert_eq!(
+        required.report["outcome"], "unverified",
+        "{}",
+        required.stdout
+    );
+    assert!(
+        required.summary().starts_with("NOT VERIFIED by a query: "),
+        "{}",
+        required.summary()
+    );
     assert_eq!(verify.report["passed"], false);
     let shown = verify.report["shown"].as_array().expect("shown");
     assert!(
