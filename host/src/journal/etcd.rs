@@ -366,7 +366,9 @@ fn parse(key: &str, bytes: &[u8]) -> Result<RestoreRecord> {
 
 /// Renews `lease` every third of its TTL until aborted. When etcd answers that the lease is
 /// gone (TTL 0), or no renewal got through for a whole TTL, the claim is marked lost: every
-/// later save under it fails, since another host may already hold the restore.
+/// later save under it fails, since another host may already hold the restore. An answer is
+/// awaited a third of the TTL at most: a renewal that waited out a longer request limit
+/// would learn of a lease that had already expired, with a short TTL.
 async fn keep_alive(
     client: EtcdClient,
     lease: i64,
@@ -375,6 +377,7 @@ async fn keep_alive(
     id: RestoreId,
 ) {
     let every = ttl / 3;
+    let answer_within = REQUEST_TIMEOUT.min(every);
     let mut last_renewed = tokio::time::Instant::now();
     let mut channel = None;
     loop {
@@ -393,7 +396,7 @@ async fn keep_alive(
         let renewed = match channel.as_mut() {
             Some(stream) => match sent {
                 Ok(()) => {
-                    match tokio::time::timeout(REQUEST_TIMEOUT, stream.answers.message()).await {
+                    match tokio::time::timeout(answer_within, stream.answers.message()).await {
                         Ok(Ok(Some(answer))) if answer.ttl > 0 => true,
                         Ok(Ok(Some(_))) => {
                             tracing::error!(restore = %id, lease, "the claim's lease expired; this host no longer holds the restore");
