@@ -150,8 +150,8 @@ mod tests {
         let journal = Error::from(StageError::Journal(lost));
         assert_eq!(
             journal.reason(),
-            "journal: the claim on restore orders.0123456789ab.1 was lost; another host may have \
-             taken it over"
+            "journal: the claim on restore orders.0123456789ab.1 was lost: its lease expired or \
+             went unrenewed, or its record changed hands"
         );
         assert_eq!(
             Error::Interrupted.reason(),

@@ -16,8 +16,9 @@ use crate::journal::RestoreId;
 /// This host no longer holds the restore, or cannot show that it does.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "this host lost restore {id} to another host ({reason}); it stopped touching anything, \
-     and the journal's record says how the restore ends"
+    "this host lost restore {id}, its claim no longer shown to hold ({reason}); it stopped \
+     touching anything, another host takes the restore over once the journal lets one, and \
+     the journal's record says how it ends"
 )]
 pub struct Lost {
     pub id: RestoreId,

@@ -750,7 +750,10 @@ pub enum Error {
     },
     #[error("journal backend: {0}")]
     Backend(String),
-    #[error("the claim on restore {0} was lost; another host may have taken it over")]
+    #[error(
+        "the claim on restore {0} was lost: its lease expired or went unrenewed, or its record \
+         changed hands"
+    )]
     ClaimLost(RestoreId),
 }
 
