@@ -250,6 +250,23 @@ impl Journal for FileJournal {
         let this = self.clone();
         Box::pin(blocking(move || this.scan_blocking("")))
     }
+
+    fn ready(&self) -> BoxFuture<'_, Result<()>> {
+        let path = self.dir.join(".ready");
+        Box::pin(blocking(move || {
+            let probe = || {
+                let mut file = crate::owner_only::open(
+                    &path,
+                    OpenOptions::new().write(true).create(true).truncate(true),
+                )?;
+                file.write_all(b"ready\n")?;
+                file.sync_all()?;
+                fs::read(&path)?;
+                fs::remove_file(&path)
+            };
+            probe().map_err(|source| io_error(&path, source))
+        }))
+    }
 }
 
 #[cfg(test)]

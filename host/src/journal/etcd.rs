@@ -478,4 +478,15 @@ impl Journal for EtcdJournal {
     fn list(&self) -> BoxFuture<'_, Result<Vec<RestoreRecord>>> {
         Box::pin(self.scan(""))
     }
+
+    fn ready(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let key = format!("{}/ready", self.prefix);
+            let written = etcd::op_put(&key, host_name(), 0);
+            (self.client.txn(vec![], vec![written], vec![]).await)
+                .map_err(|e| backend("ready", e))?;
+            (self.client.get(&key).await).map_err(|e| backend("ready", e))?;
+            Ok(())
+        })
+    }
 }

@@ -788,6 +788,11 @@ pub trait Journal: Send + Sync {
 
     /// Every record, oldest first.
     fn list(&self) -> BoxFuture<'_, Result<Vec<RestoreRecord>>>;
+
+    /// Whether the journal can be written and read now, by a write of its own that no
+    /// record depends on: what a readiness probe asks, without reading any record (one that
+    /// does not parse is not the journal's unreadiness).
+    fn ready(&self) -> BoxFuture<'_, Result<()>>;
 }
 
 #[cfg(test)]

@@ -218,7 +218,7 @@ fn same_digest(a: &TokenDigest, b: &TokenDigest) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The bearer token check of every route but `/healthz` and the page: 401 without one of
+/// The bearer token check of every route but the probes (`/healthz`, `/readyz`) and the page: 401 without one of
 /// this server's tokens. The scope found goes into the request's extensions, where
 /// [`restore_scope_only`] and the restore handler (which records it) read it.
 pub(super) async fn authorize(

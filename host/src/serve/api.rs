@@ -5,12 +5,12 @@
 //! JSON (HTTP 400 `{"error": ...}`, as gin answers). Unlike milvus-backup, state is the
 //! journal's, so it survives a restart and is the same on every host of a fleet.
 //!
-//! Added: `GET /api/v1/list_restores`, `GET /healthz`, `GET /metrics`, the OpenAPI
+//! Added: `GET /api/v1/list_restores`, `GET /healthz`, `GET /readyz`, `GET /metrics`, the OpenAPI
 //! document at `/api/v1/openapi.json`, and a status page at `/` (`status.html`, which reads
-//! `list_restores`). Every route but `/healthz` and the page requires
+//! `list_restores`). Every route but the probes and the page requires
 //! `Authorization: Bearer <token>` when a token is configured (a read token only on `GET`
 //! routes, [`super::access`]); the CLI refuses to listen off loopback without TLS and a
-//! token. Every route but `/healthz` refuses a request that is not this server's by its
+//! token. Every route but the probes refuses a request that is not this server's by its
 //! `Host` or `Origin`, and one that changes something without a JSON body
 //! ([`super::origin`]). A restore's record keeps who asked for it.
 
@@ -62,6 +62,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("delete", "/api/v1/delete"),
     ("get", "/api/v1/openapi.json"),
     ("get", "/healthz"),
+    ("get", "/readyz"),
     ("get", "/metrics"),
     ("get", "/"),
 ];
@@ -150,10 +151,29 @@ pub fn router(state: Arc<ApiState>) -> Router {
             Arc::new(state.allowed.clone()),
             super::origin::same_origin,
         ))
-        // Added after the same-origin check, which it is spared: it says only `ok`, and
-        // liveness probes reach it by whatever address.
+        // Added after the same-origin check, which they are spared: probes reach them by
+        // whatever address. `/healthz` says only that the process answers (liveness);
+        // `/readyz` whether the journal can be written and read, with why not.
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
         .with_state(state)
+}
+
+/// 200 while the journal can be written and read, 503 with the reason while it cannot: a
+/// host that cannot record a restore must not be sent one.
+async fn readyz(State(state): State<Arc<ApiState>>) -> Response {
+    match state.runner.journal().ready().await {
+        Ok(()) => "ready\n".into_response(),
+        Err(e) => {
+            let why = crate::diagnostic::error_chain(&e);
+            tracing::warn!(reason = %why, "not ready");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: the journal: {why}\n"),
+            )
+                .into_response()
+        }
+    }
 }
 
 /// A route that changes something (every POST and DELETE): after the token, it takes the

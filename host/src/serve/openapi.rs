@@ -10,7 +10,7 @@ use super::access::TokenSetup;
 /// What a route needs, as the document says it (`x-lockstep-scope`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Scope {
-    /// Nothing: no token, and any Host or Origin (`/healthz`).
+    /// Nothing: no token, and any Host or Origin (`/healthz`, `/readyz`).
     Probe,
     /// No token, but a request that is this server's (the status page).
     Page,
@@ -93,19 +93,19 @@ pub fn document(tokens: TokenSetup) -> Value {
     let (security, auth_note) = match tokens {
         TokenSetup::None => (
             json!([]),
-            "This server was started on loopback without a token and requires none; one started with --token-env requires `Authorization: Bearer <token>` on every route but /healthz and /, and its document says so.",
+            "This server was started on loopback without a token and requires none; one started with --token-env requires `Authorization: Bearer <token>` on every route but /healthz, /readyz and /, and its document says so.",
         ),
         TokenSetup::Restore => (
             json!([restore_token.clone()]),
-            "This server requires `Authorization: Bearer <token>` with its restore token on every route but /healthz and /.",
+            "This server requires `Authorization: Bearer <token>` with its restore token on every route but /healthz, /readyz and /.",
         ),
         TokenSetup::RestoreAndRead => (
             json!([restore_token.clone(), read_token.clone()]),
-            "This server requires `Authorization: Bearer <token>` on every route but /healthz and /: its restore token on every route, or its read token on the routes that only read (x-lockstep-scope: read).",
+            "This server requires `Authorization: Bearer <token>` on every route but /healthz, /readyz and /: its restore token on every route, or its read token on the routes that only read (x-lockstep-scope: read).",
         ),
     };
     let note = format!(
-        "{auth_note} Each route's x-lockstep-scope names the token it needs: `read` (the read or the restore token), `restore` (the restore token), `none`. Every route but /healthz refuses (403) a request whose Host or Origin is not this server's, and every POST and DELETE one whose Content-Type is not application/json (415)."
+        "{auth_note} Each route's x-lockstep-scope names the token it needs: `read` (the read or the restore token), `restore` (the restore token), `none`. Every route but /healthz and /readyz refuses (403) a request whose Host or Origin is not this server's, and every POST and DELETE one whose Content-Type is not application/json (415)."
     );
     json!({
         "openapi": "3.0.3",
@@ -206,6 +206,12 @@ pub fn document(tokens: TokenSetup) -> Value {
             }))},
             "/healthz": {"get": route(Scope::Probe, "Liveness; never needs a token, and answers whatever Host or Origin a request names", json!({
                 "responses": {"200": {"description": "ok", "content": {"text/plain": {"schema": {"type": "string"}}}}},
+            }))},
+            "/readyz": {"get": route(Scope::Probe, "Readiness: whether the journal can be written and read now; never needs a token, and answers whatever Host or Origin a request names", json!({
+                "responses": {
+                    "200": {"description": "ready", "content": {"text/plain": {"schema": {"type": "string"}}}},
+                    "503": {"description": "not ready, with the journal's error", "content": {"text/plain": {"schema": {"type": "string"}}}},
+                },
             }))},
             "/metrics": {"get": route(Scope::Read, "Prometheus text: restores by outcome, import jobs per end and state, reaction-time histogram, staged bytes", json!({
                 "responses": {

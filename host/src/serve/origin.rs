@@ -14,7 +14,8 @@
 //!   or `text/plain` body; JSON needs a CORS preflight, which this server never answers
 //!   with a grant.
 //!
-//! `/healthz` is left out: it says only `ok`, and probes reach it by whatever address.
+//! The probes (`/healthz`, `/readyz`) are left out: they say only how the process is, and
+//! probes reach them by whatever address.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;

@@ -251,6 +251,8 @@ async fn every_route_sync_and_async_with_state_read_back_after_a_restart() {
     let b = &server.base;
     let (status, health) = call(&doc, "get", b, "/healthz", None, None).await;
     assert_eq!((status, health), (200, json!("ok\n")));
+    let (status, ready) = call(&doc, "get", b, "/readyz", None, None).await;
+    assert_eq!((status, ready), (200, json!("ready\n")));
 
     // Sync: the answer carries the final state.
     let (_, sync) = call(
@@ -474,14 +476,14 @@ const TOKEN: &str = "s3cret-restore-token";
 const READ_TOKEN: &str = "s3cret-read-token-for-grafana";
 
 #[tokio::test]
-async fn a_token_is_required_when_set_except_for_healthz_and_the_page() {
+async fn a_token_is_required_when_set_except_for_the_probes_and_the_page() {
     let world = world().await;
     let server = Server::start(&world, world.path("api-state"), Some(TOKEN)).await;
     let doc = document(&server.base, Some(TOKEN)).await;
     // The document says what this server asks for: the token, on every route but /healthz
     // and the status page (which holds no data; its script asks the API with the token).
     assert_eq!(doc["security"], json!([{"bearer": []}]));
-    let open = ["/healthz", "/"];
+    let open = ["/healthz", "/readyz", "/"];
     for path in open {
         assert_eq!(doc["paths"][path]["get"]["security"], json!([]), "{path}");
     }
@@ -665,7 +667,7 @@ async fn a_read_token_only_reads_and_a_restore_records_the_token_that_asked() {
     for (method, path) in ROUTES {
         let op = &doc["paths"][path][method];
         let scope = match (*method, *path) {
-            (_, "/" | "/healthz") => "none",
+            (_, "/" | "/healthz" | "/readyz") => "none",
             ("get", _) => "read",
             _ => "restore",
         };
@@ -729,5 +731,36 @@ async fn a_read_token_only_reads_and_a_restore_records_the_token_that_asked() {
         serde_json::from_slice(&std::fs::read(state.join(format!("journal/{id}.json"))).unwrap())
             .unwrap();
     assert_eq!(&record["requested_by"], asked);
+    server.stop().await;
+}
+
+/// `/readyz` says whether the journal can be written and read: not while its directory is
+/// gone (with why), again once it is back; a record that does not parse does not make a
+/// host unready. `/healthz` answers ok throughout.
+#[tokio::test]
+async fn readiness_follows_the_journal_and_not_a_bad_record() {
+    let world = world().await;
+    let state = world.path("ready-state");
+    let server = Server::start(&world, state.clone(), None).await;
+    let doc = document(&server.base, None).await;
+    let b = &server.base;
+    let journal = state.join("journal");
+    std::fs::write(journal.join("bad.json"), "{ not a record").unwrap();
+    assert_eq!(call(&doc, "get", b, "/readyz", None, None).await.0, 200);
+
+    let aside = world.path("journal-aside");
+    std::fs::rename(&journal, &aside).unwrap();
+    let (status, why) = call(&doc, "get", b, "/readyz", None, None).await;
+    assert_eq!(status, 503, "{why}");
+    let why = why.as_str().unwrap_or_default();
+    assert!(why.starts_with("not ready: the journal: "), "{why}");
+    assert!(
+        why.contains(".ready"),
+        "names what it could not write: {why}"
+    );
+    assert_eq!(call(&doc, "get", b, "/healthz", None, None).await.0, 200);
+
+    std::fs::rename(&aside, &journal).unwrap();
+    assert_eq!(call(&doc, "get", b, "/readyz", None, None).await.0, 200);
     server.stop().await;
 }

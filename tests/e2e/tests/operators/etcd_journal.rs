@@ -263,6 +263,33 @@ async fn a_seeds_etcd_that_cannot_bind_says_why_at_once() {
     );
 }
 
+/// Readiness is the journal's to say: ready while etcd answers a write and a read, not while
+/// it is down, ready again once it is back; a record that does not parse is not its concern.
+#[tokio::test]
+async fn readiness_follows_etcd() {
+    let test = "readiness_follows_etcd";
+    let Some(binary) = e2e::etcd::binary() else {
+        e2e::unavailable(test, "no etcd binary on PATH");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = e2e::etcd::EtcdServer::start(&binary, dir.path())
+        .await
+        .unwrap();
+    let url = format!("etcd://{}/{test}", server.address());
+    let journal = journal(&url).await;
+    journal.ready().await.expect("ready with etcd up");
+    server.kill().await.unwrap();
+    let err = journal.ready().await.expect_err("not ready with etcd down");
+    assert!(err.to_string().contains("etcd ready"), "{err}");
+    server.up().await.unwrap();
+    e2e::eventually(Duration::from_secs(30), || async {
+        journal.ready().await.ok()
+    })
+    .await
+    .expect("ready again once etcd is back");
+}
+
 /// etcdctl against `server` as its admin (the test's own tool: it trusts the server without
 /// checking its name, which is the CA's test name, not 127.0.0.1).
 fn etcdctl(server: &e2e::etcd::EtcdServer, certs: &e2e::tls::Certs, args: &[&str]) {
