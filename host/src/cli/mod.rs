@@ -339,7 +339,7 @@ async fn status(engine: &Engine, id: Option<&str>, format: OutputFormat) -> anyh
             output::record(format, &record);
         }
         None => {
-            let records = engine.journal.list().await?;
+            let records = engine.journal.list().await?.readable();
             output::records(format, &records);
         }
     }
@@ -368,10 +368,7 @@ async fn recover(
                 .await?
                 .with_context(|| format!("no restore {id} in the journal"))?,
         ],
-        None => engine
-            .journal
-            .list()
-            .await?
+        None => (engine.journal.list().await?.readable())
             .into_iter()
             .filter(|r| r.is_unfinished())
             .collect(),
@@ -388,10 +385,9 @@ async fn recover(
         worst = worst.worst(report.outcome);
         reports.push(report);
     }
-    let left =
-        engine.journal.list().await?.into_iter().filter(|r| {
-            r.stage_left && !r.is_unfinished() && id.is_none_or(|id| r.id.as_str() == id)
-        });
+    let left = (engine.journal.list().await?.readable())
+        .into_iter()
+        .filter(|r| r.stage_left && !r.is_unfinished() && id.is_none_or(|id| r.id.as_str() == id));
     for record in left {
         let Some(stores) = engine::recorded_stores(&record, host) else {
             tracing::warn!(restore = %record.id, ends = ?record.staged_ends, "staged files left: the host config names no storage for every end staged into");

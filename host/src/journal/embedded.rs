@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 
-use super::{Claim, Error, Journal, RestoreId, RestoreRecord, Result};
+use super::{Claim, Error, Journal, Listing, RestoreId, RestoreRecord, Result, Unreadable};
 
 /// A journal in a local directory.
 #[derive(Debug, Clone)]
@@ -149,23 +149,29 @@ impl FileJournal {
         read_record(&self.record_path(id))
     }
 
-    /// Every record whose file name starts with `prefix`, oldest attempt first.
-    fn scan_blocking(&self, prefix: &str) -> Result<Vec<RestoreRecord>> {
+    /// Every record whose file name starts with `prefix`, oldest attempt first, and those
+    /// that do not read.
+    fn scan_blocking(&self, prefix: &str) -> Result<Listing> {
         let entries = fs::read_dir(&self.dir).map_err(|source| io_error(&self.dir, source))?;
-        let mut records = Vec::new();
+        let mut listing = Listing::default();
         for entry in entries {
             let entry = entry.map_err(|source| io_error(&self.dir, source))?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
-            if name.starts_with(prefix)
-                && name.ends_with(".json")
-                && let Some(record) = read_record(&entry.path())?
-            {
-                records.push(record);
+            if !(name.starts_with(prefix) && name.ends_with(".json")) {
+                continue;
+            }
+            match read_record(&entry.path()) {
+                Ok(Some(record)) => listing.records.push(record),
+                Ok(None) => {}
+                Err(error) => listing.unreadable.push(Unreadable {
+                    key: name.to_owned(),
+                    error,
+                }),
             }
         }
-        records.sort_by_key(|r| (r.started_at, r.attempt));
-        Ok(records)
+        listing.records.sort_by_key(|r| (r.started_at, r.attempt));
+        Ok(listing)
     }
 }
 
@@ -243,10 +249,11 @@ impl Journal for FileJournal {
     ) -> BoxFuture<'a, Result<Vec<RestoreRecord>>> {
         let this = self.clone();
         let prefix = RestoreId::content_prefix(job_name, content_hash);
-        Box::pin(blocking(move || this.scan_blocking(&prefix)))
+        // Whether the job ran must be read from every attempt: a bad one stops the run.
+        Box::pin(blocking(move || this.scan_blocking(&prefix)?.whole()))
     }
 
-    fn list(&self) -> BoxFuture<'_, Result<Vec<RestoreRecord>>> {
+    fn list(&self) -> BoxFuture<'_, Result<Listing>> {
         let this = self.clone();
         Box::pin(blocking(move || this.scan_blocking("")))
     }
@@ -355,7 +362,7 @@ mod tests {
             attempts.iter().map(|r| r.attempt).collect::<Vec<_>>(),
             [1, 2]
         );
-        assert_eq!(journal.list().await.unwrap().len(), 3);
+        assert_eq!(journal.list().await.unwrap().whole().unwrap().len(), 3);
         // No temp file is left behind by a completed save.
         assert!(
             fs::read_dir(journal.dir())

@@ -25,7 +25,7 @@ use milvus_proto::etcd::etcdserverpb::{LeaseKeepAliveRequest, response_op::Respo
 use serde::{Deserialize, Serialize};
 
 use super::etcd_client::{self as etcd, EtcdClient};
-use super::{Claim, Error, Journal, RestoreId, RestoreRecord, Result};
+use super::{Claim, Error, Journal, Listing, RestoreId, RestoreRecord, Result, Unreadable};
 pub use crate::config::{DEFAULT_LEASE_TTL, EtcdLocation, LocationError};
 
 /// Bound on connecting and on each request, so a dead etcd fails a save instead of hanging
@@ -333,19 +333,28 @@ impl EtcdJournal {
         }
     }
 
-    async fn scan(&self, id_prefix: &str) -> Result<Vec<RestoreRecord>> {
+    /// Every record whose id starts with `id_prefix`, oldest attempt first, and those that
+    /// do not read.
+    async fn scan(&self, id_prefix: &str) -> Result<Listing> {
         let key = format!("{}{id_prefix}", self.record_key_prefix());
         let kvs = self
             .client
             .get_prefix(&key)
             .await
             .map_err(|e| backend("list", e))?;
-        let mut records = kvs
-            .iter()
-            .map(|kv| parse(&String::from_utf8_lossy(&kv.key), &kv.value))
-            .collect::<Result<Vec<_>>>()?;
-        records.sort_by_key(|r| (r.started_at, r.attempt));
-        Ok(records)
+        let mut listing = Listing::default();
+        for kv in &kvs {
+            let key = String::from_utf8_lossy(&kv.key);
+            match parse(&key, &kv.value) {
+                Ok(record) => listing.records.push(record),
+                Err(error) => listing.unreadable.push(Unreadable {
+                    key: key.into_owned(),
+                    error,
+                }),
+            }
+        }
+        listing.records.sort_by_key(|r| (r.started_at, r.attempt));
+        Ok(listing)
     }
 }
 
@@ -469,13 +478,16 @@ impl Journal for EtcdJournal {
         job_name: &'a str,
         content_hash: &'a str,
     ) -> BoxFuture<'a, Result<Vec<RestoreRecord>>> {
+        // Whether the job ran must be read from every attempt: a bad one stops the run.
         Box::pin(async move {
-            self.scan(&RestoreId::content_prefix(job_name, content_hash))
-                .await
+            (self
+                .scan(&RestoreId::content_prefix(job_name, content_hash))
+                .await)?
+                .whole()
         })
     }
 
-    fn list(&self) -> BoxFuture<'_, Result<Vec<RestoreRecord>>> {
+    fn list(&self) -> BoxFuture<'_, Result<Listing>> {
         Box::pin(self.scan(""))
     }
 

@@ -759,6 +759,43 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// What a listing found: every record that reads, and each that does not.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// Oldest first.
+    pub records: Vec<RestoreRecord>,
+    /// Records that do not read, each by its key (a file, an etcd key) with why: one bad
+    /// record is reported as one, never as a journal that cannot be listed.
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A record that does not read.
+#[derive(Debug)]
+pub struct Unreadable {
+    pub key: String,
+    pub error: Error,
+}
+
+impl Listing {
+    /// The records, provided every one read: what a caller that must see every record (a
+    /// test's checker, whether a job already ran) takes.
+    pub fn whole(self) -> Result<Vec<RestoreRecord>> {
+        match self.unreadable.into_iter().next() {
+            Some(bad) => Err(bad.error),
+            None => Ok(self.records),
+        }
+    }
+
+    /// The records that read, each that did not logged by its key: for a listing a person
+    /// or a sweep reads, which one bad record must not stop.
+    pub fn readable(self) -> Vec<RestoreRecord> {
+        for bad in &self.unreadable {
+            tracing::warn!(record = %bad.key, error = %bad.error, "a journal record does not read; it is left as it is");
+        }
+        self.records
+    }
+}
+
 /// A durable store of restore records.
 pub trait Journal: Send + Sync {
     /// Takes the exclusive right to act on `id` (waiting for nobody: `Busy` if held).
@@ -786,8 +823,9 @@ pub trait Journal: Send + Sync {
         content_hash: &'a str,
     ) -> BoxFuture<'a, Result<Vec<RestoreRecord>>>;
 
-    /// Every record, oldest first.
-    fn list(&self) -> BoxFuture<'_, Result<Vec<RestoreRecord>>>;
+    /// Every record, oldest first, and those that do not read; `Err` only when the journal
+    /// itself cannot be listed.
+    fn list(&self) -> BoxFuture<'_, Result<Listing>>;
 
     /// Whether the journal can be written and read now, by a write of its own that no
     /// record depends on: what a readiness probe asks, without reading any record (one that

@@ -331,9 +331,7 @@ async fn find(
     {
         return Ok(Some(view_of(state, &record)));
     }
-    let newest = journal
-        .list()
-        .await?
+    let newest = (journal.list().await?.readable())
         .into_iter()
         .filter(|r| lookup.matches(r))
         .max_by_key(|r| (r.started_at, r.attempt));
@@ -351,10 +349,22 @@ async fn find(
 async fn list_restores(State(state): State<Arc<ApiState>>, headers: HeaderMap) -> Response {
     let rid = header_request_id(&headers);
     match state.runner.journal().list().await {
-        Ok(mut records) => {
+        Ok(listing) => {
+            // One bad record is named (by its key, not its content), and the rest listed.
+            let msg = match listing.unreadable.len() {
+                0 => "success".to_owned(),
+                n => format!(
+                    "success; {n} journal record(s) do not read and are left out ({}); the server's log says why",
+                    (listing.unreadable.iter())
+                        .map(|u| u.key.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            let mut records = listing.readable();
             records.reverse();
             let views: Vec<RestoreView> = records.iter().map(|r| view_of(&state, r)).collect();
-            envelope(rid, Code::Success, "success", Some(views))
+            envelope(rid, Code::Success, msg, Some(views))
         }
         Err(e) => journal_unreadable(rid, &e),
     }
@@ -377,8 +387,23 @@ async fn openapi(State(state): State<Arc<ApiState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
-    let records = state.runner.journal().list().await.unwrap_or_default();
-    let text = super::metrics::render(&records, state.runner.progress(), state.watch.as_deref());
+    let listing = match state.runner.journal().list().await {
+        Ok(listing) => {
+            for bad in &listing.unreadable {
+                tracing::warn!(record = %bad.key, error = %bad.error, "a journal record does not read");
+            }
+            Some(listing)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the journal could not be listed for /metrics");
+            None
+        }
+    };
+    let text = super::metrics::render(
+        listing.as_ref(),
+        state.runner.progress(),
+        state.watch.as_deref(),
+    );
     (
         [(
             header::CONTENT_TYPE,

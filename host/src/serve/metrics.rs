@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use super::progress::LiveProgress;
 use super::watch::WatchStats;
-use crate::journal::{Outcome, RestoreRecord};
+use crate::journal::{Listing, Outcome};
 
 /// Upper bounds (seconds) of the reaction-time buckets: DESIGN §6 asks for 250 ms median.
 const REACTION_BUCKETS: [f64; 9] = [0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -41,11 +41,14 @@ fn outcome_label(o: Option<Outcome>) -> &'static str {
     }
 }
 
+/// The metrics of the journal's `listing` (`None` when it could not be listed), this host's
+/// running restores and its watched directory.
 pub fn render(
-    records: &[RestoreRecord],
+    listing: Option<&Listing>,
     live: &LiveProgress,
     watch: Option<&WatchStats>,
 ) -> String {
+    let records = listing.map_or(&[][..], |l| &l.records[..]);
     let mut out = String::new();
     // Every outcome has a line, a zero included, so a dashboard's rate has a series.
     let mut by_outcome: BTreeMap<&str, u64> = (std::iter::once(None))
@@ -133,6 +136,25 @@ pub fn render(
         staged_finished + running_staged
     );
 
+    // A journal that cannot be listed, or a record in it that does not read, is seen here
+    // rather than as restores that went missing.
+    for (name, help, v) in [
+        (
+            "lockstep_journal_listed",
+            "1 when the journal could be listed for this scrape, 0 when not (the counts above are then empty).",
+            u64::from(listing.is_some()),
+        ),
+        (
+            "lockstep_journal_unreadable_records",
+            "Journal records that do not read (the log names each); the others are counted above.",
+            listing.map_or(0, |l| l.unreadable.len() as u64),
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        let _ = writeln!(out, "{name} {v}");
+    }
+
     if let Some(w) = watch {
         for (name, help, v) in [
             (
@@ -193,7 +215,7 @@ mod tests {
             }
         }
         let text = render(
-            &[],
+            Some(&Listing::default()),
             &LiveProgress::new(Arc::new(Silent)),
             Some(&WatchStats::default()),
         );
@@ -236,7 +258,11 @@ mod tests {
 
     #[test]
     fn an_empty_journal_has_a_zero_for_every_outcome_and_no_negative_zero() {
-        let text = render(&[], &LiveProgress::new(Arc::new(Silent)), None);
+        let text = render(
+            Some(&Listing::default()),
+            &LiveProgress::new(Arc::new(Silent)),
+            None,
+        );
         assert!(text.contains("lockstep_reaction_seconds_sum 0\n"), "{text}");
         assert!(!text.contains("-0"), "{text}");
         for outcome in Outcome::ALL {

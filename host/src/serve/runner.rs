@@ -505,8 +505,10 @@ impl Runner {
             {
                 return;
             }
+            // A record that does not read is left to a person (logged each sweep); the others
+            // are swept.
             let records = match self.journal.list().await {
-                Ok(r) => r,
+                Ok(listing) => listing.readable(),
                 Err(e) => {
                     tracing::warn!(error = %e, "sweep: cannot list the journal");
                     continue;

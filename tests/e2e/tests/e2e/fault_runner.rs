@@ -411,7 +411,10 @@ async fn a_collection_failing_after_others_committed_is_not_reported_as_rolled_b
         .await?;
     let job = job.to_str().expect("a UTF-8 temp path");
     let run = world.run(&["run", job], &[]).await?;
-    let records = FileJournal::open(&world.path("state"))?.list().await?;
+    let records = FileJournal::open(&world.path("state"))?
+        .list()
+        .await?
+        .whole()?;
     let committed = records
         .iter()
         .flat_map(|r| &r.groups)
@@ -438,7 +441,10 @@ async fn a_collection_failing_after_others_committed_is_not_reported_as_rolled_b
 
 /// What the checker finds of `world` after the one run `run`.
 async fn checked(world: &World, run: &e2e::RunResult) -> anyhow::Result<Vec<Violation>> {
-    let records = FileJournal::open(&world.path("state"))?.list().await?;
+    let records = FileJournal::open(&world.path("state"))?
+        .list()
+        .await?
+        .whole()?;
     let ends = world.snapshots().await?;
     Ok(checker::check(&Evidence {
         ends: &ends,

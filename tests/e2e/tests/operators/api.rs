@@ -10,6 +10,7 @@ use std::time::Duration;
 use lockstep::config::HostConfig;
 use lockstep::engine::{Interrupt, Silent};
 use lockstep::journal::embedded::FileJournal;
+use lockstep::journal::{Journal as _, Outcome, RestoreId, RestorePhase, RestoreRecord};
 use lockstep::serve::ApiState;
 use lockstep::serve::access::{GivenToken, Tokens};
 use lockstep::serve::api::{ROUTES, router};
@@ -735,8 +736,9 @@ async fn a_read_token_only_reads_and_a_restore_records_the_token_that_asked() {
 }
 
 /// `/readyz` says whether the journal can be written and read: not while its directory is
-/// gone (with why), again once it is back; a record that does not parse does not make a
-/// host unready. `/healthz` answers ok throughout.
+/// gone (with why), again once it is back. A record that does not parse makes no host
+/// unready, and is one bad record: `list_restores` names it and lists the others, `/metrics`
+/// counts it apart. `/healthz` answers ok throughout.
 #[tokio::test]
 async fn readiness_follows_the_journal_and_not_a_bad_record() {
     let world = world().await;
@@ -747,6 +749,39 @@ async fn readiness_follows_the_journal_and_not_a_bad_record() {
     let journal = state.join("journal");
     std::fs::write(journal.join("bad.json"), "{ not a record").unwrap();
     assert_eq!(call(&doc, "get", b, "/readyz", None, None).await.0, 200);
+    // The bad record is named by its file, and the others listed and counted.
+    let good = RestoreId::new("orders", "abcdef0123456789", 1);
+    {
+        let journal = FileJournal::open(&state).unwrap();
+        let claim = journal.claim(&good).await.unwrap();
+        let finished = RestoreRecord {
+            outcome: Some(Outcome::Succeeded),
+            phase: RestorePhase::Finished,
+            ..RestoreRecord::new(good.clone(), "orders", "abcdef0123456789", 1, "b", vec![])
+        };
+        journal.save(claim.as_ref(), &finished).await.unwrap();
+    }
+    let (status, listed) = call(&doc, "get", b, "/api/v1/list_restores", None, None).await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["data"][0]["id"], good.as_str(), "{listed}");
+    let msg = listed["msg"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("1 journal record(s) do not read") && msg.contains("bad.json"),
+        "{msg}"
+    );
+    let metrics = reqwest::get(format!("{b}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "lockstep_journal_listed 1",
+        "lockstep_journal_unreadable_records 1",
+        "lockstep_restores{outcome=\"succeeded\"} 1",
+    ] {
+        assert!(metrics.contains(line), "no {line}:\n{metrics}");
+    }
 
     let aside = world.path("journal-aside");
     std::fs::rename(&journal, &aside).unwrap();

@@ -73,7 +73,7 @@ async fn claims_are_exclusive_across_hosts_and_records_outlive_them() {
         attempts.iter().map(|r| r.attempt).collect::<Vec<_>>(),
         [1, 2]
     );
-    assert_eq!(b.list().await.unwrap().len(), 3);
+    assert_eq!(b.list().await.unwrap().whole().unwrap().len(), 3);
     assert_eq!(
         b.load(&RestoreId::parse("nope.ab.1").unwrap())
             .await
@@ -261,6 +261,43 @@ async fn a_seeds_etcd_that_cannot_bind_says_why_at_once() {
         Some(1),
         "the data outlived both starts"
     );
+}
+
+/// A record that does not read is one bad record: a listing names it by its key and lists
+/// the others; only the attempts of its own job, which must all be read, fail on it.
+#[tokio::test]
+async fn a_record_that_does_not_read_is_one_bad_record() {
+    let Some(etcd) = etcd("bad-record").await else {
+        return;
+    };
+    let url = etcd.journal_url("bad-record");
+    let a = journal(&url).await;
+    let good = RestoreId::new("orders", "abcdef0123456789", 1);
+    let claim = a.claim(&good).await.unwrap();
+    a.save(claim.as_ref(), &record(&good, 1)).await.unwrap();
+    drop(claim);
+    let location = EtcdLocation::parse(&url).unwrap();
+    let raw = EtcdClient::connect(&location, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let bad = format!("{}/record/broken.ffff00000000.1", location.prefix);
+    let put = lockstep::journal::etcd_client::op_put(&bad, b"{ not a record".to_vec(), 0);
+    raw.txn(vec![], vec![put], vec![]).await.unwrap();
+
+    let listing = a.list().await.expect("listed despite the bad record");
+    let ids: Vec<&RestoreId> = listing.records.iter().map(|r| &r.id).collect();
+    assert_eq!(ids, [&good]);
+    let keys: Vec<&str> = listing.unreadable.iter().map(|u| u.key.as_str()).collect();
+    assert_eq!(keys, [bad.as_str()]);
+    assert!(matches!(listing.unreadable[0].error, Error::Corrupt { .. }));
+    assert_eq!(
+        a.attempts("orders", "abcdef0123456789")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(a.attempts("broken", "ffff00000000").await.is_err());
 }
 
 /// Readiness is the journal's to say: ready while etcd answers a write and a read, not while

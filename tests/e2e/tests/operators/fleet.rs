@@ -105,7 +105,7 @@ async fn records(url: &str) -> Vec<RestoreRecord> {
     let journal = EtcdJournal::connect(&EtcdLocation::parse(url).unwrap())
         .await
         .unwrap();
-    journal.list().await.unwrap()
+    journal.list().await.unwrap().whole().unwrap()
 }
 
 fn jobs_dir(world: &World) -> PathBuf {
