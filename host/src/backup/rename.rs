@@ -178,6 +178,26 @@ fn insert_once(
     }
 }
 
+impl std::fmt::Display for Renaming {
+    /// As `status` lists a restore: `suffix _r`, or `rename ` and the rules in the form
+    /// `--rename` takes them; nothing when every collection keeps its name.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Identity => Ok(()),
+            Self::Suffix(suffix) => write!(f, "suffix {suffix}"),
+            Self::Rules(rules) => {
+                let wildcards =
+                    (rules.database_wildcards.iter()).map(|(a, b)| format!("{a}.*:{b}.*"));
+                let databases = (rules.databases.iter()).map(|(a, b)| format!("{a}.:{b}."));
+                let collections = (rules.collections.iter())
+                    .flat_map(|(from, to)| to.iter().map(move |to| format!("{from}:{to}")));
+                let all: Vec<String> = wildcards.chain(databases).chain(collections).collect();
+                write!(f, "rename {}", all.join(","))
+            }
+        }
+    }
+}
+
 impl Renaming {
     /// A suffix renaming; milvus-backup allows only letters, digits and underscores.
     pub fn suffix(suffix: &str) -> Result<Self, RenameError> {
@@ -241,6 +261,19 @@ mod tests {
         assert_eq!(
             Renaming::Identity.collection_targets(&ns("db1", "coll1")),
             vec![ns("db1", "coll1")]
+        );
+    }
+
+    /// `status` says a renaming in the words `--suffix` and `--rename` take, so it can be
+    /// given again as it reads.
+    #[test]
+    fn a_renaming_reads_as_its_flags() {
+        assert_eq!(Renaming::Identity.to_string(), "");
+        assert_eq!(Renaming::suffix("_r").unwrap().to_string(), "suffix _r");
+        let r = rules(&["db1.*:db2.*", "c1:c2", "db3.c3:db4.c4", "db5.:db6."]);
+        assert_eq!(
+            r.to_string(),
+            "rename db1.*:db2.*,db5.:db6.,db3.c3:db4.c4,default.c1:default.c2"
         );
     }
 

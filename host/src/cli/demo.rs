@@ -134,8 +134,9 @@ pub async fn run(args: DemoArgs, format: OutputFormat) -> anyhow::Result<i32> {
     );
 
     let host_file = write_host_config(&dir, &sim, &backups)?;
-    let job_file = dir.join("jobs").join("demo-restore.toml");
-    std::fs::create_dir_all(job_file.parent().expect("a file in jobs/"))?;
+    let jobs_dir = dir.join("jobs");
+    let job_file = jobs_dir.join("demo-restore.toml");
+    std::fs::create_dir_all(&jobs_dir)?;
     std::fs::write(
         &job_file,
         "# Written by `lockstep demo`.\nbackup = \"demo_backup\"\ntarget = \"primary\"\n\
@@ -154,9 +155,13 @@ pub async fn run(args: DemoArgs, format: OutputFormat) -> anyhow::Result<i32> {
         println!("files kept in {}", dir.display());
     }
     if args.keep_running {
+        // Absolute paths, so that the hint works from whatever directory it is run in.
         eprintln!(
-            "milvus-sim stays up until Ctrl-C; in another terminal: lockstep --config {} watch",
-            host_file.display()
+            "milvus-sim stays up until Ctrl-C; in another terminal: lockstep --config {} \
+             watch {} (a job file dropped there runs, e.g. the repository's \
+             jobs/demo-from-jobs.toml)",
+            host_file.display(),
+            jobs_dir.display()
         );
         tokio::signal::ctrl_c()
             .await

@@ -17,7 +17,7 @@ use tracing::Instrument as _;
 use lockstep::config::HostConfig;
 use lockstep::engine::{self, Engine, Report};
 use lockstep::job::{Job, RestoreArgs};
-use lockstep::journal::{Outcome, RequestedBy, RestoreId};
+use lockstep::journal::{Outcome, RequestedBy, RestoreLookup, RestoreRecord};
 
 pub use output::OutputFormat;
 
@@ -194,11 +194,17 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         Command::Plugin(cmd) => {
             return plugin_command(cmd, cli.output, &state_dir_for(&cli.state_dir, None)).await;
         }
-        Command::Watch(ref args) => return operate::run_watch(cli.flags(), args).await,
+        Command::Watch(ref args) => {
+            return operate::run_watch(cli.flags(), args, cli.output).await;
+        }
         Command::Serve(ref args) => return operate::run_serve(cli.flags(), args).await,
         _ => {}
     }
-    let host = setup::load_host_config(cli.flags(), cli.state_dir.as_deref())?;
+    let need = match cli.command {
+        Command::Status { .. } => setup::Need::StateDir,
+        _ => setup::Need::Config,
+    };
+    let host = setup::load_host_config(cli.flags(), cli.state_dir.as_deref(), need)?;
     // The backup commands read the backups and nothing else: no journal, no state directory.
     match &cli.command {
         Command::Check { name, level } => {
@@ -330,25 +336,27 @@ async fn run_files(
 
 async fn status(engine: &Engine, id: Option<&str>, format: OutputFormat) -> anyhow::Result<i32> {
     match id {
-        Some(id) => {
-            let record = engine
-                .journal
-                .load(&parse_id(id)?)
-                .await?
-                .with_context(|| format!("no restore {id} in the journal"))?;
-            output::record(format, &record);
-        }
+        Some(id) => output::record(format, &named(engine, id).await?),
         None => {
-            let records = engine.journal.list().await?.readable();
+            let mut records = engine.journal.list().await?.readable();
+            // Newest first, as `list_restores` answers.
+            records.reverse();
             output::records(format, &records);
         }
     }
     Ok(0)
 }
 
-/// A restore id from the command line. The CLI may show what it refused; the API never does.
-fn parse_id(id: &str) -> anyhow::Result<RestoreId> {
-    RestoreId::parse(id).with_context(|| format!("`{id}` is not a restore id"))
+/// The restore an operator named: by its id, or by the job identity (`NAME.HASH`, what an
+/// async REST answer gives) or job name it ran, meaning its newest attempt, as `get_restore`
+/// finds it. The CLI may show what it refused; the API never does.
+async fn named(engine: &Engine, id: &str) -> anyhow::Result<RestoreRecord> {
+    let lookup = RestoreLookup::parse(id)
+        .with_context(|| format!("`{id}` is not a restore id, job identity or job name"))?;
+    lookup
+        .find(engine.journal.as_ref())
+        .await?
+        .with_context(|| format!("no restore {id} in the journal (`lockstep status` lists them)"))
 }
 
 /// Resolves unfinished restores (one, or every one), reaching their ends through the URIs
@@ -360,14 +368,12 @@ async fn recover(
     id: Option<&str>,
     format: OutputFormat,
 ) -> anyhow::Result<i32> {
-    let records = match id {
-        Some(id) => vec![
-            engine
-                .journal
-                .load(&parse_id(id)?)
-                .await?
-                .with_context(|| format!("no restore {id} in the journal"))?,
-        ],
+    let chosen = match id {
+        Some(id) => Some(named(engine, id).await?),
+        None => None,
+    };
+    let records = match &chosen {
+        Some(record) => vec![record.clone()],
         None => (engine.journal.list().await?.readable())
             .into_iter()
             .filter(|r| r.is_unfinished())
@@ -387,10 +393,13 @@ async fn recover(
     }
     let left = (engine.journal.list().await?.readable())
         .into_iter()
-        .filter(|r| r.stage_left && !r.is_unfinished() && id.is_none_or(|id| r.id.as_str() == id));
+        .filter(|r| {
+            r.stage_left && !r.is_unfinished() && chosen.as_ref().is_none_or(|c| r.id == c.id)
+        });
     for record in left {
         let Some(stores) = engine::recorded_stores(&record, host) else {
-            tracing::warn!(restore = %record.id, ends = ?record.staged_ends, "staged files left: the host config names no storage for every end staged into");
+            let ends = record.staged_ends.join(", ");
+            tracing::warn!(restore = %record.id, %ends, "staged files left: the host config names no storage for every end staged into");
             continue;
         };
         if let Err(e) = engine::clean_left_stage(engine, &record.id, &stores).await {
@@ -410,11 +419,8 @@ async fn verify(
     (timeout, sample): (Duration, Option<usize>),
     format: OutputFormat,
 ) -> anyhow::Result<i32> {
-    let record = engine
-        .journal
-        .load(&parse_id(id)?)
-        .await?
-        .with_context(|| format!("no restore {id} in the journal"))?;
+    let record = named(engine, id).await?;
+    let id = &record.id;
     let report: engine::Report = record
         .report
         .clone()

@@ -1,7 +1,8 @@
 //! `lockstep watch DIR` and `lockstep serve`: the long-running modes. Both run restores
 //! through one `serve::Runner` over the journal `--journal` names (the embedded one in the
 //! state directory by default, or etcd for a fleet), stop on Ctrl-C or SIGTERM (restores that
-//! have not decided abort; decided ones finish), and print only where they listen. `serve`
+//! have not decided abort; decided ones finish). `watch` prints a line per restore as it
+//! ends; `serve` prints only where it listens, and logs that line. `serve`
 //! refuses at start what would expose the API: a listener off loopback without TLS and a
 //! token, a short token, a certificate that does not load.
 
@@ -23,6 +24,7 @@ use lockstep::serve::origin::AllowedOrigins;
 use lockstep::serve::watch::WatchStats;
 use lockstep::serve::{LiveProgress, Runner, WatchOptions, watch};
 
+use super::output::{self, OutputFormat};
 use super::setup::{self, Flags};
 
 #[derive(Debug, clap::Args)]
@@ -92,7 +94,7 @@ async fn daemon(
     }
     // The state directory is every command's (`--state-dir`, else the host config's), and
     // never one the job-file authors write in: checked before anything is made.
-    let host = setup::load_host_config(flags, flags.state_dir)?;
+    let host = setup::load_host_config(flags, flags.state_dir, setup::Need::Config)?;
     if let Some(dir) = watched {
         lockstep::serve::watch::state_dir_outside(dir, &host.state_dir)?;
     }
@@ -128,11 +130,16 @@ async fn daemon(
     })
 }
 
-pub async fn run_watch(flags: Flags<'_>, args: &WatchArgs) -> anyhow::Result<i32> {
+pub async fn run_watch(
+    flags: Flags<'_>,
+    args: &WatchArgs,
+    format: OutputFormat,
+) -> anyhow::Result<i32> {
     let d = daemon(flags, Some(&args.dir), args.max_parallel).await?;
     watch(
         WatchOptions {
             dir: args.dir.clone(),
+            tell: Arc::new(output::Told(format)),
         },
         d.host,
         Arc::clone(&d.runner),
@@ -173,7 +180,7 @@ pub async fn run_serve(flags: Flags<'_>, args: &ServeArgs) -> anyhow::Result<i32
     println!("listening on {scheme}://{addr}");
     let watcher = match (&args.watch, stats) {
         (Some(dir), Some(stats)) => Some(tokio::spawn(watch(
-            WatchOptions { dir: dir.clone() },
+            WatchOptions::new(dir.clone()),
             d.host.clone(),
             Arc::clone(&d.runner),
             stats,

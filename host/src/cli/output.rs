@@ -16,7 +16,7 @@ use lockstep::engine::builds::Gate;
 use lockstep::engine::progress::{JobCounts, format_counts};
 use lockstep::engine::{self, EndFiles, PlanOutput, Report};
 use lockstep::job::Job;
-use lockstep::journal::{RestorePhase, RestoreRecord};
+use lockstep::journal::{Decision, RestorePhase, RestoreRecord, Role};
 use lockstep::plugins::{CheckRun, Inspection, Verdict};
 use lockstep::storage::StageProgress;
 
@@ -36,6 +36,15 @@ fn print_json(value: &impl serde::Serialize) {
         .and_then(|()| out.flush());
     if let Err(e) = written {
         eprintln!("lockstep: cannot write the output as JSON: {e}");
+    }
+}
+
+/// A choice as a file or a flag spells it (`restore`, `data`): its serde value, never its
+/// Rust name.
+fn spelled(choice: &impl serde::Serialize) -> String {
+    match serde_json::to_value(choice) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
     }
 }
 
@@ -150,16 +159,18 @@ pub fn check(
         OutputFormat::Text => {
             if findings.is_empty() {
                 println!(
-                    "backup {} is sound at level {level:?}: {} collections, {segments} segments, {} objects",
+                    "backup {} is sound at level {}: {} collections, {segments} segments, {} objects",
                     backup.files.location.name,
+                    spelled(&level),
                     backup.info.collection_backups.len(),
                     backup.files.binlogs.len()
                 );
             } else {
                 println!(
-                    "backup {}: {} problem(s) at level {level:?}:",
+                    "backup {}: {} problem(s) at level {}:",
                     backup.files.location.name,
-                    findings.len()
+                    findings.len(),
+                    spelled(&level)
                 );
                 for f in findings {
                     println!("  {f}");
@@ -168,7 +179,7 @@ pub fn check(
         }
         OutputFormat::Json => print_json(&json!({
             "backup": backup.files.location.name,
-            "level": format!("{level:?}").to_lowercase(),
+            "level": level,
             "collections": backup.info.collection_backups.len(),
             "segments": segments,
             "objects": backup.files.binlogs.len(),
@@ -198,7 +209,7 @@ pub fn reports(format: OutputFormat, reports: &[Report], refused: &[(std::path::
                 }
                 for r in reports {
                     println!(
-                        "  {:<40} {:?} (exit {})",
+                        "  {:<40} {} (exit {})",
                         r.job_name,
                         r.outcome,
                         r.exit_code()
@@ -225,6 +236,21 @@ pub fn reports(format: OutputFormat, reports: &[Report], refused: &[(std::path::
                     .collect(),
                 reports,
             });
+        }
+    }
+}
+
+/// `lockstep watch`'s line for each restore as it ends: text, or one JSON object a line.
+pub struct Told(pub OutputFormat);
+
+impl lockstep::serve::told::Tell for Told {
+    fn tell(&self, told: &lockstep::serve::told::Told) {
+        match self.0 {
+            OutputFormat::Text => println!("{told}"),
+            OutputFormat::Json => match serde_json::to_string(told) {
+                Ok(line) => println!("{line}"),
+                Err(e) => eprintln!("lockstep: cannot write the output as JSON: {e}"),
+            },
         }
     }
 }
@@ -296,8 +322,8 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
             );
             println!("  {}", plan.import_prefix_note);
             println!(
-                "  atomicity: {:?}; mirror grace {}s",
-                job.two_phase.atomicity,
+                "  atomicity: {}; mirror grace {}s",
+                spelled(&job.two_phase.atomicity),
                 job.two_phase.mirror_grace.as_secs()
             );
             for c in &p.collections {
@@ -320,7 +346,7 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
                 );
             }
             for c in &job.checks {
-                println!("  check {} at {:?}", c.plugin.display(), c.phase);
+                println!("  check {} at {}", c.plugin.display(), c.phase);
             }
         }
     }
@@ -379,17 +405,18 @@ pub fn record(format: OutputFormat, record: &RestoreRecord) {
                     "restore {} ({}), attempt {}",
                     record.id, record.job_name, record.attempt
                 );
-                println!(
-                    "  phase {:?}, outcome {:?}, updated {}",
-                    record.phase, record.outcome, record.updated_at
-                );
+                println!("  {}, updated {}", outcome_of(record), record.updated_at);
                 for g in &record.groups {
                     let submitted = g.batches.iter().filter(|b| b.job_id.is_some()).count();
+                    let decision = match &g.decision {
+                        None => "none yet".to_owned(),
+                        Some(Decision::Commit { at }) => format!("commit at {at}"),
+                        Some(Decision::Abort { at, reason }) => format!("abort at {at}: {reason}"),
+                    };
                     println!(
-                        "  group {}: {submitted}/{} jobs submitted, decision {:?}",
+                        "  group {}: {submitted}/{} jobs submitted, decision {decision}",
                         g.id,
                         g.batches.len(),
-                        g.decision
                     );
                 }
             }
@@ -397,6 +424,23 @@ pub fn record(format: OutputFormat, record: &RestoreRecord) {
     }
 }
 
+/// A record's outcome as `status` says it: the outcome's one spelling, or the phase an
+/// unfinished restore is in.
+fn outcome_of(record: &RestoreRecord) -> String {
+    match record.outcome {
+        Some(outcome) => outcome.to_string(),
+        None => format!("unfinished ({})", record.phase),
+    }
+}
+
+/// The target's name (the record lists it first).
+fn target_of(record: &RestoreRecord) -> &str {
+    (record.ends.iter())
+        .find(|e| e.role == Role::Target)
+        .map_or("", |e| e.name.as_str())
+}
+
+/// `lockstep status`: the restores in the journal, newest first, in columns under a header.
 pub fn records(format: OutputFormat, records: &[RestoreRecord]) {
     match format {
         OutputFormat::Json => print_json(
@@ -404,7 +448,8 @@ pub fn records(format: OutputFormat, records: &[RestoreRecord]) {
                 .iter()
                 .map(|r| {
                     json!({
-                        "id": r.id, "job": r.job_name, "phase": r.phase, "outcome": r.outcome,
+                        "id": r.id, "job": r.job_name, "backup": r.backup, "target": target_of(r),
+                        "renaming": r.renaming, "phase": r.phase, "outcome": r.outcome,
                         "started_at": r.started_at, "updated_at": r.updated_at,
                         "stage_left": r.stage_left.then(|| json!({
                             "prefix": r.staging_prefix, "ends": r.staged_ends,
@@ -416,18 +461,39 @@ pub fn records(format: OutputFormat, records: &[RestoreRecord]) {
         OutputFormat::Text => {
             if records.is_empty() {
                 println!("no restores in the journal");
+                return;
             }
-            for r in records {
-                let outcome = r
-                    .outcome
-                    .map_or("unfinished".to_string(), |o| format!("{o:?}"));
-                println!(
-                    "{:<52} {:<12} {:<12} {}",
-                    r.id.to_string(),
-                    format!("{:?}", r.phase),
-                    outcome,
-                    r.updated_at
-                );
+            let header = [
+                "id", "job", "backup", "target", "renaming", "outcome", "started",
+            ];
+            let rows: Vec<[String; 7]> = (records.iter())
+                .map(|r| {
+                    [
+                        r.id.to_string(),
+                        r.job_name.clone(),
+                        r.backup.clone(),
+                        target_of(r).to_owned(),
+                        r.renaming.clone(),
+                        outcome_of(r),
+                        r.started_at.to_string(),
+                    ]
+                })
+                .collect();
+            let mut widths = header.map(str::len);
+            for row in &rows {
+                for (width, cell) in widths.iter_mut().zip(row) {
+                    *width = (*width).max(cell.chars().count());
+                }
+            }
+            let line = |cells: &[&str]| {
+                let padded: Vec<String> = (cells.iter().zip(widths))
+                    .map(|(cell, width)| format!("{cell:<width$}"))
+                    .collect();
+                println!("{}", padded.join("  ").trim_end());
+            };
+            line(&header);
+            for row in &rows {
+                line(&row.each_ref().map(String::as_str));
             }
             // Stages still to clean: what a recovery could not delete, and who will.
             for r in records.iter().filter(|r| r.stage_left) {
@@ -591,7 +657,7 @@ impl engine::Progress for Bars {
                     b.finish_and_clear();
                 }
             } else {
-                bar.set_message(format!("{phase:?}"));
+                bar.set_message(phase.to_string());
             }
         });
     }

@@ -21,11 +21,25 @@ pub struct Flags<'a> {
     pub sets: &'a [String],
 }
 
+/// Whether a command can work without a host config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// It reaches clusters or backups, which only a host config names: with none found, it
+    /// is refused saying where it looked.
+    Config,
+    /// It reads only the state directory (`status`): the default one serves.
+    StateDir,
+}
+
 /// The host config from `--config`; else `./lockstep.toml`; else milvus-backup's config
 /// where milvus-backup looks for it (`backup.yaml`, `$MILVUSCONF/backup.yaml`,
-/// `configs/backup.yaml`); else none (inline URIs only). `state_dir` overrides its state
-/// directory.
-pub fn load_host_config(flags: Flags<'_>, state_dir: Option<&Path>) -> anyhow::Result<HostConfig> {
+/// `configs/backup.yaml`); else none, which only a command that needs no config (`need`)
+/// accepts. `state_dir` overrides its state directory.
+pub fn load_host_config(
+    flags: Flags<'_>,
+    state_dir: Option<&Path>,
+    need: Need,
+) -> anyhow::Result<HostConfig> {
     let env = |name: &str| std::env::var(name).ok();
     let sets = backup_yaml::parse_sets(flags.sets)?;
     for (key, instead) in backup_yaml::secrets_set(&sets) {
@@ -54,6 +68,12 @@ pub fn load_host_config(flags: Flags<'_>, state_dir: Option<&Path>) -> anyhow::R
                 "--set overrides keys of milvus-backup's config, and none was found (--config, \
                  backup.yaml, $MILVUSCONF/backup.yaml or configs/backup.yaml)"
             );
+            anyhow::ensure!(
+                need == Need::StateDir,
+                "no lockstep.toml or backup.yaml found (looked in: {}); name one with --config \
+                 FILE or LOCKSTEP_CONFIG",
+                looked_in(default, &env)
+            );
             HostConfig::empty(PathBuf::from(lockstep::config::DEFAULT_STATE_DIR))
         }
     };
@@ -61,6 +81,25 @@ pub fn load_host_config(flags: Flags<'_>, state_dir: Option<&Path>) -> anyhow::R
         host.state_dir = dir.to_path_buf();
     }
     Ok(host)
+}
+
+/// Where a host config was looked for, as absolute paths: `default`, then milvus-backup's
+/// places for its `backup.yaml`.
+fn looked_in(default: &Path, env: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut places = vec![default.to_path_buf(), PathBuf::from("backup.yaml")];
+    if let Some(dir) = env("MILVUSCONF").filter(|d| !d.is_empty()) {
+        places.push(Path::new(&dir).join("backup.yaml"));
+    }
+    places.push(Path::new("configs").join("backup.yaml"));
+    let shown: Vec<String> = (places.iter())
+        .map(|p| {
+            std::path::absolute(p)
+                .unwrap_or_else(|_| p.clone())
+                .display()
+                .to_string()
+        })
+        .collect();
+    shown.join(", ")
 }
 
 /// The journal could not be reached or opened: lockstep's own part failed (exit 6).

@@ -504,7 +504,7 @@ impl Keeper<'_> {
         report.phases =
             report::phase_times(&self.phase_starts, report.started_at, report.finished_at);
         if report.summary.is_empty() {
-            report.summary = format!("{outcome:?}");
+            report.summary = outcome.to_string();
         }
         faults::crash_point("before-report");
         self.record.outcome = Some(outcome);

@@ -38,7 +38,7 @@ pub struct Logged {
 
 impl Progress for Logged {
     fn phase(&self, restore: &str, phase: RestorePhase) {
-        tracing::info!(restore, ?phase, "phase");
+        tracing::info!(restore, %phase, "phase");
     }
 
     fn staging(&self, restore: &str, p: StageProgress) {

@@ -70,7 +70,7 @@ pub async fn recover(
             }
         };
     }
-    tracing::info!(restore = %record.id, phase = ?record.phase, decided = record.has_commit_decision(), "recovering");
+    tracing::info!(restore = %record.id, phase = %record.phase, decided = record.has_commit_decision(), "recovering");
     let report = report_of(&record, &ends, started);
     let (attempt, mut keeper, mut inbox) =
         Attempt::new(engine, &ends, claim.as_ref(), record.clone(), job);

@@ -16,6 +16,23 @@ fn unreachable_advice(uri: &str) -> &'static str {
     }
 }
 
+/// One line for an end that did not answer, naming its URI once: `reason` is
+/// `milvus::Error`'s text, which starts with the end and the URI this line names already,
+/// and an end given by URI alone is named by it.
+fn unreachable_text(end: &str, uri: &str, reason: &str) -> String {
+    let cause = reason
+        .strip_prefix(&format!("{end}: cannot reach {uri}: "))
+        .unwrap_or(reason);
+    let at = match end == uri {
+        true => String::new(),
+        false => format!(" ({uri})"),
+    };
+    format!(
+        "{end}{at} is unreachable: {cause}; {}",
+        unreachable_advice(uri)
+    )
+}
+
 /// One reason to refuse a restore. The text says why and what to do.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Refusal {
@@ -27,7 +44,7 @@ pub enum Refusal {
          `lockstep status`"
     )]
     Busy { id: String, holder: String },
-    #[error("{end} ({uri}) is unreachable: {reason}; {}", unreachable_advice(uri))]
+    #[error("{}", unreachable_text(end, uri, reason))]
     Unreachable {
         end: String,
         uri: String,
@@ -423,6 +440,28 @@ mod tests {
 
     fn version(v: &str) -> ServerVersion {
         ServerVersion::parse(v)
+    }
+
+    /// An end given by URI was named four times: as the end, in brackets, and twice in the
+    /// client's error.
+    #[test]
+    fn an_unreachable_end_is_one_line_naming_its_uri_once() {
+        let uri = "http://127.0.0.1:1";
+        let refusal = |end: &str| Refusal::Unreachable {
+            end: end.into(),
+            uri: uri.into(),
+            reason: format!("{end}: cannot reach {uri}: Connection refused (os error 111)"),
+        };
+        assert_eq!(
+            refusal(uri).to_string(),
+            "http://127.0.0.1:1 is unreachable: Connection refused (os error 111); check its \
+             URI and that Milvus is up"
+        );
+        assert_eq!(
+            refusal("t").to_string(),
+            "t (http://127.0.0.1:1) is unreachable: Connection refused (os error 111); check \
+             its URI and that Milvus is up"
+        );
     }
 
     #[test]

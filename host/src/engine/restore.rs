@@ -97,8 +97,8 @@ impl Engine {
             if last.outcome.is_some_and(Outcome::committed)
                 && let Some(report) = last.report.as_ref().and_then(|r| r.read::<Report>().ok())
             {
-                tracing::info!(restore = %last.id, "this job content already ran; not running it again");
-                return report;
+                tracing::info!(restore = %last.id, "this job content already committed; not running it again");
+                return report.not_run_again();
             }
             if last.is_unfinished() {
                 span.record("id", tracing::field::display(&last.id));
@@ -127,6 +127,7 @@ impl Engine {
         let record = RestoreRecord {
             mirror_grace_ms: job.two_phase.mirror_grace.as_millis() as u64,
             keep_temp_files: job.restore.keep_temp_files,
+            renaming: job.restore.renaming.to_string(),
             rerun_because: because,
             requested_by: Some(requested_by),
             ..RestoreRecord::new(

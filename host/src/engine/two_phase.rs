@@ -681,7 +681,8 @@ async fn send_aborts(
         })
         .collect();
     if !refused.is_empty() {
-        tracing::warn!(?refused, "some aborts were refused; checking their states");
+        let refused = refused.join("; ");
+        tracing::warn!(%refused, "some aborts were refused; checking their states");
     }
     Ok(())
 }

@@ -89,7 +89,7 @@ fn flag_set(set: bool) -> Option<Spanned<bool>> {
 }
 
 /// The flag a job-file field comes from (`restore.rename[2]` → `-r/--rename`).
-fn flag_for(field: &str) -> String {
+pub(super) fn flag_for(field: &str) -> String {
     let base = field.split('[').next().unwrap_or(field);
     match base {
         "name" | "backup" => "-n/--name".to_owned(),
@@ -212,6 +212,7 @@ pub(super) fn job_from_args(
         }),
         base_dir: std::path::PathBuf::new(),
         removed: &[],
+        vocabulary: validate::Vocabulary::Flags,
     };
     let located = |raw: Vec<RawProblem>| {
         raw.into_iter().map(|p| Problem {
@@ -376,7 +377,7 @@ mod tests {
             shown,
             vec![
                 "--strategy: unknown variant `v1`, expected `merged` or `per_seg`",
-                "-n/--name: missing field `backup`: expected the name of the backup to restore, e.g. backup = \"my_backup\"",
+                "-n/--name: missing: expected the name of the backup to restore, e.g. `--name my_backup`",
                 "--target: unknown cluster `prod-x`; expected a cluster of the host config (`prod-a`, `prod-b`, `prod-c`) or an http(s):// URI",
                 "--filter: invalid filter rule `a-b`: expected `db.*`, `db.collection`, `collection` or `db.`",
                 "-s/--suffix: suffix and rename cannot be set at the same time (as in milvus-backup): rename collections one way",
@@ -407,6 +408,19 @@ mod tests {
             vec![
                 "-c/--collections: -c/--collections was removed from milvus-backup's restore: use --filter instead",
                 "--restore_index: --restore_index was removed from milvus-backup's restore: use --rebuild_index instead",
+            ]
+        );
+    }
+
+    /// A CLI user cannot describe a target inline: the refusal does not tell them to.
+    #[test]
+    fn a_target_uri_without_storage_is_refused_in_flag_words() {
+        let err = from_flags(&["-n", "b", "--target", "http://10.9.9.9:19530"]).unwrap_err();
+        let shown: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            vec![
+                "--target: target http://10.9.9.9:19530 has no storage: lockstep stages the backup's binlogs into the target's object storage, so name a cluster of the host config that has `storage`",
             ]
         );
     }

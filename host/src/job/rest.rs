@@ -97,7 +97,7 @@ fn unspanned<T>(value: T) -> Spanned<T> {
 }
 
 /// The request field a job-file field comes from, where one field has one source.
-fn json_field_for(field: &str) -> &'static str {
+pub(super) fn json_field_for(field: &str) -> &'static str {
     match field.split('[').next().unwrap_or(field) {
         "name" => "id",
         "backup" => "backup_name",
@@ -410,6 +410,7 @@ pub(super) fn restore_from_body(
             }),
         base_dir: std::path::PathBuf::new(),
         removed: &[],
+        vocabulary: validate::Vocabulary::Request,
     };
     match validate::validate(file, &context) {
         Ok(job) if problems.is_empty() => Ok(RestRestore {
@@ -664,7 +665,7 @@ mod tests {
             "request field `colection_names`: unknown field `colection_names`, expected one of `requestId`, `backup_name`, `collection_names`, `collection_suffix`, `collection_renames`, `async`, `bucket_name`, `path`, `db_collections`, `metaOnly`, `restoreIndex`, `useAutoIndex`, `dropExistCollection`, `dropExistIndex`, `skipCreateCollection`, `id`, `skipImportDiskQuotaCheck`, `rbac`, `maxShardNum`, `skipParams`, `useV2Restore`, `truncateBinlogByTs`, `db_collections_after_rename`, `restorePlan`, `ezkMapping`, `target`, `secondaries`, `strategy`".to_string(),
             "request field `restorePlan`: not supported by lockstep; use collection_renames or collection_suffix with db_collections_after_rename".to_string(),
             "request field `path`: expected the backups' root directory in the store: relative, without `.` or `..`".to_string(),
-            "request field `backup_name`: missing field `backup`: expected the name of the backup to restore, e.g. backup = \"my_backup\"".to_string(),
+            "request field `backup_name`: missing: expected the name of the backup to restore, e.g. \"backup_name\": \"my_backup\"".to_string(),
             "request field `secondaries`: unknown cluster `prod-q`; expected a cluster of the host config (`prod-a`, `prod-b`, `prod-c`) or an http(s):// URI".to_string(),
             "request field `dropExistCollection`: drop_exist_collection and skip_create_collection cannot both be true: choose dropping the existing collection or importing into it".to_string(),
         ];

@@ -51,11 +51,48 @@ pub(crate) struct Context<'a> {
     pub base_dir: PathBuf,
     /// Fields deserialization refused and removed: already reported.
     pub removed: &'a [String],
+    /// The words of the input the job came in, which a refusal speaks.
+    pub vocabulary: Vocabulary,
+}
+
+/// The words an input names a job's fields with: a job file's keys, `lockstep restore`'s
+/// flags or a REST request's fields. A refusal says what to give in the caller's own words:
+/// `-n/--name` to a CLI user, never `backup = …`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Vocabulary {
+    File,
+    Flags,
+    Request,
+}
+
+impl Vocabulary {
+    /// How to give `field` the value `value`, as this input writes it.
+    fn example(self, field: &str, value: &str) -> String {
+        match self {
+            Vocabulary::File => {
+                let key = field.rsplit('.').next().unwrap_or(field);
+                format!("{key} = \"{value}\"")
+            }
+            Vocabulary::Flags => {
+                let flag = super::cli::flag_for(field);
+                let long = flag.rsplit('/').next().unwrap_or(&flag).to_owned();
+                format!("`{long} {value}`")
+            }
+            Vocabulary::Request => {
+                let key = match super::rest::json_field_for(field) {
+                    "" => field,
+                    known => known,
+                };
+                format!("\"{key}\": \"{value}\"")
+            }
+        }
+    }
 }
 
 struct Problems<'a> {
     list: Vec<RawProblem>,
     removed: &'a [String],
+    vocabulary: Vocabulary,
 }
 
 impl Problems<'_> {
@@ -68,16 +105,23 @@ impl Problems<'_> {
         self.list.push(RawProblem::new(field, span, message));
     }
 
-    /// Reports a missing required field unless deserialization already reported it.
+    /// Reports a missing required field unless deserialization already reported it. A file's
+    /// problem names its key; a flag's or a request field's location already names it.
     fn missing(&mut self, field: &str, span: Option<Range<usize>>, expected: &str) {
         if !self.removed.iter().any(|r| r == field) {
             let name = field.rsplit('.').next().unwrap_or(field);
-            self.push(
-                field,
-                span,
-                format!("missing field `{name}`: expected {expected}"),
-            );
+            let message = match self.vocabulary {
+                Vocabulary::File => format!("missing field `{name}`: expected {expected}"),
+                Vocabulary::Flags | Vocabulary::Request => format!("missing: expected {expected}"),
+            };
+            self.push(field, span, message);
         }
+    }
+
+    /// [`Problems::missing`], with an example of the value as the input would give it.
+    fn missing_like(&mut self, field: &str, expected: &str, value: &str) {
+        let example = self.vocabulary.example(field, value);
+        self.missing(field, None, &format!("{expected}, e.g. {example}"));
     }
 }
 
@@ -86,6 +130,7 @@ pub(crate) fn validate(file: JobFile, context: &Context<'_>) -> Result<Job, Vec<
     let mut problems = Problems {
         list: Vec::new(),
         removed: context.removed,
+        vocabulary: context.vocabulary,
     };
 
     let name = job_name(&file, context, &mut problems);
@@ -192,11 +237,7 @@ fn backup_source(
     problems: &mut Problems<'_>,
 ) -> Option<BackupSource> {
     let Some(backup) = &file.backup else {
-        problems.missing(
-            "backup",
-            None,
-            "the name of the backup to restore, e.g. backup = \"my_backup\"",
-        );
+        problems.missing_like("backup", "the name of the backup to restore", "my_backup");
         return None;
     };
     let name = backup.get_ref();
@@ -398,10 +439,10 @@ fn target(file: &JobFile, context: &Context<'_>, problems: &mut Problems<'_>) ->
             &default
         }
         (None, None) => {
-            problems.missing(
+            problems.missing_like(
                 "target",
-                None,
-                "a cluster of the host config or an inline table { uri, storage } (the host config has no default_target)",
+                "the cluster to restore into, a name of the host config or a URI (the host config has no default_target)",
+                "prod-a",
             );
             return None;
         }
@@ -409,11 +450,16 @@ fn target(file: &JobFile, context: &Context<'_>, problems: &mut Problems<'_>) ->
     let span = file.target.as_ref().map(Spanned::span);
     let resolved = resolve_cluster(cluster, "target", context, problems)?;
     let Some(storage) = resolved.spec.storage.clone() else {
+        // Only a job file can describe a target inline.
+        let inline = match context.vocabulary {
+            Vocabulary::File => ", or write target as a table with `uri` and `storage`",
+            Vocabulary::Flags | Vocabulary::Request => "",
+        };
         problems.push(
             "target",
             span,
             format!(
-                "target {} has no storage: lockstep stages the backup's binlogs into the target's object storage, so name a cluster of the host config that has `storage`, or write target as a table with `uri` and `storage`",
+                "target {} has no storage: lockstep stages the backup's binlogs into the target's object storage, so name a cluster of the host config that has `storage`{inline}",
                 resolved.name
             ),
         );
@@ -852,6 +898,7 @@ impl Job {
             }),
             base_dir: path.parent().map(Path::to_owned).unwrap_or_default(),
             removed: &removed,
+            vocabulary: Vocabulary::File,
         };
         let job = file.and_then(|file| match validate(file, &context) {
             Ok(job) => Some(job),

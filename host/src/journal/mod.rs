@@ -169,6 +169,27 @@ impl RestoreLookup {
     pub fn names_identity(&self, identity: &str) -> bool {
         identity.trim_end_matches('.') == self.text
     }
+
+    /// The record it names in `journal`: the restore with its id; else the newest attempt
+    /// of the job identity or job name it is. Every command and route that takes an id
+    /// finds it here, so each accepts what the others print.
+    pub async fn find(&self, journal: &dyn Journal) -> Result<Option<RestoreRecord>> {
+        if let Some(id) = &self.id
+            && let Some(record) = journal.load(id).await?
+        {
+            return Ok(Some(record));
+        }
+        Ok((journal.list().await?.readable())
+            .into_iter()
+            .filter(|r| self.matches(r))
+            .max_by_key(|r| (r.started_at, r.attempt)))
+    }
+}
+
+impl fmt::Display for RestoreLookup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
 }
 
 impl fmt::Display for RestoreId {
@@ -191,6 +212,22 @@ pub enum RestorePhase {
     Completing,
     /// Nothing left to do; `outcome` says how it ended.
     Finished,
+}
+
+impl fmt::Display for RestorePhase {
+    /// Its JSON value, as the log, `status` and the reports say it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RestorePhase::Preflight => "preflight",
+            RestorePhase::Ddl => "ddl",
+            RestorePhase::Staging => "staging",
+            RestorePhase::Importing => "importing",
+            RestorePhase::Holding => "holding",
+            RestorePhase::Deciding => "deciding",
+            RestorePhase::Completing => "completing",
+            RestorePhase::Finished => "finished",
+        })
+    }
 }
 
 /// How a restore ended, and the exit code that tells it apart.
@@ -284,6 +321,24 @@ impl Outcome {
         } else {
             self
         }
+    }
+}
+
+impl fmt::Display for Outcome {
+    /// The one spelling a person reads (the text report, `status`, the log, watch's lines):
+    /// its JSON value in words, `rolled back` for `rolled_back`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Unverified => "unverified",
+            Outcome::Refused => "refused",
+            Outcome::RolledBack => "rolled back",
+            Outcome::Diverged => "diverged",
+            Outcome::PartlyCommitted => "partly committed",
+            Outcome::Incomplete => "incomplete",
+            Outcome::HostFailed => "host failed",
+            Outcome::Lost => "lost",
+        })
     }
 }
 
@@ -387,6 +442,11 @@ pub struct RestoreRecord {
     /// crash.
     pub staging_prefix: Option<String>,
     pub staged_ends: Vec<String>,
+    /// How the restore names what it creates, as `status` lists it: `suffix _r` or
+    /// `rename …`; empty when every collection keeps the backup's name, or in records
+    /// written before it was kept.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub renaming: String,
     /// Collections this restore created, with the ids the target gave them: dropped again
     /// if it rolls back, each only while its name still holds that id.
     pub created_collections: Vec<CreatedCollection>,
@@ -664,6 +724,7 @@ impl RestoreRecord {
             updated_at: now,
             staging_prefix: None,
             staged_ends: vec![],
+            renaming: String::new(),
             created_collections: vec![],
             to_create: vec![],
             groups: vec![],
@@ -978,6 +1039,21 @@ mod tests {
         decided.to_create = vec![("default".into(), "c1".into())];
         decided.created_collections.truncate(1);
         assert_eq!(names(decided.collections_to_drop()), ["c1"]);
+    }
+
+    /// One word set: a person reads the JSON value in words, so `status`, the log and the
+    /// text report say what a script branches on.
+    #[test]
+    fn an_outcome_reads_as_its_json_value_in_words() {
+        for outcome in Outcome::ALL {
+            let json = serde_json::to_value(outcome).unwrap();
+            assert_eq!(
+                outcome.to_string(),
+                json.as_str().unwrap().replace('_', " ")
+            );
+        }
+        let phase = serde_json::to_value(RestorePhase::Holding).unwrap();
+        assert_eq!(RestorePhase::Holding.to_string(), phase.as_str().unwrap());
     }
 
     #[test]

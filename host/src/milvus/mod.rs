@@ -93,10 +93,25 @@ impl fmt::Display for JobState {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// What a transport failure comes down to, its innermost cause ("Connection refused (os
+/// error 111)", a certificate not trusted): the causes around it only wrap it, with the URI
+/// again or in Debug form (a tonic `Status` prints its metadata map), which a person need
+/// not read.
+fn innermost(source: &BoxError) -> String {
+    let mut cause: &(dyn std::error::Error + 'static) = source.as_ref();
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    match cause.downcast_ref::<tonic::Status>() {
+        Some(status) => status.message().to_owned(),
+        None => cause.to_string(),
+    }
+}
+
 /// What went wrong talking to one end.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{end}: cannot reach {uri}: {source}")]
+    #[error("{end}: cannot reach {uri}: {}", innermost(source))]
     Unreachable {
         end: String,
         uri: String,
@@ -258,6 +273,20 @@ mod tests {
             "tcp connect error: Connection refused (os error 111)",
         );
         assert!(unreachable(refused).never_sent());
+        let wrapped = tonic::Status::from_error(Box::new(Io::new(
+            ErrorKind::ConnectionRefused,
+            "Connection refused (os error 111)",
+        )));
+        let wrapped = Error::Unreachable {
+            end: "t".into(),
+            uri: "http://t:19530".into(),
+            source: Box::new(wrapped),
+        };
+        assert_eq!(
+            wrapped.to_string(),
+            "t: cannot reach http://t:19530: Connection refused (os error 111)",
+            "the innermost cause, once, and no Debug of the status"
+        );
         let reset = Io::new(ErrorKind::ConnectionReset, "connection reset by peer");
         assert!(!unreachable(reset).never_sent());
         let answer = Error::Api {

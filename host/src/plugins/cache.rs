@@ -44,6 +44,17 @@ pub enum CacheOutcome {
     Unused(String),
 }
 
+impl std::fmt::Display for CacheOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CacheOutcome::Hit => f.write_str("hit"),
+            CacheOutcome::Compiled => f.write_str("compiled"),
+            CacheOutcome::Rejected(why) => write!(f, "rejected: {why}"),
+            CacheOutcome::Unused(why) => write!(f, "unused: {why}"),
+        }
+    }
+}
+
 pub(crate) struct CompileCache {
     /// The folder and its key, or why the folder is not used.
     store: Result<Store, String>,

@@ -268,7 +268,7 @@ impl PluginRuntime {
         let (pre, cache) = tokio::task::spawn_blocking(move || runtime.prepare(&owned_path, &wasm))
             .await
             .expect("plugin compilation does not panic")?;
-        tracing::info!(plugin = %name, path = %path.display(), ?cache, "loaded check plugin");
+        tracing::info!(plugin = %name, path = %path.display(), %cache, "loaded check plugin");
         Ok(Plugin {
             runtime: self.clone(),
             pre,
@@ -436,7 +436,7 @@ impl Plugin {
                 tracing::debug!(check = %self.name, ?verdict, elapsed = ?run.elapsed, "check returned")
             }
             Err(error) => {
-                tracing::warn!(check = %self.name, %error, elapsed = ?run.elapsed, "check errored")
+                tracing::warn!(check = %self.name, %error, elapsed_ms = run.elapsed.as_millis() as u64, "check errored")
             }
         }
         run

@@ -325,17 +325,7 @@ async fn find(
     state: &ApiState,
     lookup: &RestoreLookup,
 ) -> crate::journal::Result<Option<RestoreView>> {
-    let journal = state.runner.journal();
-    if let Some(id) = lookup.id()
-        && let Some(record) = journal.load(id).await?
-    {
-        return Ok(Some(view_of(state, &record)));
-    }
-    let newest = (journal.list().await?.readable())
-        .into_iter()
-        .filter(|r| lookup.matches(r))
-        .max_by_key(|r| (r.started_at, r.attempt));
-    if let Some(record) = newest {
+    if let Some(record) = lookup.find(state.runner.journal().as_ref()).await? {
         return Ok(Some(view_of(state, &record)));
     }
     Ok(state

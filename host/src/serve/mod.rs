@@ -6,7 +6,7 @@
 //! - [`runner`]: starting, deduplicating, cancelling and recovering restores; the fleet's
 //!   takeover of restores whose host died.
 //! - [`watch`]: the directory watcher (notify + a debouncer, used only as a trigger to
-//!   re-list the directory).
+//!   re-list the directory); [`told`]: the line it tells of each restore's end.
 //! - [`api`]: milvus-backup-compatible REST routes, health, metrics, the OpenAPI document;
 //!   `backups` serves milvus-backup's read-only routes beside them, `envelope` the answer
 //!   every route gives, and `state` what their handlers share.
@@ -29,6 +29,7 @@ pub mod progress;
 pub mod reports;
 pub mod runner;
 mod state;
+pub mod told;
 pub mod watch;
 
 pub use progress::LiveProgress;

@@ -98,7 +98,7 @@ mod tests {
         write(&reports, &report).unwrap();
         assert_eq!(read_latest(&reports, "orders"), Some(report.clone()));
         let text = std::fs::read_to_string(reports.join("latest/orders.txt")).unwrap();
-        assert!(text.contains("REFUSED"), "{text}");
+        assert!(text.contains("[refused]"), "{text}");
 
         // A newer report of the same job moves the links.
         let mut newer = report.clone();

@@ -442,12 +442,15 @@ impl Runner {
                 let lost = last.host_lost && last.outcome == Some(Outcome::RolledBack);
                 let max = self.host.max_attempts;
                 if committed || (rerun == Rerun::Never && !lost) {
-                    tracing::info!(restore = %last.id, outcome = ?last.outcome, "this job content already ran; not running it again");
-                    return Ok(Step::Done(recorded_report(last).map(Box::new)));
+                    let outcome = last.outcome.map_or(String::new(), |o| o.to_string());
+                    tracing::info!(restore = %last.id, %outcome, "this job content already ran; not running it again");
+                    let report = recorded_report(last).map(Report::not_run_again);
+                    return Ok(Step::Done(report.map(Box::new)));
                 }
                 if lost && last.attempt >= max {
                     tracing::error!(restore = %last.id, max_attempts = max, "every attempt was lost with its host; not running it again");
-                    let report = recorded_report(last).map(|mut report| {
+                    let report = recorded_report(last).map(|report| {
+                        let mut report = report.not_run_again();
                         report.summary = format!(
                             "{}; not run again: {} attempts were lost with their hosts \
                              (max_attempts = {max} in the host config)",

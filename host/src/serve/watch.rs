@@ -56,7 +56,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::reports;
-use super::runner::{Rerun, RestoreHandle, Runner};
+use super::runner::{Ended, Rerun, RestoreHandle, Runner};
+use super::told::{InTheLog, Tell, Told};
 use crate::config::HostConfig;
 use crate::engine::Interrupt;
 use crate::job::{Input, Job};
@@ -129,9 +130,21 @@ impl Refusal {
 }
 
 /// How a watcher runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WatchOptions {
     pub dir: PathBuf,
+    /// Where it tells the end of each restore a job file asked for.
+    pub tell: Arc<dyn Tell>,
+}
+
+impl WatchOptions {
+    /// Watching `dir`, telling in the log.
+    pub fn new(dir: PathBuf) -> WatchOptions {
+        WatchOptions {
+            dir,
+            tell: Arc::new(InTheLog),
+        }
+    }
 }
 
 /// Counters a benchmark and `/metrics` read.
@@ -268,7 +281,7 @@ pub async fn watch(
     stats: Arc<WatchStats>,
     shutdown: Interrupt,
 ) -> Result<(), Error> {
-    let dir = options.dir;
+    let WatchOptions { dir, tell } = options;
     let (tx, mut events) = mpsc::unbounded_channel::<DebounceEventResult>();
     let watch_error = |dir: &Path| {
         let dir = dir.to_owned();
@@ -303,6 +316,7 @@ pub async fn watch(
         host,
         runner,
         stats,
+        tell,
         files: HashMap::new(),
         writing: HashSet::new(),
     };
@@ -358,6 +372,7 @@ struct DirState {
     host: HostConfig,
     runner: Arc<Runner>,
     stats: Arc<WatchStats>,
+    tell: Arc<dyn Tell>,
     files: HashMap<PathBuf, Seen>,
     /// Paths with a write event and no close since (Linux).
     writing: HashSet<PathBuf>,
@@ -605,6 +620,7 @@ impl DirState {
         if let Err(e) = reports::write(self.runner.reports_dir(), &report) {
             tracing::error!(error = %e, "could not write the refusal report");
         }
+        self.tell.tell(&Told::of(path, &report));
     }
 
     fn changed(&mut self, path: &Path, job: Job) {
@@ -625,7 +641,15 @@ impl DirState {
             after.push(previous);
         }
         tracing::info!(file = %path.display(), job = %identity, "job file ready");
-        seen.restore = Some(self.runner.start(job, Rerun::Never, after));
+        let handle = self.runner.start(job, Rerun::Never, after);
+        seen.restore = Some(handle.clone());
+        // Told once the restore ends; one cancelled before it ran has nothing to tell.
+        let (tell, file) = (Arc::clone(&self.tell), path.to_owned());
+        tokio::spawn(async move {
+            if let Ended::Report(report) = handle.ended().await {
+                tell.tell(&Told::of(&file, &report));
+            }
+        });
     }
 }
 

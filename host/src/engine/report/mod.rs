@@ -23,6 +23,10 @@ use crate::storage::Transfer;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
+    /// False when this job content had already run (committed, or, for a watched file,
+    /// ended at all) and was not run again: the report is that earlier run's.
+    #[serde(default = "ran_by_default")]
+    pub ran: bool,
     pub restore_id: String,
     pub job_name: String,
     /// The job's content hash: the same content runs once.
@@ -67,6 +71,11 @@ pub struct Report {
     /// What preflight let through that a person should know of.
     #[serde(default, skip_serializing_if = "PreflightNotes::is_empty")]
     pub preflight: PreflightNotes,
+}
+
+/// A report read back from before `ran` was written is one of a run.
+fn ran_by_default() -> bool {
+    true
 }
 
 /// What preflight let through and a report says: a wait for the clocks, builds that differ,
@@ -346,6 +355,7 @@ impl Report {
     /// known of how it went: the engine fills in the rest, and seals the outcome.
     pub fn new(of: ReportOf, ends: Vec<EndReport>, started: Timestamp) -> Report {
         Report {
+            ran: true,
             restore_id: of.restore_id,
             job_name: of.job_name,
             job_id: of.job_id,
@@ -390,6 +400,12 @@ impl Report {
 
     pub fn exit_code(&self) -> i32 {
         self.outcome.exit_code()
+    }
+
+    /// This report, handed back for a request of the same job content that did not run
+    /// again: its first line and `ran` say so.
+    pub fn not_run_again(self) -> Report {
+        Report { ran: false, ..self }
     }
 
     /// Counts of job states per end, e.g. for the text report's header.

@@ -134,18 +134,27 @@ impl fmt::Display for Report {
 impl Report {
     /// The verdict, the job, the summary (or the refusals) and the time taken.
     fn write_verdict(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let verdict = match self.outcome {
-            Outcome::Succeeded => "SUCCEEDED",
-            Outcome::Unverified => "COMMITTED, NOT VERIFIED (`lockstep verify` once it can be)",
-            Outcome::Refused => "REFUSED",
-            Outcome::RolledBack => "FAILED, ROLLED BACK",
-            Outcome::Diverged => "COMMITTED WITH DIVERGENCE",
-            Outcome::PartlyCommitted => "PARTLY COMMITTED, THE REST ROLLED BACK",
-            Outcome::Incomplete => "INCOMPLETE (run `lockstep recover`)",
-            Outcome::HostFailed => "LOCKSTEP COULD NOT WORK (nothing was written on any end)",
-            Outcome::Lost => "LOST TO ANOTHER HOST (see the journal's record)",
+        if !self.ran {
+            let how = match self.outcome.committed() {
+                true => "committed",
+                false => "ran",
+            };
+            writeln!(
+                f,
+                "already {how} as {} at {}: not run again; the report below is that run's",
+                self.restore_id, self.finished_at
+            )?;
+        }
+        // The outcome in its one spelling (README's exit codes), and what to do where a
+        // person must act.
+        let hint = match self.outcome {
+            Outcome::Incomplete => ": run `lockstep recover`",
+            Outcome::Unverified => ": `lockstep verify` once it can be asked",
+            Outcome::HostFailed => ": nothing was written on any end",
+            Outcome::Lost => ": the journal's record says how it ends",
+            _ => "",
         };
-        writeln!(f, "restore {}  [{verdict}]", self.restore_id)?;
+        writeln!(f, "restore {}  [{}{hint}]", self.restore_id, self.outcome)?;
         writeln!(
             f,
             "  job {} (backup {}), exit code {}",

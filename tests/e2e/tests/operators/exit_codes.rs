@@ -77,7 +77,7 @@ async fn check_names_a_bad_object_and_exits_2() {
     let stdout = String::from_utf8_lossy(&sound.stdout);
     assert_eq!(sound.status.code(), Some(0), "{stdout}");
     assert!(
-        stdout.contains("backup bak is sound at level Data"),
+        stdout.contains("backup bak is sound at level data"),
         "{stdout}"
     );
 

@@ -6,6 +6,7 @@ mod api;
 mod backups;
 mod etcd_journal;
 mod exit_codes;
+mod first_week;
 mod fleet;
 mod hostile;
 mod logs;

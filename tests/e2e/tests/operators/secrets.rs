@@ -309,7 +309,7 @@ async fn no_secret_leaves_memory() {
     )
     .unwrap();
     server
-        .wait_for_log("phase=Finished", 2, Duration::from_secs(120))
+        .wait_for_log("phase=finished", 2, Duration::from_secs(120))
         .await
         .unwrap_or_else(|e| panic!("{e}: {}", server.log()));
     for path in [

@@ -50,7 +50,7 @@ impl Watching {
         let task = tokio::spawn({
             let (jobs, stats) = (jobs.clone(), Arc::clone(&stats));
             async move {
-                watch(WatchOptions { dir: jobs }, host, runner, stats, shutdown)
+                watch(WatchOptions::new(jobs), host, runner, stats, shutdown)
                     .await
                     .expect("the watcher runs");
             }
@@ -254,7 +254,10 @@ async fn editor_files_are_ignored_and_a_bad_file_gets_a_located_report_and_runs_
         report.refusals
     );
     let text = std::fs::read_to_string(w.reports.join("latest/bad.txt")).unwrap();
-    assert!(text.contains("REFUSED") && text.contains("sufix"), "{text}");
+    assert!(
+        text.contains("[refused]") && text.contains("sufix"),
+        "{text}"
+    );
     quiet().await;
     assert_eq!(creates(&world).await, 0);
     assert_eq!(w.report_count(), 1, "only the bad file's report");
