@@ -1,7 +1,8 @@
 //! The crate's modules form no import cycle: a module that a second one uses does not use
 //! the second back, directly or around a loop, and the same holds between its top-level
 //! folders (`engine`, `backup`, `config`, ...), so that no arrow runs from a lower layer back
-//! up to a higher one. Read from the sources: every `crate::`, `super::` and `self::` path,
+//! up to a higher one. The same reader checks the emulator, `tests/milvus-sim`, whose
+//! cluster state is called by its faces and calls none of them. Read from the sources: every `crate::`, `super::` and `self::` path,
 //! wherever it stands (a `use` tree with nested braces over several lines, a call's
 //! argument, a type in parentheses), and a module's bare paths into its children, each
 //! resolved to the module that defines the name (a name a parent re-exports from a child is
@@ -290,6 +291,20 @@ fn cycle_through(graph: &Graph, start: &str) -> Option<Vec<String>> {
     walk(graph, start, &mut path, &mut seen).then_some(path)
 }
 
+/// Every module `from` reaches, directly or through others.
+fn reachable(graph: &Graph, from: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![from.to_owned()];
+    while let Some(module) = stack.pop() {
+        for next in graph.get(&module).into_iter().flatten() {
+            if seen.insert(next.clone()) {
+                stack.push(next.clone());
+            }
+        }
+    }
+    seen
+}
+
 /// Every module that lies on a cycle, with one cycle through it.
 fn cycles(graph: &Graph) -> Vec<String> {
     graph
@@ -334,6 +349,36 @@ fn the_crates_modules_form_no_cycle() {
     );
     assert_acyclic(&graph, "modules");
     assert_acyclic(&folders(&graph), "folders");
+}
+
+/// The emulator's modules (`tests/milvus-sim`, beside this crate) form no cycle either, and
+/// its cluster state (the `cluster` folder) reaches no face: REST, gRPC, the management and
+/// control APIs and the server call the cluster; it answers with values and calls none back.
+#[test]
+fn the_emulators_modules_form_no_cycle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/milvus-sim/src");
+    let graph = graph(&sources(&root));
+    assert!(
+        graph.len() > 30,
+        "read the emulator's modules: {:?}",
+        graph.keys()
+    );
+    // Uses of each kind: a name the cluster re-exports from a child, `super::` between the
+    // cluster's children, a `use` tree of bare modules, a path inside a call.
+    assert!(graph["rest"].contains("cluster::import"), "{graph:?}");
+    assert!(
+        graph["cluster::mirror"].contains("cluster::import"),
+        "{graph:?}"
+    );
+    assert!(graph["server"].contains("management"), "{graph:?}");
+    assert!(graph["grpc"].contains("query"), "{graph:?}");
+    assert_acyclic(&graph, "the emulator's modules");
+    let folders = folders(&graph);
+    assert_acyclic(&folders, "the emulator's folders");
+    let faces = ["rest", "grpc", "query", "management", "control", "server"];
+    let reached = reachable(&folders, "cluster");
+    let called: Vec<_> = faces.iter().filter(|f| reached.contains(**f)).collect();
+    assert!(called.is_empty(), "the cluster reaches faces {called:?}");
 }
 
 /// The planted crate's sources with `b`'s code replaced.

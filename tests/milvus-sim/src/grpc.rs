@@ -21,11 +21,11 @@ use tonic::{Request, Response};
 use crate::Protocol;
 use crate::catalog::{Collection, DdlOp, NewCollection, db_or_default, decode_schema};
 use crate::cluster::{Cluster, CreateImport};
-use crate::control::RequestRecord;
 use crate::faults::ApiEffect;
 use crate::jobs::{ExternalState, ImportJob};
 use crate::merr::{self, MilvusError};
 use crate::rbac::{Caller, Required};
+use crate::request_log::RequestRecord;
 
 const SERVICE: &str = "/milvus.proto.milvus.MilvusService";
 

@@ -18,10 +18,12 @@
 //! Layout:
 //! - [`topology`]: the topology file, parsed and validated with located errors.
 //! - [`server`]: [`Sim`], starting clusters, serving, restarts.
-//! - [`cluster`]: one cluster's state and every rule that does not depend on the wire.
+//! - [`cluster`]: one cluster's state, its one owner, and every rule that does not depend on
+//!   the wire, split by concern (imports and the task that runs them, DDL, replication, CDC,
+//!   queries, the control API's view, injected faults); the faces call it, it calls no face.
 //! - [`catalog`]: databases, collections, partitions, indexes; the DDL ops.
-//! - [`jobs`], [`options`], [`executor`], [`import_reader`]: import jobs, their options, the
-//!   task that runs them, and reading files from the cluster's storage.
+//! - [`jobs`], [`options`], [`import_reader`]: import jobs, their options, and reading files
+//!   from the cluster's storage.
 //! - [`cdc`]: ordered streams from a primary to each secondary, with lag and pause.
 //! - [`replication`]: the ReplicateConfiguration rules and roles.
 //! - [`rest`], [`grpc`], [`control`]: the three faces of a cluster's port.
@@ -37,7 +39,6 @@ pub mod catalog;
 pub mod cdc;
 pub mod cluster;
 pub mod control;
-pub(crate) mod executor;
 pub mod faults;
 pub mod fence;
 pub mod fixtures;

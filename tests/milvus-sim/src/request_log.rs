@@ -4,7 +4,54 @@
 
 use std::collections::VecDeque;
 
-use crate::control::RequestRecord;
+use serde::{Deserialize, Serialize};
+
+use crate::Protocol;
+use crate::faults::ApiEffect;
+use crate::jobs::Stamp;
+
+/// One request a cluster received on REST or gRPC (control requests are not logged, so polling
+/// state does not skew the call counts tests read).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    pub at: Stamp,
+    pub protocol: Protocol,
+    /// REST path (`/v2/vectordb/jobs/import/create`) or gRPC method path
+    /// (`/milvus.proto.milvus.MilvusService/GetVersion`).
+    pub route: String,
+    pub job_id: Option<String>,
+    /// The Milvus code of what the cluster did; None when an injected fault answered before
+    /// it did anything.
+    pub code: Option<i32>,
+    /// The fault that answered instead of the cluster. With a `code` too, the cluster did
+    /// the work and its answer was lost ([`crate::faults::LostAnswer`]).
+    pub fault: Option<ApiEffect>,
+    /// The collection the request was about, as `db.name` (DDL, describes, import creates),
+    /// so that a test can tell the order of what one collection was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collection: Option<String>,
+}
+
+impl RequestRecord {
+    /// A request answered now, about no collection.
+    pub fn new(
+        protocol: Protocol,
+        route: &str,
+        job_id: Option<i64>,
+        code: Option<i32>,
+        fault: Option<ApiEffect>,
+    ) -> RequestRecord {
+        RequestRecord {
+            at: Stamp::now(),
+            protocol,
+            route: route.to_owned(),
+            job_id: job_id.map(|id| id.to_string()),
+            code,
+            fault,
+            collection: None,
+        }
+    }
+}
 
 /// The last `capacity` requests, oldest first, and how many older ones were dropped.
 #[derive(Debug, Clone)]
@@ -52,7 +99,6 @@ impl RequestLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Protocol;
 
     fn record(route: &str) -> RequestRecord {
         RequestRecord::new(Protocol::Rest, route, None, Some(0), None)

@@ -21,11 +21,11 @@ use serde_json::{Map, Value, json};
 use crate::Protocol;
 use crate::catalog::db_or_default;
 use crate::cluster::{Cluster, CreateImport};
-use crate::control::RequestRecord;
 use crate::faults::ApiEffect;
 use crate::jobs::ImportJob;
 use crate::merr::{MilvusError, code};
 use crate::rbac::{Caller, Denied, Required};
+use crate::request_log::RequestRecord;
 use crate::version::ImportFace;
 
 const PREFIX: &str = "/v2/vectordb/jobs/import";

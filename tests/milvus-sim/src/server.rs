@@ -3,6 +3,7 @@
 //! second answers the management API, as Milvus's metrics port does on 9091.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,20 +13,23 @@ use milvus_proto::common::{
     ConnectionParam, CrossClusterTopology, MilvusCluster, ReplicateConfiguration,
 };
 use milvus_proto::milvus::milvus_service_server::MilvusServiceServer;
-use tokio::net::TcpListener;
-
-use crate::tls::TlsListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 use tower::ServiceExt;
 
-use crate::cluster::{Availability, Cluster, Registry};
+use crate::cluster::{Cluster, Ports, Registry, Serving};
 use crate::merr::MilvusError;
 use crate::storage::{self, StorageError};
 use crate::topology::{ReplicationSpec, Topology};
-use crate::{control, executor, grpc, management, rest};
+use crate::{control, grpc, management, rest};
 
 /// How long a stopping server waits for in-flight requests before it lets them go.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+/// How long a restart the control API asked for waits before the port closes: the 202 that
+/// answers the request goes out first.
+const RESTART_ANSWER_GRACE: Duration = Duration::from_millis(20);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -56,12 +60,6 @@ pub enum SimError {
     },
 }
 
-/// A running server of one cluster.
-pub(crate) struct Serving {
-    stop: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
-}
-
 /// Clusters started from one topology, serving on loopback until dropped or shut down.
 pub struct Sim {
     registry: Arc<Registry>,
@@ -84,13 +82,12 @@ impl Sim {
             let management_port = spec.management_port;
             let cluster = Cluster::new(spec, storage, Arc::downgrade(&registry));
             let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
-            let listeners = Listeners::bind(
-                &cluster,
-                loopback(port),
-                Some(loopback(0)),
-                loopback(management_port),
-            )
-            .await?;
+            let wanted = Ports {
+                plain: loopback(port),
+                tls: Some(loopback(0)),
+                management: loopback(management_port),
+            };
+            let listeners = Listeners::bind(&cluster, wanted).await?;
             start_serving(&cluster, listeners).await;
             registry.insert(cluster);
             order.push(id);
@@ -164,8 +161,8 @@ impl Sim {
     pub async fn shutdown(self) {
         for cluster in self.clusters() {
             stop_serving(&cluster).await;
-            executor::stop_drivers(&cluster);
-            cluster.lock().streams.clear();
+            cluster.stop_drivers();
+            cluster.stop_streams();
         }
         self.registry.clear();
     }
@@ -217,31 +214,56 @@ struct Listeners {
 }
 
 impl Listeners {
-    /// Binds each port on its address (port 0: any free one) and records where they are;
-    /// `tls` is where the TLS port goes when the cluster's spec asks for one.
-    async fn bind(
-        cluster: &Cluster,
-        plain: SocketAddr,
-        tls: Option<SocketAddr>,
-        management: SocketAddr,
-    ) -> Result<Listeners, SimError> {
-        let (plain, addr) = bind(cluster, plain).await?;
-        *cluster.0.addr.lock().expect("addr lock is never poisoned") = Some(addr);
-        let tls = match tls {
+    /// Binds each port on the address `wanted` gives it (port 0: any free one) and records
+    /// where they are; `wanted.tls` is where the TLS port goes when the cluster's spec asks
+    /// for one.
+    async fn bind(cluster: &Cluster, wanted: Ports) -> Result<Listeners, SimError> {
+        let (plain, plain_addr) = bind(cluster, wanted.plain).await?;
+        let tls = match wanted.tls {
             Some(addr) => bind_tls(cluster, addr).await?,
             None => None,
         };
-        let (management, addr) = bind(cluster, management).await?;
-        *cluster
-            .0
-            .management_addr
-            .lock()
-            .expect("addr lock is never poisoned") = Some(addr);
+        let (management, management_addr) = bind(cluster, wanted.management).await?;
+        cluster.bound(Ports {
+            plain: plain_addr,
+            tls: tls.as_ref().map(|(_, addr)| *addr),
+            management: management_addr,
+        });
         Ok(Listeners {
             plain,
-            tls,
+            tls: tls.map(|(listener, _)| listener),
             management,
         })
+    }
+}
+
+/// A listener whose connections have finished their TLS handshake. A client that fails it
+/// (no certificate where one is asked for, a CA it does not trust) is dropped, as Milvus
+/// drops it.
+struct TlsListener {
+    tcp: TcpListener,
+    acceptor: TlsAcceptor,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((mut stream, addr)) = self.tcp.accept().await else {
+                continue;
+            };
+            no_delay(&mut stream);
+            match self.acceptor.accept(stream).await {
+                Ok(tls) => return (tls, addr),
+                Err(e) => tracing::debug!(%addr, error = %e, "TLS handshake failed"),
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
     }
 }
 
@@ -250,6 +272,7 @@ async fn start_serving(cluster: &Cluster, listeners: Listeners) {
     let app = app(cluster);
     let management = management::router(cluster.clone());
     let id = cluster.id().to_owned();
+    let restarts = cluster.clone();
     let task = tokio::spawn(async move {
         let stopped = async {
             let _ = stopped.await;
@@ -265,18 +288,39 @@ async fn start_serving(cluster: &Cluster, listeners: Listeners) {
                 None => std::future::pending().await,
             }
         };
+        // A restart the control API asked for runs on a task of its own: it stops this one.
+        let restart_asked = async {
+            let down_for = restarts.restart_requested().await;
+            tokio::spawn(restart_asked_for(restarts.clone(), down_for));
+            std::future::pending().await
+        };
         // The other ports stop with the plain one: a restart takes them all down.
         let result = tokio::select! {
             r = plain => r,
             r = tls => r,
             r = axum::serve(listeners.management.tap_io(no_delay), management) => r,
+            r = restart_asked => r,
         };
         if let Err(e) = result {
             tracing::error!(cluster = %id, error = %e, "server stopped");
         }
     });
-    *cluster.0.server.lock().await = Some(Serving { stop, task });
-    cluster.0.availability.send_replace(Availability::Up);
+    cluster.serving_started(Serving { stop, task }).await;
+}
+
+/// A restart the control API asked for, once the answer to the request went out. Boxed as a
+/// `Send` future: the restart starts serving again, and serving is what waits for the
+/// request, so the future would otherwise contain itself.
+fn restart_asked_for(
+    cluster: Cluster,
+    down_for: Duration,
+) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        tokio::time::sleep(RESTART_ANSWER_GRACE).await;
+        if let Err(e) = restart(&cluster, down_for).await {
+            tracing::error!(cluster = cluster.id(), error = %e, "restart failed");
+        }
+    })
 }
 
 /// Turns Nagle's algorithm off on an accepted connection (see [`start_serving`]).
@@ -298,8 +342,12 @@ async fn bind(cluster: &Cluster, addr: SocketAddr) -> Result<(TcpListener, Socke
     Ok((listener, bound))
 }
 
-/// The cluster's TLS port, bound on `addr` (port 0: any) when its spec has one.
-async fn bind_tls(cluster: &Cluster, addr: SocketAddr) -> Result<Option<TlsListener>, SimError> {
+/// The cluster's TLS port, bound on `addr` (port 0: any) when its spec has one, with the
+/// address it got.
+async fn bind_tls(
+    cluster: &Cluster,
+    addr: SocketAddr,
+) -> Result<Option<(TlsListener, SocketAddr)>, SimError> {
     let Some(spec) = &cluster.spec().tls else {
         return Ok(None);
     };
@@ -308,17 +356,11 @@ async fn bind_tls(cluster: &Cluster, addr: SocketAddr) -> Result<Option<TlsListe
         source,
     })?;
     let (tcp, bound) = bind(cluster, addr).await?;
-    *cluster
-        .0
-        .tls_addr
-        .lock()
-        .expect("addr lock is never poisoned") = Some(bound);
-    Ok(Some(TlsListener { tcp, acceptor }))
+    Ok(Some((TlsListener { tcp, acceptor }, bound)))
 }
 
 async fn stop_serving(cluster: &Cluster) {
-    cluster.0.availability.send_replace(Availability::Down);
-    if let Some(serving) = cluster.0.server.lock().await.take() {
+    if let Some(serving) = cluster.serving_stopped().await {
         let _ = serving.stop.send(());
         let abort = serving.task.abort_handle();
         if tokio::time::timeout(SHUTDOWN_GRACE, serving.task)
@@ -333,25 +375,14 @@ async fn stop_serving(cluster: &Cluster) {
 /// Restarts a cluster as a Milvus whose processes restart with etcd intact: the port refuses
 /// connections for `down_for`, job tasks stop, and everything resumes from the kept state.
 pub async fn restart(cluster: &Cluster, down_for: Duration) -> Result<(), SimError> {
-    let addr: SocketAddr = cluster.addr();
-    let tls_addr = *cluster
-        .0
-        .tls_addr
-        .lock()
-        .expect("addr lock is never poisoned");
-    let management_addr = cluster
-        .0
-        .management_addr
-        .lock()
-        .expect("addr lock is never poisoned")
-        .expect("a serving cluster has a management port");
+    let ports = cluster.ports();
     tracing::info!(cluster = cluster.id(), ?down_for, "restarting");
     stop_serving(cluster).await;
-    executor::stop_drivers(cluster);
+    cluster.stop_drivers();
     tokio::time::sleep(down_for).await;
-    let listeners = Listeners::bind(cluster, addr, tls_addr, management_addr).await?;
+    let listeners = Listeners::bind(cluster, ports).await?;
     start_serving(cluster, listeners).await;
-    executor::resume_drivers(cluster);
+    cluster.resume_drivers();
     Ok(())
 }
 

@@ -3,18 +3,14 @@
 //! client for a certificate that CA signed. The plain port stays for the control API and
 //! for ends that replicate to or from this one.
 
-use std::io;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::pki_types::pem::PemObject as _;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
-use tokio_rustls::server::TlsStream;
 
 /// The certificate the TLS port presents, and the CA its clients must be signed by.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,35 +88,5 @@ impl TlsSpec {
             .map_err(|e| TlsError::Config(e.to_string()))?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(TlsAcceptor::from(Arc::new(config)))
-    }
-}
-
-/// A listener whose connections have finished their TLS handshake. A client that fails it
-/// (no certificate where one is asked for, a CA it does not trust) is dropped, as Milvus
-/// drops it.
-pub struct TlsListener {
-    pub tcp: TcpListener,
-    pub acceptor: TlsAcceptor,
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let Ok((mut stream, addr)) = self.tcp.accept().await else {
-                continue;
-            };
-            crate::server::no_delay(&mut stream);
-            match self.acceptor.accept(stream).await {
-                Ok(tls) => return (tls, addr),
-                Err(e) => tracing::debug!(%addr, error = %e, "TLS handshake failed"),
-            }
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.tcp.local_addr()
     }
 }

@@ -10,6 +10,7 @@ use super::{
     ApiFaultRequest, ClusterSnapshot, DeleteObjects, Deleted, RestartRequest, StreamUpdate,
 };
 use crate::cdc::{Flow, StreamSnapshot};
+use crate::cluster::Cluster;
 use crate::faults::{
     ApiEffect, ApiFace, ChangedRow, JobFailure, LostAnswer, LostDelete, ShortImport,
 };
@@ -30,6 +31,13 @@ pub enum ControlError {
     },
     #[error("cluster at {uri} did not answer within {waited:?}")]
     NotReady { uri: String, waited: Duration },
+}
+
+impl Cluster {
+    /// A control-API client for this cluster.
+    pub fn control(&self) -> SimControl {
+        SimControl::new(self.uri())
+    }
 }
 
 /// Client of `/sim/v1/...` on one cluster.

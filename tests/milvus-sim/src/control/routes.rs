@@ -84,12 +84,7 @@ async fn stream(
 ) -> Response {
     let result = (|| {
         let update: StreamUpdate = body(&bytes)?;
-        let known = cluster
-            .0
-            .registry
-            .upgrade()
-            .is_some_and(|r| r.get(&target).is_some());
-        if !known || target == cluster.id() {
+        if !cluster.has_peer(&target) {
             return Err(refuse(
                 StatusCode::NOT_FOUND,
                 format!("no other cluster '{target}' in this sim"),
@@ -228,13 +223,8 @@ async fn restart(State(cluster): State<Cluster>, bytes: Bytes) -> Response {
     let result = body::<RestartRequest>(&bytes).and_then(|req| duration("down_for", &req.down_for));
     match result {
         Ok(down_for) => {
-            // The answer goes out before the port closes: the restart runs on its own task.
-            tokio::spawn(async move {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                if let Err(e) = crate::server::restart(&cluster, down_for).await {
-                    tracing::error!(cluster = cluster.id(), error = %e, "restart failed");
-                }
-            });
+            // The server restarts the cluster; this answer goes out before the port closes.
+            cluster.request_restart(down_for);
             (StatusCode::ACCEPTED, axum::Json(json!({}))).into_response()
         }
         Err(refusal) => refusal.into_response(),

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use milvus_sim::cluster::Availability;
 use milvus_sim::jobs::JobState;
 
 use crate::common::*;
@@ -112,4 +113,30 @@ async fn a_primary_restart_loses_nothing_its_paused_stream_had_not_delivered() {
     );
     a.control().resume_stream("c").await.expect("resumed");
     wait_for(&sim.cluster("c"), id, JobState::Completed).await;
+}
+
+/// The server waits for the control API's restart requests anew each time it serves the
+/// port: a cluster the control API restarted, the control API restarts again.
+#[tokio::test]
+async fn the_control_api_restarts_a_cluster_it_restarted_before() {
+    let sim = start(&star()).await;
+    let a = sim.cluster("a");
+    for restart in 1..=2 {
+        a.control()
+            .restart(Duration::from_secs(1))
+            .await
+            .expect("restart accepted");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while a.availability() == Availability::Up {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "restart {restart} never took the port down"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        a.control()
+            .wait_ready(Duration::from_secs(10))
+            .await
+            .expect("back up");
+    }
 }

@@ -11,12 +11,15 @@
 
 use std::future::pending;
 
-use crate::cluster::{Cluster, IMPORT_TIMEOUT};
+use super::Cluster;
 use crate::faults::Drift;
 use crate::import_reader::{self, ReadError, ReadOutcome};
 use crate::jobs::JobState;
 use crate::options::CommitMode;
 use crate::version::ImportFace;
+
+/// Reason of a job past its `timeout` option (Milvus's `tryTimeoutJob`).
+pub const IMPORT_TIMEOUT: &str = "import timeout";
 
 /// What a stage ended with.
 enum StageEnd {
@@ -24,32 +27,34 @@ enum StageEnd {
     Fail(String),
 }
 
-/// Starts (or restarts) the task of `job_id`.
-pub(crate) fn spawn_driver(cluster: &Cluster, job_id: i64) {
-    let handle = tokio::spawn(drive(cluster.clone(), job_id));
-    if let Some(old) = cluster.lock().drivers.insert(job_id, handle.abort_handle()) {
-        old.abort();
+impl Cluster {
+    /// Starts (or restarts) the task of `job_id`.
+    pub(super) fn spawn_driver(&self, job_id: i64) {
+        let handle = tokio::spawn(drive(self.clone(), job_id));
+        if let Some(old) = self.lock().drivers.insert(job_id, handle.abort_handle()) {
+            old.abort();
+        }
     }
-}
 
-/// Stops every job task (the cluster is going down); the jobs stay where they are.
-pub(crate) fn stop_drivers(cluster: &Cluster) {
-    for (_, handle) in cluster.lock().drivers.drain() {
-        handle.abort();
+    /// Stops every job task (the cluster is going down); the jobs stay where they are.
+    pub(crate) fn stop_drivers(&self) {
+        for (_, handle) in self.lock().drivers.drain() {
+            handle.abort();
+        }
     }
-}
 
-/// Starts a task for every job that is not finished (the cluster came back).
-pub(crate) fn resume_drivers(cluster: &Cluster) {
-    let active: Vec<i64> = cluster
-        .lock()
-        .jobs
-        .values()
-        .filter(|e| e.job.state.is_active())
-        .map(|e| e.job.job_id)
-        .collect();
-    for job_id in active {
-        spawn_driver(cluster, job_id);
+    /// Starts a task for every job that is not finished (the cluster came back).
+    pub(crate) fn resume_drivers(&self) {
+        let active: Vec<i64> = self
+            .lock()
+            .jobs
+            .values()
+            .filter(|e| e.job.state.is_active())
+            .map(|e| e.job.job_id)
+            .collect();
+        for job_id in active {
+            self.spawn_driver(job_id);
+        }
     }
 }
 
