@@ -178,10 +178,12 @@ fn write_host_config(dir: &Path, sim: &Sim, backups: &Path) -> anyhow::Result<Pa
         "storage = {{ url = \"{}\" }}\nroot = \"backup\"\n",
         file_url(backups)
     ));
+    // Each cluster's management API too, which says whether replicated import is on.
     for id in ["primary", "standby-1", "standby-2"] {
         text.push_str(&format!(
-            "\n[clusters.{id}]\nuri = \"{}\"\nstorage = {{ url = \"{}\" }}\n",
+            "\n[clusters.{id}]\nuri = \"{}\"\nmanagement = \"{}\"\nstorage = {{ url = \"{}\" }}\n",
             sim.uri(id),
+            sim.cluster(id).management_uri(),
             file_url(&dir.join("storage").join(id))
         ));
     }

@@ -372,12 +372,20 @@ async fn recover(
         Some(id) => Some(named(engine, id).await?),
         None => None,
     };
+    // A record that does not read may be a restore left unfinished: the others are
+    // recovered, and then the command fails naming it, since a person must look at it.
+    let mut unreadable = Vec::new();
     let records = match &chosen {
         Some(record) => vec![record.clone()],
-        None => (engine.journal.list().await?.readable())
-            .into_iter()
-            .filter(|r| r.is_unfinished())
-            .collect(),
+        None => {
+            let listing = engine.journal.list().await?;
+            unreadable = (listing.unreadable.iter())
+                .map(|bad| lockstep::diagnostic::error_chain(&bad.error))
+                .collect();
+            (listing.records.into_iter())
+                .filter(|r| r.is_unfinished())
+                .collect()
+        }
     };
     let mut worst = Outcome::Succeeded;
     let mut reports = Vec::new();
@@ -407,6 +415,12 @@ async fn recover(
         }
     }
     output::reports(format, &reports, &[]);
+    anyhow::ensure!(
+        unreadable.is_empty(),
+        "{} journal record(s) do not read, and what they hold was not recovered: {}",
+        unreadable.len(),
+        unreadable.join("; ")
+    );
     Ok(worst.exit_code())
 }
 

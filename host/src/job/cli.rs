@@ -9,6 +9,7 @@ use toml::Spanned;
 use crate::backup::Strategy;
 
 use super::file::{ClusterRef, JobFile};
+use super::vocabulary::{Vocabulary, flag_for};
 use super::{Job, validate};
 use crate::config::HostConfig;
 use crate::config::{Env, process_env};
@@ -86,17 +87,6 @@ fn unspanned<T>(value: T) -> Spanned<T> {
 
 fn flag_set(set: bool) -> Option<Spanned<bool>> {
     set.then(|| unspanned(true))
-}
-
-/// The flag a job-file field comes from (`restore.rename[2]` → `-r/--rename`).
-pub(super) fn flag_for(field: &str) -> String {
-    let base = field.split('[').next().unwrap_or(field);
-    match base {
-        "name" | "backup" => "-n/--name".to_owned(),
-        "restore.suffix" => "-s/--suffix".to_owned(),
-        "restore.rename" => "-r/--rename".to_owned(),
-        other => format!("--{}", other.rsplit('.').next().unwrap_or(other)),
-    }
 }
 
 /// Maps the flags into a `JobFile`, with the problems only flags can have.
@@ -212,7 +202,7 @@ pub(super) fn job_from_args(
         }),
         base_dir: std::path::PathBuf::new(),
         removed: &[],
-        vocabulary: validate::Vocabulary::Flags,
+        vocabulary: Vocabulary::Flags,
     };
     let located = |raw: Vec<RawProblem>| {
         raw.into_iter().map(|p| Problem {

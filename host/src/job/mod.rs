@@ -14,6 +14,7 @@ mod cli;
 mod file;
 mod rest;
 mod validate;
+mod vocabulary;
 
 use std::fmt;
 use std::time::Duration;

@@ -16,6 +16,7 @@ use toml::Spanned;
 use crate::backup::Strategy;
 
 use super::file::{ClusterRef, JobFile};
+use super::vocabulary::{Vocabulary, json_field_for};
 use super::{Job, validate};
 use crate::config::HostConfig;
 use crate::config::{Env, process_env};
@@ -94,24 +95,6 @@ struct RestoreRequest {
 
 fn unspanned<T>(value: T) -> Spanned<T> {
     Spanned::new(0..0, value)
-}
-
-/// The request field a job-file field comes from, where one field has one source.
-pub(super) fn json_field_for(field: &str) -> &'static str {
-    match field.split('[').next().unwrap_or(field) {
-        "name" => "id",
-        "backup" => "backup_name",
-        "target" => "target",
-        "secondaries" => "secondaries",
-        "strategy" => "strategy",
-        "restore.filter" => "db_collections_after_rename",
-        "restore.suffix" => "collection_suffix",
-        "restore.rename" => "collection_renames",
-        "restore.drop_exist_collection" => "dropExistCollection",
-        "restore.skip_create_collection" => "skipCreateCollection",
-        "restore.max_shard_num" => "maxShardNum",
-        _ => "",
-    }
 }
 
 fn problem(field: &str, message: impl Into<String>) -> Problem {
@@ -410,7 +393,7 @@ pub(super) fn restore_from_body(
             }),
         base_dir: std::path::PathBuf::new(),
         removed: &[],
-        vocabulary: validate::Vocabulary::Request,
+        vocabulary: Vocabulary::Request,
     };
     match validate::validate(file, &context) {
         Ok(job) if problems.is_empty() => Ok(RestRestore {

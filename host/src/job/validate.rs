@@ -18,6 +18,7 @@ use crate::backup::{
 use super::file::{
     ClusterRef, JobFile, RestoreSection, TwoPhaseSection, VerifyRows, VerifySection,
 };
+use super::vocabulary::Vocabulary;
 use super::{
     BackupSource, DEFAULT_VERIFY_SAMPLE, DEFAULT_VERIFY_TIMEOUT, End, EndName, Job, Secondary,
     Target, TwoPhase, Verify,
@@ -53,40 +54,6 @@ pub(crate) struct Context<'a> {
     pub removed: &'a [String],
     /// The words of the input the job came in, which a refusal speaks.
     pub vocabulary: Vocabulary,
-}
-
-/// The words an input names a job's fields with: a job file's keys, `lockstep restore`'s
-/// flags or a REST request's fields. A refusal says what to give in the caller's own words:
-/// `-n/--name` to a CLI user, never `backup = …`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Vocabulary {
-    File,
-    Flags,
-    Request,
-}
-
-impl Vocabulary {
-    /// How to give `field` the value `value`, as this input writes it.
-    fn example(self, field: &str, value: &str) -> String {
-        match self {
-            Vocabulary::File => {
-                let key = field.rsplit('.').next().unwrap_or(field);
-                format!("{key} = \"{value}\"")
-            }
-            Vocabulary::Flags => {
-                let flag = super::cli::flag_for(field);
-                let long = flag.rsplit('/').next().unwrap_or(&flag).to_owned();
-                format!("`{long} {value}`")
-            }
-            Vocabulary::Request => {
-                let key = match super::rest::json_field_for(field) {
-                    "" => field,
-                    known => known,
-                };
-                format!("\"{key}\": \"{value}\"")
-            }
-        }
-    }
 }
 
 struct Problems<'a> {

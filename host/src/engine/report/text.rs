@@ -181,10 +181,13 @@ impl Report {
         }
         let notes = &self.preflight;
         if let Some(ms) = notes.clock_waited_ms {
+            let waited = match ms {
+                0..1000 => format!("{ms} ms"),
+                _ => format!("{:.1} s", ms as f64 / 1000.0),
+            };
             writeln!(
                 f,
-                "  waited {:.1}s for every end's clock to pass the backup's newest row",
-                ms as f64 / 1000.0
+                "  waited {waited} for every end's clock to pass the backup's newest row"
             )?;
         }
         if !notes.mixed_builds.is_empty() {
