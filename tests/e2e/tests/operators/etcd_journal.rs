@@ -218,21 +218,31 @@ async fn connecting_to_nothing_fails_with_the_endpoint_named() {
     assert!(err.to_string().contains(&port.to_string()), "{err}");
 }
 
+/// An etcd of `test`'s own, to stop and start (its data directory, the server, the journal
+/// URL); `None`, said, without an etcd binary.
+async fn own_etcd(test: &str) -> Option<(tempfile::TempDir, e2e::etcd::EtcdServer, String)> {
+    let Some(binary) = e2e::etcd::binary() else {
+        e2e::unavailable(test, "no etcd binary on PATH");
+        return None;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = e2e::etcd::EtcdServer::start(&binary, dir.path())
+        .await
+        .unwrap();
+    let url = format!("etcd://{}/{test}", server.address());
+    Some((dir, server, url))
+}
+
 /// The fault runner's etcd (stopped and started by its faults) says at once why it could not
 /// start, from its own log, rather than waiting out its 30 s; and starts again on its data
 /// once the port is free.
 #[tokio::test]
 async fn a_seeds_etcd_that_cannot_bind_says_why_at_once() {
-    let test = "a_seeds_etcd_that_cannot_bind_says_why_at_once";
-    let Some(binary) = e2e::etcd::binary() else {
-        e2e::unavailable(test, "no etcd binary on PATH");
+    let Some((_dir, mut server, url)) =
+        own_etcd("a_seeds_etcd_that_cannot_bind_says_why_at_once").await
+    else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let mut server = e2e::etcd::EtcdServer::start(&binary, dir.path())
-        .await
-        .unwrap();
-    let url = format!("etcd://{}/{test}", server.address());
     let id = RestoreId::new("orders", "abcdef0123456789", 1);
     {
         let journal = journal(&url).await;
@@ -304,16 +314,9 @@ async fn a_record_that_does_not_read_is_one_bad_record() {
 /// it is down, ready again once it is back; a record that does not parse is not its concern.
 #[tokio::test]
 async fn readiness_follows_etcd() {
-    let test = "readiness_follows_etcd";
-    let Some(binary) = e2e::etcd::binary() else {
-        e2e::unavailable(test, "no etcd binary on PATH");
+    let Some((_dir, mut server, url)) = own_etcd("readiness_follows_etcd").await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let mut server = e2e::etcd::EtcdServer::start(&binary, dir.path())
-        .await
-        .unwrap();
-    let url = format!("etcd://{}/{test}", server.address());
     let journal = journal(&url).await;
     journal.ready().await.expect("ready with etcd up");
     server.kill().await.unwrap();
