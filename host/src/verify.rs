@@ -458,7 +458,7 @@ pub async fn collection(
             }
         }
         if seen.differs() {
-            tracing::error!(end = end.name, collection = %expected.collection, live, shows = ?seen.shows, "a query shows other rows than the backup's data holds");
+            tracing::error!(end = end.name, collection = %expected.collection, live, shows = seen.shows, "a query shows other rows than the backup's data holds");
         }
         seen
     }))

@@ -285,7 +285,7 @@ async fn create_collection(
             None
         }
     };
-    tracing::info!(end = %target.name, collection = %c.target, ?id, "created collection");
+    tracing::info!(end = %target.name, collection = %c.target, id, "created collection");
     Ok(CreatedCollection {
         db: db.clone(),
         name: name.clone(),
