@@ -850,10 +850,15 @@ impl Listing {
     /// The records that read, each that did not logged by its key: for a listing a person
     /// or a sweep reads, which one bad record must not stop.
     pub fn readable(self) -> Vec<RestoreRecord> {
+        self.log_unreadable();
+        self.records
+    }
+
+    /// Logs each record that did not read, by its key, with why.
+    pub fn log_unreadable(&self) {
         for bad in &self.unreadable {
             tracing::warn!(record = %bad.key, error = %bad.error, "a journal record does not read; it is left as it is");
         }
-        self.records
     }
 }
 

@@ -379,9 +379,7 @@ async fn openapi(State(state): State<Arc<ApiState>>) -> Response {
 async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
     let listing = match state.runner.journal().list().await {
         Ok(listing) => {
-            for bad in &listing.unreadable {
-                tracing::warn!(record = %bad.key, error = %bad.error, "a journal record does not read");
-            }
+            listing.log_unreadable();
             Some(listing)
         }
         Err(e) => {
