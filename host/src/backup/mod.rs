@@ -10,6 +10,7 @@
 mod batch;
 
 pub mod catalog;
+pub mod figures;
 mod file;
 pub mod filter;
 #[cfg(test)]
@@ -30,6 +31,7 @@ mod store;
 pub mod verify;
 
 pub use batch::{BatchId, BatchKind, ExpectedRows, ImportBatch};
+pub use figures::Figures;
 pub use file::BackupFile;
 pub use filter::{Filter, FilterError};
 pub use index::{IndexPlan, IndexedField};

@@ -17,6 +17,7 @@ use milvus_proto::schema::CollectionSchema;
 
 use super::BackupFile;
 use super::Error;
+use super::Figures;
 use super::batch::{CollectionBatcher, ImportBatch};
 use super::index::{IndexPlan, plan_indexes};
 use super::meta::{CollectionBackupInfo, proto_key_values};
@@ -144,6 +145,15 @@ pub struct CollectionPlan {
     /// Its rows as the backup's data holds them; `None` until [`super::rows::count`] read
     /// them, or where they could not be read.
     pub rows: Option<DataRows>,
+    /// Its segments and rows as the backup's meta gives them.
+    pub meta: Figures,
+}
+
+impl CollectionPlan {
+    /// Its segments and rows, from its data where that was read.
+    pub fn figures(&self) -> Figures {
+        self.meta.with_rows(self.rows.as_ref())
+    }
 }
 
 /// Totals for `lockstep plan`.
@@ -153,7 +163,9 @@ pub struct PlanTotals {
     pub collections: usize,
     pub partitions: usize,
     pub batches: usize,
-    pub rows: i64,
+    /// The collections' figures summed: each source collection counted per target it has.
+    #[serde(flatten)]
+    pub figures: Figures,
     /// The bytes staging copies: the sum of `files_to_stage`.
     pub bytes_to_stage: u64,
 }
@@ -300,11 +312,7 @@ pub fn plan(
         collections: collections.len(),
         partitions: collections.iter().map(|c| c.partitions.len()).sum(),
         batches: collections.iter().map(|c| c.batches.len()).sum(),
-        rows: collections
-            .iter()
-            .flat_map(|c| &c.batches)
-            .map(|b| b.rows)
-            .sum(),
+        figures: Figures::total(collections.iter().map(CollectionPlan::figures)),
         bytes_to_stage: files_to_stage.iter().map(|f| f.size).sum(),
     };
     tracing::debug!(
@@ -405,6 +413,7 @@ fn plan_collection(
         verify_field_ids: snapshot,
         l0: None,
         rows: None,
+        meta: Figures::of_meta(collection),
     })
 }
 
@@ -848,7 +857,14 @@ mod tests {
                 collections: 2,
                 partitions: 3,
                 batches: 5,
-                rows: 135,
+                // The L0 segments' 10 deletes are not rows.
+                figures: Figures {
+                    segments: 5,
+                    l0_segments: 2,
+                    inserted: 125,
+                    deleted: None,
+                    live: None,
+                },
                 bytes_to_stage: 2290
             }
         );
@@ -1134,7 +1150,7 @@ mod snapshot_twin {
         let (snapshot_backup, snapshot) = planned(Format::Snapshot).await;
         assert_eq!(snapshot_backup.files.format, BackupFormat::Snapshot);
         assert_eq!(snapshot.totals, binlog.totals);
-        assert!(snapshot.totals.rows > 0);
+        assert!(snapshot.totals.figures.inserted > 0);
         let batches = |p: &RestorePlan| -> Vec<(String, Vec<Vec<String>>, i64)> {
             (p.collections.iter().flat_map(|c| &c.batches))
                 .map(|b| (b.id.to_string(), b.files.clone(), b.rows))

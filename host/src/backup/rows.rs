@@ -35,6 +35,7 @@ use milvus_formats::column_group;
 use milvus_formats::storage::StorageKind;
 use object_store::ObjectStore;
 
+use super::Figures;
 use super::batch::{BatchKind, ImportBatch};
 use super::fold::{self, L0Deletes};
 use super::plan::{CollectionPlan, DataRows, L0Route, NewestRow, RestorePlan};
@@ -270,6 +271,7 @@ pub async fn count(
     plan.files_to_stage
         .sort_unstable_by(|a, b| a.path.cmp(&b.path));
     plan.totals.batches = plan.collections.iter().map(|c| c.batches.len()).sum();
+    plan.totals.figures = Figures::total(plan.collections.iter().map(CollectionPlan::figures));
     plan.totals.bytes_to_stage = plan.files_to_stage.iter().map(|f| f.size).sum();
     found
 }

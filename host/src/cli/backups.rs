@@ -49,12 +49,25 @@ pub async fn list(host: &HostConfig, format: OutputFormat) -> anyhow::Result<i32
     Ok(0)
 }
 
-/// `lockstep get -n NAME`: one backup, collection by collection.
+/// `lockstep get -n NAME`: one backup, collection by collection, its rows read from its data
+/// as a restore's preflight reads them, so that `get` and the restore give the same figures.
 pub async fn get(host: &HostConfig, name: &str, format: OutputFormat) -> anyhow::Result<i32> {
     let backups = backups(host)?;
     let store = open(backups)?;
     let backup = read(&store, backups, name).await?;
-    output::backup(format, &backup);
+    let (rows, counted) = catalog::read_rows(store.store.as_ref(), &backup)
+        .await
+        .with_context(|| format!("planning backup {name}"))?;
+    let unread: Vec<String> = (counted.unreadable.iter())
+        .map(|(batch, why)| format!("{batch}: {why}"))
+        .chain(counted.disagreements.iter().map(ToString::to_string))
+        .collect();
+    output::backup(
+        format,
+        &backup,
+        &catalog::collections(&backup, &rows),
+        &unread,
+    );
     Ok(0)
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use lockstep::backup::catalog;
 use lockstep::engine::builds::Gate;
@@ -76,16 +76,23 @@ pub fn backups(format: OutputFormat, listed: &[catalog::Listed]) {
         OutputFormat::Text if listed.is_empty() => println!("no backups under the root"),
         OutputFormat::Text => {
             println!(
-                "{:<32} {:<8} {:>11} {:>12} {:>12}  milvus",
-                "name", "format", "collections", "rows", "bytes"
+                "{:<32} {:<8} {:>11} {:>8} {:>4} {:>12} {:>12}  milvus",
+                "name", "format", "collections", "segments", "L0", "inserted", "bytes"
             );
             for entry in listed {
                 match entry {
                     catalog::Listed::Read(b) => {
                         let b = catalog::Summary::of(b);
                         println!(
-                            "{:<32} {:<8} {:>11} {:>12} {:>12}  {}",
-                            b.name, b.format, b.collections, b.rows, b.size, b.milvus_version
+                            "{:<32} {:<8} {:>11} {:>8} {:>4} {:>12} {:>12}  {}",
+                            b.name,
+                            b.format,
+                            b.collections,
+                            b.figures.segments,
+                            b.figures.l0_segments,
+                            b.figures.inserted,
+                            b.size,
+                            b.milvus_version
                         );
                     }
                     catalog::Listed::Unreadable { name, error } => println!(
@@ -98,50 +105,38 @@ pub fn backups(format: OutputFormat, listed: &[catalog::Listed]) {
     }
 }
 
-/// `lockstep get`: a backup and its collections.
-pub fn backup(format: OutputFormat, backup: &lockstep::backup::Backup) {
-    let summary = &catalog::Summary::of(backup);
-    let collections: Vec<_> = backup
-        .info
-        .collection_backups
-        .iter()
-        .map(|c| {
-            let segments = c.partition_backups.iter().flat_map(|p| &p.segment_backups);
-            json!({
-                "name": format!("{}.{}", if c.db_name.is_empty() { "default" } else { &c.db_name }, c.collection_name),
-                "partitions": c.partition_backups.len(),
-                "segments": segments.clone().count(),
-                "l0_segments": c.l0_segments.len(),
-                "rows": segments.map(|s| s.num_of_rows).sum::<i64>(),
-                "size": c.size,
-                "indexes": c.index_infos.len(),
-            })
-        })
-        .collect();
+/// `lockstep get`: a backup and its collections, and why some rows were not read.
+pub fn backup(
+    format: OutputFormat,
+    backup: &lockstep::backup::Backup,
+    collections: &[catalog::CollectionSummary],
+    unread: &[String],
+) {
+    let summary = catalog::Summary::with_collections(backup, collections);
     match format {
-        OutputFormat::Json => print_json(&json!({ "backup": summary, "collections": collections })),
+        OutputFormat::Json => print_json(&json!({
+            "backup": summary,
+            "collections": collections,
+            "rows_not_read": unread,
+        })),
         OutputFormat::Text => {
             println!(
-                "backup {} ({} format, Milvus {}): {} collections, {} segments, {} rows, {} bytes",
+                "backup {} ({} format, Milvus {}): {} collections, {}, {} bytes",
                 summary.name,
                 summary.format,
                 summary.milvus_version,
                 summary.collections,
-                summary.segments,
-                summary.rows,
+                summary.figures,
                 summary.size
             );
-            for c in &collections {
+            for c in collections {
                 println!(
-                    "  {}: {} partitions, {} segments ({} L0), {} rows, {} bytes, {} indexes",
-                    c["name"].as_str().unwrap_or_default(),
-                    c["partitions"],
-                    c["segments"],
-                    c["l0_segments"],
-                    c["rows"],
-                    c["size"],
-                    c["indexes"]
+                    "  {}: {} partitions, {}, {} bytes, {} indexes",
+                    c.name, c.partitions, c.figures, c.size, c.indexes
                 );
+            }
+            for why in unread {
+                println!("  rows not read: {why}");
             }
         }
     }
@@ -274,18 +269,18 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
             "route": plan.route,
             "totals": p.totals,
             "staging": plan.import_prefix_note,
-            "collections": p.collections.iter().map(|c| json!({
+            "collections": p.collections.iter().map(|c| with_figures(json!({
                 "source": c.source.to_string(),
                 "target": c.target.to_string(),
                 "partitions": c.partitions,
                 "indexes": c.indexes.len(),
                 "l0_deletes": c.l0,
-                "rows": c.rows,
+                "live_by_partition": c.rows.as_ref().map(|r| &r.partitions),
                 "batches": c.batches.iter().map(|b| json!({
                     "id": b.id.to_string(), "kind": format!("{:?}", b.kind),
                     "partition": b.partition, "segments": b.files.len(), "bytes": b.bytes, "rows": b.rows,
                 })).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
+            }), c.figures())).collect::<Vec<_>>(),
             "checks": job.checks.iter().map(|c| json!({"plugin": c.plugin, "phase": format!("{:?}", c.phase)})).collect::<Vec<_>>(),
         })),
         OutputFormat::Text => {
@@ -317,8 +312,8 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
             }
             let t = &p.totals;
             println!(
-                "  {} database(s), {} collection(s), {} partition(s), {} import job(s), {} rows, {} bytes to stage",
-                t.databases, t.collections, t.partitions, t.batches, t.rows, t.bytes_to_stage
+                "  {} database(s), {} collection(s), {} partition(s), {} import job(s), {} bytes to stage; {}",
+                t.databases, t.collections, t.partitions, t.batches, t.bytes_to_stage, t.figures
             );
             println!("  {}", plan.import_prefix_note);
             println!(
@@ -327,22 +322,17 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
                 job.two_phase.mirror_grace.as_secs()
             );
             for c in &p.collections {
-                let rows = c.rows.as_ref().map_or(String::new(), |r| {
-                    format!(
-                        "; rows inserted={} deleted={} live={}",
-                        r.inserted, r.deleted, r.live
-                    )
-                });
                 let l0 =
                     c.l0.map_or(String::new(), |route| format!("; L0 deletes {route}"));
                 println!(
-                    "  {} ← {}: {} partition(s), {} index(es), {} batch(es), {} bytes{rows}{l0}",
+                    "  {} ← {}: {} partition(s), {} index(es), {} batch(es), {} bytes; {}{l0}",
                     c.target,
                     c.source,
                     c.partitions.len(),
                     c.indexes.len(),
                     c.batches.len(),
-                    c.batches.iter().map(|b| b.bytes).sum::<u64>()
+                    c.batches.iter().map(|b| b.bytes).sum::<u64>(),
+                    c.figures()
                 );
             }
             for c in &job.checks {
@@ -350,6 +340,16 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
             }
         }
     }
+}
+
+/// `object` with `figures`' fields beside its own, under the names every view gives them.
+fn with_figures(mut object: Value, figures: lockstep::backup::Figures) -> Value {
+    if let (Value::Object(fields), Ok(Value::Object(more))) =
+        (&mut object, serde_json::to_value(figures))
+    {
+        fields.extend(more);
+    }
+    object
 }
 
 /// What `verify` found: a line per end and collection, or the whole as JSON.

@@ -156,14 +156,15 @@ pub struct CollectionReport {
 impl CollectionReport {
     /// The collection as planned, its rows as the backup's data holds them.
     pub fn planned(c: &crate::backup::CollectionPlan) -> Self {
+        let figures = c.figures();
         CollectionReport {
             source: c.source.to_string(),
             target: c.target.to_string(),
             partitions: c.partitions.len(),
             batches: c.batches.len(),
-            inserted: c.batches.iter().map(|b| b.rows).sum(),
-            deleted: c.rows.as_ref().map(|r| r.deleted),
-            live: c.rows.as_ref().map(|r| r.live),
+            inserted: figures.inserted,
+            deleted: figures.deleted,
+            live: figures.live,
             live_by_partition: c
                 .rows
                 .as_ref()

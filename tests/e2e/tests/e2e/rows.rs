@@ -55,7 +55,7 @@ async fn l0_deletes_are_folded_for_ends_that_do_not_import_l0() -> anyhow::Resul
     );
     let live: i64 = collections
         .iter()
-        .map(|c| c["rows"]["live"].as_i64().unwrap_or(-1))
+        .map(|c| c["live"].as_i64().unwrap_or(-1))
         .sum();
     assert_eq!(live, world.backup.live_total() as i64, "{}", plan.stdout);
     let run = world.run(&["run", job.to_str().unwrap()], &[]).await?;
