@@ -15,6 +15,7 @@ use super::store::BINLOG_DIR;
 
 /// Whether a batch imports data segments or L0 delete segments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum BatchKind {
     /// Insert logs with their delta logs (`backup=true`).
     Data,

@@ -277,11 +277,11 @@ pub fn plan(format: OutputFormat, job: &Job, plan: &PlanOutput) {
                 "l0_deletes": c.l0,
                 "live_by_partition": c.rows.as_ref().map(|r| &r.partitions),
                 "batches": c.batches.iter().map(|b| json!({
-                    "id": b.id.to_string(), "kind": format!("{:?}", b.kind),
+                    "id": b.id.to_string(), "kind": b.kind,
                     "partition": b.partition, "segments": b.files.len(), "bytes": b.bytes, "rows": b.rows,
                 })).collect::<Vec<_>>(),
             }), c.figures())).collect::<Vec<_>>(),
-            "checks": job.checks.iter().map(|c| json!({"plugin": c.plugin, "phase": format!("{:?}", c.phase)})).collect::<Vec<_>>(),
+            "checks": job.checks.iter().map(|c| json!({"plugin": c.plugin, "phase": c.phase})).collect::<Vec<_>>(),
         })),
         OutputFormat::Text => {
             println!(
