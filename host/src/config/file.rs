@@ -95,6 +95,9 @@ pub struct ClusterFile {
     /// cluster's token and TLS: where preflight reads the replicated import gate. Without it
     /// the gate is not read (a warning says so).
     pub management: Option<Spanned<String>>,
+    /// `"discover"`: a job restoring into this cluster that names no secondaries takes as
+    /// its secondaries every cluster it replicates to, each a cluster of this host config.
+    pub secondaries: Option<Spanned<String>>,
 }
 
 /// `tls = { ... }` of a cluster: PEM files and the certificate's name.

@@ -139,6 +139,9 @@ pub struct ClusterSpec {
     /// Its management API (Milvus's metrics port), where its settings are read; `None`
     /// leaves them unread.
     pub management: Option<Url>,
+    /// `secondaries = "discover"`: as a target, a job that names no secondaries restores
+    /// into every cluster it replicates to.
+    pub discover_secondaries: bool,
 }
 
 /// How a Milvus resolves the paths of an import, by its `common.storageType`. A mirror

@@ -388,6 +388,7 @@ pub(crate) fn cluster_spec(
             problems,
         )
     });
+    let discover_secondaries = discover_secondaries(file, field, author, problems);
     Some(ClusterSpec {
         uri: uri?,
         token,
@@ -401,8 +402,34 @@ pub(crate) fn cluster_spec(
             Some(given) => Some(given?),
             None => None,
         },
+        discover_secondaries: discover_secondaries?,
     })
     .filter(|_| storage_ok)
+}
+
+/// `secondaries = "discover"`, the one value there is; the host config's to say, since what
+/// it finds is restored into with the host's credentials.
+fn discover_secondaries(
+    file: &ClusterFile,
+    field: &str,
+    author: Author,
+    problems: &mut Vec<RawProblem>,
+) -> Option<bool> {
+    let Some(given) = &file.secondaries else {
+        return Some(false);
+    };
+    let field = format!("{field}.secondaries");
+    let message = match given.get_ref().as_str() {
+        _ if author == Author::Job => {
+            "a job names its secondaries in its own `secondaries`; `secondaries = \"discover\"` belongs to a cluster of the host config".to_owned()
+        }
+        "discover" => return Some(true),
+        other => format!(
+            "invalid value `{other}`: expected \"discover\" (a job that names no secondaries then restores into every cluster this one replicates to)"
+        ),
+    };
+    problems.push(RawProblem::new(field, Some(given.span()), message));
+    None
 }
 
 /// `tls`: only for an `https://` URI; a client certificate comes with its key; every file
@@ -1107,6 +1134,30 @@ endpoint = "https://AKIA:s3cr3t-key@minio:9000"
         for secret in ["hunter2", "s3cr3t", "AKIA"] {
             assert!(!err.to_string().contains(secret), "{err}");
         }
+    }
+
+    /// `secondaries = "discover"` is the one value a cluster's `secondaries` takes; any other
+    /// is refused at its place.
+    #[test]
+    fn a_cluster_may_say_its_secondaries_are_discovered() {
+        let config = parse(
+            "[clusters.a]\nuri = \"http://10.0.0.1:19530\"\nsecondaries = \"discover\"\n\
+             [clusters.b]\nuri = \"http://10.0.0.2:19530\"\n",
+        )
+        .unwrap();
+        assert!(config.clusters["a"].discover_secondaries);
+        assert!(!config.clusters["b"].discover_secondaries);
+
+        let err = parse("[clusters.a]\nuri = \"http://10.0.0.1:19530\"\nsecondaries = \"all\"\n")
+            .unwrap_err();
+        let shown: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
+        assert_eq!(shown.len(), 1, "{shown:#?}");
+        assert!(
+            shown[0].starts_with(
+                "/etc/lockstep/lockstep.toml:3:15: clusters.a.secondaries: invalid value `all`: expected \"discover\""
+            ),
+            "{shown:#?}"
+        );
     }
 
     /// Issue 49: a cluster's management API (Milvus's metrics port), where preflight reads

@@ -29,6 +29,7 @@ mod checks;
 pub mod clock;
 mod create;
 mod ddl;
+pub mod discover;
 mod ends;
 mod error;
 pub mod faults;

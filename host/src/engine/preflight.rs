@@ -19,6 +19,7 @@ use crate::backup::{self, Backup, BackupFiles, CollectionCreation, L0Route, Rest
 use crate::config::same_endpoint;
 use crate::diagnostic::error_chain;
 use crate::job::{Atomicity, Job};
+use crate::milvus::topology::uri_of;
 use crate::milvus::{ServerVersion, Topology};
 use crate::storage::{self, OpenedStore};
 
@@ -439,13 +440,6 @@ async fn check_topology(
     if refusals.is_empty() {
         refusals.extend(super::streams::stalled(me, ends.target(), ends.secondaries()).await);
     }
-}
-
-fn uri_of(c: &milvus_proto::common::MilvusCluster) -> String {
-    c.connection_param
-        .as_ref()
-        .map(|p| p.uri.clone())
-        .unwrap_or_default()
 }
 
 /// A replicating target restored without secondaries: name them, or (before 3.0, which

@@ -104,7 +104,8 @@ pub enum Refusal {
     },
     #[error(
         "target {target} replicates to {}; name them as secondaries (secondaries = [...] or \
-         --secondaries) so the restore holds every mirror Uncommitted before the commit",
+         --secondaries) so the restore holds every mirror Uncommitted before the commit, or \
+         say `secondaries = \"discover\"` on its cluster in the host config",
         .replicates_to.join(", ")
     )]
     SecondariesUnnamed {
@@ -130,6 +131,24 @@ pub enum Refusal {
         target: String,
         cluster: String,
         targets: Vec<String>,
+    },
+    #[error(
+        "{target} replicates to cluster {cluster} at {uri}, which is no cluster of the host \
+         config; add it to [clusters] with its storage, so its secondaries can be discovered"
+    )]
+    DiscoveredUnknown {
+        target: String,
+        cluster: String,
+        uri: String,
+    },
+    #[error(
+        "{target} replicates to cluster {cluster}, the host config's {name}, which cannot be a secondary: {why}"
+    )]
+    DiscoveredUnfit {
+        target: String,
+        cluster: String,
+        name: String,
+        why: String,
     },
     #[error(
         "{target} also replicates to cluster {cluster} at {uri}, which the job does not name; \
@@ -392,6 +411,8 @@ impl Refusal {
             Refusal::SecondariesUnnamed { .. } => "secondaries_unnamed",
             Refusal::ReplicatingTooOld { .. } => "replicating_too_old",
             Refusal::NotATarget { .. } => "not_a_target",
+            Refusal::DiscoveredUnknown { .. } => "discovered_unknown",
+            Refusal::DiscoveredUnfit { .. } => "discovered_unfit",
             Refusal::UnnamedTarget { .. } => "unnamed_target",
             Refusal::StreamStalled { .. } => "stream_stalled",
             Refusal::NoCheckpoint { .. } => "no_checkpoint",

@@ -10,7 +10,7 @@ use super::process::Engine;
 use super::recover::recover;
 use super::refusal::Refusal;
 use super::report::{self, Report};
-use super::{checks, preflight, route, run, staging};
+use super::{checks, discover, preflight, route, run, staging};
 use crate::backup::RestorePlan;
 use crate::job::Job;
 use crate::journal::{self, Outcome, RequestedBy, RestoreId, RestoreRecord};
@@ -83,6 +83,11 @@ impl Engine {
         because: Option<String>,
         span: &tracing::Span,
     ) -> Report {
+        let discovered = match discover::secondaries(job).await {
+            Ok(job) => job,
+            Err(refusals) => return self.refused_early(job, refusals),
+        };
+        let job = discovered.as_ref();
         let ends = match Ends::for_job(job) {
             Ok(e) => e,
             Err(e) => {
@@ -144,6 +149,8 @@ impl Engine {
 
     /// Preflight and plan, changing nothing anywhere.
     pub async fn plan(&self, job: &Job) -> Result<PlanOutput, Vec<Refusal>> {
+        let job = discover::secondaries(job).await?;
+        let job = job.as_ref();
         let ends = Ends::for_job(job).map_err(|e| vec![Refusal::Client(e)])?;
         let preflight = preflight::preflight(job, &ends).await?;
         let dest: Vec<storage::OpenedStore> = job

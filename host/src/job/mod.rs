@@ -44,6 +44,9 @@ pub struct Job {
     pub backup: BackupSource,
     pub target: Target,
     pub secondaries: Vec<Secondary>,
+    /// Where the job names no secondaries and its target's host config says `secondaries =
+    /// "discover"`: the clusters preflight chooses them from.
+    pub discover: Option<Discover>,
     /// The `[restore]` options, the strategy among them.
     pub restore: RestoreOptions,
     pub two_phase: TwoPhase,
@@ -86,6 +89,7 @@ impl Job {
         backup: BackupSource,
         target: Target,
         secondaries: Vec<Secondary>,
+        discover: Option<Discover>,
         restore: RestoreOptions,
         two_phase: TwoPhase,
         verify: Verify,
@@ -96,6 +100,7 @@ impl Job {
             backup: &backup,
             target: &target,
             secondaries: &secondaries,
+            discover: discover.is_some(),
             restore: &restore,
             two_phase: &two_phase,
             verify: (verify != Verify::default()).then_some(&verify),
@@ -106,6 +111,7 @@ impl Job {
             backup,
             target,
             secondaries,
+            discover,
             restore,
             two_phase,
             verify,
@@ -113,6 +119,31 @@ impl Job {
             id,
         }
     }
+
+    /// The job with the `secondaries` its target was found to replicate to. Its identity
+    /// stays its content's, which asked for them to be discovered.
+    pub fn with_discovered(&self, secondaries: Vec<Secondary>) -> Job {
+        Job {
+            secondaries,
+            discover: None,
+            ..self.clone()
+        }
+    }
+}
+
+/// The clusters a job's secondaries are discovered among: the host config's other clusters,
+/// each as a secondary or why it cannot be one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Discover {
+    pub clusters: Vec<Result<Secondary, Box<Unfit>>>,
+}
+
+/// A cluster of the host config that cannot be a secondary of this job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unfit {
+    pub name: String,
+    pub uri: Url,
+    pub why: String,
 }
 
 /// Bumped when `JobContent` changes shape or meaning, so that an old journal's ids are not
@@ -149,6 +180,9 @@ struct JobContent<'a> {
     backup: &'a BackupSource,
     target: &'a Target,
     secondaries: &'a [Secondary],
+    /// Left out when false, so that the jobs written before it keep their ids.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    discover: bool,
     restore: &'a RestoreOptions,
     two_phase: &'a TwoPhase,
     /// Left out at its default, so that the jobs written before it keep their ids.

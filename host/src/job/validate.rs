@@ -20,8 +20,8 @@ use super::file::{
 };
 use super::vocabulary::Vocabulary;
 use super::{
-    BackupSource, DEFAULT_VERIFY_SAMPLE, DEFAULT_VERIFY_TIMEOUT, End, EndName, Job, Secondary,
-    Target, TwoPhase, Verify,
+    BackupSource, DEFAULT_VERIFY_SAMPLE, DEFAULT_VERIFY_TIMEOUT, Discover, End, EndName, Job,
+    Secondary, Target, TwoPhase, Unfit, Verify,
 };
 use crate::config::{self as host, Env, HostConfig, StorageSpec, process_env};
 use crate::diagnostic::InRange;
@@ -109,6 +109,7 @@ pub(crate) fn validate(file: JobFile, context: &Context<'_>) -> Result<Job, Vec<
         target.as_ref().map(|t| &t.end),
         &mut problems,
     );
+    let discover = discover(&file, context, target.as_ref().map(|t| &t.end));
     let strategy = file.strategy.as_ref().map(|s| *s.get_ref());
     if let Some(spanned) = &file.strategy
         && strategy == Some(Strategy::PerSeg)
@@ -161,6 +162,7 @@ pub(crate) fn validate(file: JobFile, context: &Context<'_>) -> Result<Job, Vec<
             backup,
             target,
             secondaries,
+            discover,
             restore,
             two_phase,
             verify,
@@ -290,6 +292,7 @@ fn resolve_cluster(
                         l0_import: None,
                         tls: host::TlsSpec::default(),
                         management: None,
+                        discover_secondaries: false,
                     },
                 },
                 Err(names) => {
@@ -453,64 +456,114 @@ fn secondaries(
     let mut seen = BTreeSet::new();
     for (i, cluster) in file.secondaries.iter().enumerate() {
         let field = format!("secondaries[{i}]");
-        let Some(resolved) = resolve_cluster(cluster, &field, context, problems) else {
-            ok = false;
-            continue;
-        };
-        if target.is_some_and(|t| t.uri == resolved.spec.uri || t.name == resolved.name) {
-            problems.push(
-                &field,
-                Some(cluster.span()),
-                format!(
-                    "{} is the target; a secondary must be another cluster",
-                    resolved.name
-                ),
-            );
-            ok = false;
-            continue;
-        }
-        if !seen.insert(resolved.spec.uri.clone()) {
-            problems.push(
-                &field,
-                Some(cluster.span()),
-                format!("{} is listed twice", resolved.name),
-            );
-            ok = false;
-            continue;
-        }
-        if resolved.spec.require_staging && resolved.spec.storage.is_none() {
-            problems.push(
-                &field,
-                Some(cluster.span()),
-                format!(
-                    "cluster {} has require_staging = true but no storage: lockstep cannot stage the backup into it; add `storage` to [clusters.{}]",
-                    resolved.name, resolved.name
-                ),
-            );
-            ok = false;
-            continue;
-        }
-        if let Some(storage) = &resolved.spec.storage {
-            let owner = format!("cluster {}'s storage", resolved.name);
-            check_credentials(
-                storage,
-                &field,
-                Some(cluster.span()),
-                &owner,
-                context,
-                problems,
-            );
-        }
-        match end(&resolved, &field, cluster.span(), context, problems) {
-            Some(end) => secondaries.push(Secondary {
-                end,
-                storage: resolved.spec.storage,
-                max_import_jobs: resolved.spec.max_import_jobs,
-            }),
+        match secondary(cluster, &field, context, target, &mut seen, problems) {
+            Some(secondary) => secondaries.push(secondary),
             None => ok = false,
         }
     }
     ok.then_some(secondaries)
+}
+
+/// One cluster as a secondary of `target`, or `None` with its problems.
+fn secondary(
+    cluster: &Spanned<ClusterRef>,
+    field: &str,
+    context: &Context<'_>,
+    target: Option<&End>,
+    seen: &mut BTreeSet<url::Url>,
+    problems: &mut Problems<'_>,
+) -> Option<Secondary> {
+    let resolved = resolve_cluster(cluster, field, context, problems)?;
+    if target.is_some_and(|t| t.uri == resolved.spec.uri || t.name == resolved.name) {
+        problems.push(
+            field,
+            Some(cluster.span()),
+            format!(
+                "{} is the target; a secondary must be another cluster",
+                resolved.name
+            ),
+        );
+        return None;
+    }
+    if !seen.insert(resolved.spec.uri.clone()) {
+        problems.push(
+            field,
+            Some(cluster.span()),
+            format!("{} is listed twice", resolved.name),
+        );
+        return None;
+    }
+    if resolved.spec.require_staging && resolved.spec.storage.is_none() {
+        problems.push(
+            field,
+            Some(cluster.span()),
+            format!(
+                "cluster {} has require_staging = true but no storage: lockstep cannot stage the backup into it; add `storage` to [clusters.{}]",
+                resolved.name, resolved.name
+            ),
+        );
+        return None;
+    }
+    if let Some(storage) = &resolved.spec.storage {
+        let owner = format!("cluster {}'s storage", resolved.name);
+        check_credentials(
+            storage,
+            field,
+            Some(cluster.span()),
+            &owner,
+            context,
+            problems,
+        );
+    }
+    let end = end(&resolved, field, cluster.span(), context, problems)?;
+    Some(Secondary {
+        end,
+        storage: resolved.spec.storage,
+        max_import_jobs: resolved.spec.max_import_jobs,
+    })
+}
+
+/// With no secondaries named, and a target whose host config says `secondaries =
+/// "discover"`: every other cluster of the host config, each validated as a secondary on its
+/// own. One that is unfit (a token not set, say) refuses the restore only if the target
+/// turns out to replicate to it.
+fn discover(file: &JobFile, context: &Context<'_>, target: Option<&End>) -> Option<Discover> {
+    let target = target?;
+    let discovers =
+        (context.host.clusters.get(target.name.as_str())).is_some_and(|c| c.discover_secondaries);
+    if !file.secondaries.is_empty() || !discovers {
+        return None;
+    }
+    let clusters = (context.host.clusters.iter())
+        .filter(|(name, _)| *name != target.name.as_str())
+        .map(|(name, spec)| {
+            let mut found = Problems {
+                list: Vec::new(),
+                removed: &[],
+                vocabulary: context.vocabulary,
+            };
+            let cluster = Spanned::new(0..0, ClusterRef::NameOrUri(name.clone()));
+            let field = format!("clusters.{name}");
+            match secondary(
+                &cluster,
+                &field,
+                context,
+                Some(target),
+                &mut BTreeSet::new(),
+                &mut found,
+            ) {
+                Some(secondary) if found.list.is_empty() => Ok(secondary),
+                _ => Err(Box::new(Unfit {
+                    name: name.clone(),
+                    uri: spec.uri.clone(),
+                    why: (found.list.iter().map(|p| p.message.as_str()))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                })),
+            }
+        })
+        .collect();
+    Some(Discover { clusters })
 }
 
 fn restore_options(

@@ -7,6 +7,11 @@
 
 use milvus_proto::common::{MilvusCluster, ReplicateConfiguration};
 
+/// The URI a replication configuration gives `cluster` (empty when it gives none).
+pub fn uri_of(cluster: &MilvusCluster) -> String {
+    (cluster.connection_param.as_ref()).map_or_else(String::new, |p| p.uri.clone())
+}
+
 /// A replication configuration as read from one cluster, with the questions preflight asks.
 #[derive(Debug, Clone, Default)]
 pub struct Topology {

@@ -350,12 +350,12 @@ impl Runner {
                         }
                     }
                     Step::Recover(record) => {
-                        let report = match Ends::for_job(&job) {
-                            Ok(ends) => spawn_recover(
+                        let report = match ends_of(&job).await {
+                            Ok((job, ends)) => spawn_recover(
                                 self.engine(interrupt.clone()),
                                 *record,
                                 ends,
-                                Some(job.clone()),
+                                Some(job),
                                 self.host.clone(),
                             )
                             .await
@@ -597,6 +597,20 @@ fn spawn_run(
 
 /// Spawns a recovery of `record`, with the job's stores when the job is known, else the
 /// host config's.
+/// The job, its secondaries discovered where it asks for that, and its ends; or why they
+/// cannot be had now.
+async fn ends_of(job: &Job) -> Result<(Job, Ends), String> {
+    let job = engine::discover::secondaries(job)
+        .await
+        .map_err(|refusals| {
+            (refusals.iter().map(ToString::to_string))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })?;
+    let ends = Ends::for_job(&job).map_err(|e| e.to_string())?;
+    Ok((job.into_owned(), ends))
+}
+
 fn spawn_recover(
     engine: Engine,
     record: RestoreRecord,

@@ -451,6 +451,8 @@ impl Reader<'_> {
             l0_import: None,
             tls: tls?,
             management,
+            // milvus-backup's YAML cannot say it; a lockstep.toml over it can.
+            discover_secondaries: false,
         })
     }
 
@@ -970,6 +972,7 @@ mod tests {
                     l0_import: None,
                     tls: TlsSpec::default(),
                     management: Some(Url::parse("http://10.0.0.1:9091").unwrap()),
+                    discover_secondaries: false,
                 },
             )]),
             storages: BTreeMap::from([

@@ -262,3 +262,98 @@ async fn watch_tells_each_restore_as_it_ends() {
         "it ran once"
     );
 }
+
+/// Automation written for milvus-backup names no secondaries. With `secondaries = "discover"`
+/// on the target's cluster, `restore -n bak` restores into every cluster the target
+/// replicates to, each with what the host config gives it; a replication target the host
+/// config does not name is refused before anything is made. Without the key the refusal
+/// says how to name them, and says the key.
+#[tokio::test]
+async fn secondaries_are_discovered_from_the_targets_topology() {
+    let spec = e2e::WorldSpec {
+        secondaries: 2,
+        ..e2e::WorldSpec::pair()
+    };
+    let world = e2e::World::start(spec).await.expect("the world starts");
+    let config = world.path("lockstep.toml");
+    // milvus-backup's restore names no target either: its Milvus is the default.
+    let written = format!(
+        "default_target = \"{TARGET}\"\n{}",
+        std::fs::read_to_string(&config).unwrap()
+    );
+    std::fs::write(&config, &written).unwrap();
+    let restore = |suffix: &'static str| {
+        let world = &world;
+        async move {
+            let out = world
+                .run(&["restore", "-n", "bak", "--suffix", suffix], &[])
+                .await
+                .unwrap();
+            let kinds: Vec<String> = (out.report["refusal_kinds"].as_array().into_iter())
+                .flatten()
+                .filter_map(|k| k.as_str().map(str::to_owned))
+                .collect();
+            (out, kinds)
+        }
+    };
+
+    let (out, kinds) = restore("_unnamed").await;
+    assert_eq!(
+        (out.code, &kinds[..]),
+        (2, &["secondaries_unnamed".to_owned()][..]),
+        "{}",
+        out.explain()
+    );
+    assert!(
+        out.stdout.contains(r#"secondaries = \"discover\""#),
+        "{}",
+        out.stdout
+    );
+
+    let discovering = written.replace(
+        &format!("[clusters.{TARGET}]\n"),
+        &format!("[clusters.{TARGET}]\nsecondaries = \"discover\"\n"),
+    );
+    assert_ne!(
+        discovering, written,
+        "the target's table is in the host config"
+    );
+    let s2 = discovering.find("\n[clusters.s2]").expect("s2's table");
+    let s2_end = discovering[s2 + 1..]
+        .find("\n[")
+        .map_or(discovering.len(), |n| s2 + 1 + n);
+    let without_s2 = format!("{}{}", &discovering[..s2], &discovering[s2_end..]);
+    std::fs::write(&config, &without_s2).unwrap();
+    let (out, kinds) = restore("_unknown").await;
+    assert_eq!(
+        (out.code, &kinds[..]),
+        (2, &["discovered_unknown".to_owned()][..]),
+        "{}",
+        out.explain()
+    );
+    assert!(
+        out.stdout.contains(&world.uri("s2")),
+        "names where: {}",
+        out.stdout
+    );
+    assert_eq!(
+        crate::support::creates(&world).await,
+        0,
+        "a refusal makes nothing"
+    );
+
+    std::fs::write(&config, &discovering).unwrap();
+    let (out, kinds) = restore("_found").await;
+    assert_eq!(out.code, 0, "{}", out.explain());
+    assert!(kinds.is_empty(), "{kinds:?}");
+    let ends: Vec<&str> = (out.report["ends"].as_array().expect("ends").iter())
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(ends, [TARGET, "s1", "s2"], "{}", out.stdout);
+    for c in out.report["collections"].as_array().expect("collections") {
+        let live = c["live"].as_i64().expect("live rows");
+        for end in &ends {
+            assert_eq!(c["imported"][end].as_i64(), Some(live), "{end}: {c}");
+        }
+    }
+}
