@@ -432,7 +432,12 @@ async fn check_topology(
     }
     let targets = topology.targets_of(&me.cluster_id);
     if job.secondaries.is_empty() {
-        refusals.push(unnamed_secondaries(&target.name, target_version, &targets));
+        refusals.push(unnamed_secondaries(
+            job,
+            &target.name,
+            target_version,
+            &targets,
+        ));
         return;
     }
     secondaries_match(ends, &me.cluster_id, &targets, refusals);
@@ -445,16 +450,19 @@ async fn check_topology(
 /// A replicating target restored without secondaries: name them, or (before 3.0, which
 /// cannot hold imports) it cannot be restored while it replicates.
 fn unnamed_secondaries(
+    job: &Job,
     target: &str,
     target_version: &ServerVersion,
     targets: &[&milvus_proto::common::MilvusCluster],
 ) -> Refusal {
     if target_version.supports_two_phase_import() {
+        let uris: Vec<String> = targets.iter().map(|c| uri_of(c)).collect();
         Refusal::SecondariesUnnamed {
             target: target.to_owned(),
             replicates_to: (targets.iter())
                 .map(|c| format!("{} ({})", c.cluster_id, uri_of(c)))
                 .collect(),
+            fix: job.vocabulary.list("secondaries", &uris),
         }
     } else {
         Refusal::ReplicatingTooOld {

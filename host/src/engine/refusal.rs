@@ -103,14 +103,17 @@ pub enum Refusal {
         primary: String,
     },
     #[error(
-        "target {target} replicates to {}; name them as secondaries (secondaries = [...] or \
-         --secondaries) so the restore holds every mirror Uncommitted before the commit, or \
-         say `secondaries = \"discover\"` on its cluster in the host config",
+        "target {target} replicates to {}; name them as secondaries ({fix}) so the restore \
+         holds every mirror Uncommitted before the commit, or say `secondaries = \"discover\"` \
+         on its cluster in the host config",
         .replicates_to.join(", ")
     )]
     SecondariesUnnamed {
         target: String,
         replicates_to: Vec<String>,
+        /// The secondaries as the caller would name them: a job file's key, a flag or a
+        /// request's field.
+        fix: String,
     },
     #[error(
         "target {target} replicates and runs Milvus {version}; import into a replicating \

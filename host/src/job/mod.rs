@@ -16,6 +16,8 @@ mod rest;
 mod validate;
 mod vocabulary;
 
+pub(crate) use vocabulary::Vocabulary;
+
 use std::fmt;
 use std::time::Duration;
 
@@ -52,6 +54,9 @@ pub struct Job {
     pub two_phase: TwoPhase,
     pub verify: Verify,
     pub checks: Vec<Check>,
+    /// The words of the input it came in, which a refusal of it speaks. Not part of its
+    /// identity: the same job given as a file or as flags is one job.
+    pub(crate) vocabulary: Vocabulary,
     id: JobId,
 }
 
@@ -116,6 +121,7 @@ impl Job {
             two_phase,
             verify,
             checks,
+            vocabulary: Vocabulary::File,
             id,
         }
     }

@@ -157,17 +157,20 @@ pub(crate) fn validate(file: JobFile, context: &Context<'_>) -> Result<Job, Vec<
             Some(two_phase),
             Some(verify),
             Some(checks),
-        ) if problems.list.is_empty() => Ok(Job::assemble(
-            name,
-            backup,
-            target,
-            secondaries,
-            discover,
-            restore,
-            two_phase,
-            verify,
-            checks,
-        )),
+        ) if problems.list.is_empty() => Ok(Job {
+            vocabulary: context.vocabulary,
+            ..Job::assemble(
+                name,
+                backup,
+                target,
+                secondaries,
+                discover,
+                restore,
+                two_phase,
+                verify,
+                checks,
+            )
+        }),
         _ => Err(problems.list),
     }
 }

@@ -20,11 +20,7 @@ impl Vocabulary {
                 let key = field.rsplit('.').next().unwrap_or(field);
                 format!("{key} = \"{value}\"")
             }
-            Vocabulary::Flags => {
-                let flag = flag_for(field);
-                let long = flag.rsplit('/').next().unwrap_or(&flag).to_owned();
-                format!("`{long} {value}`")
-            }
+            Vocabulary::Flags => format!("`{} {value}`", long_flag(field)),
             Vocabulary::Request => {
                 let key = match json_field_for(field) {
                     "" => field,
@@ -32,6 +28,16 @@ impl Vocabulary {
                 };
                 format!("\"{key}\": \"{value}\"")
             }
+        }
+    }
+
+    /// How to give the list field `field` the `values`, as this input writes it.
+    pub(crate) fn list(self, field: &str, values: &[String]) -> String {
+        let quoted: Vec<String> = values.iter().map(|v| format!("\"{v}\"")).collect();
+        match self {
+            Vocabulary::File => format!("{field} = [{}]", quoted.join(", ")),
+            Vocabulary::Flags => format!("`{} {}`", long_flag(field), values.join(",")),
+            Vocabulary::Request => format!("\"{field}\": [{}]", quoted.join(", ")),
         }
     }
 }
@@ -45,6 +51,12 @@ pub(super) fn flag_for(field: &str) -> String {
         "restore.rename" => "-r/--rename".to_owned(),
         other => format!("--{}", other.rsplit('.').next().unwrap_or(other)),
     }
+}
+
+/// The long form of the flag a job-file field comes from (`--rename`).
+fn long_flag(field: &str) -> String {
+    let flag = flag_for(field);
+    flag.rsplit('/').next().unwrap_or(&flag).to_owned()
 }
 
 /// The request field a job-file field comes from, where one field has one source.

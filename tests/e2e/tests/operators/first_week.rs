@@ -309,6 +309,16 @@ async fn secondaries_are_discovered_from_the_targets_topology() {
         "{}",
         out.stdout
     );
+    // In the words of the command line that asked, with the clusters to give.
+    let fix = (out.stdout.split("--secondaries ").nth(1))
+        .and_then(|rest| rest.split('`').next())
+        .unwrap_or_default();
+    let mut named: Vec<String> = fix.split(',').map(str::to_owned).collect();
+    let mut want = vec![world.uri("s1"), world.uri("s2")];
+    named.sort();
+    want.sort();
+    assert_eq!(named, want, "{}", out.stdout);
+    assert!(!out.stdout.contains("secondaries = ["), "{}", out.stdout);
 
     let discovering = written.replace(
         &format!("[clusters.{TARGET}]\n"),
