@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use lockstep::backup::catalog;
 use lockstep::engine::builds::Gate;
-use lockstep::engine::progress::{JobCounts, format_counts};
+use lockstep::engine::progress::{JobCounts, Waiting, format_counts};
 use lockstep::engine::{self, EndFiles, PlanOutput, Report};
 use lockstep::job::Job;
 use lockstep::journal::{Decision, RestorePhase, RestoreRecord, Role};
@@ -686,5 +686,11 @@ impl engine::Progress for Bars {
         self.with(restore, |_, (bar, _)| {
             bar.set_message(format_counts(counts))
         });
+    }
+
+    fn waiting(&self, restore: &str, waiting: Option<&Waiting>) {
+        if let Some(waiting) = waiting {
+            self.with(restore, |_, (bar, _)| bar.set_message(waiting.to_string()));
+        }
     }
 }

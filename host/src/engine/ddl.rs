@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use super::ends::{EndClient, Ends};
 use super::faults;
 use super::fence::{Fence, Lost};
+use super::progress::Waiting;
 use super::retry::{fenced, retry};
 use crate::backup::{CollectionCreation, CollectionPlan, Namespace, RestorePlan};
 use crate::journal::CreatedCollection;
@@ -77,6 +78,10 @@ const COLLECTIONS_AT_ONCE: usize = 16;
 /// jobs wait for it), then less often, doubling up to the second bound.
 const MIRROR_DDL_POLL: (Duration, Duration) =
     (Duration::from_millis(10), Duration::from_millis(100));
+
+/// How long a collection may take to arrive before the wait is said, and how often it is
+/// said again: a stream's usual lag of tens of milliseconds is not worth a word.
+const SAY_WAITING_EVERY: Duration = Duration::from_secs(1);
 
 /// The collections [`apply`] will create that did not exist at preflight, for the journal
 /// to record before it starts.
@@ -315,13 +320,15 @@ fn mismatched_field_ids(planned: &CollectionSchema, made: &CollectionSchema) -> 
 /// Waits until every secondary shows every collection of the plan with its partitions,
 /// collection by collection in plan order, each once the target's DDL made it (`made`
 /// counts those, see [`apply`]). A collection has `grace` from then to arrive; `arrived` is
-/// called with its index once every secondary shows it.
+/// called with its index once every secondary shows it, and `waiting` with what is awaited
+/// while a secondary does not show it yet (`None` once it does).
 pub async fn await_mirrors(
     ends: &Ends,
     plan: &RestorePlan,
     grace: Duration,
     mut made: watch::Receiver<usize>,
     arrived: &(dyn Fn(usize) + Sync),
+    waiting: &(dyn Fn(Option<Waiting>) + Sync),
 ) -> Result<(), ArrivalError> {
     for (i, c) in plan.collections.iter().enumerate() {
         if made.wait_for(|n| *n > i).await.is_err() {
@@ -329,8 +336,11 @@ pub async fn await_mirrors(
                 collection: c.target.clone(),
             });
         }
-        let deadline = Instant::now() + grace;
+        let made_at = Instant::now();
+        let deadline = made_at + grace;
         let (db, name) = (&c.target.db, &c.target.collection);
+        let mut waited = false;
+        let mut say_at = made_at + SAY_WAITING_EVERY;
         for s in ends.secondaries() {
             let mut pause = MIRROR_DDL_POLL.0;
             loop {
@@ -351,9 +361,20 @@ pub async fn await_mirrors(
                         secondary: s.name.clone(),
                     });
                 }
+                if Instant::now() >= say_at {
+                    (waited, say_at) = (true, say_at + SAY_WAITING_EVERY);
+                    waiting(Some(Waiting::Arrival {
+                        collection: c.target.to_string(),
+                        end: s.name.clone(),
+                        since: made_at,
+                    }));
+                }
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(MIRROR_DDL_POLL.1);
             }
+        }
+        if waited {
+            waiting(None);
         }
         arrived(i);
     }

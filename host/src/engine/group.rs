@@ -590,6 +590,9 @@ impl Group<'_, '_> {
             }
         };
         faults::crash_point("after-commit");
+        // The commits went out: what is left is every end's completion, and the phase says
+        // so (it rides on the next write).
+        attempt.enter_phase(RestorePhase::Completing);
         let completion = Instant::now()
             + (self.groups.job.two_phase.completion_timeout).unwrap_or(DEFAULT_COMPLETION_TIMEOUT);
         let published = self.published;

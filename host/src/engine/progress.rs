@@ -12,11 +12,42 @@ use crate::storage::StageProgress;
 /// Job counts per end (in end order) per state.
 pub type JobCounts = Vec<(String, BTreeMap<JobState, usize>)>;
 
+/// What a restore waits on, and where: a phase names the stage a restore reached, but the
+/// stages overlap, and a wait for another cluster can outlast the stage it began in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waiting {
+    /// A collection the target made, to show on a secondary over CDC.
+    Arrival {
+        collection: String,
+        end: String,
+        since: tokio::time::Instant,
+    },
+}
+
+impl std::fmt::Display for Waiting {
+    /// `waiting for default.orders on standby-2 (made 25 s ago)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Waiting::Arrival {
+                collection,
+                end,
+                since,
+            } => write!(
+                f,
+                "waiting for {collection} on {end} (made {} s ago)",
+                since.elapsed().as_secs()
+            ),
+        }
+    }
+}
+
 /// Receives progress; implementations must be cheap (called from the engine's loop).
 pub trait Progress: Send + Sync {
     fn phase(&self, restore: &str, phase: RestorePhase);
     fn staging(&self, restore: &str, progress: StageProgress);
     fn jobs(&self, restore: &str, counts: &JobCounts);
+    /// What the restore waits on now; `None` once it no longer waits.
+    fn waiting(&self, restore: &str, waiting: Option<&Waiting>);
 }
 
 /// Progress that goes nowhere (tests, `plan`).
@@ -26,6 +57,7 @@ impl Progress for Silent {
     fn phase(&self, _: &str, _: RestorePhase) {}
     fn staging(&self, _: &str, _: StageProgress) {}
     fn jobs(&self, _: &str, _: &JobCounts) {}
+    fn waiting(&self, _: &str, _: Option<&Waiting>) {}
 }
 
 /// Progress as tracing events, throttled: one line per phase change, and job counts only
@@ -63,6 +95,12 @@ impl Progress for Logged {
         if last.get(restore) != Some(&line) {
             tracing::info!(restore, jobs = %line, "jobs");
             last.insert(restore.to_string(), line);
+        }
+    }
+
+    fn waiting(&self, restore: &str, waiting: Option<&Waiting>) {
+        if let Some(waiting) = waiting {
+            tracing::info!(restore, "{waiting}");
         }
     }
 }

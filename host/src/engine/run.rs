@@ -23,6 +23,7 @@ use super::group::{self, EarlyCleanup, GroupEnd, Groups};
 use super::outcome::{self, RefusedAt};
 use super::preflight::{Preflight, preflight};
 use super::process::{Engine, Interrupted};
+use super::progress::Waiting;
 use super::refusal::Refusal;
 use super::report::{
     self, CheckEntry, CollectionReport, Divergence, EndReport, JobReport, PreflightNotes, Report,
@@ -513,7 +514,17 @@ async fn arrivals(
     made: watch::Receiver<usize>,
     arrived: &(dyn Fn(usize) + Sync),
 ) -> Result<(), Error> {
-    let arrivals = ddl::await_mirrors(attempt.ends, &preflight.plan, grace, made, arrived);
+    let id = attempt.id.to_string();
+    let progress = &attempt.engine.progress;
+    let waiting = |w: Option<Waiting>| progress.waiting(&id, w.as_ref());
+    let arrivals = ddl::await_mirrors(
+        attempt.ends,
+        &preflight.plan,
+        grace,
+        made,
+        arrived,
+        &waiting,
+    );
     match attempt.engine.interrupt.race(arrivals).await {
         Err(i) => Err(i.into()),
         Ok(result) => result.map_err(|e| StageError::Arrival(e).into()),

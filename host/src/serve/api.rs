@@ -90,6 +90,10 @@ pub struct RestoreView {
     pub job_name: String,
     pub outcome: Option<Outcome>,
     pub phase: Option<RestorePhase>,
+    /// What a running restore waits on, where this host runs it: "waiting for default.orders
+    /// on standby-2 (made 25 s ago)", "committed; waiting for standby-2 to complete".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
     /// The final report, once finished.
     pub report: Option<Report>,
     /// Job states and rows per end at the restore's last journal write, from whichever host
@@ -415,6 +419,7 @@ fn queued_view(identity: &str, job_name: &str) -> RestoreView {
         outcome: None,
         phase: None,
         report: None,
+        waiting_for: None,
         snapshot: None,
         requested_by: None,
     }
@@ -483,6 +488,24 @@ fn progress(record: &RestoreRecord, live: Option<&super::progress::Live>) -> i32
     (pct as i32).clamp(1, 100)
 }
 
+/// What a running restore waits on: what the engine said it waits for, or, once it is
+/// committed, the ends whose jobs have not completed.
+fn waiting_for(live: &super::progress::Live) -> Option<String> {
+    use crate::milvus::JobState;
+    if let Some(waiting) = &live.waiting {
+        return Some(waiting.to_string());
+    }
+    if live.phase != Some(RestorePhase::Completing) {
+        return None;
+    }
+    let behind: Vec<&str> = (live.jobs.iter())
+        .filter(|(_, states)| (states.iter()).any(|(s, n)| *s != JobState::Completed && *n > 0))
+        .map(|(end, _)| end.as_str())
+        .collect();
+    (!behind.is_empty())
+        .then(|| format!("committed; waiting for {} to complete", behind.join(", ")))
+}
+
 fn view_of(state: &ApiState, record: &RestoreRecord) -> RestoreView {
     let live = state.runner.progress().get(record.id.as_str());
     let report = recorded_report(record);
@@ -540,6 +563,7 @@ fn view_of(state: &ApiState, record: &RestoreRecord) -> RestoreView {
         outcome: record.outcome,
         phase: Some(record.phase),
         report,
+        waiting_for: live.as_ref().and_then(waiting_for),
         snapshot: record.progress.clone(),
         requested_by: record.requested_by.clone(),
     }
@@ -563,6 +587,7 @@ fn view_of_report(report: &Report) -> RestoreView {
         outcome: Some(report.outcome),
         phase: Some(RestorePhase::Finished),
         report: Some(report.clone()),
+        waiting_for: None,
         snapshot: None,
         requested_by: None,
     }

@@ -316,6 +316,7 @@ fn restore_view() -> Value {
             "job_name": {"type": "string"},
             "outcome": {"type": "string", "nullable": true, "enum": ["succeeded", "unverified", "refused", "rolled_back", "diverged", "partly_committed", "incomplete", "host_failed", "lost", null]},
             "phase": {"type": "string", "nullable": true},
+            "waiting_for": {"type": "string", "description": "what a running restore waits on, and where: a collection to arrive on a secondary, or, once committed, the ends still completing"},
             "report": {"type": "object", "nullable": true, "description": "The final report: outcome, route, ends, refusals and their kinds, collections, every import job with its expected rows and the rows and state on every end, divergences, what a query on every end showed (verification), checks, staging, phases"},
             "snapshot": {
                 "type": "object", "nullable": true,

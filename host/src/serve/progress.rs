@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::engine::Progress;
-use crate::engine::progress::JobCounts;
+use crate::engine::progress::{JobCounts, Waiting};
 use crate::journal::RestorePhase;
 use crate::storage::StageProgress;
 
@@ -16,6 +16,7 @@ pub struct Live {
     pub phase: Option<RestorePhase>,
     pub staging: Option<StageProgress>,
     pub jobs: JobCounts,
+    pub waiting: Option<Waiting>,
 }
 
 /// A [`Progress`] that remembers the latest of everything per restore and passes each call
@@ -77,6 +78,11 @@ impl Progress for LiveProgress {
     fn jobs(&self, restore: &str, counts: &JobCounts) {
         self.lock().entry(restore.to_string()).or_default().jobs = counts.clone();
         self.inner.jobs(restore, counts);
+    }
+
+    fn waiting(&self, restore: &str, waiting: Option<&Waiting>) {
+        self.lock().entry(restore.to_string()).or_default().waiting = waiting.cloned();
+        self.inner.waiting(restore, waiting);
     }
 }
 

@@ -19,7 +19,7 @@ use lockstep::serve::origin::AllowedOrigins;
 use lockstep::serve::{LiveProgress, Runner};
 use serde_json::{Value, json};
 
-use crate::support::{World, creates, eventually, host_config, world};
+use crate::support::{World, WorldSpec, creates, eventually, host_config, world};
 
 pub(crate) struct Server {
     pub(crate) base: String,
@@ -797,5 +797,66 @@ async fn readiness_follows_the_journal_and_not_a_bad_record() {
 
     std::fs::rename(&aside, &journal).unwrap();
     assert_eq!(call(&doc, "get", b, "/readyz", None, None).await.0, 200);
+    server.stop().await;
+}
+
+/// While a restore waits on another cluster, `get_restore` says on what and where: a
+/// collection that has not reached the lagging secondary yet, then, once the target
+/// committed, the end still completing. The phase names the wait too: the commits went out,
+/// so it is `completing`, not `deciding`.
+#[tokio::test(flavor = "multi_thread")]
+async fn get_restore_says_what_a_running_restore_waits_for() {
+    let world = World::start(WorldSpec {
+        stream_lag: Duration::from_millis(2500),
+        ..WorldSpec::pair()
+    })
+    .await
+    .unwrap();
+    let server = Server::start(&world, world.path("api-state"), None).await;
+    let doc = document(&server.base, None).await;
+    let b = &server.base;
+    let (_, queued) = call(
+        &doc,
+        "post",
+        b,
+        "/api/v1/restore",
+        Some(&body("_lag", r#", "async": true, "id": "lagging""#)),
+        None,
+    )
+    .await;
+    let identity = queued["data"]["id"].as_str().unwrap().to_string();
+    // (phase, waiting_for) as each answer gave them.
+    let said: std::cell::RefCell<Vec<(String, String)>> = Default::default();
+    let done = eventually(Duration::from_secs(120), || {
+        let (said, doc, identity) = (&said, &doc, &identity);
+        async move {
+            let path = format!("/api/v1/get_restore?id={identity}");
+            let (_, v) = call(doc, "get", b, &path, None, None).await;
+            let data = &v["data"];
+            if let Some(waiting) = data["waiting_for"].as_str() {
+                let phase = data["phase"].as_str().unwrap_or_default().to_owned();
+                said.borrow_mut().push((phase, waiting.to_owned()));
+            }
+            (data["outcome"].is_string()).then(|| data.clone())
+        }
+    })
+    .await
+    .expect("the restore ends");
+    assert_eq!(done["outcome"], "succeeded", "{done}");
+    let said = said.into_inner();
+    assert!(
+        said.iter()
+            .any(|(_, w)| w.starts_with("waiting for default.") && w.contains("_lag on s1 (made ")),
+        "{said:?}"
+    );
+    assert!(
+        said.iter().any(|(phase, w)| phase == "completing"
+            && w == "committed; waiting for s1 to complete"),
+        "{said:?}"
+    );
+    assert!(
+        done.get("waiting_for").is_none(),
+        "an ended restore waits on nothing: {done}"
+    );
     server.stop().await;
 }
