@@ -269,22 +269,21 @@ async fn restore(
             Some(queued_view(&handle.identity, &rest.job.name)),
         ),
         ResponseMode::Wait => match handle.ended().await {
+            // As milvus-backup answers a failed restore: `data` null, the reason in `msg`;
+            // `get_restore` and `list_restores` still show the restore whole.
+            Ended::Report(report) if report.outcome != Outcome::Succeeded => {
+                envelope::<()>(request_id, Code::Fail, report.summary, None)
+            }
             Ended::Report(report) => {
                 let recorded = match RestoreId::parse(&report.restore_id) {
                     Ok(id) => state.runner.journal().load(&id).await.ok().flatten(),
-                    // A refused job's report has no restore id of its own.
                     Err(_) => None,
                 };
                 let view = match recorded {
                     Some(record) => view_of(&state, &record),
                     None => view_of_report(&report),
                 };
-                let (code, msg) = if report.outcome == Outcome::Succeeded {
-                    (Code::Success, "success".to_string())
-                } else {
-                    (Code::Fail, report.summary.clone())
-                };
-                envelope(request_id, code, msg, Some(view))
+                envelope(request_id, Code::Success, "success", Some(view))
             }
             Ended::NothingRan => envelope::<()>(
                 request_id,

@@ -467,6 +467,27 @@ async fn bad_bodies_get_milvus_backups_codes_and_nothing_runs() {
         "{unknown_cluster}"
     );
 
+    // A restore that runs and fails answers as milvus-backup's does: code 3, the reason in
+    // `msg`, `data` null.
+    let (_, failed) = call(
+        &doc,
+        "post",
+        b,
+        "/api/v1/restore",
+        Some(r#"{"backup_name": "absent", "target": "t", "secondaries": ["s1"]}"#),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (&failed["code"], &failed["data"]),
+        (&json!(3), &Value::Null),
+        "{failed}"
+    );
+    assert!(
+        failed["msg"].as_str().unwrap().contains("absent"),
+        "{failed}"
+    );
+
     assert_eq!(creates(&world).await, 0);
     server.stop().await;
 }
