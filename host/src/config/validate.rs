@@ -163,34 +163,20 @@ fn validate(
             ),
         ));
     }
-    let max_attempts = match &file.max_attempts {
-        None => DEFAULT_MAX_ATTEMPTS,
-        Some(n) => match u32::try_from(*n.get_ref()) {
-            Ok(n @ 1..=100) => n,
-            _ => {
-                problems.push(RawProblem::new(
-                    "max_attempts",
-                    Some(n.span()),
-                    format!("{} attempts: expected 1 to 100", n.get_ref()),
-                ));
-                DEFAULT_MAX_ATTEMPTS
-            }
-        },
-    };
-    let max_queued = match &file.max_queued {
-        None => DEFAULT_MAX_QUEUED,
-        Some(n) => match usize::try_from(*n.get_ref()) {
-            Ok(n @ 0..=100_000) => n,
-            _ => {
-                problems.push(RawProblem::new(
-                    "max_queued",
-                    Some(n.span()),
-                    format!("{} restores: expected 0 to 100000", n.get_ref()),
-                ));
-                DEFAULT_MAX_QUEUED
-            }
-        },
-    };
+    let max_attempts = count(
+        file.max_attempts.as_ref(),
+        ("max_attempts", "attempts"),
+        1..=100,
+        DEFAULT_MAX_ATTEMPTS,
+        problems,
+    );
+    let max_queued = count(
+        file.max_queued.as_ref(),
+        ("max_queued", "restores"),
+        0..=100_000,
+        DEFAULT_MAX_QUEUED,
+        problems,
+    );
     let retention =
         (file.retention.as_ref()).and_then(|r| retention(r.get_ref(), r.span(), problems));
     let base = path.parent().unwrap_or(Path::new("."));
@@ -213,6 +199,37 @@ fn validate(
         max_queued,
         retention,
     })
+}
+
+/// A count the file may set, within `range`: `default` when it sets none, or (reported as
+/// `field`, counting `what`) one out of range.
+fn count<T>(
+    value: Option<&Spanned<i64>>,
+    (field, what): (&str, &str),
+    range: std::ops::RangeInclusive<T>,
+    default: T,
+    problems: &mut Vec<RawProblem>,
+) -> T
+where
+    T: TryFrom<i64> + PartialOrd + std::fmt::Display,
+{
+    let Some(n) = value else { return default };
+    match T::try_from(*n.get_ref()) {
+        Ok(counted) if range.contains(&counted) => counted,
+        _ => {
+            problems.push(RawProblem::new(
+                field,
+                Some(n.span()),
+                format!(
+                    "{} {what}: expected {} to {}",
+                    n.get_ref(),
+                    range.start(),
+                    range.end()
+                ),
+            ));
+            default
+        }
+    }
 }
 
 /// Validates `[retention]`: at least one bound, a duration in jiff's friendly format whose
