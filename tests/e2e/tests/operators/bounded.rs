@@ -1,7 +1,8 @@
 //! A service that runs for months stays bounded (issue 52): `serve` answers 429 with
 //! `Retry-After` once `max_queued` restores wait, and its runner forgets what ended; and
-//! `lockstep prune` removes only the finished restores `[retention]` lets go, from the
-//! embedded journal and from etcd alike, while `--dry-run` changes nothing.
+//! `lockstep prune` (and `serve`, as it starts) removes only the finished restores
+//! `[retention]` lets go, from the embedded journal and from etcd alike, while `--dry-run`
+//! changes nothing. A job file without room waits for it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -431,5 +432,31 @@ async fn prune_removes_only_what_retention_lets_go_from_etcd() {
         .unwrap();
     let (planted, claim) = plant(&journal, tempfile::tempdir().unwrap()).await;
     prunes_only_what_it_may(&journal, &planted, Some(&url)).await;
+    drop(claim);
+}
+
+/// `serve` applies `[retention]` as it starts, by the same rules as `prune`.
+#[tokio::test]
+async fn serve_applies_retention_as_it_starts() {
+    let root = tempfile::tempdir().unwrap();
+    let journal = FileJournal::open(&root.path().join("state")).unwrap();
+    let (planted, claim) = plant(&journal, root).await;
+    let mut cmd = e2e::lockstep_command(planted.root.path(), e2e::Output::Json);
+    cmd.arg("--config")
+        .arg(&planted.config)
+        .arg("--state-dir")
+        .arg(planted.state())
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{}", free_port().unwrap()));
+    let mut serve = e2e::Running::start(cmd).unwrap();
+    serve
+        .wait_for_log("retention applied", 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let left = journal.list().await.unwrap().whole().unwrap();
+    let mut left: Vec<String> = left.iter().map(|r| r.id.to_string()).collect();
+    left.sort();
+    assert_eq!(left, sorted(&planted.kept), "{}", serve.log());
     drop(claim);
 }
