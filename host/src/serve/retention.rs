@@ -9,6 +9,8 @@
 //! step, [`Journal::remove`]), or asked for by a job file that is still in its watched
 //! directory: the journal is what tells a watcher that a file's content already ran, so
 //! removing its record would run it again. A record that does not read is never removed.
+//! The reports of restores refused before they had a record are held to the same bounds
+//! by their file's time.
 
 use std::path::Path;
 use std::time::Duration;
@@ -92,42 +94,23 @@ pub async fn prune(
             continue;
         }
         finished_seen += 1;
-        if finished_seen <= retention.keep_last {
-            pruned.push(kept(format!(
-                "among the {} newest finished restores (keep_last)",
-                retention.keep_last
-            )));
-            continue;
-        }
-        let ended = now.duration_since(record.updated_at);
-        let age = Duration::try_from(ended).unwrap_or_default();
-        if age < retention.keep {
-            pruned.push(kept(format!(
-                "ended {} ago, within keep = {}",
-                friendly(age),
-                friendly(retention.keep)
-            )));
-            continue;
-        }
+        let age = Duration::try_from(now.duration_since(record.updated_at)).unwrap_or_default();
+        let beyond = match beyond(retention, finished_seen, age) {
+            Ok(beyond) => beyond,
+            Err(within) => {
+                pruned.push(kept(within));
+                continue;
+            }
+        };
         if let Some(why) = job_file_present(&record, host, wanted) {
             pruned.push(kept(why));
             continue;
-        }
-        let mut beyond = format!("ended {} ago", friendly(age));
-        if retention.keep > Duration::ZERO {
-            beyond += &format!(", beyond keep = {}", friendly(retention.keep));
-        }
-        if retention.keep_last > 0 {
-            beyond += &format!(
-                ", not among the {} newest finished restores (keep_last)",
-                retention.keep_last
-            );
         }
         let action = match mode {
             Mode::DryRun => Action::WouldRemove,
             Mode::Remove => match journal.remove(&record).await? {
                 Removal::Removed => {
-                    remove_reports(reports_dir, &record.id);
+                    remove_reports(reports_dir, record.id.as_str());
                     Action::Removed
                 }
                 Removal::Claimed { holder } => {
@@ -148,7 +131,83 @@ pub async fn prune(
             why: beyond,
         });
     }
+    pruned.extend(refusals(reports_dir, retention, (mode, now)));
     Ok(pruned)
+}
+
+/// Whether a finished restore, the `rank`-th newest (from 1), that ended `age` ago is
+/// beyond both bounds: `Ok` with why it goes, `Err` with why it stays.
+fn beyond(retention: Retention, rank: usize, age: Duration) -> Result<String, String> {
+    if rank <= retention.keep_last {
+        return Err(format!(
+            "among the {} newest finished restores (keep_last)",
+            retention.keep_last
+        ));
+    }
+    if age < retention.keep {
+        return Err(format!(
+            "ended {} ago, within keep = {}",
+            friendly(age),
+            friendly(retention.keep)
+        ));
+    }
+    let mut beyond = format!("ended {} ago", friendly(age));
+    if retention.keep > Duration::ZERO {
+        beyond += &format!(", beyond keep = {}", friendly(retention.keep));
+    }
+    if retention.keep_last > 0 {
+        beyond += &format!(
+            ", not among the {} newest finished restores (keep_last)",
+            retention.keep_last
+        );
+    }
+    Ok(beyond)
+}
+
+/// The reports of restores refused before they had a record (a job file or request that did
+/// not validate, a preflight refusal): `{name}.{hash}.refused.json` and `.txt`, which no
+/// journal lists. Each is held to the same bounds by its file's time, counted among the
+/// refusals.
+fn refusals(
+    reports_dir: &Path,
+    retention: Retention,
+    (mode, now): (Mode, Timestamp),
+) -> Vec<Pruned> {
+    let Ok(entries) = std::fs::read_dir(reports_dir) else {
+        return vec![];
+    };
+    let mut found: Vec<(String, Timestamp)> = (entries.flatten())
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let id = name
+                .strip_suffix(".json")
+                .filter(|id| id.ends_with(".refused"))?;
+            let written = entry.metadata().ok()?.modified().ok()?;
+            Some((id.to_owned(), Timestamp::try_from(written).ok()?))
+        })
+        .collect();
+    // Newest first, as the records.
+    found.sort_by_key(|(_, written)| std::cmp::Reverse(*written));
+    (found.into_iter().enumerate())
+        .map(|(i, (id, written))| {
+            let age = Duration::try_from(now.duration_since(written)).unwrap_or_default();
+            let (action, why) = match (beyond(retention, i + 1, age), mode) {
+                (Err(within), _) => (Action::Kept, within),
+                (Ok(beyond), Mode::DryRun) => (Action::WouldRemove, beyond),
+                (Ok(beyond), Mode::Remove) => {
+                    remove_reports(reports_dir, &id);
+                    (Action::Removed, beyond)
+                }
+            };
+            Pruned {
+                id,
+                started: None,
+                outcome: Some(Outcome::Refused),
+                action,
+                why,
+            }
+        })
+        .collect()
 }
 
 /// Why `record` stays for its job file, if it does: a job here asks for its content, or the
@@ -178,7 +237,7 @@ fn job_file_present(
 
 /// Deletes `id`'s report files and the `latest` links that lead to them; what is not
 /// there is not an error, anything else is logged.
-fn remove_reports(reports_dir: &Path, id: &RestoreId) {
+fn remove_reports(reports_dir: &Path, id: &str) {
     let names = ["json", "txt"].map(|ext| format!("{id}.{ext}"));
     if let Ok(links) = std::fs::read_dir(reports_dir.join("latest")) {
         for link in links.flatten() {

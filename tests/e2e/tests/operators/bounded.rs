@@ -290,6 +290,16 @@ async fn plant(journal: &dyn Journal, root: tempfile::TempDir) -> (Planted, Box<
             .unwrap();
         }
     }
+    // Reports of refusals, which have no record: kept by keep_last (the two newest), and
+    // removed beyond both bounds.
+    for (name, days_ago) in [("new", 0), ("mid", 60), ("old", 100)] {
+        for ext in ["json", "txt"] {
+            let file =
+                std::fs::File::create(reports.join(format!("{name}.abc.refused.{ext}"))).unwrap();
+            let at = std::time::SystemTime::now() - Duration::from_secs((days_ago * DAY) as u64);
+            file.set_modified(at).unwrap();
+        }
+    }
     let ids: Vec<RestoreId> = records.iter().map(|r| r.id.clone()).collect();
     let claimed = ids[8].clone();
     let claim = eventually(Duration::from_secs(10), || async {
@@ -345,10 +355,10 @@ fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
-/// The ids `answer` gives `action`, sorted.
+/// The ids of records `answer` gives `action`, sorted.
 fn with_action(answer: &Value, action: &str) -> Vec<String> {
     let mut ids: Vec<String> = (answer.as_array().unwrap().iter())
-        .filter(|p| p["action"] == action)
+        .filter(|p| p["action"] == action && !p["id"].as_str().unwrap().ends_with(".refused"))
         .map(|p| p["id"].as_str().unwrap().to_owned())
         .collect();
     ids.sort();
@@ -400,6 +410,22 @@ async fn prunes_only_what_it_may(journal: &dyn Journal, planted: &Planted, flag:
     }
     for id in &planted.kept {
         assert!(planted.reports().join(format!("{id}.json")).exists());
+    }
+    let refusals: Vec<(&str, &str)> = (done.as_array().unwrap().iter())
+        .filter(|p| p["id"].as_str().unwrap().ends_with(".refused"))
+        .map(|p| (p["id"].as_str().unwrap(), p["action"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        refusals,
+        [
+            ("new.abc.refused", "kept"),
+            ("mid.abc.refused", "kept"),
+            ("old.abc.refused", "removed")
+        ]
+    );
+    for (name, there) in [("new", true), ("mid", true), ("old", false)] {
+        let report = planted.reports().join(format!("{name}.abc.refused.txt"));
+        assert_eq!(report.exists(), there, "{}", report.display());
     }
     // No link is left leading to a removed report.
     for link in std::fs::read_dir(planted.reports().join("latest")).unwrap() {
