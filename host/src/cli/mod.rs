@@ -102,6 +102,15 @@ enum Command {
     /// Finish restores a crash left unfinished: abort without a decision, roll forward
     /// with one.
     Recover { id: Option<String> },
+    /// Remove the journal records and reports of finished restores beyond the host
+    /// config's [retention] (older than keep and not among the keep_last newest), never an
+    /// unfinished or claimed restore nor one whose job file is still watched; print each
+    /// restore with why it went or stayed.
+    Prune {
+        /// Say what would be removed; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Ask every end of a finished restore what a query sees: count(*) of each committed
     /// collection and partition, loaded where it is not, against the live rows of the
     /// backup's data. Exit 0 when every end shows them, 3 when one shows other rows, 4 when
@@ -245,6 +254,32 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Status { id } => status(&engine, id.as_deref(), cli.output).await,
         Command::Recover { id } => recover(&engine, &host, id.as_deref(), cli.output).await,
+        Command::Prune { dry_run } => {
+            let retention = host.retention.with_context(|| {
+                format!(
+                    "the host config has no [retention], so nothing is to be removed: add one \
+                     to {} (keep = \"90d\", keep_last = 100)",
+                    cli.config
+                        .as_deref()
+                        .map_or("lockstep.toml".into(), |c| c.display().to_string())
+                )
+            })?;
+            let mode = match dry_run {
+                true => lockstep::serve::retention::Mode::DryRun,
+                false => lockstep::serve::retention::Mode::Remove,
+            };
+            let pruned = lockstep::serve::retention::prune(
+                engine.journal.as_ref(),
+                &engine.reports_dir,
+                &host,
+                retention,
+                &|_| false,
+                (mode, jiff::Timestamp::now()),
+            )
+            .await?;
+            output::pruned(cli.output, &pruned);
+            Ok(0)
+        }
         Command::Verify {
             id,
             timeout,

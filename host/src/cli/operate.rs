@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use lockstep::config::HostConfig;
+use lockstep::config::{HostConfig, Retention};
 use lockstep::engine::{Interrupt, Logged, Progress};
 use lockstep::journal::Journal;
 use lockstep::serve::ApiState;
@@ -21,6 +21,7 @@ use lockstep::serve::api::router;
 use lockstep::serve::certs::CertFiles;
 use lockstep::serve::listen::{self, Scheme};
 use lockstep::serve::origin::AllowedOrigins;
+use lockstep::serve::retention;
 use lockstep::serve::watch::WatchStats;
 use lockstep::serve::{LiveProgress, Runner, WatchOptions, watch};
 
@@ -123,6 +124,13 @@ async fn daemon(
         max_parallel,
     );
     tokio::spawn(Arc::clone(&runner).sweep());
+    if let Some(retention) = host.retention {
+        tokio::spawn(prune_every(
+            Arc::clone(&runner),
+            retention,
+            shutdown.clone(),
+        ));
+    }
     Ok(Daemon {
         host,
         runner,
@@ -222,6 +230,38 @@ fn exposure(args: &ServeArgs) -> anyhow::Result<()> {
         missing.join(" and ")
     );
     Ok(())
+}
+
+/// Applies `[retention]` at start and every `PRUNE_EVERY`, sparing what the runner's jobs
+/// ask for; logs what went.
+async fn prune_every(runner: Arc<Runner>, retention: Retention, shutdown: Interrupt) {
+    loop {
+        let wanted = |identity: &str| runner.wants(identity);
+        let pass = retention::prune(
+            runner.journal().as_ref(),
+            runner.reports_dir(),
+            runner.host(),
+            retention,
+            &wanted,
+            (retention::Mode::Remove, jiff::Timestamp::now()),
+        );
+        match pass.await {
+            Ok(pruned) => {
+                let removed: Vec<&str> = (pruned.iter())
+                    .filter(|p| p.action == retention::Action::Removed)
+                    .map(|p| p.id.as_str())
+                    .collect();
+                tracing::info!(removed = removed.len(), kept = pruned.len() - removed.len(), ids = %removed.join(","), "retention applied");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "retention: the journal could not be listed; trying again later")
+            }
+        }
+        let later = tokio::time::sleep(retention::PRUNE_EVERY);
+        if shutdown.race(later).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Waits for the restores still running (they abort or roll forward after the interrupt).

@@ -479,22 +479,7 @@ pub fn records(format: OutputFormat, records: &[RestoreRecord]) {
                     ]
                 })
                 .collect();
-            let mut widths = header.map(str::len);
-            for row in &rows {
-                for (width, cell) in widths.iter_mut().zip(row) {
-                    *width = (*width).max(cell.chars().count());
-                }
-            }
-            let line = |cells: &[&str]| {
-                let padded: Vec<String> = (cells.iter().zip(widths))
-                    .map(|(cell, width)| format!("{cell:<width$}"))
-                    .collect();
-                println!("{}", padded.join("  ").trim_end());
-            };
-            line(&header);
-            for row in &rows {
-                line(&row.each_ref().map(String::as_str));
-            }
+            table(&header, &rows);
             // Stages still to clean: what a recovery could not delete, and who will.
             for r in records.iter().filter(|r| r.stage_left) {
                 println!(
@@ -504,6 +489,51 @@ pub fn records(format: OutputFormat, records: &[RestoreRecord]) {
                     r.id
                 );
             }
+        }
+    }
+}
+
+/// Rows under a header, each column as wide as its widest cell.
+fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) {
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[&str]| {
+        let padded: Vec<String> = (cells.iter().zip(widths))
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(header);
+    for row in rows {
+        line(&row.each_ref().map(String::as_str));
+    }
+}
+
+/// What `lockstep prune` removed, would remove and kept, each with why.
+pub fn pruned(format: OutputFormat, pruned: &[lockstep::serve::retention::Pruned]) {
+    match format {
+        OutputFormat::Json => print_json(&pruned),
+        OutputFormat::Text => {
+            if pruned.is_empty() {
+                println!("no restores in the journal");
+                return;
+            }
+            let rows: Vec<[String; 5]> = (pruned.iter())
+                .map(|p| {
+                    [
+                        spelled(&p.action),
+                        p.id.clone(),
+                        p.started.map_or(String::new(), |s| s.to_string()),
+                        p.outcome.map_or("running".into(), |o| o.to_string()),
+                        p.why.clone(),
+                    ]
+                })
+                .collect();
+            table(&["action", "id", "started", "outcome", "why"], &rows);
         }
     }
 }

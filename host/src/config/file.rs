@@ -36,6 +36,21 @@ pub struct HostConfigFile {
     pub named_ends_only: Option<bool>,
     /// `[journal]`: the fleet's etcd journal, and how it is reached.
     pub journal: Option<Spanned<JournalFile>>,
+    /// Restores `serve` and `watch` let wait for a slot beyond the running ones (default
+    /// 64): past it a REST restore is answered 429 and a job file waits unread.
+    pub max_queued: Option<Spanned<i64>>,
+    /// `[retention]`: which finished restores' records and reports are removed.
+    pub retention: Option<Spanned<RetentionFile>>,
+}
+
+/// `[retention]` as written: a finished restore goes once it is outside both bounds.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionFile {
+    /// How long a finished restore is kept after it ended ("90d", "12h").
+    pub keep: Option<Spanned<String>>,
+    /// How many of the newest finished restores are kept whatever their age.
+    pub keep_last: Option<Spanned<i64>>,
 }
 
 /// `[journal]` as written.

@@ -56,15 +56,16 @@ mod validate;
 pub use etcd::{DEFAULT_LEASE_TTL, EtcdAccess, EtcdLocation, JournalSpec, LocationError};
 pub(crate) use file::string_or_table;
 pub use file::{
-    BackupsFile, ClusterFile, HostConfigFile, JournalFile, StorageFile, StorageRef, TlsFile,
+    BackupsFile, ClusterFile, HostConfigFile, JournalFile, RetentionFile, StorageFile, StorageRef,
+    TlsFile,
 };
 pub(crate) use secret::process_env;
 pub use secret::{Env, MissingToken, Secret, TokenSource};
 pub(crate) use spec::serialize_url;
 pub use spec::{
     BackupsSpec, ClusterSpec, DEFAULT_BACKUP_ROOT, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_IMPORT_JOBS,
-    DEFAULT_STATE_DIR, GivenKeys, HostConfig, PathForm, RestoreDefaults, StorageSpec,
-    same_endpoint,
+    DEFAULT_MAX_QUEUED, DEFAULT_STATE_DIR, GivenKeys, HostConfig, PathForm, RestoreDefaults,
+    Retention, StorageSpec, same_endpoint,
 };
 pub use tls::TlsSpec;
 pub use validate::read_pem;

@@ -206,6 +206,26 @@ pub struct HostConfig {
     pub named_ends_only: bool,
     /// `[journal]`: the fleet's etcd, and how it is reached.
     pub journal: JournalSpec,
+    /// `max_queued`: restores `serve` and `watch` let wait for a slot beyond those running.
+    pub max_queued: usize,
+    /// `[retention]`; none keeps every record and report.
+    pub retention: Option<Retention>,
+}
+
+/// `max_queued` when the host config sets none: a burst of requests a person or a CI
+/// pipeline makes fits, a runaway client does not (each waiting restore holds its job and
+/// a task; 400 requests in a second grew `serve` by 20 MB).
+pub const DEFAULT_MAX_QUEUED: usize = 64;
+
+/// `[retention]`, validated. A finished restore's record and reports are removed once it
+/// ended more than `keep` ago *and* it is not among the `keep_last` newest finished
+/// restores: either bound alone keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Zero when the file sets only `keep_last`.
+    pub keep: std::time::Duration,
+    /// Zero when the file sets only `keep`.
+    pub keep_last: usize,
 }
 
 impl HostConfig {
@@ -287,6 +307,8 @@ impl HostConfig {
             restore: RestoreDefaults::default(),
             named_ends_only: false,
             journal: JournalSpec::default(),
+            max_queued: DEFAULT_MAX_QUEUED,
+            retention: None,
         }
     }
 }

@@ -10,11 +10,13 @@ use url::Url;
 use crate::diagnostic::{Error, Input, RawProblem, locate_in_file, read_toml};
 
 use super::etcd::{EtcdAccess, EtcdLocation, JournalSpec};
-use super::file::{ClusterFile, HostConfigFile, JournalFile, StorageFile, StorageRef, TlsFile};
+use super::file::{
+    ClusterFile, HostConfigFile, JournalFile, RetentionFile, StorageFile, StorageRef, TlsFile,
+};
 use super::secret::TokenSource;
 use super::spec::{
     BackupsSpec, ClusterSpec, DEFAULT_BACKUP_ROOT, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_IMPORT_JOBS,
-    DEFAULT_STATE_DIR, HostConfig, PathForm, StorageSpec,
+    DEFAULT_MAX_QUEUED, DEFAULT_STATE_DIR, HostConfig, PathForm, Retention, StorageSpec,
 };
 use super::tls::TlsSpec;
 
@@ -161,20 +163,22 @@ fn validate(
             ),
         ));
     }
-    let max_attempts = match &file.max_attempts {
-        None => DEFAULT_MAX_ATTEMPTS,
-        Some(n) => match u32::try_from(*n.get_ref()) {
-            Ok(n @ 1..=100) => n,
-            _ => {
-                problems.push(RawProblem::new(
-                    "max_attempts",
-                    Some(n.span()),
-                    format!("{} attempts: expected 1 to 100", n.get_ref()),
-                ));
-                DEFAULT_MAX_ATTEMPTS
-            }
-        },
-    };
+    let max_attempts = count(
+        file.max_attempts.as_ref(),
+        ("max_attempts", "attempts"),
+        1..=100,
+        DEFAULT_MAX_ATTEMPTS,
+        problems,
+    );
+    let max_queued = count(
+        file.max_queued.as_ref(),
+        ("max_queued", "restores"),
+        0..=100_000,
+        DEFAULT_MAX_QUEUED,
+        problems,
+    );
+    let retention =
+        (file.retention.as_ref()).and_then(|r| retention(r.get_ref(), r.span(), problems));
     let base = path.parent().unwrap_or(Path::new("."));
     let state_dir = file
         .state_dir
@@ -192,6 +196,94 @@ fn validate(
         journal: (file.journal.as_ref())
             .map(|journal| journal_spec(journal.get_ref(), problems))
             .unwrap_or_default(),
+        max_queued,
+        retention,
+    })
+}
+
+/// A count the file may set, within `range`: `default` when it sets none, or (reported as
+/// `field`, counting `what`) one out of range.
+fn count<T>(
+    value: Option<&Spanned<i64>>,
+    (field, what): (&str, &str),
+    range: std::ops::RangeInclusive<T>,
+    default: T,
+    problems: &mut Vec<RawProblem>,
+) -> T
+where
+    T: TryFrom<i64> + PartialOrd + std::fmt::Display,
+{
+    let Some(n) = value else { return default };
+    match T::try_from(*n.get_ref()) {
+        Ok(counted) if range.contains(&counted) => counted,
+        _ => {
+            problems.push(RawProblem::new(
+                field,
+                Some(n.span()),
+                format!(
+                    "{} {what}: expected {} to {}",
+                    n.get_ref(),
+                    range.start(),
+                    range.end()
+                ),
+            ));
+            default
+        }
+    }
+}
+
+/// Validates `[retention]`: at least one bound, a duration in jiff's friendly format whose
+/// days are 24 hours ("90d"), a count of at least 0.
+fn retention(
+    file: &RetentionFile,
+    span: std::ops::Range<usize>,
+    problems: &mut Vec<RawProblem>,
+) -> Option<Retention> {
+    let before = problems.len();
+    let keep = file.keep.as_ref().and_then(|keep| {
+        let parsed = (keep.get_ref().parse::<jiff::Span>())
+            .ok()
+            .and_then(|span| {
+                span.to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+                    .ok()
+            })
+            .and_then(|d| std::time::Duration::try_from(d).ok());
+        if parsed.is_none() {
+            problems.push(RawProblem::new(
+                "retention.keep",
+                Some(keep.span()),
+                format!(
+                    "invalid duration `{}`: expected a duration such as \"90d\", \"12h\" or \"1d12h\"",
+                    keep.get_ref()
+                ),
+            ));
+        }
+        parsed
+    });
+    let keep_last = file.keep_last.as_ref().and_then(|n| {
+        let parsed = usize::try_from(*n.get_ref()).ok();
+        if parsed.is_none() {
+            problems.push(RawProblem::new(
+                "retention.keep_last",
+                Some(n.span()),
+                format!("{} restores: expected 0 or more", n.get_ref()),
+            ));
+        }
+        parsed
+    });
+    if file.keep.is_none() && file.keep_last.is_none() {
+        problems.push(RawProblem::new(
+            "retention",
+            Some(span),
+            "[retention] removes nothing without a bound: give keep (\"90d\") or keep_last (a count), or both",
+        ));
+    }
+    if problems.len() > before {
+        return None;
+    }
+    Some(Retention {
+        keep: keep.unwrap_or_default(),
+        keep_last: keep_last.unwrap_or_default(),
     })
 }
 
@@ -927,6 +1019,46 @@ mod tests {
                 )]
             );
         }
+    }
+
+    #[test]
+    fn max_queued_and_retention_are_read_and_bad_values_refused_at_their_place() {
+        let empty = parse("").unwrap();
+        assert_eq!(empty.max_queued, DEFAULT_MAX_QUEUED);
+        assert_eq!(empty.retention, None);
+        let set = parse("max_queued = 3\n[retention]\nkeep = \"90d\"\nkeep_last = 5\n").unwrap();
+        assert_eq!(set.max_queued, 3);
+        assert_eq!(
+            set.retention,
+            Some(Retention {
+                keep: std::time::Duration::from_secs(90 * 86_400),
+                keep_last: 5
+            })
+        );
+        let only_count = parse("[retention]\nkeep_last = 2\n").unwrap();
+        assert_eq!(
+            only_count.retention,
+            Some(Retention {
+                keep: std::time::Duration::ZERO,
+                keep_last: 2
+            })
+        );
+        let err = parse(
+            "max_queued = -1\n[retention]\nkeep = \"forever\"\nkeep_last = -3\nkeep_forever = true\n",
+        )
+        .unwrap_err();
+        let shown: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "/etc/lockstep/lockstep.toml:5:1: retention.keep_forever: unknown field `keep_forever`, expected `keep` or `keep_last`",
+                "/etc/lockstep/lockstep.toml:1:14: max_queued: -1 restores: expected 0 to 100000",
+                "/etc/lockstep/lockstep.toml:3:8: retention.keep: invalid duration `forever`: expected a duration such as \"90d\", \"12h\" or \"1d12h\"",
+                "/etc/lockstep/lockstep.toml:4:13: retention.keep_last: -3 restores: expected 0 or more",
+            ]
+        );
+        let err = parse("[retention]\n").unwrap_err();
+        assert!(err.to_string().contains("without a bound"), "{err}");
     }
 
     #[test]

@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 
-use super::{Claim, Error, Journal, Listing, RestoreId, RestoreRecord, Result, Unreadable};
+use super::{
+    Claim, Error, Journal, Listing, Removal, RestoreId, RestoreRecord, Result, Unreadable,
+};
 
 /// A journal in a local directory.
 #[derive(Debug, Clone)]
@@ -145,6 +147,33 @@ impl FileJournal {
         }
     }
 
+    /// Under the restore's lock, which a claimer takes first: the record as listed and
+    /// finished, then its file and the lock file go. A claimer that opened the lock file
+    /// before it went finds it held; one that opens it after makes a new one and finds no
+    /// record.
+    fn remove_blocking(&self, listed: &RestoreRecord) -> Result<Removal> {
+        let id = &listed.id;
+        let claim = match self.claim_blocking(id) {
+            Ok(claim) => claim,
+            Err(Error::Busy { holder, .. }) => return Ok(Removal::Claimed { holder }),
+            Err(e) => return Err(e),
+        };
+        match self.load_blocking(id)? {
+            Some(now) if now == *listed && !now.is_unfinished() => {}
+            _ => return Ok(Removal::Changed),
+        }
+        let path = self.record_path(id);
+        let lock = self.dir.join(format!("{id}.lock"));
+        let remove = || -> io::Result<()> {
+            fs::remove_file(&path)?;
+            fs::remove_file(&lock)?;
+            File::open(&self.dir)?.sync_all()
+        };
+        remove().map_err(|source| io_error(&path, source))?;
+        drop(claim);
+        Ok(Removal::Removed)
+    }
+
     fn load_blocking(&self, id: &RestoreId) -> Result<Option<RestoreRecord>> {
         read_record(&self.record_path(id))
     }
@@ -258,6 +287,11 @@ impl Journal for FileJournal {
         Box::pin(blocking(move || this.scan_blocking("")))
     }
 
+    fn remove<'a>(&'a self, listed: &'a RestoreRecord) -> BoxFuture<'a, Result<Removal>> {
+        let (this, listed) = (self.clone(), listed.clone());
+        Box::pin(blocking(move || this.remove_blocking(&listed)))
+    }
+
     fn ready(&self) -> BoxFuture<'_, Result<()>> {
         let path = self.dir.join(".ready");
         Box::pin(blocking(move || {
@@ -369,6 +403,37 @@ mod tests {
                 .unwrap()
                 .all(|e| { !e.unwrap().file_name().to_string_lossy().ends_with(".tmp") })
         );
+    }
+
+    /// Only a finished record as listed goes, with its lock file; one claimed or written
+    /// since stays.
+    #[tokio::test]
+    async fn remove_takes_only_an_unclaimed_finished_record_as_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        let id = RestoreId::new("orders", "abcdef0123456789", 1);
+        let claim = journal.claim(&id).await.unwrap();
+        let mut listed = record(&id, 1);
+        listed.outcome = Some(Outcome::Succeeded);
+        journal.save(claim.as_ref(), &listed).await.unwrap();
+        assert!(matches!(
+            journal.remove(&listed).await.unwrap(),
+            Removal::Claimed { holder } if holder.contains(&std::process::id().to_string())
+        ));
+        let mut newer = listed.clone();
+        newer.outcome = Some(Outcome::Incomplete);
+        journal.save(claim.as_ref(), &newer).await.unwrap();
+        drop(claim);
+        assert_eq!(journal.remove(&listed).await.unwrap(), Removal::Changed);
+        assert_eq!(journal.remove(&newer).await.unwrap(), Removal::Changed);
+        assert_eq!(journal.load(&id).await.unwrap(), Some(newer.clone()));
+
+        let claim = journal.claim(&id).await.unwrap();
+        journal.save(claim.as_ref(), &listed).await.unwrap();
+        drop(claim);
+        assert_eq!(journal.remove(&listed).await.unwrap(), Removal::Removed);
+        assert_eq!(journal.load(&id).await.unwrap(), None);
+        assert_eq!(fs::read_dir(journal.dir()).unwrap().count(), 0);
     }
 
     #[tokio::test]

@@ -25,7 +25,9 @@ use milvus_proto::etcd::etcdserverpb::{LeaseKeepAliveRequest, response_op::Respo
 use serde::{Deserialize, Serialize};
 
 use super::etcd_client::{self as etcd, EtcdClient};
-use super::{Claim, Error, Journal, Listing, RestoreId, RestoreRecord, Result, Unreadable};
+use super::{
+    Claim, Error, Journal, Listing, Removal, RestoreId, RestoreRecord, Result, Unreadable,
+};
 pub use crate::config::{DEFAULT_LEASE_TTL, EtcdLocation, LocationError};
 
 /// Bound on connecting and on each request, so a dead etcd fails a save instead of hanging
@@ -333,6 +335,47 @@ impl EtcdJournal {
         }
     }
 
+    /// One transaction deletes the record only while no claim key exists and the record is
+    /// at the revision read here, finished and as listed: a host that claims it first keeps
+    /// it, and one that claims it after finds none.
+    async fn remove_async(&self, listed: &RestoreRecord) -> Result<Removal> {
+        let key = self.record_key(&listed.id);
+        let Some(kv) = (self.client.get(&key).await).map_err(|e| backend("get", e))? else {
+            return Ok(Removal::Changed);
+        };
+        let now = parse(&key, &kv.value)?;
+        if now != *listed || now.is_unfinished() {
+            return Ok(Removal::Changed);
+        }
+        let claim = self.claim_key(&listed.id);
+        let answer = self
+            .client
+            .txn(
+                vec![
+                    etcd::absent(&claim),
+                    etcd::modified_at(&key, kv.mod_revision),
+                ],
+                vec![etcd::op_delete(&key)],
+                vec![etcd::op_get(&claim)],
+            )
+            .await
+            .map_err(|e| backend("remove", e))?;
+        if answer.succeeded {
+            return Ok(Removal::Removed);
+        }
+        let holder = answer.responses.into_iter().find_map(|r| match r.response {
+            Some(Response::ResponseRange(range)) => range.kvs.into_iter().next(),
+            _ => None,
+        });
+        Ok(match holder {
+            Some(kv) => Removal::Claimed {
+                holder: serde_json::from_slice::<Holder>(&kv.value)
+                    .map_or_else(|_| "another lockstep host".into(), |h| h.describe()),
+            },
+            None => Removal::Changed,
+        })
+    }
+
     /// Every record whose id starts with `id_prefix`, oldest attempt first, and those that
     /// do not read.
     async fn scan(&self, id_prefix: &str) -> Result<Listing> {
@@ -489,6 +532,10 @@ impl Journal for EtcdJournal {
 
     fn list(&self) -> BoxFuture<'_, Result<Listing>> {
         Box::pin(self.scan(""))
+    }
+
+    fn remove<'a>(&'a self, listed: &'a RestoreRecord) -> BoxFuture<'a, Result<Removal>> {
+        Box::pin(self.remove_async(listed))
     }
 
     fn ready(&self) -> BoxFuture<'_, Result<()>> {

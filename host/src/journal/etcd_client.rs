@@ -1,5 +1,5 @@
 //! The few etcd v3 calls the journal makes, over tonic from the protox-compiled protos in
-//! `proto/` (so no build needs `protoc`): Range, Txn, a lease's grant, revoke and
+//! `proto/` (so no build needs `protoc`): Range, Txn (reads, writes and deletes), a lease's grant, revoke and
 //! keep-alive, and Authenticate, over TLS when the host config says.
 //!
 //! etcd's authentication trades a user and password for a token, which every later call
@@ -11,8 +11,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use milvus_proto::etcd::etcdserverpb::{
-    AuthenticateRequest, Compare, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseKeepAliveResponse,
-    LeaseRevokeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest, TxnResponse,
+    AuthenticateRequest, Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest,
+    LeaseKeepAliveResponse, LeaseRevokeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
+    TxnResponse,
     auth_client::AuthClient,
     compare::{CompareResult, CompareTarget, TargetUnion},
     kv_client::KvClient,
@@ -318,6 +319,16 @@ pub fn op_put(key: &str, value: impl Into<Vec<u8>>, lease: i64) -> RequestOp {
             key: key.as_bytes().to_vec(),
             value: value.into(),
             lease,
+        })),
+    }
+}
+
+/// An operation of a transaction: delete `key`.
+pub fn op_delete(key: &str) -> RequestOp {
+    RequestOp {
+        request: Some(Request::RequestDeleteRange(DeleteRangeRequest {
+            key: key.as_bytes().to_vec(),
+            range_end: vec![],
         })),
     }
 }

@@ -506,7 +506,9 @@ pub enum RequestedBy {
         /// Its `requestId`, or the one the server made for it.
         request_id: String,
     },
-    /// A job file in a directory `watch` (or `serve --watch`) watches.
+    /// A job file in a directory `watch` (or `serve --watch`) watches, by its absolute path
+    /// (none in records written before it was kept): retention keeps the record while the
+    /// file holds the same job.
     Watch {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         file: Option<String>,
@@ -897,6 +899,23 @@ pub trait Journal: Send + Sync {
     /// record depends on: what a readiness probe asks, without reading any record (one that
     /// does not parse is not the journal's unreadiness).
     fn ready(&self) -> BoxFuture<'_, Result<()>>;
+
+    /// Removes the record of a finished restore, as `listed` shows it, unless someone claims
+    /// it or it changed since it was listed (retention's delete). The check and the delete
+    /// are one step against a claimer: it either finds the record whole, or none.
+    fn remove<'a>(&'a self, listed: &'a RestoreRecord) -> BoxFuture<'a, Result<Removal>>;
+}
+
+/// What [`Journal::remove`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Removal {
+    Removed,
+    /// Someone holds the restore's claim: it is being worked on, and stays.
+    Claimed {
+        holder: String,
+    },
+    /// The record is gone, unfinished or other than listed: someone wrote it since.
+    Changed,
 }
 
 #[cfg(test)]

@@ -28,9 +28,9 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::envelope::{Code, envelope, header_request_id};
+use super::envelope::{Code, answered, envelope, header_request_id};
 use super::listen::Conn;
-use super::runner::{Ended, Rerun, recorded_report};
+use super::runner::{Ended, RETRY_AFTER, Rerun, recorded_report};
 use super::state::ApiState;
 use crate::engine::Report;
 use crate::job::{Job, Location, ResponseMode};
@@ -257,10 +257,25 @@ async fn restore(
         at,
         request_id: request_id.clone(),
     };
-    let handle =
-        state
-            .runner
-            .start_for(requested_by, rest.job.clone(), Rerun::AfterFailure, vec![]);
+    let handle = match state
+        .runner
+        .ask(requested_by, &rest.job, Rerun::AfterFailure)
+    {
+        Ok(handle) => handle,
+        Err(full) => {
+            tracing::warn!(%request_id, job = %rest.job.name, "restore refused: {full}");
+            let wait = RETRY_AFTER.as_secs().to_string();
+            let mut answer = answered(
+                StatusCode::TOO_MANY_REQUESTS,
+                request_id,
+                Code::Fail,
+                full.to_string(),
+            );
+            let wait = header::HeaderValue::from_str(&wait).expect("digits are a header value");
+            answer.headers_mut().insert(header::RETRY_AFTER, wait);
+            return answer;
+        }
+    };
     match rest.response {
         ResponseMode::Async => envelope(
             request_id,
@@ -393,6 +408,7 @@ async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
     let text = super::metrics::render(
         listing.as_ref(),
         state.runner.progress(),
+        state.runner.tracked(),
         state.watch.as_deref(),
     );
     (

@@ -73,8 +73,18 @@ pub(super) fn refused(
     headers: &HeaderMap,
     msg: String,
 ) -> Response {
+    answered(status, header_request_id(headers), code, msg)
+}
+
+/// An answer with `status` and the envelope's `code` and `msg`, `data` null.
+pub(super) fn answered(
+    status: StatusCode,
+    request_id: String,
+    code: Code,
+    msg: String,
+) -> Response {
     let body = Envelope::<()> {
-        request_id: header_request_id(headers),
+        request_id,
         code: code as i32,
         msg,
         data: None,

@@ -42,10 +42,11 @@ fn outcome_label(o: Option<Outcome>) -> &'static str {
 }
 
 /// The metrics of the journal's `listing` (`None` when it could not be listed), this host's
-/// running restores and its watched directory.
+/// running restores, what its runner holds (tasks, wanted jobs) and its watched directory.
 pub fn render(
     listing: Option<&Listing>,
     live: &LiveProgress,
+    (tasks, wanted): (usize, usize),
     watch: Option<&WatchStats>,
 ) -> String {
     let records = listing.map_or(&[][..], |l| &l.records[..]);
@@ -155,6 +156,17 @@ pub fn render(
         let _ = writeln!(out, "{name} {v}");
     }
 
+    let _ = writeln!(
+        out,
+        "# HELP lockstep_runner_tracked_jobs Jobs this host's runner holds in memory: tasks running or waiting for a slot, and jobs a request or a watched job file wants. Back to 0 once every request ended and no job file is watched."
+    );
+    let _ = writeln!(out, "# TYPE lockstep_runner_tracked_jobs gauge");
+    let _ = writeln!(out, "lockstep_runner_tracked_jobs{{map=\"tasks\"}} {tasks}");
+    let _ = writeln!(
+        out,
+        "lockstep_runner_tracked_jobs{{map=\"wanted\"}} {wanted}"
+    );
+
     if let Some(w) = watch {
         for (name, help, v) in [
             (
@@ -217,6 +229,7 @@ mod tests {
         let text = render(
             Some(&Listing::default()),
             &LiveProgress::new(Arc::new(Silent)),
+            (0, 0),
             Some(&WatchStats::default()),
         );
         let served: BTreeMap<&str, &str> = text
@@ -261,6 +274,7 @@ mod tests {
         let text = render(
             Some(&Listing::default()),
             &LiveProgress::new(Arc::new(Silent)),
+            (0, 0),
             None,
         );
         assert!(text.contains("lockstep_reaction_seconds_sum 0\n"), "{text}");

@@ -14,7 +14,8 @@
 //!   web page could make a browser send), [`listen`] (plain TCP or TLS, and what a request
 //!   knows of its connection), [`certs`] (the TLS certificate, re-read when rotated).
 //! - [`progress`]: the live view of running restores, for `get_restore` and `/metrics`.
-//! - [`reports`]: the report files and the `latest` links.
+//! - [`reports`]: the report files and the `latest` links; [`retention`]: which finished
+//!   restores' records and reports go.
 
 pub mod access;
 pub mod api;
@@ -27,6 +28,7 @@ pub mod openapi;
 pub mod origin;
 pub mod progress;
 pub mod reports;
+pub mod retention;
 pub mod runner;
 mod state;
 pub mod told;

@@ -39,6 +39,15 @@ pub fn document(tokens: TokenSetup) -> Value {
         })
     };
     let ok = |schema: Value, what: &str| json!({"description": what, "content": {"application/json": {"schema": schema}}});
+    let mut queue_full = ok(
+        envelope(json!({})),
+        "Refused (code 3, data null): max_parallel restores run and max_queued more wait for a slot on this server (the host config's max_queued); nothing of the request is kept. Ask again after Retry-After seconds",
+    );
+    queue_full["headers"] = json!({"Retry-After": {
+        "description": "seconds to wait before asking again",
+        "required": true,
+        "schema": {"type": "integer", "minimum": 1},
+    }});
     let restore_token = json!({"bearer": []});
     let read_token = json!({"readBearer": []});
     // A route's answers (its own, plus the refusals every route of its scope can get), the
@@ -134,6 +143,7 @@ pub fn document(tokens: TokenSetup) -> Value {
                 "responses": {
                     "200": ok(envelope(json!({"$ref": "#/components/schemas/RestoreView"})), "The restore (code 0), a refused request (code 400: the body breaks this schema, or names an invalid or unknown backup, cluster or job), or a failed restore (code 3)"),
                     "400": ok(json!({"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}), "The body is not JSON, or is JSON but not an object"),
+                    "429": queue_full,
                 },
             }))},
             "/api/v1/get_restore": {"get": route(Scope::Read, "A restore by restore id, job identity (name.hash12) or job name (newest attempt), with who asked for it (requested_by)", json!({
@@ -338,7 +348,7 @@ fn restore_view() -> Value {
             },
             "requested_by": {
                 "type": "object", "nullable": true,
-                "description": "Who asked for the restore, as its journal record keeps it: an API request ({source: api, scope, peer, at, request_id}: the token's scope, `restore` or `none` on a server without tokens, the peer's address, when, in UTC), a job file of a watched directory ({source: watch}), or the command line ({source: cli, file}); absent in records written before it was kept",
+                "description": "Who asked for the restore, as its journal record keeps it: an API request ({source: api, scope, peer, at, request_id}: the token's scope, `restore` or `none` on a server without tokens, the peer's address, when, in UTC), a job file of a watched directory ({source: watch, file}: its absolute path), or the command line ({source: cli, file}); absent in records written before it was kept",
                 "required": ["source"],
                 "properties": {
                     "source": {"type": "string", "enum": ["api", "watch", "cli"]},

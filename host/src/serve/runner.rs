@@ -16,6 +16,13 @@
 //! sweep hands a restore a job here still asks for to that loop; one no job here asks for
 //! (submitted through another host's API, or whose file was deleted) it recovers from the
 //! record alone, and the host that has the job runs the next attempt when its loop looks.
+//!
+//! Bounded: at most `max_parallel` restores run and the host config's `max_queued` more wait
+//! for a slot (a job asked for again joins its task, and the sweep's recoveries are never
+//! refused); beyond that an asker is told [`QueueFull`] and nothing is kept of it. A task
+//! leaves the runner's maps when it ends; what a job asked for through the API wanted then
+//! goes too, so that what ran is found in the journal, and memory holds only what is
+//! running, waiting, or asked for by a job file still in the watched directory.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 
 use super::{LiveProgress, reports};
 use crate::config::HostConfig;
@@ -38,6 +45,32 @@ pub const RECHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// How often unfinished restores nobody here asked for are looked for.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a client refused with [`QueueFull`] is told to wait before asking again
+/// (`Retry-After`): a small restore takes seconds, so a slot is likely free by then, and a
+/// client that obeys costs one request every 10 s.
+pub const RETRY_AFTER: Duration = Duration::from_secs(10);
+
+/// Every slot is taken and `max_queued` restores already wait for one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{tracked} restores are running or waiting here, the most this host takes (max_parallel \
+     {max_parallel} + max_queued {max_queued} in the host config): ask again once one ended"
+)]
+pub struct QueueFull {
+    pub tracked: usize,
+    pub max_parallel: usize,
+    pub max_queued: usize,
+}
+
+/// Whether a new task is held to the queue limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    /// An asker's: refused with [`QueueFull`] beyond it.
+    Bounded,
+    /// The sweep's recovery of a restore nobody here holds: it must run whatever waits.
+    Always,
+}
 
 /// Whether a job content that ran and failed runs again when asked again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +142,11 @@ pub struct Runner {
     /// The process-wide interrupt (Ctrl-C, SIGTERM), forwarded into every restore.
     shutdown: Interrupt,
     slots: Arc<Semaphore>,
+    max_parallel: usize,
+    /// Tasks beyond `max_parallel` that may wait for a slot.
+    max_queued: usize,
+    /// Told each time a task ends: a job file waiting for room tries again.
+    freed: Notify,
     // No await happens while these are held.
     active: Mutex<HashMap<String, Active>>,
     /// The jobs asked for here (a job file's content, an API request) by identity, for as
@@ -138,12 +176,15 @@ impl Runner {
     ) -> Arc<Runner> {
         Arc::new(Runner {
             journal,
+            max_queued: host.max_queued,
             host,
             reports_dir: state_dir.join("reports"),
             plugins: LazyRuntime::new(state_dir.join("plugin-cache")),
             progress,
             shutdown,
             slots: Arc::new(Semaphore::new(max_parallel.max(1))),
+            max_parallel: max_parallel.max(1),
+            freed: Notify::new(),
             active: Mutex::default(),
             wanted: Mutex::default(),
             generations: Default::default(),
@@ -171,73 +212,92 @@ impl Runner {
         self.lock().keys().cloned().collect()
     }
 
+    /// How many jobs the runner holds: tasks (running or waiting), and jobs some asker
+    /// wants. Both go back to 0 once every restore asked for through the API ended and no
+    /// job file is watched.
+    pub fn tracked(&self) -> (usize, usize) {
+        (self.lock().len(), self.wanted_lock().len())
+    }
+
+    /// Whether a job file or request here asks for the job identity `identity`.
+    pub fn wants(&self, identity: &str) -> bool {
+        self.wanted_lock().contains_key(identity)
+    }
+
+    /// Resolves once some task ended since the last time it resolved: room for a job
+    /// that waits for one.
+    pub async fn freed(&self) {
+        self.freed.notified().await;
+    }
+
+    fn wanted_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Wanted>> {
+        self.wanted
+            .lock()
+            .expect("wanted jobs lock: no panics under it")
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Active>> {
         self.active
             .lock()
             .expect("active restores lock: no panics under it")
     }
 
-    /// Asks for a job file's `job` to run (once; see [`Rerun`]), after every restore in
-    /// `after` ended: [`Runner::start_for`] as the watched directory asks (its records say
-    /// `{"source": "watch"}`).
-    pub fn start(
-        self: &Arc<Self>,
-        job: Job,
-        rerun: Rerun,
-        after: Vec<RestoreHandle>,
-    ) -> RestoreHandle {
-        self.start_for(RequestedBy::Watch { file: None }, job, rerun, after)
-    }
-
     /// Asks for `job` to run (once; see [`Rerun`]), after every restore in `after` ended;
     /// the attempts it runs record `requested_by`. Asking again for an identity that has a
-    /// task joins that task, whose records keep the asker that started it.
+    /// task joins that task, whose records keep the asker that started it. The asker wants
+    /// it until it [`Runner::release`]s it (a job file, while it is in the directory).
     pub fn start_for(
         self: &Arc<Self>,
         requested_by: RequestedBy,
-        job: Job,
+        job: &Job,
         rerun: Rerun,
-        after: Vec<RestoreHandle>,
-    ) -> RestoreHandle {
+        after: &[RestoreHandle],
+    ) -> Result<RestoreHandle, QueueFull> {
         let identity = RestoreId::content_prefix(&job.name, job.id().as_str());
-        self.wanted
-            .lock()
-            .expect("wanted jobs lock: no panics under it")
-            .entry(identity.clone())
-            .and_modify(|w| w.requested_by = requested_by.clone())
-            .or_insert_with(|| Wanted {
-                job: job.clone(),
-                rerun,
-                requested_by: requested_by.clone(),
-                by: 0,
-            })
-            .by += 1;
-        self.begin(identity, |runner, interrupt| {
+        let (task_job, asker, after) = (job.clone(), requested_by.clone(), after.to_vec());
+        let handle = self.begin(identity.clone(), Admission::Bounded, |runner, interrupt| {
             Box::pin(async move {
                 for earlier in after {
                     earlier.ended().await;
                 }
-                runner.drive(job, rerun, requested_by, interrupt).await
+                runner.drive(task_job, rerun, asker, interrupt).await
             })
-        })
+        })?;
+        self.wanted_lock()
+            .entry(identity)
+            .and_modify(|w| w.requested_by = requested_by.clone())
+            .or_insert_with(|| Wanted {
+                job: job.clone(),
+                rerun,
+                requested_by,
+                by: 0,
+            })
+            .by += 1;
+        Ok(handle)
+    }
+
+    /// [`Runner::start_for`] for an asker that wants the restore only until it ended (an
+    /// API request): then it is forgotten here, and found in the journal.
+    pub fn ask(
+        self: &Arc<Self>,
+        requested_by: RequestedBy,
+        job: &Job,
+        rerun: Rerun,
+    ) -> Result<RestoreHandle, QueueFull> {
+        let handle = self.start_for(requested_by, job, rerun, &[])?;
+        let (runner, ended) = (Arc::clone(self), handle.clone());
+        tokio::spawn(async move {
+            ended.ended().await;
+            runner.unwant(&ended.identity);
+        });
+        Ok(handle)
     }
 
     /// Says that one asker no longer wants `handle`'s restore (its job file was deleted or
     /// replaced). When nobody does, the restore is cancelled: aborted if it has not reached
     /// its decision, left to finish if it has.
     pub fn release(&self, handle: &RestoreHandle) {
-        {
-            let mut wanted = self
-                .wanted
-                .lock()
-                .expect("wanted jobs lock: no panics under it");
-            if let Some(w) = wanted.get_mut(&handle.identity) {
-                w.by = w.by.saturating_sub(1);
-                if w.by == 0 {
-                    wanted.remove(&handle.identity);
-                }
-            }
-        }
+        self.unwant(&handle.identity);
         let mut active = self.lock();
         if let Some(a) = active.get_mut(&handle.identity) {
             a.wanted_by = a.wanted_by.saturating_sub(1);
@@ -248,17 +308,36 @@ impl Runner {
         }
     }
 
+    /// One asker fewer wants `identity`; with none left, the job is forgotten.
+    fn unwant(&self, identity: &str) {
+        let mut wanted = self.wanted_lock();
+        if let Some(w) = wanted.get_mut(identity) {
+            w.by = w.by.saturating_sub(1);
+            if w.by == 0 {
+                wanted.remove(identity);
+            }
+        }
+    }
+
     // The work is boxed as `dyn Send` where it is written: in this generic function rustc
     // cannot prove async blocks that borrow across awaits Send (rust-lang/rust#102211).
     fn begin(
         self: &Arc<Self>,
         identity: String,
+        admission: Admission,
         work: impl FnOnce(Arc<Runner>, Interrupt) -> BoxFuture<'static, Ended>,
-    ) -> RestoreHandle {
+    ) -> Result<RestoreHandle, QueueFull> {
         let mut active = self.lock();
         if let Some(a) = active.get_mut(&identity) {
             a.wanted_by += 1;
-            return a.handle.clone();
+            return Ok(a.handle.clone());
+        }
+        if admission == Admission::Bounded && active.len() >= self.max_parallel + self.max_queued {
+            return Err(QueueFull {
+                tracked: active.len(),
+                max_parallel: self.max_parallel,
+                max_queued: self.max_queued,
+            });
         }
         let (cancel, interrupt) = Interrupt::new();
         let (ended_tx, ended_rx) = watch::channel(None);
@@ -301,8 +380,9 @@ impl Runner {
                 }
             }
             let _ = ended_tx.send(Some(ended));
+            runner.freed.notify_one();
         });
-        handle
+        Ok(handle)
     }
 
     fn engine(&self, interrupt: Interrupt) -> Engine {
@@ -527,19 +607,19 @@ impl Runner {
                     Ok(true) => {}
                     _ => continue,
                 }
-                let wanted = (self.wanted.lock())
-                    .expect("wanted jobs lock: no panics under it")
+                let wanted = (self.wanted_lock())
                     .get(&identity)
                     .map(|w| (w.job.clone(), w.rerun, w.requested_by.clone()));
                 if let Some((job, rerun, requested_by)) = wanted {
                     tracing::info!(restore = %record.id, "taking over an unfinished restore nobody holds, for the job here that asks for it");
-                    self.begin(identity, |runner, interrupt| {
+                    let begun = self.begin(identity, Admission::Always, |runner, interrupt| {
                         runner.drive(job, rerun, requested_by, interrupt)
                     });
+                    begun.expect("a recovery is always admitted");
                     continue;
                 }
                 tracing::info!(restore = %record.id, "taking over an unfinished restore nobody holds; no job here asks for it");
-                self.begin(identity, |runner, interrupt| Box::pin(async move {
+                let begun = self.begin(identity, Admission::Always, |runner, interrupt| Box::pin(async move {
                     let ends = match Ends::from_recorded(&record.ends, &runner.host) {
                         Ok(ends) => ends,
                         Err(e) => {
@@ -554,6 +634,7 @@ impl Runner {
                     runner.link_latest(&report);
                     Ended::Report(Box::new(report))
                 }));
+                begun.expect("a recovery is always admitted");
             }
         }
     }

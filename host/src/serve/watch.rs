@@ -37,6 +37,10 @@
 //! changes nothing else (a typo must not abort a running restore). A valid job whose
 //! identity (name + content hash) differs from the file's previous one cancels the previous
 //! restore unless decided, and starts the new one once the previous one ended.
+//!
+//! A valid job the runner has no room for (`max_queued` restores already wait) waits here,
+//! validated, with a log line that says so once; it starts when a task ends, without the
+//! file being read again.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -56,11 +60,12 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::reports;
-use super::runner::{Ended, Rerun, RestoreHandle, Runner};
+use super::runner::{Ended, QueueFull, Rerun, RestoreHandle, Runner};
 use super::told::{InTheLog, Tell, Told};
 use crate::config::HostConfig;
 use crate::engine::Interrupt;
 use crate::job::{Input, Job};
+use crate::journal::{RequestedBy, RestoreId};
 
 /// Quiet time the debouncer waits for after a path's last event before passing its events
 /// on. Editors and `cp` finish well within it; a longer pause by a writer that keeps the
@@ -216,6 +221,9 @@ struct Seen {
     bytes_hash: Option<[u8; 32]>,
     /// The restore the file's current valid content asks for.
     restore: Option<RestoreHandle>,
+    /// The file's current valid content, waiting for room in the runner, and the restores
+    /// it starts after.
+    waiting: Option<(Job, Vec<RestoreHandle>)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -328,17 +336,23 @@ pub async fn watch(
                 None => std::future::pending().await,
             }
         };
+        let freed = state.runner.freed();
         let triggered = shutdown
             .race(async {
                 tokio::select! {
-                    batch = events.recv() => batch,
-                    _ = sleep => None,
+                    batch = events.recv() => Wake::Events(batch),
+                    _ = sleep => Wake::Settled,
+                    _ = freed => Wake::Freed,
                 }
             })
             .await;
-        let Ok(batch) = triggered else { break };
-        let relist = match batch {
-            Some(batch) => {
+        let Ok(wake_by) = triggered else { break };
+        let relist = match wake_by {
+            Wake::Freed => {
+                state.start_waiting();
+                false
+            }
+            Wake::Events(Some(batch)) => {
                 let mut relevant = state.note(batch);
                 // Take every batch already waiting: one re-list serves them all.
                 while let Ok(more) = events.try_recv() {
@@ -346,8 +360,8 @@ pub async fn watch(
                 }
                 relevant
             }
-            // The timer of a file still settling.
-            None => true,
+            // The timer of a file still settling (or the events' end, which only stops).
+            Wake::Events(None) | Wake::Settled => true,
         };
         if relist {
             wake = state.relist().await?;
@@ -355,6 +369,15 @@ pub async fn watch(
     }
     tracing::info!("watcher stopping");
     Ok(())
+}
+
+/// What woke the watcher.
+enum Wake {
+    Events(Option<DebounceEventResult>),
+    /// A file's settling time passed.
+    Settled,
+    /// A restore ended: room for a job that waits.
+    Freed,
 }
 
 struct DirState {
@@ -625,23 +648,47 @@ impl DirState {
 
     fn changed(&mut self, path: &Path, job: Job) {
         let seen = self.files.get_mut(path).expect("a listed file");
-        let identity = crate::journal::RestoreId::content_prefix(&job.name, job.id().as_str());
-        if seen
-            .restore
-            .as_ref()
-            .is_some_and(|h| h.identity == identity)
+        let asked = |j: &Job| RestoreId::content_prefix(&j.name, j.id().as_str());
+        let identity = asked(&job);
+        if (seen.restore.as_ref()).is_some_and(|h| h.identity == identity)
+            || (seen.waiting.as_ref()).is_some_and(|(j, _)| asked(j) == identity)
         {
             // Same job written differently (comments, whitespace, key order).
             return;
         }
-        let mut after = Vec::new();
+        let mut after = seen
+            .waiting
+            .take()
+            .map(|(_, after)| after)
+            .unwrap_or_default();
         if let Some(previous) = seen.restore.take() {
             tracing::info!(file = %path.display(), "job file changed: a new restore replaces the previous one");
             self.runner.release(&previous);
             after.push(previous);
         }
         tracing::info!(file = %path.display(), job = %identity, "job file ready");
-        let handle = self.runner.start(job, Rerun::Never, after);
+        if let Err(full) = self.begin(path, job, after) {
+            tracing::info!(file = %path.display(), "job file waits for room: {full}");
+        }
+    }
+
+    /// Starts the restore `path`'s `job` asks for, after the restores in `after`; when the
+    /// runner has no room, keeps it waiting and says so.
+    fn begin(&mut self, path: &Path, job: Job, after: Vec<RestoreHandle>) -> Result<(), QueueFull> {
+        let seen = self.files.get_mut(path).expect("a listed file");
+        // The record names the file by an absolute path, so that retention, from any
+        // directory, can tell whether it is still there.
+        let file = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+        let requested_by = RequestedBy::Watch {
+            file: Some(file.display().to_string()),
+        };
+        let handle = match (self.runner).start_for(requested_by, &job, Rerun::Never, &after) {
+            Ok(handle) => handle,
+            Err(full) => {
+                seen.waiting = Some((job, after));
+                return Err(full);
+            }
+        };
         seen.restore = Some(handle.clone());
         // Told once the restore ends; one cancelled before it ran has nothing to tell.
         let (tell, file) = (Arc::clone(&self.tell), path.to_owned());
@@ -650,7 +697,45 @@ impl DirState {
                 tell.tell(&Told::of(&file, &report));
             }
         });
+        Ok(())
     }
+
+    /// Starts the jobs that wait for room, in file order, while there is room.
+    fn start_waiting(&mut self) {
+        let mut waiting: Vec<PathBuf> = (self.files.iter())
+            .filter(|(_, seen)| seen.waiting.is_some())
+            .map(|(path, _)| path.clone())
+            .collect();
+        waiting.sort();
+        for path in waiting {
+            let seen = self.files.get_mut(&path).expect("listed above");
+            let (job, after) = seen.waiting.take().expect("waiting, as filtered");
+            if self.begin(&path, job, after).is_err() {
+                break;
+            }
+            tracing::info!(file = %path.display(), "job file no longer waits: its restore starts");
+        }
+    }
+}
+
+/// The job identity the job file at `path` asks for now, if it is one the watcher would
+/// read (a regular file in its directory, or a link to one there, within
+/// [`MAX_JOB_FILE`]) and it is a valid job: what retention holds a watched restore's record
+/// to. Nothing of the file is shown.
+pub(super) fn identity_of(path: &Path, host: &HostConfig) -> Option<String> {
+    let dir = path.parent()?.canonicalize().ok()?;
+    let resolved = path.canonicalize().ok()?;
+    let meta = std::fs::metadata(&resolved).ok()?;
+    if !resolved.starts_with(&dir) || !meta.is_file() || meta.len() > MAX_JOB_FILE {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    (File::open(&resolved).ok()?)
+        .take(MAX_JOB_FILE)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    let job = validate(path, &bytes, host).ok()?;
+    Some(RestoreId::content_prefix(&job.name, job.id().as_str()))
 }
 
 /// The job `bytes` (read from `path`) describe, validated against `host`.

@@ -339,6 +339,8 @@ impl Reader<'_> {
             state_dir: base.join(DEFAULT_STATE_DIR),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             named_ends_only: false,
+            max_queued: crate::config::DEFAULT_MAX_QUEUED,
+            retention: None,
             journal: Default::default(),
             restore: RestoreDefaults {
                 max_segments_per_job: usize::try_from(segments)
@@ -987,6 +989,8 @@ mod tests {
             state_dir: data_dir().join("backup-yaml/.lockstep"),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             named_ends_only: false,
+            max_queued: crate::config::DEFAULT_MAX_QUEUED,
+            retention: None,
             journal: Default::default(),
             restore: RestoreDefaults {
                 max_segments_per_job: 128,

@@ -4,6 +4,7 @@
 
 mod api;
 mod backups;
+mod bounded;
 mod etcd_journal;
 mod exit_codes;
 mod first_week;

@@ -121,14 +121,21 @@ async fn a_dropped_file_runs_once_and_the_same_content_never_again() {
     let report = w.latest("orders", Outcome::Succeeded).await;
     let batches = report.jobs.len();
     assert!(batches >= 4, "2 collections x 2 partitions: {batches}");
-    // Its record says a job file asked for it.
+    // Its record says which job file asked for it, by an absolute path (what retention
+    // holds the record to).
     let record = FileJournal::open(&world.path("state"))
         .unwrap()
         .load(&RestoreId::parse(&report.restore_id).unwrap())
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(record.requested_by, Some(RequestedBy::Watch { file: None }));
+    let file = std::path::absolute(w.jobs.join("orders.toml")).unwrap();
+    assert_eq!(
+        record.requested_by,
+        Some(RequestedBy::Watch {
+            file: Some(file.display().to_string())
+        })
+    );
     assert_eq!(creates(&world).await, batches, "one create per batch");
     world.assert_nothing_held().await.unwrap();
     for end in ["t", "s1"] {
