@@ -366,7 +366,6 @@ pub fn op_delete_range(from: &[u8], end: &[u8]) -> RequestOp {
         request: Some(Request::RequestDeleteRange(DeleteRangeRequest {
             key: from.to_vec(),
             range_end: end.to_vec(),
-            ..Default::default()
         })),
     }
 }

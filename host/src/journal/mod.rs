@@ -855,6 +855,9 @@ pub struct Unreadable {
 
 /// One record a scan came to: read, or not.
 #[derive(Debug)]
+// Each lives for one call of a visitor, which moves the record out: a box would be one more
+// allocation per record listed, for nothing held.
+#[allow(clippy::large_enum_variant)]
 pub enum Listed {
     Record(RestoreRecord),
     Unreadable(Unreadable),
