@@ -12,7 +12,7 @@ use lockstep::journal::etcd::EtcdLocation;
 use lockstep::journal::etcd_client::{self, EtcdClient};
 use lockstep::journal::{Outcome, RestoreId, RestorePhase, RestoreRecord, StoredReport};
 
-use crate::support::{eventually, free_port};
+use crate::support::free_port;
 
 const RECORDS: usize = 10_000;
 
@@ -98,12 +98,8 @@ async fn every_view_lists_them(root: &Path, journal: &[&str], bad: &str) {
         .collect();
     let _serve = lockstep(root, &args).spawn().unwrap();
     let base = format!("http://{listen}");
+    crate::support::answering(&base).await;
     let http = reqwest::Client::new();
-    eventually(Duration::from_secs(30), || async {
-        Ok(http.get(format!("{base}/healthz")).send().await.is_ok())
-    })
-    .await
-    .unwrap();
     let get = |path: &str| {
         let request = http.get(format!("{base}{path}"));
         async move { request.send().await.unwrap().text().await.unwrap() }
