@@ -17,7 +17,8 @@ use crate::support::free_port;
 const RECORDS: usize = 10_000;
 
 /// The `i`th finished restore: started a second after the one before, its report giving the
-/// figures `/metrics` reads.
+/// figures `/metrics` reads, and some 2 KB in all: 10,000 of them are more than the 16 MiB
+/// the etcd client takes in one answer, so only a listing by pages reads them.
 fn finished(i: usize) -> RestoreRecord {
     let id = RestoreId::new(&format!("job{i:05}"), "abcdef0123456789", 1);
     RestoreRecord {
@@ -25,8 +26,12 @@ fn finished(i: usize) -> RestoreRecord {
         phase: RestorePhase::Finished,
         started_at: Timestamp::from_second(1_700_000_000 + i as i64).unwrap(),
         report: Some(
-            StoredReport::of(&serde_json::json!({"reaction_ms": 120, "staging": {"bytes": 3}}))
-                .unwrap(),
+            StoredReport::of(&serde_json::json!({
+                "reaction_ms": 120,
+                "staging": {"bytes": 3},
+                "summary": "x".repeat(1800),
+            }))
+            .unwrap(),
         ),
         ..RestoreRecord::new(
             id,
