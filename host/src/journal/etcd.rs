@@ -445,7 +445,9 @@ impl EtcdJournal {
     async fn read_parts(&self, key: &str, split: &Split) -> Result<Option<Vec<u8>>> {
         let own = format!("{}{}/", self.parts_prefix(key), split.generation);
         let end = etcd::prefix_end(own.as_bytes());
-        let mut whole = Vec::with_capacity(split.bytes);
+        // Sized by what arrives, not by what the head says: a head is anyone's who can
+        // write under the prefix.
+        let mut whole = Vec::new();
         let (mut from, mut count) = (own.into_bytes(), 0);
         loop {
             let page = (self.client.range_page(&from, &end, self.page_keys()).await)
