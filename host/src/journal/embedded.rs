@@ -424,6 +424,34 @@ mod tests {
         assert!(matches!(err, Error::ClaimLost(id) if id == b));
     }
 
+    /// The newest few are the newest by start whatever order the directory gives, a filter
+    /// keeps only what it wants, and a record that does not read is reported by both.
+    #[tokio::test]
+    async fn a_listing_keeps_the_newest_or_what_it_wants_and_names_a_bad_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        for attempt in [3, 1, 5, 2, 4] {
+            let id = RestoreId::new("orders", "abcdef0123456789", attempt);
+            let claim = journal.claim(&id).await.unwrap();
+            let mut r = record(&id, attempt);
+            r.outcome = (attempt % 2 == 0).then_some(Outcome::Succeeded);
+            journal.save(claim.as_ref(), &r).await.unwrap();
+        }
+        fs::write(journal.dir().join("bad.ab.1.json"), b"{ not json").unwrap();
+        let attempts = |listing: &crate::journal::Listing| {
+            (listing.records.iter())
+                .map(|r| r.attempt)
+                .collect::<Vec<_>>()
+        };
+        let newest = journal.newest(2).await.unwrap();
+        assert_eq!(attempts(&newest), [4, 5]);
+        assert_eq!(newest.unreadable.len(), 1);
+        let unfinished = (journal.list_where(&RestoreRecord::is_unfinished).await).unwrap();
+        assert_eq!(attempts(&unfinished), [1, 3, 5]);
+        assert_eq!(unfinished.unreadable[0].key, "bad.ab.1.json");
+        assert_eq!(attempts(&journal.list().await.unwrap()), [1, 2, 3, 4, 5]);
+    }
+
     #[tokio::test]
     async fn a_corrupt_record_is_named() {
         let dir = tempfile::tempdir().unwrap();

@@ -587,9 +587,28 @@ async fn a_record_larger_than_etcds_request_limit_is_saved_in_parts_and_read_bac
     )
     .await
     .unwrap();
-    let listing = a.list().await.expect("listed despite the torn record");
+    // A head planted by whoever can write the prefix, claiming parts of a petabyte.
+    let planted = RestoreId::new("planted", "abcdef0123456789", 1);
+    let head = serde_json::json!({"split": {"generation": "00", "parts": 3, "bytes": 1u64 << 50}});
+    let put = etcd_client::op_put(
+        &format!("{}/record/{planted}", location.prefix),
+        serde_json::to_vec(&head).unwrap(),
+        0,
+    );
+    raw.txn(vec![], vec![put], vec![]).await.unwrap();
+    let listing = a.list().await.expect("listed despite the torn records");
     assert_eq!(listing.records, [old_record]);
     let keys: Vec<&str> = listing.unreadable.iter().map(|u| u.key.as_str()).collect();
-    assert_eq!(keys, [format!("{}/record/{id}", location.prefix)]);
-    assert!(matches!(listing.unreadable[0].error, Error::Torn { .. }));
+    assert_eq!(
+        keys,
+        [
+            format!("{}/record/{id}", location.prefix),
+            format!("{}/record/{planted}", location.prefix)
+        ]
+    );
+    assert!(
+        (listing.unreadable.iter()).all(|u| matches!(u.error, Error::Torn { .. })),
+        "{:?}",
+        listing.unreadable
+    );
 }
