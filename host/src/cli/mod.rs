@@ -97,8 +97,14 @@ enum Command {
         #[arg(short = 'n', long = "name")]
         name: String,
     },
-    /// Show restores from the journal: all of them, or one in full.
-    Status { id: Option<String> },
+    /// Show restores from the journal: all of them, the newest few, or one in full.
+    Status {
+        id: Option<String>,
+        /// Only the newest N restores (by start): what is read and held grows with N, not
+        /// with the journal's history.
+        #[arg(long, value_name = "N", conflicts_with = "id", value_parser = clap::value_parser!(u64).range(1..))]
+        last: Option<u64>,
+    },
     /// Finish restores a crash left unfinished: abort without a decision, roll forward
     /// with one.
     Recover { id: Option<String> },
@@ -252,7 +258,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<i32> {
                 }
             }
         }
-        Command::Status { id } => status(&engine, id.as_deref(), cli.output).await,
+        Command::Status { id, last } => status(&engine, id.as_deref(), last, cli.output).await,
         Command::Recover { id } => recover(&engine, &host, id.as_deref(), cli.output).await,
         Command::Prune { dry_run } => {
             let retention = host.retention.with_context(|| {
@@ -369,11 +375,22 @@ async fn run_files(
     Ok(worst.exit_code())
 }
 
-async fn status(engine: &Engine, id: Option<&str>, format: OutputFormat) -> anyhow::Result<i32> {
+async fn status(
+    engine: &Engine,
+    id: Option<&str>,
+    last: Option<u64>,
+    format: OutputFormat,
+) -> anyhow::Result<i32> {
     match id {
         Some(id) => output::record(format, &named(engine, id).await?),
         None => {
-            let mut records = engine.journal.list().await?.readable();
+            let listing = match last {
+                Some(n) => engine
+                    .journal
+                    .newest(usize::try_from(n).unwrap_or(usize::MAX)),
+                None => engine.journal.list(),
+            };
+            let mut records = listing.await?.readable();
             // Newest first, as `list_restores` answers.
             records.reverse();
             output::records(format, &records);
@@ -413,13 +430,14 @@ async fn recover(
     let records = match &chosen {
         Some(record) => vec![record.clone()],
         None => {
-            let listing = engine.journal.list().await?;
+            let listing = engine
+                .journal
+                .list_where(&RestoreRecord::is_unfinished)
+                .await?;
             unreadable = (listing.unreadable.iter())
                 .map(|bad| lockstep::diagnostic::error_chain(&bad.error))
                 .collect();
-            (listing.records.into_iter())
-                .filter(|r| r.is_unfinished())
-                .collect()
+            listing.records
         }
     };
     let mut worst = Outcome::Succeeded;
@@ -434,11 +452,10 @@ async fn recover(
         worst = worst.worst(report.outcome);
         reports.push(report);
     }
-    let left = (engine.journal.list().await?.readable())
-        .into_iter()
-        .filter(|r| {
-            r.stage_left && !r.is_unfinished() && chosen.as_ref().is_none_or(|c| r.id == c.id)
-        });
+    let stage_left = |r: &RestoreRecord| {
+        r.stage_left && !r.is_unfinished() && chosen.as_ref().is_none_or(|c| r.id == c.id)
+    };
+    let left = (engine.journal.list_where(&stage_left).await?).readable();
     for record in left {
         let Some(stores) = engine::recorded_stores(&record, host) else {
             let ends = record.staged_ends.join(", ");

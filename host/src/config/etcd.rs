@@ -9,6 +9,7 @@
 //! user = "lockstep"
 //! password_env = "LOCKSTEP_ETCD_PASSWORD"
 //! # insecure = true              # plain http to an etcd that is not on loopback
+//! # max_value_kib = 512          # the largest value the journal writes; a record is split
 //! ```
 //!
 //! Milvus's own etcd holds its metadata; a journal written there by anyone who can reach it
@@ -27,6 +28,27 @@ use super::tls::TlsSpec;
 /// longer than it.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 
+/// The largest value the journal writes into etcd, unless `[journal] max_value_kib` says
+/// otherwise: a third of etcd's default request limit (`--max-request-bytes`, 1.5 MiB), so
+/// that a value and the transaction around it pass a server left at its defaults, and a
+/// page of a listing stays a few megabytes.
+pub const DEFAULT_VALUE_LIMIT: ValueLimit = ValueLimit(512 * 1024);
+
+/// The most `[journal] max_value_kib` may say: values are read back a page at a time, in
+/// answers the client takes up to 16 MiB of.
+pub const MAX_VALUE_KIB: usize = 4 * 1024;
+
+/// The largest value, in bytes, the etcd journal writes: a record larger than it is split
+/// into parts no larger (`journal::etcd`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValueLimit(pub usize);
+
+impl Default for ValueLimit {
+    fn default() -> ValueLimit {
+        DEFAULT_VALUE_LIMIT
+    }
+}
+
 /// Where the journal lives, and how it is reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdLocation {
@@ -38,6 +60,8 @@ pub struct EtcdLocation {
     pub lease_ttl: Duration,
     /// TLS, user and password: the host config's `[journal]`; none for a bare `--journal`.
     pub access: EtcdAccess,
+    /// The largest value written: the host config's `[journal] max_value_kib`.
+    pub value_limit: ValueLimit,
 }
 
 /// TLS and authentication to etcd: only the host config says them.
@@ -105,6 +129,7 @@ impl EtcdLocation {
             prefix: format!("/{prefix}"),
             lease_ttl,
             access: EtcdAccess::default(),
+            value_limit: ValueLimit::default(),
         })
     }
 
@@ -151,6 +176,8 @@ pub struct JournalSpec {
     /// `[journal] etcd`, with [`JournalSpec::access`]; `--journal` overrides it.
     pub etcd: Option<EtcdLocation>,
     pub access: EtcdAccess,
+    /// `[journal] max_value_kib`, for `--journal` too.
+    pub value_limit: ValueLimit,
 }
 
 impl JournalSpec {
@@ -160,6 +187,7 @@ impl JournalSpec {
         match flag {
             Some(url) => Ok(Some(EtcdLocation {
                 access: self.access.clone(),
+                value_limit: self.value_limit,
                 ..EtcdLocation::parse(url)?
             })),
             None => Ok(self.etcd.clone()),
@@ -180,6 +208,7 @@ mod tests {
                 prefix: "/lockstep/prod".into(),
                 lease_ttl: DEFAULT_LEASE_TTL,
                 access: EtcdAccess::default(),
+                value_limit: DEFAULT_VALUE_LIMIT,
             }
         );
         assert_eq!(

@@ -66,6 +66,9 @@ pub struct JournalFile {
     pub password_env: Option<Spanned<String>>,
     /// Take plain http to members that are not on loopback; default false.
     pub insecure: Option<bool>,
+    /// The largest value written into etcd, in KiB (default 512); a larger record is split
+    /// into parts. Keep it well under the server's `--max-request-bytes`.
+    pub max_value_kib: Option<Spanned<usize>>,
 }
 
 /// `[backups]` as written.

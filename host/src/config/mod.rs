@@ -53,7 +53,10 @@ pub(crate) mod testing;
 mod tls;
 mod validate;
 
-pub use etcd::{DEFAULT_LEASE_TTL, EtcdAccess, EtcdLocation, JournalSpec, LocationError};
+pub use etcd::{
+    DEFAULT_LEASE_TTL, DEFAULT_VALUE_LIMIT, EtcdAccess, EtcdLocation, JournalSpec, LocationError,
+    ValueLimit,
+};
 pub(crate) use file::string_or_table;
 pub use file::{
     BackupsFile, ClusterFile, HostConfigFile, JournalFile, RetentionFile, StorageFile, StorageRef,

@@ -9,7 +9,7 @@ use url::Url;
 
 use crate::diagnostic::{Error, Input, RawProblem, locate_in_file, read_toml};
 
-use super::etcd::{EtcdAccess, EtcdLocation, JournalSpec};
+use super::etcd::{EtcdAccess, EtcdLocation, JournalSpec, MAX_VALUE_KIB, ValueLimit};
 use super::file::{
     ClusterFile, HostConfigFile, JournalFile, RetentionFile, StorageFile, StorageRef, TlsFile,
 };
@@ -322,10 +322,27 @@ fn journal_spec(file: &JournalFile, problems: &mut Vec<RawProblem>) -> JournalSp
         user,
         insecure: file.insecure.unwrap_or(false),
     };
+    let value_limit = match &file.max_value_kib {
+        None => ValueLimit::default(),
+        Some(kib) if (1..=MAX_VALUE_KIB).contains(kib.get_ref()) => {
+            ValueLimit(kib.get_ref() * 1024)
+        }
+        Some(kib) => {
+            problems.push(RawProblem::new(
+                "journal.max_value_kib",
+                Some(kib.span()),
+                format!(
+                    "expected a size in KiB from 1 to {MAX_VALUE_KIB}, well under the etcd server's --max-request-bytes (512 when it keeps its default)"
+                ),
+            ));
+            ValueLimit::default()
+        }
+    };
     let etcd = file.etcd.as_ref().and_then(|url: &Spanned<String>| {
         match EtcdLocation::parse(url.get_ref()) {
             Ok(location) => Some(EtcdLocation {
                 access: access.clone(),
+                value_limit,
                 ..location
             }),
             Err(e) => {
@@ -341,7 +358,11 @@ fn journal_spec(file: &JournalFile, problems: &mut Vec<RawProblem>) -> JournalSp
     if problems.len() > before {
         return JournalSpec::default();
     }
-    JournalSpec { etcd, access }
+    JournalSpec {
+        etcd,
+        access,
+        value_limit,
+    }
 }
 
 /// Names of clusters and storages end up in messages, file names and metrics labels.
@@ -1019,6 +1040,42 @@ mod tests {
                 )]
             );
         }
+    }
+
+    /// `max_value_kib` reaches the etcd location, and `--journal` too; a size etcd could
+    /// not take, or none at all, is refused by its field.
+    #[test]
+    fn the_journal_value_limit_is_read_and_bounded() {
+        let config =
+            parse("[journal]\netcd = \"etcd://127.0.0.1:2379/x\"\nmax_value_kib = 64\n").unwrap();
+        let location = config.journal.etcd.as_ref().unwrap();
+        assert_eq!(location.value_limit, ValueLimit(64 * 1024));
+        let flagged = config
+            .journal
+            .location(Some("etcd://127.0.0.1:2379/y"))
+            .unwrap();
+        assert_eq!(flagged.unwrap().value_limit, ValueLimit(64 * 1024));
+        assert_eq!(
+            parse("")
+                .unwrap()
+                .journal
+                .location(Some("etcd://a:1/x"))
+                .unwrap()
+                .unwrap()
+                .value_limit,
+            ValueLimit(512 * 1024)
+        );
+        for bad in ["0", "4097"] {
+            let err = parse(&format!("[journal]\nmax_value_kib = {bad}\n")).unwrap_err();
+            let shown: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
+            assert_eq!(shown.len(), 1, "{shown:?}");
+            assert!(
+                shown[0].starts_with("/etc/lockstep/lockstep.toml:2:17: journal.max_value_kib: expected a size in KiB from 1 to 4096"),
+                "{shown:?}"
+            );
+        }
+        let err = parse("[journal]\nmax_value = 64\n").unwrap_err();
+        assert!(err.to_string().contains("max_value"), "{err}");
     }
 
     #[test]

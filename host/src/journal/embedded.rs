@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
+use tokio::sync::mpsc;
 
 use super::{
-    Claim, Error, Journal, Listing, Removal, RestoreId, RestoreRecord, Result, Unreadable,
+    Claim, Error, Journal, Listed, Removal, RestoreId, RestoreRecord, Result, Unreadable, Visit,
 };
 
 /// A journal in a local directory.
@@ -178,31 +179,48 @@ impl FileJournal {
         read_record(&self.record_path(id))
     }
 
-    /// Every record whose file name starts with `prefix`, oldest attempt first, and those
-    /// that do not read.
-    fn scan_blocking(&self, prefix: &str) -> Result<Listing> {
-        let entries = fs::read_dir(&self.dir).map_err(|source| io_error(&self.dir, source))?;
-        let mut listing = Listing::default();
+    /// Sends every record whose file name starts with `prefix`, and each that does not
+    /// read, one file at a time: the channel's room is the page held at once. Stops when
+    /// the receiver went away.
+    fn scan_blocking(&self, prefix: &str, out: &mpsc::Sender<Result<Listed>>) {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(source) => {
+                let _ = out.blocking_send(Err(io_error(&self.dir, source)));
+                return;
+            }
+        };
         for entry in entries {
-            let entry = entry.map_err(|source| io_error(&self.dir, source))?;
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(source) => {
+                    let _ = out.blocking_send(Err(io_error(&self.dir, source)));
+                    return;
+                }
+            };
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             if !(name.starts_with(prefix) && name.ends_with(".json")) {
                 continue;
             }
-            match read_record(&entry.path()) {
-                Ok(Some(record)) => listing.records.push(record),
-                Ok(None) => {}
-                Err(error) => listing.unreadable.push(Unreadable {
+            let listed = match read_record(&entry.path()) {
+                Ok(Some(record)) => Listed::Record(record),
+                // Gone since the directory was read: replaced, or removed.
+                Ok(None) => continue,
+                Err(error) => Listed::Unreadable(Unreadable {
                     key: name.to_owned(),
                     error,
                 }),
+            };
+            if out.blocking_send(Ok(listed)).is_err() {
+                return;
             }
         }
-        listing.records.sort_by_key(|r| (r.started_at, r.attempt));
-        Ok(listing)
     }
 }
+
+/// How many records a scan reads ahead of its visitor: the page it holds at once.
+const SCAN_PAGE: usize = 64;
 
 fn read_record(path: &Path) -> Result<Option<RestoreRecord>> {
     let bytes = match fs::read(path) {
@@ -271,20 +289,22 @@ impl Journal for FileJournal {
         Box::pin(blocking(move || this.load_blocking(&id)))
     }
 
-    fn attempts<'a>(
+    fn scan<'a>(
         &'a self,
-        job_name: &'a str,
-        content_hash: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<RestoreRecord>>> {
-        let this = self.clone();
-        let prefix = RestoreId::content_prefix(job_name, content_hash);
-        // Whether the job ran must be read from every attempt: a bad one stops the run.
-        Box::pin(blocking(move || this.scan_blocking(&prefix)?.whole()))
-    }
-
-    fn list(&self) -> BoxFuture<'_, Result<Listing>> {
-        let this = self.clone();
-        Box::pin(blocking(move || this.scan_blocking("")))
+        id_prefix: &'a str,
+        visit: &'a mut Visit<'_>,
+    ) -> BoxFuture<'a, Result<()>> {
+        let (this, prefix) = (self.clone(), id_prefix.to_owned());
+        Box::pin(async move {
+            let (out, mut found) = mpsc::channel(SCAN_PAGE);
+            let reader = tokio::task::spawn_blocking(move || this.scan_blocking(&prefix, &out));
+            while let Some(listed) = found.recv().await {
+                visit(listed?);
+            }
+            reader
+                .await
+                .map_err(|e| Error::Backend(format!("journal task failed: {e}")))
+        })
     }
 
     fn remove<'a>(&'a self, listed: &'a RestoreRecord) -> BoxFuture<'a, Result<Removal>> {
@@ -467,6 +487,34 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, Error::ClaimLost(id) if id == b));
+    }
+
+    /// The newest few are the newest by start whatever order the directory gives, a filter
+    /// keeps only what it wants, and a record that does not read is reported by both.
+    #[tokio::test]
+    async fn a_listing_keeps_the_newest_or_what_it_wants_and_names_a_bad_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        for attempt in [3, 1, 5, 2, 4] {
+            let id = RestoreId::new("orders", "abcdef0123456789", attempt);
+            let claim = journal.claim(&id).await.unwrap();
+            let mut r = record(&id, attempt);
+            r.outcome = (attempt % 2 == 0).then_some(Outcome::Succeeded);
+            journal.save(claim.as_ref(), &r).await.unwrap();
+        }
+        fs::write(journal.dir().join("bad.ab.1.json"), b"{ not json").unwrap();
+        let attempts = |listing: &crate::journal::Listing| {
+            (listing.records.iter())
+                .map(|r| r.attempt)
+                .collect::<Vec<_>>()
+        };
+        let newest = journal.newest(2).await.unwrap();
+        assert_eq!(attempts(&newest), [4, 5]);
+        assert_eq!(newest.unreadable.len(), 1);
+        let unfinished = (journal.list_where(&RestoreRecord::is_unfinished).await).unwrap();
+        assert_eq!(attempts(&unfinished), [1, 3, 5]);
+        assert_eq!(unfinished.unreadable[0].key, "bad.ab.1.json");
+        assert_eq!(attempts(&journal.list().await.unwrap()), [1, 2, 3, 4, 5]);
     }
 
     #[tokio::test]

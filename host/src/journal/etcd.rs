@@ -10,6 +10,13 @@
 //!   still carries the saver's lease, so a host whose lease expired (a long pause, a
 //!   partition) cannot overwrite the record of the host that took over: its save fails with
 //!   [`Error::ClaimLost`].
+//! - `{prefix}/part/{restore id}/{generation}/{index}`: a record larger than the value limit
+//!   (`[journal] max_value_kib`; etcd refuses a request over `--max-request-bytes`, 1.5 MiB
+//!   by default), in parts no larger, each written under the claim before the record key,
+//!   which then holds only where they are ([`SplitHead`]). The record key is still what
+//!   every save writes last and what the fence compares, so a split record is fenced as a
+//!   whole one is; the save that writes it deletes, in the same transaction, every part
+//!   that is not its own (a replaced record's, or one a lost save left).
 //!
 //! A lease proves nothing to Milvus, which cannot check a fencing token; the engine re-reads
 //! every end's job states right before it commits or aborts (docs/milvus-facts.md §6.2),
@@ -26,13 +33,38 @@ use serde::{Deserialize, Serialize};
 
 use super::etcd_client::{self as etcd, EtcdClient};
 use super::{
-    Claim, Error, Journal, Listing, Removal, RestoreId, RestoreRecord, Result, Unreadable,
+    Claim, Error, Journal, Listed, Removal, RestoreId, RestoreRecord, Result, Unreadable, Visit,
 };
-pub use crate::config::{DEFAULT_LEASE_TTL, EtcdLocation, LocationError};
+pub use crate::config::{DEFAULT_LEASE_TTL, EtcdLocation, LocationError, ValueLimit};
 
 /// Bound on connecting and on each request, so a dead etcd fails a save instead of hanging
 /// a restore.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many times a read of a split record starts again from its record key when its parts
+/// went away meanwhile (a save replaced them): more means a record saved that often while
+/// one read lasts, which no restore does (it writes progress every 3 s at most).
+const SPLIT_READS: usize = 3;
+
+/// The most keys one range asks for: a page of small records.
+const PAGE_KEYS: i64 = 256;
+
+/// What the record key holds when the record did not fit in one value: where its parts are.
+/// A record never has this one field alone, so the two read apart.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SplitHead {
+    split: Split,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Split {
+    /// Random per save, so that no two saves write the same part keys.
+    generation: String,
+    parts: usize,
+    bytes: usize,
+}
 
 /// Who holds a claim: shown to people in `Busy`, and read by a host to recognise a claim it
 /// dropped itself but whose lease revocation has not landed yet.
@@ -67,6 +99,8 @@ pub struct EtcdJournal {
     client: EtcdClient,
     prefix: String,
     ttl: Duration,
+    /// The largest value written; a record larger is split.
+    value_limit: usize,
     me: Holder,
     // No await happens while this is held.
     held: Arc<Mutex<HashMap<RestoreId, Held>>>,
@@ -132,6 +166,7 @@ impl EtcdJournal {
             client,
             prefix: location.prefix.clone(),
             ttl,
+            value_limit: location.value_limit.0,
             me: Holder {
                 host: host_name(),
                 pid: std::process::id(),
@@ -158,6 +193,22 @@ impl EtcdJournal {
 
     fn record_key_prefix(&self) -> String {
         format!("{}/record/", self.prefix)
+    }
+
+    /// Where the parts of the record at `record_key` go, each save's under a generation of
+    /// its own.
+    fn parts_prefix(&self, record_key: &str) -> String {
+        let id = record_key
+            .strip_prefix(&self.record_key_prefix())
+            .unwrap_or(record_key);
+        format!("{}/part/{id}/", self.prefix)
+    }
+
+    /// How many records one range asks for: as many as fit, at the value limit each, in half
+    /// of the answer the client takes.
+    fn page_keys(&self) -> i64 {
+        let fit = etcd::RESPONSE_LIMIT / 2 / self.value_limit.max(1);
+        (fit as i64).clamp(1, PAGE_KEYS)
     }
 
     async fn claim_async(&self, id: RestoreId) -> Result<Box<dyn Claim>> {
@@ -259,19 +310,54 @@ impl EtcdJournal {
                 _ => return Err(Error::ClaimLost(record.id.clone())),
             }
         };
+        let key = self.record_key(&record.id);
         let json = serde_json::to_vec(record).map_err(|source| Error::Corrupt {
-            path: self.record_key(&record.id),
+            path: key.clone(),
             source,
         })?;
+        let claim_key = self.claim_key(&record.id);
+        let parts = self.parts_prefix(&key);
+        let all_parts = (parts.as_bytes(), etcd::prefix_end(parts.as_bytes()));
+        let (head, others) = if json.len() <= self.value_limit {
+            (json, vec![etcd::op_delete_range(all_parts.0, &all_parts.1)])
+        } else {
+            let split = Split {
+                generation: hex::encode(rand_bytes()),
+                parts: json.len().div_ceil(self.value_limit),
+                bytes: json.len(),
+            };
+            let own = format!("{parts}{}/", split.generation);
+            for (index, part) in json.chunks(self.value_limit).enumerate() {
+                // Each part under the claim too: a host that lost it writes nothing at all.
+                let answer = self
+                    .client
+                    .txn(
+                        vec![etcd::under_lease(&claim_key, lease)],
+                        vec![etcd::op_put(&format!("{own}{index:06}"), part, 0)],
+                        vec![],
+                    )
+                    .await
+                    .map_err(|e| backend("save", e))?;
+                if !answer.succeeded {
+                    return Err(Error::ClaimLost(record.id.clone()));
+                }
+            }
+            let own_end = etcd::prefix_end(own.as_bytes());
+            let head = serde_json::to_vec(&SplitHead { split }).expect("a split head serializes");
+            let others = vec![
+                etcd::op_delete_range(all_parts.0, own.as_bytes()),
+                etcd::op_delete_range(&own_end, &all_parts.1),
+            ];
+            (head, others)
+        };
         // Written only while the claim key carries this host's lease: the check happens in
-        // etcd, atomically with the write.
+        // etcd, atomically with the write, and with the removal of every part the record no
+        // longer points at.
+        let mut writes = vec![etcd::op_put(&key, head, 0)];
+        writes.extend(others);
         let answer = self
             .client
-            .txn(
-                vec![etcd::under_lease(&self.claim_key(&record.id), lease)],
-                vec![etcd::op_put(&self.record_key(&record.id), json, 0)],
-                vec![],
-            )
+            .txn(vec![etcd::under_lease(&claim_key, lease)], writes, vec![])
             .await
             .map_err(|e| backend("save", e))?;
         if !answer.succeeded {
@@ -331,7 +417,7 @@ impl EtcdJournal {
         let found = self.client.get(&key).await.map_err(|e| backend("get", e))?;
         match found {
             None => Ok(None),
-            Some(kv) => parse(&key, &kv.value).map(Some),
+            Some(kv) => self.read(&key, kv.value).await,
         }
     }
 
@@ -343,11 +429,14 @@ impl EtcdJournal {
         let Some(kv) = (self.client.get(&key).await).map_err(|e| backend("get", e))? else {
             return Ok(Removal::Changed);
         };
-        let now = parse(&key, &kv.value)?;
-        if now != *listed || now.is_unfinished() {
+        let now = self.read(&key, kv.value).await?;
+        if now.as_ref() != Some(listed) || listed.is_unfinished() {
             return Ok(Removal::Changed);
         }
         let claim = self.claim_key(&listed.id);
+        // A record saved in parts goes with its parts, in the same step.
+        let parts = self.parts_prefix(&key);
+        let parts_end = etcd::prefix_end(parts.as_bytes());
         let answer = self
             .client
             .txn(
@@ -355,7 +444,10 @@ impl EtcdJournal {
                     etcd::absent(&claim),
                     etcd::modified_at(&key, kv.mod_revision),
                 ],
-                vec![etcd::op_delete(&key)],
+                vec![
+                    etcd::op_delete(&key),
+                    etcd::op_delete_range(parts.as_bytes(), &parts_end),
+                ],
                 vec![etcd::op_get(&claim)],
             )
             .await
@@ -376,28 +468,88 @@ impl EtcdJournal {
         })
     }
 
-    /// Every record whose id starts with `id_prefix`, oldest attempt first, and those that
-    /// do not read.
-    async fn scan(&self, id_prefix: &str) -> Result<Listing> {
-        let key = format!("{}{id_prefix}", self.record_key_prefix());
-        let kvs = self
-            .client
-            .get_prefix(&key)
-            .await
-            .map_err(|e| backend("list", e))?;
-        let mut listing = Listing::default();
-        for kv in &kvs {
-            let key = String::from_utf8_lossy(&kv.key);
-            match parse(&key, &kv.value) {
-                Ok(record) => listing.records.push(record),
-                Err(error) => listing.unreadable.push(Unreadable {
-                    key: key.into_owned(),
-                    error,
-                }),
+    /// The record whose key holds `value`: the value itself, or the parts it points at. A
+    /// record replaced while its parts were read is read again from its key; `None` when
+    /// the key went away meanwhile.
+    async fn read(&self, key: &str, mut value: Vec<u8>) -> Result<Option<RestoreRecord>> {
+        for _ in 0..SPLIT_READS {
+            let Ok(SplitHead { split }) = serde_json::from_slice(&value) else {
+                return parse(key, &value).map(Some);
+            };
+            if let Some(whole) = self.read_parts(key, &split).await? {
+                return parse(key, &whole).map(Some);
+            }
+            match self.client.get(key).await.map_err(|e| backend("get", e))? {
+                Some(kv) => value = kv.value,
+                None => return Ok(None),
             }
         }
-        listing.records.sort_by_key(|r| (r.started_at, r.attempt));
-        Ok(listing)
+        Err(Error::Torn {
+            key: format!("etcd key {key}"),
+        })
+    }
+
+    /// The parts of one save of the record at `key`, joined, a page at a time; `None` when
+    /// they are not all there (a later save replaced them).
+    async fn read_parts(&self, key: &str, split: &Split) -> Result<Option<Vec<u8>>> {
+        let own = format!("{}{}/", self.parts_prefix(key), split.generation);
+        let end = etcd::prefix_end(own.as_bytes());
+        // Sized by what arrives, not by what the head says: a head is anyone's who can
+        // write under the prefix.
+        let mut whole = Vec::new();
+        let (mut from, mut count) = (own.into_bytes(), 0);
+        loop {
+            let page = (self.client.range_page(&from, &end, self.page_keys()).await)
+                .map_err(|e| backend("get", e))?;
+            if let Some(last) = page.kvs.last() {
+                from = etcd::after(&last.key);
+            }
+            count += page.kvs.len();
+            for kv in page.kvs {
+                whole.extend_from_slice(&kv.value);
+            }
+            if !page.more {
+                break;
+            }
+        }
+        Ok((count == split.parts && whole.len() == split.bytes).then_some(whole))
+    }
+
+    /// Hands `visit` every record whose id starts with `id_prefix`, and those that do not
+    /// read, a page of record keys at a time.
+    async fn scan_async(&self, id_prefix: &str, visit: &mut Visit<'_>) -> Result<()> {
+        let prefix = format!("{}{id_prefix}", self.record_key_prefix());
+        let end = etcd::prefix_end(prefix.as_bytes());
+        let mut from = prefix.into_bytes();
+        let mut keys = self.page_keys();
+        loop {
+            let page = match self.client.range_page(&from, &end, keys).await {
+                Ok(page) => page,
+                // Values written before the limit, or under a larger one, can make a page
+                // larger than the client takes: the same page again, smaller.
+                Err(e) if e.too_large() && keys > 1 => {
+                    keys /= 2;
+                    continue;
+                }
+                Err(e) => return Err(backend("list", e)),
+            };
+            if let Some(last) = page.kvs.last() {
+                from = etcd::after(&last.key);
+            }
+            for kv in page.kvs {
+                let key = String::from_utf8_lossy(&kv.key).into_owned();
+                match self.read(&key, kv.value).await {
+                    Ok(Some(record)) => visit(Listed::Record(record)),
+                    Ok(None) => {}
+                    // etcd, not the record, failed: the listing fails as a page would.
+                    Err(error @ Error::Backend(_)) => return Err(error),
+                    Err(error) => visit(Listed::Unreadable(Unreadable { key, error })),
+                }
+            }
+            if !page.more {
+                return Ok(());
+            }
+        }
     }
 }
 
@@ -516,22 +668,12 @@ impl Journal for EtcdJournal {
         Box::pin(self.load_async(id))
     }
 
-    fn attempts<'a>(
+    fn scan<'a>(
         &'a self,
-        job_name: &'a str,
-        content_hash: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<RestoreRecord>>> {
-        // Whether the job ran must be read from every attempt: a bad one stops the run.
-        Box::pin(async move {
-            (self
-                .scan(&RestoreId::content_prefix(job_name, content_hash))
-                .await)?
-                .whole()
-        })
-    }
-
-    fn list(&self) -> BoxFuture<'_, Result<Listing>> {
-        Box::pin(self.scan(""))
+        id_prefix: &'a str,
+        visit: &'a mut Visit<'_>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.scan_async(id_prefix, visit))
     }
 
     fn remove<'a>(&'a self, listed: &'a RestoreRecord) -> BoxFuture<'a, Result<Removal>> {

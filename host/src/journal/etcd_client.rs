@@ -1,6 +1,7 @@
 //! The few etcd v3 calls the journal makes, over tonic from the protox-compiled protos in
-//! `proto/` (so no build needs `protoc`): Range, Txn (reads, writes and deletes), a lease's grant, revoke and
-//! keep-alive, and Authenticate, over TLS when the host config says.
+//! `proto/` (so no build needs `protoc`): Range (one key, or a page of a range), Txn (reads,
+//! writes and deletes), a lease's grant, revoke and keep-alive, and Authenticate, over TLS
+//! when the host config says.
 //!
 //! etcd's authentication trades a user and password for a token, which every later call
 //! carries as its `token` metadata. A token expires (etcd's `--auth-token-ttl`, 5 minutes
@@ -28,6 +29,12 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::config::{EtcdLocation, Secret, process_env};
 use crate::milvus::Tls;
+
+/// The largest answer taken from etcd. tonic's default, 4 MiB, is what capped a listing in
+/// one range call at some thousand records; a listing now reads a page at a time
+/// ([`EtcdClient::range_page`]), each a few values of at most `[journal] max_value_kib`, so
+/// this bounds a page, not the journal.
+pub const RESPONSE_LIMIT: usize = 16 * 1024 * 1024;
 
 /// A channel whose calls carry the current token, when there is one.
 type Authed = InterceptedService<Channel, Token>;
@@ -76,6 +83,21 @@ pub enum CallError {
     Setup(String),
 }
 
+impl CallError {
+    /// Whether the answer was larger than the client takes ([`RESPONSE_LIMIT`]): a smaller
+    /// page would be taken.
+    pub fn too_large(&self) -> bool {
+        matches!(self, CallError::Status(status)
+            if matches!(status.code(), tonic::Code::OutOfRange | tonic::Code::ResourceExhausted))
+    }
+}
+
+/// One page of a range: its keys and values, and whether more follow.
+pub struct Page {
+    pub kvs: Vec<KeyValue>,
+    pub more: bool,
+}
+
 /// The other end of a lease's keep-alive stream: send on `renew`, read the answers.
 pub struct KeepAlive {
     pub renew: mpsc::Sender<LeaseKeepAliveRequest>,
@@ -120,7 +142,8 @@ impl EtcdClient {
         };
         let token = Token::default();
         let client = EtcdClient {
-            kv: KvClient::with_interceptor(channel.clone(), token.clone()),
+            kv: KvClient::with_interceptor(channel.clone(), token.clone())
+                .max_decoding_message_size(RESPONSE_LIMIT),
             lease: LeaseClient::with_interceptor(channel.clone(), token.clone()),
             auth: AuthClient::new(channel),
             user,
@@ -179,11 +202,14 @@ impl EtcdClient {
         Ok(answer.into_inner().kvs.into_iter().next())
     }
 
-    /// Every key under `prefix`, in key order.
-    pub async fn get_prefix(&self, prefix: &str) -> Result<Vec<KeyValue>, CallError> {
+    /// Up to `limit` keys from `from` (inclusive) to `end` (exclusive), in key order, and
+    /// whether more follow: one page of a range, so that no answer holds every value under a
+    /// prefix. The next page starts just past the last key: [`after`].
+    pub async fn range_page(&self, from: &[u8], end: &[u8], limit: i64) -> Result<Page, CallError> {
         let request = RangeRequest {
-            key: prefix.as_bytes().to_vec(),
-            range_end: prefix_end(prefix.as_bytes()),
+            key: from.to_vec(),
+            range_end: end.to_vec(),
+            limit,
             ..Default::default()
         };
         let answer = self
@@ -191,8 +217,12 @@ impl EtcdClient {
                 let (mut kv, request) = (self.kv.clone(), request.clone());
                 async move { kv.range(request).await }
             })
-            .await?;
-        Ok(answer.into_inner().kvs)
+            .await?
+            .into_inner();
+        Ok(Page {
+            kvs: answer.kvs,
+            more: answer.more,
+        })
     }
 
     /// How many keys are under `prefix`: the cheapest call that proves etcd answers.
@@ -286,7 +316,7 @@ fn tokio_stream_of(
 
 /// The key just past every key that starts with `prefix`, as etcd's clients compute it:
 /// the prefix with its last byte below 0xff incremented (and the bytes after it dropped).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {
@@ -296,6 +326,13 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     }
     // Every byte 0xff, or empty: to the end of the keyspace.
     vec![0]
+}
+
+/// The first key after `key`: where the page after one ending at `key` starts.
+pub fn after(key: &[u8]) -> Vec<u8> {
+    let mut next = key.to_vec();
+    next.push(0);
+    next
 }
 
 fn get(key: &str) -> RangeRequest {
@@ -325,10 +362,17 @@ pub fn op_put(key: &str, value: impl Into<Vec<u8>>, lease: i64) -> RequestOp {
 
 /// An operation of a transaction: delete `key`.
 pub fn op_delete(key: &str) -> RequestOp {
+    // An empty end deletes the one key.
+    op_delete_range(key.as_bytes(), &[])
+}
+
+/// An operation of a transaction: delete every key from `from` (inclusive) to `end`
+/// (exclusive).
+pub fn op_delete_range(from: &[u8], end: &[u8]) -> RequestOp {
     RequestOp {
         request: Some(Request::RequestDeleteRange(DeleteRangeRequest {
-            key: key.as_bytes().to_vec(),
-            range_end: vec![],
+            key: from.to_vec(),
+            range_end: end.to_vec(),
         })),
     }
 }

@@ -179,10 +179,22 @@ impl RestoreLookup {
         {
             return Ok(Some(record));
         }
-        Ok((journal.list().await?.readable())
-            .into_iter()
-            .filter(|r| self.matches(r))
-            .max_by_key(|r| (r.started_at, r.attempt)))
+        let mut newest: Option<RestoreRecord> = None;
+        journal
+            .scan("", &mut |listed| match listed {
+                Listed::Record(record) if self.matches(&record) => {
+                    if newest
+                        .as_ref()
+                        .is_none_or(|n| started(n) < started(&record))
+                    {
+                        newest = Some(record);
+                    }
+                }
+                Listed::Record(_) => {}
+                Listed::Unreadable(bad) => log_unreadable(&bad),
+            })
+            .await?;
+        Ok(newest)
     }
 }
 
@@ -811,6 +823,10 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    #[error(
+        "journal record {key} is split into parts, and they are not all there however often it is read"
+    )]
+    Torn { key: String },
     #[error("journal backend: {0}")]
     Backend(String),
     #[error(
@@ -839,6 +855,20 @@ pub struct Unreadable {
     pub error: Error,
 }
 
+/// One record a scan came to: read, or not.
+#[derive(Debug)]
+// Each lives for one call of a visitor, which moves the record out: a box would be one more
+// allocation per record listed, for nothing held.
+#[allow(clippy::large_enum_variant)]
+pub enum Listed {
+    Record(RestoreRecord),
+    Unreadable(Unreadable),
+}
+
+/// What a scan hands each record to, one at a time: a caller keeps what it shows, so a
+/// listing holds what is shown, never every record of a journal's history.
+pub type Visit<'a> = dyn FnMut(Listed) + Send + 'a;
+
 impl Listing {
     /// The records, provided every one read: what a caller that must see every record (a
     /// test's checker, whether a job already ran) takes.
@@ -859,8 +889,61 @@ impl Listing {
     /// Logs each record that did not read, by its key, with why.
     pub fn log_unreadable(&self) {
         for bad in &self.unreadable {
-            tracing::warn!(record = %bad.key, error = %bad.error, "a journal record does not read; it is left as it is");
+            log_unreadable(bad);
         }
+    }
+
+    /// Takes in what a scan came to: a record that reads if `keep` wants it, and every one
+    /// that does not.
+    fn take(&mut self, listed: Listed, keep: impl Fn(&RestoreRecord) -> bool) {
+        match listed {
+            Listed::Record(record) if keep(&record) => self.records.push(record),
+            Listed::Record(_) => {}
+            Listed::Unreadable(bad) => self.unreadable.push(bad),
+        }
+    }
+
+    fn sort(&mut self) {
+        self.records.sort_by_key(started);
+    }
+}
+
+/// Logs a record that did not read, by its key, with why.
+pub fn log_unreadable(bad: &Unreadable) {
+    tracing::warn!(record = %bad.key, error = %bad.error, "a journal record does not read; it is left as it is");
+}
+
+/// The order of a listing: when a restore started, then its attempt.
+fn started(record: &RestoreRecord) -> (Timestamp, u32) {
+    (record.started_at, record.attempt)
+}
+
+/// A record ordered by [`started`], for the heap that keeps the newest.
+struct ByStart(RestoreRecord);
+
+impl ByStart {
+    fn key(&self) -> (Timestamp, u32, &RestoreId) {
+        (self.0.started_at, self.0.attempt, &self.0.id)
+    }
+}
+
+impl PartialEq for ByStart {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for ByStart {}
+
+impl PartialOrd for ByStart {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByStart {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
     }
 }
 
@@ -884,16 +967,15 @@ pub trait Journal: Send + Sync {
 
     fn load<'a>(&'a self, id: &'a RestoreId) -> BoxFuture<'a, Result<Option<RestoreRecord>>>;
 
-    /// Every attempt of one job content (same name and hash), oldest first.
-    fn attempts<'a>(
+    /// Hands `visit` every record whose id starts with `id_prefix`, in no set order, and each
+    /// that does not read, reading a page at a time: no more than a page of stored values
+    /// is held at once, and what is kept is the visitor's to choose. `Err` only when the
+    /// journal itself cannot be listed (some records may have been visited by then).
+    fn scan<'a>(
         &'a self,
-        job_name: &'a str,
-        content_hash: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<RestoreRecord>>>;
-
-    /// Every record, oldest first, and those that do not read; `Err` only when the journal
-    /// itself cannot be listed.
-    fn list(&self) -> BoxFuture<'_, Result<Listing>>;
+        id_prefix: &'a str,
+        visit: &'a mut Visit<'_>,
+    ) -> BoxFuture<'a, Result<()>>;
 
     /// Whether the journal can be written and read now, by a write of its own that no
     /// record depends on: what a readiness probe asks, without reading any record (one that
@@ -904,6 +986,70 @@ pub trait Journal: Send + Sync {
     /// it or it changed since it was listed (retention's delete). The check and the delete
     /// are one step against a claimer: it either finds the record whole, or none.
     fn remove<'a>(&'a self, listed: &'a RestoreRecord) -> BoxFuture<'a, Result<Removal>>;
+
+    /// Every attempt of one job content (same name and hash), oldest first. Whether the job
+    /// ran must be read from every attempt: one that does not read is the error.
+    fn attempts<'a>(
+        &'a self,
+        job_name: &'a str,
+        content_hash: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<RestoreRecord>>> {
+        Box::pin(async move {
+            let prefix = RestoreId::content_prefix(job_name, content_hash);
+            let mut listing = Listing::default();
+            self.scan(&prefix, &mut |listed| listing.take(listed, |_| true))
+                .await?;
+            listing.sort();
+            listing.whole()
+        })
+    }
+
+    /// Every record that `keep` wants, oldest first, and every one that does not read.
+    fn list_where<'a>(
+        &'a self,
+        keep: &'a (dyn Fn(&RestoreRecord) -> bool + Sync),
+    ) -> BoxFuture<'a, Result<Listing>> {
+        Box::pin(async move {
+            let mut listing = Listing::default();
+            self.scan("", &mut |listed| listing.take(listed, keep))
+                .await?;
+            listing.sort();
+            Ok(listing)
+        })
+    }
+
+    /// Every record, oldest first, and those that do not read: for a caller that must see
+    /// them all (a test's checker); one that shows some takes [`Journal::newest`] or
+    /// [`Journal::list_where`].
+    fn list(&self) -> BoxFuture<'_, Result<Listing>> {
+        self.list_where(&|_| true)
+    }
+
+    /// The newest `n` records (by start, then attempt), oldest first, and every one that does
+    /// not read, holding no more than `n` records at a time: what `status` and
+    /// `list_restores` show.
+    fn newest(&self, n: usize) -> BoxFuture<'_, Result<Listing>> {
+        Box::pin(async move {
+            let mut heap = std::collections::BinaryHeap::new();
+            let mut unreadable = Vec::new();
+            self.scan("", &mut |listed| match listed {
+                Listed::Record(record) => {
+                    heap.push(std::cmp::Reverse(ByStart(record)));
+                    if heap.len() > n {
+                        heap.pop();
+                    }
+                }
+                Listed::Unreadable(bad) => unreadable.push(bad),
+            })
+            .await?;
+            let mut records: Vec<RestoreRecord> = heap.into_iter().map(|r| r.0.0).collect();
+            records.sort_by_key(started);
+            Ok(Listing {
+                records,
+                unreadable,
+            })
+        })
+    }
 }
 
 /// What [`Journal::remove`] did.

@@ -354,9 +354,37 @@ async fn find(
         .map(|identity| queued_view(&identity, "")))
 }
 
-async fn list_restores(State(state): State<Arc<ApiState>>, headers: HeaderMap) -> Response {
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    limit: Option<String>,
+}
+
+/// The restores, newest first: every one, or the newest `limit`, in which case the answer
+/// (and what the server holds to make it) grows with `limit`, not with the journal.
+async fn list_restores(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    Query(query): Query<ListQuery>,
+) -> Response {
     let rid = header_request_id(&headers);
-    match state.runner.journal().list().await {
+    let limit = match query.limit.as_deref().map(str::parse::<usize>) {
+        None => None,
+        Some(Ok(n)) if n > 0 => Some(n),
+        Some(_) => {
+            return envelope::<()>(
+                rid,
+                Code::ParameterError,
+                "limit: expected a whole number of restores, at least 1",
+                None,
+            );
+        }
+    };
+    let journal = state.runner.journal();
+    let listed = match limit {
+        Some(n) => journal.newest(n).await,
+        None => journal.list().await,
+    };
+    match listed {
         Ok(listing) => {
             // One bad record is named (by its key, not its content), and the rest listed.
             let msg = match listing.unreadable.len() {
@@ -395,18 +423,17 @@ async fn openapi(State(state): State<Arc<ApiState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
-    let listing = match state.runner.journal().list().await {
-        Ok(listing) => {
-            listing.log_unreadable();
-            Some(listing)
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "the journal could not be listed for /metrics");
-            None
-        }
-    };
+    let mut tally = super::metrics::Tally::default();
+    let listed = state
+        .runner
+        .journal()
+        .scan("", &mut |listed| tally.add(listed))
+        .await;
+    if let Err(e) = &listed {
+        tracing::warn!(error = %e, "the journal could not be listed for /metrics");
+    }
     let text = super::metrics::render(
-        listing.as_ref(),
+        listed.is_ok().then_some(&tally),
         state.runner.progress(),
         state.runner.tracked(),
         state.watch.as_deref(),

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use super::progress::LiveProgress;
 use super::watch::WatchStats;
-use crate::journal::{Listing, Outcome};
+use crate::journal::{Listed, Outcome, RestoreRecord};
 
 /// Upper bounds (seconds) of the reaction-time buckets: DESIGN §6 asks for 250 ms median.
 const REACTION_BUCKETS: [f64; 9] = [0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -41,33 +41,69 @@ fn outcome_label(o: Option<Outcome>) -> &'static str {
     }
 }
 
-/// The metrics of the journal's `listing` (`None` when it could not be listed), this host's
+/// What `/metrics` reads of the journal, taken in one record at a time: a scrape holds no
+/// record longer than it looks at it, however long the journal's history.
+#[derive(Debug, Default)]
+pub struct Tally {
+    by_outcome: BTreeMap<&'static str, u64>,
+    /// Finished restores' reaction times: per bucket of [`REACTION_BUCKETS`], the count at
+    /// or under its bound; then the count and sum of them all.
+    reaction_buckets: [u64; REACTION_BUCKETS.len()],
+    reactions: u64,
+    reaction_sum: f64,
+    staged_finished: u64,
+    unreadable: u64,
+}
+
+impl Tally {
+    /// Counts what a scan came to; a record that does not read is logged by its key.
+    pub fn add(&mut self, listed: Listed) {
+        match listed {
+            Listed::Record(record) => self.add_record(&record),
+            Listed::Unreadable(bad) => {
+                crate::journal::log_unreadable(&bad);
+                self.unreadable += 1;
+            }
+        }
+    }
+
+    fn add_record(&mut self, r: &RestoreRecord) {
+        *self.by_outcome.entry(outcome_label(r.outcome)).or_default() += 1;
+        let Some(figures) = r.report.as_ref().and_then(|r| r.read::<Figures>().ok()) else {
+            return;
+        };
+        if let Some(ms) = figures.reaction_ms {
+            let seconds = ms as f64 / 1000.0;
+            for (n, le) in self.reaction_buckets.iter_mut().zip(REACTION_BUCKETS) {
+                *n += u64::from(seconds <= le);
+            }
+            self.reactions += 1;
+            self.reaction_sum += seconds;
+        }
+        if let Some(staging) = figures.staging {
+            self.staged_finished += staging.bytes;
+        }
+    }
+}
+
+/// The metrics of the journal's `tally` (`None` when it could not be listed), this host's
 /// running restores, what its runner holds (tasks, wanted jobs) and its watched directory.
 pub fn render(
-    listing: Option<&Listing>,
+    tally: Option<&Tally>,
     live: &LiveProgress,
     (tasks, wanted): (usize, usize),
     watch: Option<&WatchStats>,
 ) -> String {
-    let records = listing.map_or(&[][..], |l| &l.records[..]);
+    let empty = Tally::default();
+    let journal = tally.unwrap_or(&empty);
     let mut out = String::new();
     // Every outcome has a line, a zero included, so a dashboard's rate has a series.
     let mut by_outcome: BTreeMap<&str, u64> = (std::iter::once(None))
         .chain(Outcome::ALL.map(Some))
         .map(|o| (outcome_label(o), 0))
         .collect();
-    let mut reactions = Vec::new();
-    let mut staged_finished = 0u64;
-    for r in records {
-        *by_outcome.entry(outcome_label(r.outcome)).or_default() += 1;
-        if let Some(figures) = r.report.as_ref().and_then(|r| r.read::<Figures>().ok()) {
-            if let Some(ms) = figures.reaction_ms {
-                reactions.push(ms as f64 / 1000.0);
-            }
-            if let Some(staging) = figures.staging {
-                staged_finished += staging.bytes;
-            }
-        }
+    for (outcome, n) in &journal.by_outcome {
+        *by_outcome.entry(outcome).or_default() += n;
     }
     let _ = writeln!(
         out,
@@ -104,22 +140,20 @@ pub fn render(
         "# HELP lockstep_reaction_seconds From the last end reporting Uncommitted to the commit going out, per finished restore."
     );
     let _ = writeln!(out, "# TYPE lockstep_reaction_seconds histogram");
-    for le in REACTION_BUCKETS {
-        let n = reactions.iter().filter(|r| **r <= le).count();
+    for (le, n) in REACTION_BUCKETS.iter().zip(journal.reaction_buckets) {
         let _ = writeln!(out, "lockstep_reaction_seconds_bucket{{le=\"{le}\"}} {n}");
     }
     let _ = writeln!(
         out,
         "lockstep_reaction_seconds_bucket{{le=\"+Inf\"}} {}",
-        reactions.len()
+        journal.reactions
     );
     let _ = writeln!(
         out,
         "lockstep_reaction_seconds_sum {}",
-        // Summing floats starts from -0.0, which an empty sum would print as `-0`.
-        reactions.iter().fold(0.0, |total, r| total + r)
+        journal.reaction_sum
     );
-    let _ = writeln!(out, "lockstep_reaction_seconds_count {}", reactions.len());
+    let _ = writeln!(out, "lockstep_reaction_seconds_count {}", journal.reactions);
 
     let _ = writeln!(
         out,
@@ -134,7 +168,7 @@ pub fn render(
     let _ = writeln!(
         out,
         "lockstep_staged_bytes {}",
-        staged_finished + running_staged
+        journal.staged_finished + running_staged
     );
 
     // A journal that cannot be listed, or a record in it that does not read, is seen here
@@ -143,12 +177,12 @@ pub fn render(
         (
             "lockstep_journal_listed",
             "1 when the journal could be listed for this scrape, 0 when not (the counts above are then empty).",
-            u64::from(listing.is_some()),
+            u64::from(tally.is_some()),
         ),
         (
             "lockstep_journal_unreadable_records",
             "Journal records that do not read (the log names each); the others are counted above.",
-            listing.map_or(0, |l| l.unreadable.len() as u64),
+            journal.unreadable,
         ),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}");
@@ -227,7 +261,7 @@ mod tests {
             }
         }
         let text = render(
-            Some(&Listing::default()),
+            Some(&Tally::default()),
             &LiveProgress::new(Arc::new(Silent)),
             (0, 0),
             Some(&WatchStats::default()),
@@ -272,7 +306,7 @@ mod tests {
     #[test]
     fn an_empty_journal_has_a_zero_for_every_outcome_and_no_negative_zero() {
         let text = render(
-            Some(&Listing::default()),
+            Some(&Tally::default()),
             &LiveProgress::new(Arc::new(Silent)),
             (0, 0),
             None,

@@ -155,7 +155,10 @@ pub fn document(tokens: TokenSetup) -> Value {
                     "200": ok(envelope(json!({"$ref": "#/components/schemas/RestoreView"})), "The restore (code 0), no id or an invalid one (code 400) or not found (code 3)"),
                 },
             }))},
-            "/api/v1/list_restores": {"get": route(Scope::Read, "Every restore in the journal, newest first", json!({
+            "/api/v1/list_restores": {"get": route(Scope::Read, "Every restore in the journal, newest first, or the newest `limit`", json!({
+                "parameters": [
+                    {"name": "limit", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1}, "description": "the newest this many restores; an answer and its cost grow with it, not with the journal's history. Anything but a whole number of at least 1: code 400"},
+                ],
                 "responses": {
                     "200": ok(envelope(json!({"type": "array", "items": {"$ref": "#/components/schemas/RestoreView"}})), "The restores"),
                 },

@@ -589,8 +589,9 @@ impl Runner {
                 return;
             }
             // A record that does not read is left to a person (logged each sweep); the others
-            // are swept.
-            let records = match self.journal.list().await {
+            // are swept. Only what there is to do is kept, not the journal's history.
+            let actionable = |r: &RestoreRecord| r.is_unfinished() || r.stage_left;
+            let records = match self.journal.list_where(&actionable).await {
                 Ok(listing) => listing.readable(),
                 Err(e) => {
                     tracing::warn!(error = %e, "sweep: cannot list the journal");

@@ -6,8 +6,10 @@ use std::time::Duration;
 use jiff::Timestamp;
 use lockstep::config::HostConfig;
 use lockstep::journal::etcd::{EtcdJournal, EtcdLocation};
-use lockstep::journal::etcd_client::EtcdClient;
-use lockstep::journal::{Error, Journal, Outcome, RestoreId, RestorePhase, RestoreRecord};
+use lockstep::journal::etcd_client::{self, EtcdClient};
+use lockstep::journal::{
+    Error, Journal, Outcome, RestoreId, RestorePhase, RestoreRecord, StoredReport,
+};
 
 use crate::support::{etcd, eventually};
 
@@ -477,4 +479,136 @@ async fn plain_http_to_another_hosts_etcd_is_refused_unless_accepted() {
         .err()
         .unwrap();
     assert!(!accepted.to_string().contains("plain http"), "{accepted}");
+}
+
+/// Issue 52: a record larger than etcd takes in one request (1.5 MiB by default) is saved
+/// in parts no larger than the value limit and read back whole, by `load` and by a listing;
+/// a save that replaces it leaves only its own parts, and a record whose parts went missing
+/// is one bad record while the others list.
+#[tokio::test]
+async fn a_record_larger_than_etcds_request_limit_is_saved_in_parts_and_read_back() {
+    let Some(etcd) = etcd("split").await else {
+        return;
+    };
+    let url = etcd.journal_url("split");
+    let a = journal(&url).await;
+    let location = EtcdLocation::parse(&url).unwrap();
+    let raw = EtcdClient::connect(&location, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let parts_of = |id: &RestoreId| {
+        let (raw, prefix) = (raw.clone(), format!("{}/part/{id}/", location.prefix));
+        async move {
+            let end = etcd_client::prefix_end(prefix.as_bytes());
+            let page = raw
+                .range_page(prefix.as_bytes(), &end, 10_000)
+                .await
+                .unwrap();
+            assert!(!page.more);
+            page.kvs
+        }
+    };
+    // A finished restore of many collections: its report alone is megabytes.
+    let large = |id: &RestoreId, word: &str| {
+        let names: Vec<String> = (0..120_000)
+            .map(|i| format!("db.{word}_collection_{i:06}"))
+            .collect();
+        RestoreRecord {
+            outcome: Some(Outcome::Succeeded),
+            phase: RestorePhase::Finished,
+            report: Some(StoredReport::of(&serde_json::json!({ "collections": names })).unwrap()),
+            ..record(id, 1)
+        }
+    };
+    let id = RestoreId::new("orders", "abcdef0123456789", 1);
+    let claim = a.claim(&id).await.unwrap();
+    let big = large(&id, "first");
+    let size = serde_json::to_vec(&big).unwrap().len();
+    assert!(
+        size > 3 << 20,
+        "{size} bytes: more than twice etcd's request limit"
+    );
+    a.save(claim.as_ref(), &big)
+        .await
+        .expect("a large record saves");
+    assert_eq!(a.load(&id).await.unwrap().as_ref(), Some(&big));
+    let listed = a.list().await.unwrap().whole().unwrap();
+    assert_eq!(listed, std::slice::from_ref(&big));
+    let parts = parts_of(&id).await;
+    assert_eq!(parts.len(), size.div_ceil(512 * 1024), "parts of 512 KiB");
+    assert!(parts.iter().all(|p| p.value.len() <= 512 * 1024));
+    let head = raw.get(&format!("{}/record/{id}", location.prefix)).await;
+    assert!(
+        head.unwrap().unwrap().value.len() < 200,
+        "the record key points at the parts"
+    );
+    a.fence(claim.as_ref())
+        .await
+        .expect("the fence holds a split record");
+
+    // Replaced by another large record, then by a small one: only the latest save's parts stay.
+    let bigger = large(&id, "second");
+    a.save(claim.as_ref(), &bigger).await.unwrap();
+    let generations: std::collections::BTreeSet<Vec<u8>> = (parts_of(&id).await.iter())
+        .map(|p| p.key.rsplitn(2, |b| *b == b'/').nth(1).unwrap().to_vec())
+        .collect();
+    assert_eq!(generations.len(), 1, "one save's parts");
+    assert_eq!(a.load(&id).await.unwrap().as_ref(), Some(&bigger));
+    let small = record(&id, 1);
+    a.save(claim.as_ref(), &small).await.unwrap();
+    assert!(
+        parts_of(&id).await.is_empty(),
+        "a whole record leaves no parts"
+    );
+    assert_eq!(a.load(&id).await.unwrap(), Some(small));
+    a.fence(claim.as_ref())
+        .await
+        .expect("held after its own saves");
+
+    // A record as one value, written before records were split, still reads.
+    let old = RestoreId::new("orders", "abcdef0123456789", 2);
+    let old_record = record(&old, 2);
+    let put = etcd_client::op_put(
+        &format!("{}/record/{old}", location.prefix),
+        serde_json::to_vec(&old_record).unwrap(),
+        0,
+    );
+    raw.txn(vec![], vec![put], vec![]).await.unwrap();
+    assert_eq!(a.load(&old).await.unwrap().as_ref(), Some(&old_record));
+
+    // Parts gone (a hand at etcd): that record does not read, and the others list.
+    a.save(claim.as_ref(), &big).await.unwrap();
+    let prefix = format!("{}/part/{id}/", location.prefix);
+    let end = etcd_client::prefix_end(prefix.as_bytes());
+    raw.txn(
+        vec![],
+        vec![etcd_client::op_delete_range(prefix.as_bytes(), &end)],
+        vec![],
+    )
+    .await
+    .unwrap();
+    // A head planted by whoever can write the prefix, claiming parts of a petabyte.
+    let planted = RestoreId::new("planted", "abcdef0123456789", 1);
+    let head = serde_json::json!({"split": {"generation": "00", "parts": 3, "bytes": 1u64 << 50}});
+    let put = etcd_client::op_put(
+        &format!("{}/record/{planted}", location.prefix),
+        serde_json::to_vec(&head).unwrap(),
+        0,
+    );
+    raw.txn(vec![], vec![put], vec![]).await.unwrap();
+    let listing = a.list().await.expect("listed despite the torn records");
+    assert_eq!(listing.records, [old_record]);
+    let keys: Vec<&str> = listing.unreadable.iter().map(|u| u.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            format!("{}/record/{id}", location.prefix),
+            format!("{}/record/{planted}", location.prefix)
+        ]
+    );
+    assert!(
+        (listing.unreadable.iter()).all(|u| matches!(u.error, Error::Torn { .. })),
+        "{:?}",
+        listing.unreadable
+    );
 }

@@ -11,6 +11,7 @@ mod first_week;
 mod fleet;
 mod hostile;
 mod logs;
+mod long_history;
 mod milvus_backup_api;
 mod owner_only;
 mod secrets;

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use e2e::{Running, StorageService, World, WorldSpec, eventually, lockstep_command, secondary};
+use e2e::{Running, StorageService, World, WorldSpec, lockstep_command, secondary};
 
 use crate::support::{TARGET, free_port};
 
@@ -130,12 +130,7 @@ async fn serve(world: &World, watched: &Path) -> (Running, String) {
         )
         .unwrap();
     let base = format!("http://{listen}");
-    let http = reqwest::Client::new();
-    eventually(Duration::from_secs(30), || async {
-        Ok(http.get(format!("{base}/healthz")).send().await.is_ok())
-    })
-    .await
-    .unwrap();
+    crate::support::answering(&base).await;
     (running, base)
 }
 
