@@ -4,12 +4,28 @@
 //! same numbers everywhere: an L0 segment's `num_of_rows` counts deletes, not rows, and is
 //! never added to `inserted`.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::DataRows;
 use super::meta::CollectionBackupInfo;
+
+/// A collection's rows as its data holds them: the figures every report gives under the same
+/// names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataRows {
+    /// The rows the data segments hold (their `num_of_rows`, which counting held the
+    /// binlogs to).
+    pub inserted: i64,
+    /// The rows some delete removes: a delta log of the row's own segment, or an L0 segment of
+    /// its partition or of the whole collection.
+    pub deleted: i64,
+    /// `inserted - deleted`: the rows a query sees once the restore is visible.
+    pub live: i64,
+    /// The live rows of each partition.
+    pub partitions: BTreeMap<String, i64>,
+}
 
 /// What a backup, or one collection of it, holds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

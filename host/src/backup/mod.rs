@@ -31,7 +31,7 @@ mod store;
 pub mod verify;
 
 pub use batch::{BatchId, BatchKind, ExpectedRows, ImportBatch};
-pub use figures::Figures;
+pub use figures::{DataRows, Figures};
 pub use file::BackupFile;
 pub use filter::{Filter, FilterError};
 pub use index::{IndexPlan, IndexedField};
@@ -40,8 +40,8 @@ pub use options::{
     CollectionCreation, DEFAULT_MAX_SEGMENTS_PER_JOB, L0Batching, RestoreOptions, Strategy,
 };
 pub use plan::{
-    CollectionConflict, CollectionPlan, DataRows, L0Route, PlanTotals, RestorePlan,
-    check_collection_exists, plan,
+    CollectionConflict, CollectionPlan, L0Route, PlanTotals, RestorePlan, check_collection_exists,
+    plan,
 };
 pub use read::{Backup, BackupFiles, BackupFormat, BinlogIndex, MetaSource, read};
 pub use rename::{RenameError, RenameRule, RenameRules, Renaming};

@@ -17,8 +17,8 @@ use milvus_proto::schema::CollectionSchema;
 
 use super::BackupFile;
 use super::Error;
-use super::Figures;
 use super::batch::{CollectionBatcher, ImportBatch};
+use super::figures::{DataRows, Figures};
 use super::index::{IndexPlan, plan_indexes};
 use super::meta::{CollectionBackupInfo, proto_key_values};
 use super::namespace::Namespace;
@@ -91,22 +91,6 @@ impl std::fmt::Display for L0Route {
             }
         })
     }
-}
-
-/// A collection's rows as its data holds them: the figures every report gives under the same
-/// names.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DataRows {
-    /// The rows the data segments hold (their `num_of_rows`, which counting held the
-    /// binlogs to).
-    pub inserted: i64,
-    /// The rows some delete removes: a delta log of the row's own segment, or an L0 segment of
-    /// its partition or of the whole collection.
-    pub deleted: i64,
-    /// `inserted - deleted`: the rows a query sees once the restore is visible.
-    pub live: i64,
-    /// The live rows of each partition.
-    pub partitions: BTreeMap<String, i64>,
 }
 
 /// What the restore does for one target collection.

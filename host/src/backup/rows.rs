@@ -35,10 +35,10 @@ use milvus_formats::column_group;
 use milvus_formats::storage::StorageKind;
 use object_store::ObjectStore;
 
-use super::Figures;
 use super::batch::{BatchKind, ImportBatch};
+use super::figures::{DataRows, Figures};
 use super::fold::{self, L0Deletes};
-use super::plan::{CollectionPlan, DataRows, L0Route, NewestRow, RestorePlan};
+use super::plan::{CollectionPlan, L0Route, NewestRow, RestorePlan};
 use super::read::{Backup, BackupFiles};
 
 /// `common.TimeStampField`: every segment's column of row timestamps.

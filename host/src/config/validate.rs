@@ -1415,7 +1415,7 @@ root = "backup"
         let path = "/etc/lockstep/lockstep.toml";
         let mut expected = vec![
             format!(
-                "{path}:18:1: clusters.c.tokens: unknown field `tokens`, expected one of `uri`, `token_env`, `storage`, `max_import_jobs`, `storage_type`, `local_storage_path`, `require_staging`, `l0_import`, `tls`, `management`"
+                "{path}:18:1: clusters.c.tokens: unknown field `tokens`, expected one of `uri`, `token_env`, `storage`, `max_import_jobs`, `storage_type`, `local_storage_path`, `require_staging`, `l0_import`, `tls`, `management`, `secondaries`"
             ),
             format!(
                 "{path}:4:7: storages.s.url: invalid storage URL `gcs://bucket`: expected s3://bucket/root, az://container/root, gs://bucket/root or file:///dir/root"

@@ -299,7 +299,15 @@ mod tests {
             "--use_v2_restore",
         ])
         .unwrap();
-        assert_eq!(flags, toml);
+        // The same job, spoken of in flags rather than keys.
+        assert_eq!(flags.vocabulary, Vocabulary::Flags);
+        assert_eq!(
+            Job {
+                vocabulary: Vocabulary::File,
+                ..flags.clone()
+            },
+            toml
+        );
         assert_eq!(flags.id(), toml.id());
         // Repeated --secondaries is the same as a comma-separated list.
         let repeated = from_flags(&[
@@ -321,7 +329,7 @@ mod tests {
             "--strategy=merged",
         ])
         .unwrap();
-        assert_eq!(repeated, toml);
+        assert_eq!(repeated, flags);
     }
 
     #[test]

@@ -576,7 +576,15 @@ mod tests {
             }"#,
         )
         .unwrap();
-        assert_eq!(rest.job, toml);
+        // The same job, spoken of in a request's fields rather than keys.
+        assert_eq!(rest.job.vocabulary, Vocabulary::Request);
+        assert_eq!(
+            Job {
+                vocabulary: Vocabulary::File,
+                ..rest.job.clone()
+            },
+            toml
+        );
         assert_eq!(rest.job.id(), toml.id());
         assert_eq!(rest.request_id.as_deref(), Some("req-1"));
         assert_eq!(rest.response, ResponseMode::Async);
