@@ -13,6 +13,7 @@
 pub mod embedded;
 pub mod etcd;
 pub mod etcd_client;
+pub mod measured;
 
 use std::collections::HashSet;
 use std::fmt;

@@ -434,6 +434,7 @@ async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
     }
     let text = super::metrics::render(
         listed.is_ok().then_some(&tally),
+        state.runner.journal_stats(),
         state.runner.progress(),
         state.runner.tracked(),
         state.watch.as_deref(),

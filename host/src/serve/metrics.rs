@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 
 use super::progress::LiveProgress;
 use super::watch::WatchStats;
+use crate::journal::measured::{BUCKETS, Op, Stats};
 use crate::journal::{Listed, Outcome, RestoreRecord};
 
 /// Upper bounds (seconds) of the reaction-time buckets: DESIGN §6 asks for 250 ms median.
@@ -90,6 +91,7 @@ impl Tally {
 /// running restores, what its runner holds (tasks, wanted jobs) and its watched directory.
 pub fn render(
     tally: Option<&Tally>,
+    calls: &Stats,
     live: &LiveProgress,
     (tasks, wanted): (usize, usize),
     watch: Option<&WatchStats>,
@@ -200,6 +202,7 @@ pub fn render(
         out,
         "lockstep_runner_tracked_jobs{{map=\"wanted\"}} {wanted}"
     );
+    journal_calls(calls, &mut out);
 
     if let Some(w) = watch {
         for (name, help, v) in [
@@ -234,6 +237,46 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// The journal's calls by operation: a latency histogram and the calls it could not answer.
+fn journal_calls(calls: &Stats, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "# HELP lockstep_journal_seconds How long this host's journal calls took, by operation."
+    );
+    let _ = writeln!(out, "# TYPE lockstep_journal_seconds histogram");
+    for op in Op::ALL {
+        let (stats, op) = (calls.of(op), op.label());
+        for (n, le) in stats.buckets.iter().zip(BUCKETS) {
+            let n = n.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "lockstep_journal_seconds_bucket{{op=\"{op}\",le=\"{le}\"}} {n}"
+            );
+        }
+        let calls = stats.calls.load(Ordering::Relaxed);
+        let seconds = stats.micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(
+            out,
+            "lockstep_journal_seconds_bucket{{op=\"{op}\",le=\"+Inf\"}} {calls}"
+        );
+        let _ = writeln!(out, "lockstep_journal_seconds_sum{{op=\"{op}\"}} {seconds}");
+        let _ = writeln!(out, "lockstep_journal_seconds_count{{op=\"{op}\"}} {calls}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP lockstep_journal_failures_total Journal calls the journal could not answer (a busy or lost claim is an answer), by operation."
+    );
+    let _ = writeln!(out, "# TYPE lockstep_journal_failures_total counter");
+    for op in Op::ALL {
+        let n = calls.of(op).failures.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "lockstep_journal_failures_total{{op=\"{}\"}} {n}",
+            op.label()
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -262,6 +305,7 @@ mod tests {
         }
         let text = render(
             Some(&Tally::default()),
+            &Stats::default(),
             &LiveProgress::new(Arc::new(Silent)),
             (0, 0),
             Some(&WatchStats::default()),
@@ -307,6 +351,7 @@ mod tests {
     fn an_empty_journal_has_a_zero_for_every_outcome_and_no_negative_zero() {
         let text = render(
             Some(&Tally::default()),
+            &Stats::default(),
             &LiveProgress::new(Arc::new(Silent)),
             (0, 0),
             None,

@@ -135,6 +135,8 @@ enum Step {
 /// Runs restores for a watcher and an API over one journal.
 pub struct Runner {
     journal: Arc<dyn Journal>,
+    /// How the journal's calls went, for `/metrics`.
+    journal_stats: Arc<journal::measured::Stats>,
     host: HostConfig,
     reports_dir: PathBuf,
     plugins: LazyRuntime,
@@ -174,8 +176,10 @@ impl Runner {
         shutdown: Interrupt,
         max_parallel: usize,
     ) -> Arc<Runner> {
+        let (journal, journal_stats) = journal::measured::Measured::wrap(journal);
         Arc::new(Runner {
             journal,
+            journal_stats,
             max_queued: host.max_queued,
             host,
             reports_dir: state_dir.join("reports"),
@@ -193,6 +197,10 @@ impl Runner {
 
     pub fn journal(&self) -> &Arc<dyn Journal> {
         &self.journal
+    }
+
+    pub fn journal_stats(&self) -> &journal::measured::Stats {
+        &self.journal_stats
     }
 
     pub fn host(&self) -> &HostConfig {

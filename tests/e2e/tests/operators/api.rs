@@ -348,6 +348,21 @@ async fn every_route_sync_and_async_with_state_read_back_after_a_restart() {
         metrics.contains("lockstep_reaction_seconds_count 2"),
         "{metrics}"
     );
+    // The journal's calls, timed: two restores claimed and saved, none failed.
+    let count = |op: &str| -> u64 {
+        let line = format!("lockstep_journal_seconds_count{{op=\"{op}\"}} ");
+        (metrics.lines().find_map(|l| l.strip_prefix(line.as_str())))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {line}in {metrics}"))
+    };
+    assert!(
+        count("claim") >= 2 && count("save") >= 2 && count("fence") >= 2,
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("lockstep_journal_failures_total{op=\"save\"} 0"),
+        "{metrics}"
+    );
 
     // The same request again is the same content: it does not run again.
     let created = creates(&world).await;
