@@ -590,9 +590,10 @@ impl Group<'_, '_> {
             }
         };
         faults::crash_point("after-commit");
-        // The commits went out: what is left is every end's completion, and the phase says
-        // so (it rides on the next write).
-        attempt.enter_phase(RestorePhase::Completing);
+        // The commits went out: what is left is every end's completion, and what a watcher
+        // sees says so now. The record's phase moves once the restore concludes, by a write
+        // of its own: a journal that cannot take it then fails the run (DESIGN §2).
+        (attempt.engine.progress).phase(attempt.id.as_str(), RestorePhase::Completing);
         let completion = Instant::now()
             + (self.groups.job.two_phase.completion_timeout).unwrap_or(DEFAULT_COMPLETION_TIMEOUT);
         let published = self.published;

@@ -604,7 +604,10 @@ fn view_of(state: &ApiState, record: &RestoreRecord) -> RestoreView {
         collection_restore_tasks: collections.into_values().collect(),
         job_name: record.job_name.clone(),
         outcome: record.outcome,
-        phase: Some(record.phase),
+        // What this host sees now may be ahead of the record's last write.
+        phase: Some(
+            (live.as_ref().and_then(|l| l.phase)).map_or(record.phase, |p| p.max(record.phase)),
+        ),
         report,
         waiting_for: live.as_ref().and_then(waiting_for),
         snapshot: record.progress.clone(),
