@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware;
@@ -364,9 +365,19 @@ struct ListQuery {
 async fn list_restores(
     State(state): State<Arc<ApiState>>,
     headers: HeaderMap,
-    Query(query): Query<ListQuery>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Response {
     let rid = header_request_id(&headers);
+    // A query that does not parse (a field twice, say) gets milvus-backup's code 400 in the
+    // envelope, as a bad `limit` does, not axum's bare 400.
+    let Ok(Query(query)) = query.map_err(|e| tracing::debug!(error = %e, "bad query")) else {
+        return envelope::<()>(
+            rid,
+            Code::ParameterError,
+            "the query string does not parse: expected at most one limit",
+            None,
+        );
+    };
     let limit = match query.limit.as_deref().map(str::parse::<usize>) {
         None => None,
         Some(Ok(n)) if n > 0 => Some(n),
