@@ -570,9 +570,10 @@ fn parse(key: &str, bytes: &[u8]) -> Result<RestoreRecord> {
 
 /// Renews `lease` every third of its TTL until aborted. When etcd answers that the lease is
 /// gone (TTL 0), or no renewal got through for a whole TTL, the claim is marked lost: every
-/// later save under it fails, since another host may already hold the restore. An answer is
-/// awaited a third of the TTL at most: a renewal that waited out a longer request limit
-/// would learn of a lease that had already expired, with a short TTL.
+/// later save under it fails, since another host may already hold the restore. Opening the
+/// stream (on whichever member answers) and each answer are awaited a third of the TTL at
+/// most: a renewal that waited out a longer request limit would learn of a lease that had
+/// already expired, with a short TTL.
 async fn keep_alive(
     client: EtcdClient,
     lease: i64,
@@ -588,7 +589,8 @@ async fn keep_alive(
         // A stream just opened carries its first renewal already.
         let sent = match channel.as_mut() {
             None => {
-                channel = client.lease_keep_alive(lease).await.ok();
+                let open = tokio::time::timeout(answer_within, client.lease_keep_alive(lease));
+                channel = open.await.ok().and_then(Result::ok);
                 Ok(())
             }
             Some(stream) => stream

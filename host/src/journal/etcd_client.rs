@@ -8,6 +8,7 @@
 //! unused by default, or a JWT's lifetime), and etcd then answers `Unauthenticated`: each call
 //! is asked once more with a fresh token, so a journal that sat idle for an hour still saves.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -60,15 +61,25 @@ impl tonic::service::Interceptor for Token {
     }
 }
 
-/// A client of one etcd cluster, its members balanced. Cheap to clone.
+/// A client of one etcd cluster. Every call goes to one member, the one that answered last,
+/// and moves on to the next when that one cannot answer: a member that died, that lost its
+/// quorum, or that a partition hides. Cheap to clone.
 #[derive(Clone)]
 pub struct EtcdClient {
-    kv: KvClient<Authed>,
-    lease: LeaseClient<Authed>,
-    auth: AuthClient<Channel>,
+    members: Arc<[Member]>,
+    /// The member calls go to first: the last that answered.
+    pinned: Arc<AtomicUsize>,
     /// The user and password a token is asked for with, when etcd checks them.
     user: Option<(String, Secret)>,
     token: Token,
+}
+
+/// The services of one member, over its own connection.
+struct Member {
+    url: String,
+    kv: KvClient<Authed>,
+    lease: LeaseClient<Authed>,
+    auth: AuthClient<Channel>,
 }
 
 /// What a call failed with: the members unreachable, etcd's own answer, or what the host
@@ -118,16 +129,16 @@ impl EtcdClient {
             .map_err(CallError::Setup)?;
         let members = (location.urls().into_iter())
             .map(|url| {
-                let member = Endpoint::from_shared(url)?
+                let endpoint = Endpoint::from_shared(url.clone())?
                     .connect_timeout(timeout)
                     .timeout(timeout);
-                match &tls {
-                    Some(tls) => member.tls_config(tls.clone()),
-                    None => Ok(member),
-                }
+                let endpoint = match &tls {
+                    Some(tls) => endpoint.tls_config(tls.clone())?,
+                    None => endpoint,
+                };
+                Ok(endpoint.connect_lazy()).map(|channel| (url, channel))
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        let channel = Channel::balance_list(members.into_iter());
+            .collect::<Result<Vec<_>, tonic::transport::Error>>()?;
         let user = match &location.access.user {
             Some((name, password)) => Some((
                 name.clone(),
@@ -141,20 +152,30 @@ impl EtcdClient {
             None => None,
         };
         let token = Token::default();
+        let members = (members.into_iter())
+            .map(|(url, channel)| Member {
+                url,
+                kv: KvClient::with_interceptor(channel.clone(), token.clone())
+                    .max_decoding_message_size(RESPONSE_LIMIT),
+                lease: LeaseClient::with_interceptor(channel.clone(), token.clone()),
+                auth: AuthClient::new(channel),
+            })
+            .collect();
         let client = EtcdClient {
-            kv: KvClient::with_interceptor(channel.clone(), token.clone())
-                .max_decoding_message_size(RESPONSE_LIMIT),
-            lease: LeaseClient::with_interceptor(channel.clone(), token.clone()),
-            auth: AuthClient::new(channel),
+            members,
+            pinned: Arc::default(),
             user,
             token,
         };
-        client.sign_in().await?;
+        if client.user.is_some() {
+            client.on_any_member(|_| async { Ok(()) }).await?;
+        }
         Ok(client)
     }
 
-    /// Asks etcd for a token for the user, when there is one.
-    async fn sign_in(&self) -> Result<(), CallError> {
+    /// Asks `member` for a token for the user, when there is one. etcd replicates a token
+    /// through its log, so any member takes the one another gave.
+    async fn sign_in(&self, member: &Member) -> Result<(), tonic::Status> {
         let Some((name, password)) = &self.user else {
             return Ok(());
         };
@@ -162,11 +183,16 @@ impl EtcdClient {
             name: name.clone(),
             password: password.expose().to_owned(),
         };
-        let answer = self.auth.clone().authenticate(request).await?.into_inner();
+        let answer = member
+            .auth
+            .clone()
+            .authenticate(request)
+            .await?
+            .into_inner();
         let token = answer
             .token
             .parse()
-            .map_err(|_| CallError::Setup("etcd answered a token that is not ASCII".into()))?;
+            .map_err(|_| tonic::Status::internal("etcd answered a token that is not ASCII"))?;
         *self
             .token
             .0
@@ -175,27 +201,69 @@ impl EtcdClient {
         Ok(())
     }
 
-    /// `call`, asked once more with a fresh token when etcd says the one it carried is no
-    /// longer good.
-    async fn signed<T, F, Fut>(&self, call: F) -> Result<T, CallError>
+    /// `call` on the pinned member, then on each other in turn while the one asked cannot
+    /// answer ([`moves_on`]); signed in first when there is a user and no token yet, and once
+    /// more when etcd says the token expired. The member that answers is pinned.
+    ///
+    /// Asking another member again is safe for every call the journal makes: a save's
+    /// transaction holds only while the claim carries its lease, so one that landed before
+    /// its answer was lost lands again with the same value; a claim that landed finds its
+    /// own holder and takes it back ([`super::etcd`]); reads change nothing.
+    async fn on_any_member<T, F, Fut>(&self, call: F) -> Result<T, CallError>
     where
-        F: Fn() -> Fut,
+        F: Fn(&Member) -> Fut,
         Fut: std::future::Future<Output = Result<T, tonic::Status>>,
     {
-        match call().await {
-            Err(status) if status.code() == tonic::Code::Unauthenticated && self.user.is_some() => {
-                self.sign_in().await?;
-                Ok(call().await?)
+        let first = self.pinned.load(Ordering::Relaxed);
+        let mut last = None;
+        for step in 0..self.members.len() {
+            let index = (first + step) % self.members.len();
+            let member = &self.members[index];
+            match self.signed(member, &call).await {
+                Ok(answer) => {
+                    self.pinned.store(index, Ordering::Relaxed);
+                    return Ok(answer);
+                }
+                Err(status) if moves_on(&status) => {
+                    tracing::debug!(member = %member.url, error = %status.message(), "etcd member cannot answer; asking the next");
+                    last = Some(status);
+                }
+                Err(status) => return Err(status.into()),
             }
-            answer => Ok(answer?),
+        }
+        Err(last.expect("a location has at least one member").into())
+    }
+
+    /// `call` on `member`, signed in first when there is no token yet, and asked once more
+    /// with a fresh token when etcd says the one it carried is no longer good.
+    async fn signed<T, F, Fut>(&self, member: &Member, call: &F) -> Result<T, tonic::Status>
+    where
+        F: Fn(&Member) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        if self.user.is_none() {
+            return call(member).await;
+        }
+        let unsigned = (self.token.0.read())
+            .expect("no panics under the token lock")
+            .is_none();
+        if unsigned {
+            self.sign_in(member).await?;
+        }
+        match call(member).await {
+            Err(status) if status.code() == tonic::Code::Unauthenticated => {
+                self.sign_in(member).await?;
+                call(member).await
+            }
+            answer => answer,
         }
     }
 
     /// The value at `key`, if any.
     pub async fn get(&self, key: &str) -> Result<Option<KeyValue>, CallError> {
         let answer = self
-            .signed(|| {
-                let mut kv = self.kv.clone();
+            .on_any_member(|member| {
+                let mut kv = member.kv.clone();
                 async move { kv.range(get(key)).await }
             })
             .await?;
@@ -213,8 +281,8 @@ impl EtcdClient {
             ..Default::default()
         };
         let answer = self
-            .signed(|| {
-                let (mut kv, request) = (self.kv.clone(), request.clone());
+            .on_any_member(|member| {
+                let (mut kv, request) = (member.kv.clone(), request.clone());
                 async move { kv.range(request).await }
             })
             .await?
@@ -234,8 +302,8 @@ impl EtcdClient {
             ..Default::default()
         };
         let answer = self
-            .signed(|| {
-                let (mut kv, request) = (self.kv.clone(), request.clone());
+            .on_any_member(|member| {
+                let (mut kv, request) = (member.kv.clone(), request.clone());
                 async move { kv.range(request).await }
             })
             .await?;
@@ -255,8 +323,8 @@ impl EtcdClient {
             failure,
         };
         let answer = self
-            .signed(|| {
-                let (mut kv, request) = (self.kv.clone(), request.clone());
+            .on_any_member(|member| {
+                let (mut kv, request) = (member.kv.clone(), request.clone());
                 async move { kv.txn(request).await }
             })
             .await?;
@@ -270,8 +338,8 @@ impl EtcdClient {
             id: 0,
         };
         let answer = self
-            .signed(|| {
-                let mut lease = self.lease.clone();
+            .on_any_member(|member| {
+                let mut lease = member.lease.clone();
                 async move { lease.lease_grant(request).await }
             })
             .await?;
@@ -279,8 +347,8 @@ impl EtcdClient {
     }
 
     pub async fn lease_revoke(&self, id: i64) -> Result<(), CallError> {
-        self.signed(|| {
-            let mut lease = self.lease.clone();
+        self.on_any_member(|member| {
+            let mut lease = member.lease.clone();
             async move { lease.lease_revoke(LeaseRevokeRequest { id }).await }
         })
         .await?;
@@ -291,20 +359,33 @@ impl EtcdClient {
     /// it is that renewal's. (etcd answers the call only once a request came, so the first
     /// one goes out with the call.) Each later renewal is a request on `renew`.
     pub async fn lease_keep_alive(&self, id: i64) -> Result<KeepAlive, CallError> {
-        let open = || async {
-            let mut lease = self.lease.clone();
-            let (renew, requests) = mpsc::channel(4);
-            renew
-                .try_send(LeaseKeepAliveRequest { id })
-                .expect("a new channel has room");
-            let answers = lease
-                .lease_keep_alive(tokio_stream_of(requests))
-                .await?
-                .into_inner();
-            Ok(KeepAlive { renew, answers })
+        let open = |member: &Member| {
+            let mut lease = member.lease.clone();
+            async move {
+                let (renew, requests) = mpsc::channel(4);
+                renew
+                    .try_send(LeaseKeepAliveRequest { id })
+                    .expect("a new channel has room");
+                let answers = lease
+                    .lease_keep_alive(tokio_stream_of(requests))
+                    .await?
+                    .into_inner();
+                Ok(KeepAlive { renew, answers })
+            }
         };
-        self.signed(open).await
+        self.on_any_member(open).await
     }
+}
+
+/// Whether a call that failed with `status` may be asked of another member: the member
+/// could not be reached or gave up (no leader, a timeout, a member stopping), rather than
+/// answering the request.
+fn moves_on(status: &tonic::Status) -> bool {
+    use tonic::Code;
+    matches!(
+        status.code(),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled
+    )
 }
 
 /// A receiver as the request stream tonic sends from.

@@ -83,6 +83,10 @@ pub struct EtcdServer {
     /// Clients must come over TLS with a certificate this CA signed (`--client-cert-auth`);
     /// health is then asked on a plain metrics port of its own.
     tls: Option<(crate::tls::Certs, u16)>,
+    /// Its member name and, in a cluster, every member's `name=peer URL`
+    /// (`--initial-cluster`).
+    name: String,
+    cluster: Option<String>,
     child: Option<Child>,
     /// The tmpfs directory holding `data_dir`, removed when the server is dropped.
     _scratch: Option<tempfile::TempDir>,
@@ -121,27 +125,7 @@ impl EtcdServer {
         dir: &Path,
         certs: Option<crate::tls::Certs>,
     ) -> anyhow::Result<EtcdServer> {
-        let tmpfs = Path::new("/dev/shm");
-        let scratch = if tmpfs.is_dir() {
-            Some(
-                tempfile::Builder::new()
-                    .prefix("lockstep-etcd-")
-                    .tempdir_in(tmpfs)
-                    .context("a directory for etcd on /dev/shm")?,
-            )
-        } else {
-            None
-        };
-        let base = scratch.as_ref().map_or(dir, |s| s.path());
-        let mut server = EtcdServer {
-            binary: binary.to_owned(),
-            data_dir: base.join("etcd"),
-            client_port: 0,
-            peer_port: 0,
-            tls: certs.map(|certs| (certs, 0)),
-            child: None,
-            _scratch: scratch,
-        };
+        let mut server = EtcdServer::unstarted(binary, dir, certs, "faults")?;
         let mut attempt = 1;
         loop {
             server.client_port = free_port()?;
@@ -165,6 +149,38 @@ impl EtcdServer {
                 Err(e) => return Err(server.failure(e)),
             }
         }
+    }
+
+    /// A server not yet given ports or started: its data and log on tmpfs where there is one.
+    fn unstarted(
+        binary: &Path,
+        dir: &Path,
+        certs: Option<crate::tls::Certs>,
+        name: &str,
+    ) -> anyhow::Result<EtcdServer> {
+        let tmpfs = Path::new("/dev/shm");
+        let scratch = if tmpfs.is_dir() {
+            Some(
+                tempfile::Builder::new()
+                    .prefix("lockstep-etcd-")
+                    .tempdir_in(tmpfs)
+                    .context("a directory for etcd on /dev/shm")?,
+            )
+        } else {
+            None
+        };
+        let base = scratch.as_ref().map_or(dir, |s| s.path());
+        Ok(EtcdServer {
+            binary: binary.to_owned(),
+            data_dir: base.join(name),
+            client_port: 0,
+            peer_port: 0,
+            tls: certs.map(|certs| (certs, 0)),
+            name: name.into(),
+            cluster: None,
+            child: None,
+            _scratch: scratch,
+        })
     }
 
     /// `host:port` of its client URL.
@@ -191,12 +207,31 @@ impl EtcdServer {
     }
 
     async fn try_up(&mut self) -> Result<(), UpError> {
+        self.spawn()?;
+        self.wait_healthy().await
+    }
+
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+
+    fn health_url(&self) -> String {
+        match &self.tls {
+            Some((_, metrics)) => format!("http://127.0.0.1:{metrics}/health"),
+            None => format!("http://127.0.0.1:{}/health", self.client_port),
+        }
+    }
+
+    /// Starts the process, without waiting for it to answer: a cluster's members only
+    /// answer once a quorum of them runs.
+    fn spawn(&mut self) -> Result<(), UpError> {
         if self.child.is_some() {
             return Err(UpError::Other(anyhow::anyhow!("etcd is already running")));
         }
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         let client = format!("{scheme}://127.0.0.1:{}", self.client_port);
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let peer = self.peer_url();
+        let cluster = (self.cluster.clone()).unwrap_or_else(|| format!("{}={peer}", self.name));
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -204,39 +239,41 @@ impl EtcdServer {
             .context("opening etcd's log")
             .map_err(UpError::Other)?;
         let mut command = Command::new(&self.binary);
-        let health = match &self.tls {
-            Some((certs, metrics)) => {
-                let metrics = format!("http://127.0.0.1:{metrics}");
-                command
-                    .arg("--cert-file")
-                    .arg(&certs.server_cert)
-                    .arg("--key-file")
-                    .arg(&certs.server_key)
-                    .arg("--trusted-ca-file")
-                    .arg(&certs.ca)
-                    .args(["--client-cert-auth", "--listen-metrics-urls", &metrics])
-                    // Tokens of users expire 2 s after their last use, so a test sees a
-                    // client sign in again.
-                    .args(["--auth-token", "simple", "--auth-token-ttl", "2"]);
-                format!("{metrics}/health")
-            }
-            None => format!("{client}/health"),
-        };
+        if let Some((certs, metrics)) = &self.tls {
+            let metrics = format!("http://127.0.0.1:{metrics}");
+            command
+                .arg("--cert-file")
+                .arg(&certs.server_cert)
+                .arg("--key-file")
+                .arg(&certs.server_key)
+                .arg("--trusted-ca-file")
+                .arg(&certs.ca)
+                .args(["--client-cert-auth", "--listen-metrics-urls", &metrics])
+                // Tokens of users expire 2 s after their last use, so a test sees a
+                // client sign in again.
+                .args(["--auth-token", "simple", "--auth-token-ttl", "2"]);
+        }
         let child = command
-            .args(["--name", "faults", "--data-dir"])
+            .args(["--name", &self.name, "--data-dir"])
             .arg(&self.data_dir)
             .args(["--listen-client-urls", &client])
             .args(["--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("faults={peer}")])
+            .args(["--initial-cluster", &cluster])
             .stdout(std::process::Stdio::null())
             .stderr(log)
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("starting {}", self.binary.display()))
             .map_err(UpError::Other)?;
-        let child = self.child.insert(child);
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Waits until the server answers its health check, or says why it will not.
+    async fn wait_healthy(&mut self) -> Result<(), UpError> {
+        let health = self.health_url();
         // Each ask bounded: whatever took the port may accept and never answer.
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(1))
@@ -253,7 +290,11 @@ impl EtcdServer {
             {
                 return Ok(());
             }
-            if let Ok(Some(status)) = child.try_wait() {
+            let exited = match self.child.as_mut() {
+                Some(child) => child.try_wait().ok().flatten(),
+                None => return Err(UpError::Other(anyhow::anyhow!("etcd is not running"))),
+            };
+            if let Some(status) = exited {
                 self.child = None;
                 return Err(UpError::Exited(format!(
                     "etcd exited ({status}) before it answered; its log ends:\n{}",
@@ -293,6 +334,128 @@ impl EtcdServer {
             ),
         }
     }
+}
+
+/// A cluster of etcd members on loopback, as Milvus runs its etcd: three members, of which
+/// one can be killed and brought back, and whose leadership can be moved, while the others
+/// keep a quorum.
+pub struct EtcdCluster {
+    pub members: Vec<EtcdServer>,
+    http: reqwest::Client,
+}
+
+impl EtcdCluster {
+    /// Starts `size` members on free ports, and waits until each answers (which takes a
+    /// leader, so a quorum).
+    pub async fn start(binary: &Path, dir: &Path, size: usize) -> anyhow::Result<EtcdCluster> {
+        let mut members = (0..size)
+            .map(|i| {
+                let mut member = EtcdServer::unstarted(binary, dir, None, &format!("m{i}"))?;
+                member.client_port = free_port()?;
+                member.peer_port = free_port()?;
+                Ok(member)
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let cluster = (members.iter())
+            .map(|m| format!("{}={}", m.name, m.peer_url()))
+            .collect::<Vec<_>>()
+            .join(",");
+        for member in &mut members {
+            member.cluster = Some(cluster.clone());
+            member.spawn().map_err(|e| member.failure(e))?;
+        }
+        for member in &mut members {
+            member.wait_healthy().await.map_err(|e| member.failure(e))?;
+        }
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .context("an HTTP client")?;
+        Ok(EtcdCluster { members, http })
+    }
+
+    /// Every member's `host:port`, comma-separated: what a journal URL lists.
+    pub fn endpoints(&self) -> String {
+        (self.members.iter())
+            .map(EtcdServer::address)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The index of the member that leads now, asked of the members that answer.
+    pub async fn leader(&self) -> anyhow::Result<usize> {
+        let mut last = None;
+        for member in &self.members {
+            match self.status(member).await {
+                Ok(status) if status.leader != "0" => {
+                    for (i, candidate) in self.members.iter().enumerate() {
+                        if self
+                            .status(candidate)
+                            .await
+                            .ok()
+                            .map(|s| s.header.member_id)
+                            == Some(status.leader.clone())
+                        {
+                            return Ok(i);
+                        }
+                    }
+                    last = Some(anyhow::anyhow!(
+                        "leader {} answers no status",
+                        status.leader
+                    ));
+                }
+                Ok(_) => last = Some(anyhow::anyhow!("{} knows no leader", member.name)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("the cluster has no members")))
+    }
+
+    /// Moves leadership from the leader to another member that runs; its index.
+    pub async fn move_leader(&self) -> anyhow::Result<usize> {
+        let from = self.leader().await?;
+        let to = (0..self.members.len())
+            .map(|step| (from + 1 + step) % self.members.len())
+            .find(|&i| i != from && self.members[i].child.is_some())
+            .context("no other member runs")?;
+        let target = self.status(&self.members[to]).await?.header.member_id;
+        let url = format!(
+            "http://{}/v3/maintenance/transfer-leadership",
+            self.members[from].address()
+        );
+        let answer = (self.http.post(&url))
+            .json(&serde_json::json!({ "targetID": target }))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .context("asking the leader to step down")?;
+        anyhow::ensure!(
+            answer.status().is_success(),
+            "moving the leader from {} to {}: {}",
+            self.members[from].name,
+            self.members[to].name,
+            answer.text().await.unwrap_or_default()
+        );
+        Ok(to)
+    }
+
+    async fn status(&self, member: &EtcdServer) -> anyhow::Result<MemberStatus> {
+        let url = format!("http://{}/v3/maintenance/status", member.address());
+        let answer = self.http.post(&url).body("{}").send().await?;
+        Ok(answer.error_for_status()?.json().await?)
+    }
+}
+
+/// What a member's status call says, in the JSON of etcd's gateway (ids as strings).
+#[derive(serde::Deserialize)]
+struct MemberStatus {
+    header: StatusHeader,
+    leader: String,
+}
+
+#[derive(serde::Deserialize)]
+struct StatusHeader {
+    member_id: String,
 }
 
 /// A loopback port nobody listens on now. Another process could take it before its user

@@ -5,6 +5,7 @@
 mod api;
 mod backups;
 mod bounded;
+mod etcd_cluster;
 mod etcd_journal;
 mod exit_codes;
 mod first_week;
