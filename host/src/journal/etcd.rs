@@ -573,7 +573,9 @@ fn parse(key: &str, bytes: &[u8]) -> Result<RestoreRecord> {
 /// later save under it fails, since another host may already hold the restore. Opening the
 /// stream (on whichever member answers) and each answer are awaited a third of the TTL at
 /// most: a renewal that waited out a longer request limit would learn of a lease that had
-/// already expired, with a short TTL.
+/// already expired, with a short TTL. One that failed is tried again a twelfth of the TTL
+/// later on the next member, so a renewal gets through within about three quarters of the
+/// TTL of the last while any member answers.
 async fn keep_alive(
     client: EtcdClient,
     lease: i64,
@@ -616,17 +618,22 @@ async fn keep_alive(
             },
             None => false,
         };
-        if renewed {
+        let next = if renewed {
             last_renewed = tokio::time::Instant::now();
+            every
         } else {
             channel = None;
+            client.unpin();
             if last_renewed.elapsed() >= ttl {
                 tracing::error!(restore = %id, lease, "no lease renewal got through for a whole TTL; the claim is lost");
                 lost.store(true, Ordering::SeqCst);
                 return;
             }
-        }
-        tokio::time::sleep(every).await;
+            // Soon, on the next member: a renewal that waited a third of the TTL for its
+            // answer, then another third for its turn, would land after the lease expired.
+            every / 4
+        };
+        tokio::time::sleep(next).await;
     }
 }
 

@@ -234,6 +234,14 @@ impl EtcdClient {
         Err(last.expect("a location has at least one member").into())
     }
 
+    /// Moves the pin on to the next member: a caller that gave up on a call within its own
+    /// deadline, shorter than a member's connect timeout (a lease's renewal), had no chance
+    /// to move on itself, and asks another member first next time.
+    pub fn unpin(&self) {
+        let next = (self.pinned.load(Ordering::Relaxed) + 1) % self.members.len();
+        self.pinned.store(next, Ordering::Relaxed);
+    }
+
     /// `call` on `member`, signed in first when there is no token yet, and asked once more
     /// with a fresh token when etcd says the one it carried is no longer good.
     async fn signed<T, F, Fut>(&self, member: &Member, call: &F) -> Result<T, tonic::Status>

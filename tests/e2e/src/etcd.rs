@@ -362,16 +362,33 @@ impl EtcdCluster {
             .join(",");
         for member in &mut members {
             member.cluster = Some(cluster.clone());
-            member.spawn().map_err(|e| member.failure(e))?;
-        }
-        for member in &mut members {
-            member.wait_healthy().await.map_err(|e| member.failure(e))?;
         }
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
             .build()
             .context("an HTTP client")?;
-        Ok(EtcdCluster { members, http })
+        let mut cluster = EtcdCluster { members, http };
+        cluster.up_all().await?;
+        Ok(cluster)
+    }
+
+    /// Kills every member, as in a crash, their data kept.
+    pub async fn kill_all(&mut self) -> anyhow::Result<()> {
+        for member in &mut self.members {
+            member.kill().await?;
+        }
+        Ok(())
+    }
+
+    /// Starts every member again on its ports and data, and waits until each answers.
+    pub async fn up_all(&mut self) -> anyhow::Result<()> {
+        for member in &mut self.members {
+            member.spawn().map_err(|e| member.failure(e))?;
+        }
+        for member in &mut self.members {
+            member.wait_healthy().await.map_err(|e| member.failure(e))?;
+        }
+        Ok(())
     }
 
     /// Every member's `host:port`, comma-separated: what a journal URL lists.

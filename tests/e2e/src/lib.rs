@@ -28,6 +28,7 @@ pub mod clouds;
 pub mod etcd;
 pub mod faults;
 pub mod host_style;
+pub mod relay;
 pub mod tls;
 
 /// What kind of world to build. `Default` is the happy one: a 3.0.2 target replicating to two

@@ -26,7 +26,8 @@ use tokio::time::Instant;
 use super::checker::{self, Ending, Evidence, ProcessRun, Resubmission, Violation};
 use super::schedule::{CheckBehaviour, Fault, JournalKind, Pause, Resume, Scenario};
 use super::trace::{RunnerLog, Trace};
-use crate::etcd::EtcdServer;
+use crate::etcd::EtcdCluster;
+use crate::relay::Relay;
 use crate::{Running, TARGET, World, WorldSpec, plugin, secondary};
 
 /// How many times a host that did not finish is brought back before the run gives up.
@@ -92,11 +93,22 @@ struct Process {
     crash_point: bool,
     /// Started with `LOCKSTEP_PAUSE_AT`: it may stop itself.
     pause_armed: bool,
+    /// Its own way to each etcd member, when a partition may cut it off.
+    relays: Vec<Relay>,
+}
+
+/// How a stale host was taken out of the fleet: stopped, or cut off from etcd while it
+/// runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stall {
+    Paused,
+    Partitioned,
 }
 
 /// A host paused past its lease, and when it wakes (`None`: once the main line finished).
 struct Stale {
     process: Process,
+    how: Stall,
     wake_at: Option<Instant>,
     woken: bool,
 }
@@ -150,7 +162,7 @@ struct Run<'a> {
     /// see the end up, then have it go down under the checker (seed 37).
     restarted_until: Option<Instant>,
     /// The seed's own etcd, for `JournalKind::Etcd`.
-    etcd: Option<EtcdServer>,
+    etcd: Option<EtcdCluster>,
     /// Hosts paused past their lease, in pause order.
     stale: Vec<Stale>,
     /// The jobs the restore creates, when every end's budget holds exactly those.
@@ -169,8 +181,9 @@ impl Run<'_> {
     ) -> anyhow::Result<Process> {
         self.started += 1;
         let name = format!("{verb}#{}", self.started);
+        let (journal, relays) = self.journal_for_a_host()?;
         let mut args: Vec<&str> = Vec::new();
-        if let Some(journal) = &self.journal {
+        if let Some(journal) = &journal {
             args.extend(["--journal", journal.as_str()]);
         }
         match verb {
@@ -207,20 +220,51 @@ impl Run<'_> {
             killed: false,
             crash_point: crash_at.is_some(),
             pause_armed: pause_at.is_some(),
+            relays,
         })
+    }
+
+    /// The journal a new host is given, and the relays it reaches etcd through when a
+    /// partition may cut it off (each host its own, so a cut hides one host).
+    fn journal_for_a_host(&self) -> anyhow::Result<(Option<String>, Vec<Relay>)> {
+        let (Some(journal), Some(etcd)) = (&self.journal, &self.etcd) else {
+            return Ok((self.journal.clone(), Vec::new()));
+        };
+        if !self.scenario.partitions() {
+            return Ok((Some(journal.clone()), Vec::new()));
+        }
+        let relays = (etcd.members.iter())
+            .map(|member| Relay::start(&member.address()))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let through = (relays.iter()).map(Relay::address).collect::<Vec<_>>();
+        let journal = journal.replacen(&etcd.endpoints(), &through.join(","), 1);
+        Ok((Some(journal), relays))
     }
 
     /// The main line's host is paused (by the runner or by itself): it stays paused past
     /// its lease, another host takes the job over from its job file, as a fleet's job-file
     /// loop does (and is killed during that, if `pause` says so), and the paused one waits
     /// for its wake.
-    async fn pause_main(&mut self, pause: Pause, main: &mut Option<Process>) -> anyhow::Result<()> {
+    async fn stall_main(
+        &mut self,
+        pause: Pause,
+        how: Stall,
+        main: &mut Option<Process>,
+    ) -> anyhow::Result<()> {
         let Some(mut stale) = main.take() else {
             anyhow::bail!("the main line has no process");
         };
         let paused_at = Instant::now();
-        stale.running.pause()?;
-        self.log.note(format!("{} paused", stale.name));
+        match how {
+            Stall::Paused => {
+                stale.running.pause()?;
+                self.log.note(format!("{} paused", stale.name));
+            }
+            Stall::Partitioned => {
+                stale.relays.iter().for_each(Relay::cut);
+                self.log.note(format!("{} cut off from etcd", stale.name));
+            }
+        }
         tokio::time::sleep(PAST_THE_LEASE).await;
         let mut takeover = self.start("takeover", None, None)?;
         if let Some(after) = pause.kill_takeover_after_ms {
@@ -237,6 +281,7 @@ impl Run<'_> {
         *main = Some(takeover);
         self.stale.push(Stale {
             process: stale,
+            how,
             wake_at: pause
                 .wake_after_ms
                 .map(|ms| paused_at + Duration::from_millis(ms)),
@@ -259,9 +304,18 @@ impl Run<'_> {
                 None if all => {}
                 None => continue,
             }
-            stale.process.running.wake()?;
+            match stale.how {
+                Stall::Paused => {
+                    stale.process.running.wake()?;
+                    self.log.note(format!("{} woken", stale.process.name));
+                }
+                Stall::Partitioned => {
+                    stale.process.relays.iter().for_each(Relay::heal);
+                    self.log
+                        .note(format!("{} reaches etcd again", stale.process.name));
+                }
+            }
             stale.woken = true;
-            self.log.note(format!("{} woken", stale.process.name));
         }
         Ok(())
     }
@@ -398,7 +452,7 @@ impl Run<'_> {
                     None => false,
                 };
                 if running {
-                    self.pause_main(*pause, main).await?;
+                    self.stall_main(*pause, Stall::Paused, main).await?;
                     Ok(())
                 } else {
                     Err("no lockstep process was running".into())
@@ -408,13 +462,44 @@ impl Run<'_> {
             Fault::ClockBehind { .. } => Ok(()),
             Fault::EtcdRestart { down_ms } => match self.etcd.as_mut() {
                 Some(etcd) => {
-                    etcd.kill().await?;
+                    etcd.kill_all().await?;
                     tokio::time::sleep(Duration::from_millis(*down_ms)).await;
-                    etcd.up().await?;
+                    etcd.up_all().await?;
                     Ok(())
                 }
                 None => Err("the scenario has no etcd".into()),
             },
+            Fault::MemberDown { member, down_ms } => {
+                match self.etcd.as_mut().and_then(|e| e.members.get_mut(*member)) {
+                    Some(member) => {
+                        member.kill().await?;
+                        tokio::time::sleep(Duration::from_millis(*down_ms)).await;
+                        member.up().await?;
+                        Ok(())
+                    }
+                    None => Err("the scenario's etcd has no such member".into()),
+                }
+            }
+            Fault::LeaderMoves => match self.etcd.as_ref() {
+                Some(etcd) => etcd
+                    .move_leader()
+                    .await
+                    .map(drop)
+                    .map_err(|e| format!("{e:#}")),
+                None => Err("the scenario has no etcd".into()),
+            },
+            Fault::PartitionHost(pause) => {
+                let running = match main.as_mut() {
+                    Some(p) => p.running.is_running()? && !p.running.is_paused(),
+                    None => false,
+                };
+                if running {
+                    self.stall_main(*pause, Stall::Partitioned, main).await?;
+                    Ok(())
+                } else {
+                    Err("no lockstep process was running".into())
+                }
+            }
             Fault::LostCreateAnswer { from_last } => match self.restore_jobs {
                 Some(jobs) => {
                     let lost = LostAnswer {
@@ -677,7 +762,8 @@ pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Res
     let job = world.job("faults", &job_tables(scenario)?)?;
     let etcd = match (scenario.journal, &config.etcd) {
         (JournalKind::Etcd, Some(binary)) => {
-            Some(EtcdServer::start(binary, &world.path("")).await?)
+            let members = scenario.etcd_members;
+            Some(EtcdCluster::start(binary, &world.path(""), members).await?)
         }
         (JournalKind::Etcd, None) => anyhow::bail!(
             "seed {} uses etcd, but there is no etcd binary on PATH",
@@ -688,7 +774,7 @@ pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Res
     let journal = etcd.as_ref().map(|etcd| {
         format!(
             "etcd://{}/lockstep-faults/{}?lease_ttl={}",
-            etcd.address(),
+            etcd.endpoints(),
             scenario.seed,
             LEASE.as_secs()
         )
@@ -729,7 +815,7 @@ pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Res
         {
             self_pause = None;
             *run.injected.entry("host-paused").or_default() += 1;
-            run.pause_main(pause, &mut main).await?;
+            run.stall_main(pause, Stall::Paused, &mut main).await?;
             continue;
         }
         run.wake(false).await?;

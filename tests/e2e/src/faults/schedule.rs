@@ -28,6 +28,8 @@ pub struct Scenario {
     pub mirror_grace_ms: u64,
     pub check: Option<CheckSetup>,
     pub journal: JournalKind,
+    /// How many members the etcd journal's cluster has: 1, or 3 as Milvus runs it.
+    pub etcd_members: usize,
     /// `LOCKSTEP_CRASH_AT` for the first process.
     pub crash_at: Option<&'static str>,
     /// `LOCKSTEP_PAUSE_AT` for the first process (etcd only): it stops itself at that point,
@@ -177,8 +179,18 @@ pub enum Fault {
     /// SIGSTOP of the running lockstep process past its lease (etcd only): another host
     /// takes the job over, and the paused one wakes later.
     PauseHost(Pause),
-    /// The seed's etcd is killed and starts again `down_ms` later, its data kept.
+    /// The seed's etcd (every member of it) is killed and starts again `down_ms` later,
+    /// its data kept.
     EtcdRestart { down_ms: u64 },
+    /// One member of a 3-member etcd is killed and starts again `down_ms` later; the others
+    /// keep a quorum. Member 0 is the one every host asks first.
+    MemberDown { member: usize, down_ms: u64 },
+    /// The etcd leader hands leadership to another member.
+    LeaderMoves,
+    /// The running lockstep process is cut off from every etcd member, as by a network
+    /// partition, while it still reaches Milvus: another host takes the job over once its
+    /// lease is gone, and the partition heals as a pause's host wakes.
+    PartitionHost(Pause),
     /// Every end's job budget holds exactly the restore's jobs, and the answer to the create
     /// of the job `from_last` before the restore's last is lost after the job was made: a
     /// retry meets the budget full, the lost job in it (milvus#53228 admits before it looks
@@ -209,7 +221,14 @@ pub struct Pause {
 impl Fault {
     /// A fault of the fleet: a stale host, or the journal going away.
     pub fn is_fleet(&self) -> bool {
-        matches!(self, Fault::PauseHost(_) | Fault::EtcdRestart { .. })
+        matches!(
+            self,
+            Fault::PauseHost(_)
+                | Fault::EtcdRestart { .. }
+                | Fault::MemberDown { .. }
+                | Fault::LeaderMoves
+                | Fault::PartitionHost(_)
+        )
     }
 
     /// The kind, for the runner's counts.
@@ -234,6 +253,9 @@ impl Fault {
             Fault::RaceHost => "second-host-race",
             Fault::PauseHost(_) => "host-paused",
             Fault::EtcdRestart { .. } => "etcd-restart",
+            Fault::MemberDown { .. } => "etcd-member-down",
+            Fault::LeaderMoves => "etcd-leader-moves",
+            Fault::PartitionHost(_) => "host-partitioned",
             Fault::LostCreateAnswer { .. } => "lost-create-answer-full-budget",
             Fault::SchemaDdl { .. } => "schema-ddl-while-held",
             Fault::ClockBehind { .. } => "clock-behind",
@@ -482,6 +504,27 @@ impl Scenario {
                 fault: Fault::ClockBehind { end, behind_ms },
             });
         }
+        // The etcd a fleet meets in production: three members, one of which dies or loses the
+        // lead mid-restore, and hosts a partition hides from all of them.
+        let etcd_members = if etcd && fleet && !d.chance(3) { 3 } else { 1 };
+        if etcd_members == 3 {
+            if d.chance(2) {
+                let member = if d.chance(3) { d.between(1, 2) } else { 0 } as usize;
+                let (at_ms, down_ms) = (d.between(0, WINDOW_MS), d.between(200, 6_000));
+                let fault = Fault::MemberDown { member, down_ms };
+                schedule.push(Timed { at_ms, fault });
+            }
+            for _ in 0..d.between(0, 2) {
+                let at_ms = d.between(0, WINDOW_MS);
+                let fault = Fault::LeaderMoves;
+                schedule.push(Timed { at_ms, fault });
+            }
+        }
+        if etcd && d.chance(if fleet { 3 } else { 8 }) {
+            let at_ms = d.between(0, WINDOW_MS);
+            let fault = Fault::PartitionHost(d.pause());
+            schedule.push(Timed { at_ms, fault });
+        }
         schedule.sort_by_key(|t| t.at_ms);
         Scenario {
             seed,
@@ -492,6 +535,7 @@ impl Scenario {
             mirror_grace_ms,
             check,
             journal,
+            etcd_members,
             crash_at,
             pause_at,
             resume,
@@ -549,6 +593,12 @@ impl Scenario {
         (self.schedule.iter()).any(|t| matches!(t.fault, Fault::ClockBehind { .. }))
     }
 
+    /// Whether a host is ever cut off from etcd: every host then reaches it through relays
+    /// of its own, which the cut acts on.
+    pub fn partitions(&self) -> bool {
+        (self.schedule.iter()).any(|t| matches!(t.fault, Fault::PartitionHost(_)))
+    }
+
     /// Whether every end's job budget is to hold exactly the restore's jobs.
     pub fn fills_the_budget(&self) -> bool {
         (self.schedule.iter()).any(|t| matches!(t.fault, Fault::LostCreateAnswer { .. }))
@@ -588,7 +638,7 @@ impl fmt::Display for Scenario {
         )?;
         writeln!(
             f,
-            "  job: atomicity {}, mirror_grace {} ms, check {}, journal {:?}, crash at {}, pause at {}, resume by {:?}",
+            "  job: atomicity {}, mirror_grace {} ms, check {}, journal {:?} ({} members), crash at {}, pause at {}, resume by {:?}",
             self.atomicity.name(),
             self.mirror_grace_ms,
             self.check.map_or("none".to_string(), |c| format!(
@@ -597,6 +647,7 @@ impl fmt::Display for Scenario {
                 c.phase.name()
             )),
             self.journal,
+            self.etcd_members,
             self.crash_at.unwrap_or("none"),
             self.pause_at
                 .map_or("none".to_string(), |(point, pause)| format!(
