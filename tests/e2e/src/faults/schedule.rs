@@ -505,8 +505,9 @@ impl Scenario {
             });
         }
         // The etcd a fleet meets in production: three members, one of which dies or loses the
-        // lead mid-restore, and hosts a partition hides from all of them.
-        let etcd_members = if etcd && fleet && !d.chance(3) { 3 } else { 1 };
+        // lead mid-restore, and hosts a partition hides from all of them. (The other seeds'
+        // etcd journal has one member.)
+        let etcd_members = if etcd && fleet { 3 } else { 1 };
         if etcd_members == 3 {
             if d.chance(2) {
                 let member = if d.chance(3) { d.between(1, 2) } else { 0 } as usize;
