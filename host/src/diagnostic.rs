@@ -49,13 +49,75 @@ impl fmt::Display for Location {
 }
 
 /// One thing wrong with an input: where, which field (`check[1].phase`,
-/// `two_phase.mirror_grace`; indexes count from 0) and what was expected.
+/// `two_phase.mirror_grace`; indexes count from 0), what kind of thing and what was
+/// expected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     pub location: Location,
     /// The field's path in the job file's terms, empty for the document as a whole.
     pub field: String,
+    pub kind: Kind,
     pub message: String,
+}
+
+/// A problem as a refusal's JSON gives it: where (`file`, `line`, `column`; or `flag`,
+/// `env`, `json_field`), the `field`, the `kind` and the `text`.
+impl serde::Serialize for Problem {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = serializer.serialize_map(None)?;
+        match &self.location {
+            Location::File { path, line, column } => {
+                map.serialize_entry("file", path)?;
+                map.serialize_entry("line", line)?;
+                map.serialize_entry("column", column)?;
+            }
+            Location::Flag(flag) => map.serialize_entry("flag", flag)?,
+            Location::Env(var) => map.serialize_entry("env", var)?,
+            Location::JsonField(field) => map.serialize_entry("json_field", field)?,
+            Location::Body { line, column } => {
+                map.serialize_entry("line", line)?;
+                map.serialize_entry("column", column)?;
+            }
+        }
+        map.serialize_entry("field", &self.field)?;
+        map.serialize_entry("kind", &self.kind)?;
+        map.serialize_entry("text", &self.message)?;
+        map.end()
+    }
+}
+
+/// What kind of problem, for a script that reads refusals (`kind` in their JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// The document is not TOML (or the body not JSON) at this place.
+    Syntax,
+    /// A key the format does not have.
+    UnknownField,
+    /// A value of the wrong type: a string where a number goes, say.
+    WrongType,
+    /// A value that must be given and is not.
+    Missing,
+    /// A value of the right type that is not allowed, or that disagrees with another.
+    Invalid,
+}
+
+impl Kind {
+    /// The kind of a deserializer's error, told by the texts serde gives its standard
+    /// errors (`unknown field`, `missing field`, `invalid type`), which every format's
+    /// deserializer, toml's and serde_json's among them, passes on as written.
+    pub fn of_deserializing(message: &str) -> Kind {
+        if message.starts_with("unknown field") {
+            Kind::UnknownField
+        } else if message.starts_with("missing field") {
+            Kind::Missing
+        } else if message.starts_with("invalid type") {
+            Kind::WrongType
+        } else {
+            Kind::Invalid
+        }
+    }
 }
 
 impl fmt::Display for Problem {
@@ -129,11 +191,22 @@ fn list(problems: &[Problem]) -> String {
 pub(crate) struct RawProblem {
     pub field: String,
     pub span: Option<Range<usize>>,
+    pub kind: Kind,
     pub message: String,
 }
 
 impl RawProblem {
+    /// A value that is not allowed ([`Kind::Invalid`]): what validation finds.
     pub fn new(
+        field: impl Into<String>,
+        span: Option<Range<usize>>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self::of_kind(Kind::Invalid, field, span, message)
+    }
+
+    pub fn of_kind(
+        kind: Kind,
         field: impl Into<String>,
         span: Option<Range<usize>>,
         message: impl Into<String>,
@@ -141,6 +214,7 @@ impl RawProblem {
         Self {
             field: field.into(),
             span,
+            kind,
             message: message.into(),
         }
     }
@@ -167,6 +241,7 @@ pub(crate) fn locate_in_file(path: &Path, text: &str, problems: Vec<RawProblem>)
                     column,
                 },
                 field: p.field,
+                kind: p.kind,
                 message: p.message,
             }
         })
@@ -188,7 +263,7 @@ pub(crate) fn read_toml<T: DeserializeOwned>(text: &str) -> TomlRead<T> {
     if !syntax_errors.is_empty() {
         let problems = syntax_errors
             .iter()
-            .map(|e| RawProblem::new("", e.span(), e.message().trim().to_owned()))
+            .map(|e| RawProblem::of_kind(Kind::Syntax, "", e.span(), e.message().trim()))
             .collect();
         return TomlRead {
             value: None,
@@ -209,8 +284,9 @@ pub(crate) fn read_toml<T: DeserializeOwned>(text: &str) -> TomlRead<T> {
             }
             Err(error) => {
                 let message = error.message().trim().to_owned();
+                let kind = Kind::of_deserializing(&message);
                 let Some(span) = error.span() else {
-                    problems.push(RawProblem::new("", None, message));
+                    problems.push(RawProblem::of_kind(kind, "", None, message));
                     return TomlRead {
                         value: None,
                         problems,
@@ -220,7 +296,12 @@ pub(crate) fn read_toml<T: DeserializeOwned>(text: &str) -> TomlRead<T> {
                 let mut path = Vec::new();
                 let mut deepest = Vec::new();
                 find_deepest(root.get_ref(), &span, &mut path, &mut deepest);
-                problems.push(RawProblem::new(render(&deepest), Some(span), message));
+                problems.push(RawProblem::of_kind(
+                    kind,
+                    render(&deepest),
+                    Some(span),
+                    message,
+                ));
                 // Remove the innermost key holding the error: a bad element of an array
                 // of scalars takes the whole array with it.
                 while matches!(deepest.last(), Some(Segment::Index(_))) {

@@ -356,12 +356,12 @@ async fn run_files(
             Ok(job) => jobs.push((job, setup::requested_by_file(f))),
             Err(e) => {
                 worst = worst.worst(Outcome::Refused);
-                refused.push((f.clone(), e.to_string()));
+                refused.push((f.clone(), e));
             }
         }
     }
     for (f, e) in &refused {
-        output::refused_file(format, f, e);
+        output::refused_file(format, f, &e.to_string());
     }
     let reports: Vec<Report> = futures::stream::iter(jobs)
         .map(|(job, requested_by)| async move { engine.run(&job, requested_by).await })

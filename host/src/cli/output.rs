@@ -54,7 +54,13 @@ pub fn error(format: OutputFormat, e: &anyhow::Error) {
     let text = lockstep::diagnostic::error_chain(e.as_ref());
     match format {
         OutputFormat::Text => eprintln!("lockstep: {text}"),
-        OutputFormat::Json => print_json(&json!({ "outcome": "refused", "error": text })),
+        OutputFormat::Json => {
+            // A refused input says each of its problems apart, located.
+            let problems = (e.chain())
+                .find_map(|cause| cause.downcast_ref::<lockstep::diagnostic::Error>())
+                .map_or(&[][..], lockstep::diagnostic::Error::problems);
+            print_json(&json!({ "outcome": "refused", "error": text, "problems": problems }))
+        }
     }
 }
 
@@ -191,7 +197,11 @@ pub fn report(format: OutputFormat, report: &Report) {
     }
 }
 
-pub fn reports(format: OutputFormat, reports: &[Report], refused: &[(std::path::PathBuf, String)]) {
+pub fn reports(
+    format: OutputFormat,
+    reports: &[Report],
+    refused: &[(std::path::PathBuf, lockstep::job::Error)],
+) {
     match format {
         OutputFormat::Text => {
             for r in reports {
@@ -223,11 +233,16 @@ pub fn reports(format: OutputFormat, reports: &[Report], refused: &[(std::path::
             #[derive(serde::Serialize)]
             struct RefusedFile<'a> {
                 file: &'a Path,
-                error: &'a str,
+                error: String,
+                problems: &'a [lockstep::job::Problem],
             }
             print_json(&Reports {
                 refused_files: (refused.iter())
-                    .map(|(file, error)| RefusedFile { file, error })
+                    .map(|(file, error)| RefusedFile {
+                        file,
+                        error: error.to_string(),
+                        problems: error.problems(),
+                    })
                     .collect(),
                 reports,
             });

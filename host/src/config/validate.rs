@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 use url::Url;
 
-use crate::diagnostic::{Error, Input, RawProblem, locate_in_file, read_toml};
+use crate::diagnostic::{Error, Input, Kind, RawProblem, locate_in_file, read_toml};
 
 use super::etcd::{EtcdAccess, EtcdLocation, JournalSpec, MAX_VALUE_KIB, ValueLimit};
 use super::file::{
@@ -138,7 +138,8 @@ fn validate(
                 resolve_storage(storage, "backups.storage", &storages, Author::Host, problems)
             }
             None => {
-                problems.push(RawProblem::new(
+                problems.push(RawProblem::of_kind(
+                Kind::Missing,
                     "backups.storage",
                     Some(backups.span()),
                     "missing field `storage`: expected the name of a [storages.NAME] or a table with `url`",
@@ -446,7 +447,8 @@ pub(crate) fn cluster_spec(
             problems,
         ),
         None => {
-            problems.push(RawProblem::new(
+            problems.push(RawProblem::of_kind(
+                Kind::Missing,
                 format!("{field}.uri"),
                 Some(span),
                 "missing field `uri`: expected the cluster's address, e.g. \"http://10.0.0.1:19530\"",
@@ -850,7 +852,8 @@ fn storage_spec(
     }
     let url = match &file.url {
         None => {
-            problems.push(RawProblem::new(
+            problems.push(RawProblem::of_kind(
+                Kind::Missing,
                 format!("{field}.url"),
                 Some(span),
                 "missing field `url`: expected s3://bucket/root, az://container/root, gs://bucket/root or file:///dir/root",

@@ -51,6 +51,17 @@ pub enum EndFiles {
     TargetStore,
 }
 
+/// How many times a host reads the attempts again when the attempt it claimed turns out
+/// to have been run meanwhile: each time means a whole attempt ran between one read and
+/// its claim.
+const CLAIM_LOOKS: usize = 3;
+
+/// What reading a job's attempts came to: the next one claimed, or the restore's end.
+enum Next {
+    Claimed(Box<dyn journal::Claim>, RestoreId, u32),
+    Done(Report),
+}
+
 impl Engine {
     /// Runs `job`: a no-op returning the earlier report when the same content already
     /// committed; otherwise resolves an attempt a crash left unfinished, then (unless that
@@ -94,40 +105,27 @@ impl Engine {
                 return self.refused_early(job, vec![Refusal::Client(e)]);
             }
         };
-        let attempts = match self.journal.attempts(&job.name, job.id().as_str()).await {
-            Ok(a) => a,
-            Err(e) => return self.host_failed(job, format!("journal: {e}")),
-        };
-        if let Some(last) = attempts.last() {
-            if last.outcome.is_some_and(Outcome::committed)
-                && let Some(report) = last.report.as_ref().and_then(|r| r.read::<Report>().ok())
-            {
-                tracing::info!(restore = %last.id, "this job content already committed; not running it again");
-                return report.not_run_again();
+        // Which attempt to run is read before it is claimed: a host held up in between (a
+        // pause, a partition from etcd) can find the attempt it chose already run by another
+        // host once its claim lands, and then reads the attempts again rather than write a
+        // fresh record over that one.
+        let mut looks = 0;
+        let (claim, id, attempt) = loop {
+            looks += 1;
+            match self.next_attempt(job, &ends, span).await {
+                Next::Claimed(claim, id, attempt) => match self.journal.load(&id).await {
+                    Ok(None) => break (claim, id, attempt),
+                    Ok(Some(_)) if looks < CLAIM_LOOKS => {
+                        tracing::info!(restore = %id, "another host ran this attempt since the attempts were read; reading them again");
+                    }
+                    Ok(Some(_)) => {
+                        let why = format!("attempt {id} was run by another host each time it was claimed");
+                        return self.host_failed(job, why);
+                    }
+                    Err(e) => return self.host_failed(job, format!("journal: {e}")),
+                },
+                Next::Done(report) => return report,
             }
-            if last.is_unfinished() {
-                span.record("id", tracing::field::display(&last.id));
-                let stores = job.destinations();
-                let report = recover(self, last.clone(), ends.clone(), Some(job), &stores).await;
-                if report.outcome != Outcome::RolledBack && report.outcome != Outcome::Refused {
-                    return report;
-                }
-            }
-        }
-        let attempt = attempts.iter().map(|r| r.attempt).max().unwrap_or(0) + 1;
-        let id = RestoreId::new(&job.name, job.id().as_str(), attempt);
-        span.record("id", tracing::field::display(&id));
-        let claim = match self.journal.claim(&id).await {
-            Ok(c) => c,
-            // Another process works on it: not lockstep's failure, and not the job's either.
-            Err(journal::Error::Busy { id, holder }) => {
-                let busy = Refusal::Busy {
-                    id: id.to_string(),
-                    holder,
-                };
-                return self.refused_early(job, vec![busy]);
-            }
-            Err(e) => return self.host_failed(job, format!("journal: {e}")),
         };
         let record = RestoreRecord {
             mirror_grace_ms: job.two_phase.mirror_grace.as_millis() as u64,
@@ -145,6 +143,47 @@ impl Engine {
             )
         };
         run::run_attempt(self, job, &ends, claim.as_ref(), record).await
+    }
+
+    /// Reads the job's attempts and claims the next: unless the same content already
+    /// committed (its report), or the last attempt is unfinished and its recovery ends the
+    /// restore.
+    async fn next_attempt(&self, job: &Job, ends: &Ends, span: &tracing::Span) -> Next {
+        let attempts = match self.journal.attempts(&job.name, job.id().as_str()).await {
+            Ok(a) => a,
+            Err(e) => return Next::Done(self.host_failed(job, format!("journal: {e}"))),
+        };
+        if let Some(last) = attempts.last() {
+            if last.outcome.is_some_and(Outcome::committed)
+                && let Some(report) = last.report.as_ref().and_then(|r| r.read::<Report>().ok())
+            {
+                tracing::info!(restore = %last.id, "this job content already committed; not running it again");
+                return Next::Done(report.not_run_again());
+            }
+            if last.is_unfinished() {
+                span.record("id", tracing::field::display(&last.id));
+                let stores = job.destinations();
+                let report = recover(self, last.clone(), ends.clone(), Some(job), &stores).await;
+                if report.outcome != Outcome::RolledBack && report.outcome != Outcome::Refused {
+                    return Next::Done(report);
+                }
+            }
+        }
+        let attempt = attempts.iter().map(|r| r.attempt).max().unwrap_or(0) + 1;
+        let id = RestoreId::new(&job.name, job.id().as_str(), attempt);
+        span.record("id", tracing::field::display(&id));
+        match self.journal.claim(&id).await {
+            Ok(claim) => Next::Claimed(claim, id, attempt),
+            // Another process works on it: not lockstep's failure, and not the job's either.
+            Err(journal::Error::Busy { id, holder }) => {
+                let busy = Refusal::Busy {
+                    id: id.to_string(),
+                    holder,
+                };
+                Next::Done(self.refused_early(job, vec![busy]))
+            }
+            Err(e) => Next::Done(self.host_failed(job, format!("journal: {e}"))),
+        }
     }
 
     /// Preflight and plan, changing nothing anywhere.

@@ -13,7 +13,7 @@ use super::vocabulary::{Vocabulary, flag_for};
 use super::{Job, validate};
 use crate::config::HostConfig;
 use crate::config::{Env, process_env};
-use crate::diagnostic::{Error, Input, Location, Problem, RawProblem};
+use crate::diagnostic::{Error, Input, Kind, Location, Problem, RawProblem};
 
 /// The flags of `lockstep restore`, for the CLI to flatten into its subcommand.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
@@ -118,6 +118,7 @@ fn job_file(args: &RestoreArgs) -> (JobFile, Vec<Problem>) {
             problems.push(Problem {
                 location: Location::Flag(flag.to_owned()),
                 field: String::new(),
+                kind: Kind::UnknownField,
                 message: format!("{flag} was removed from milvus-backup's restore: {advice}"),
             });
         }
@@ -132,6 +133,7 @@ fn job_file(args: &RestoreArgs) -> (JobFile, Vec<Problem>) {
                 problems.push(Problem {
                     location: Location::Flag("--strategy".to_owned()),
                     field: "strategy".to_owned(),
+                    kind: Kind::Invalid,
                     message: e.to_string(),
                 });
                 None
@@ -143,6 +145,7 @@ fn job_file(args: &RestoreArgs) -> (JobFile, Vec<Problem>) {
             Some(Strategy::PerSeg) => problems.push(Problem {
                 location: Location::Flag("--use_v2_restore".to_owned()),
                 field: "strategy".to_owned(),
+                kind: Kind::Invalid,
                 message: "--use_v2_restore asks for the merged strategy and --strategy asks for per_seg: give one"
                     .to_owned(),
             }),
@@ -208,6 +211,7 @@ pub(super) fn job_from_args(
         raw.into_iter().map(|p| Problem {
             location: Location::Flag(flag_for(&p.field)),
             field: p.field,
+            kind: p.kind,
             message: p.message,
         })
     };

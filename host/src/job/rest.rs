@@ -20,7 +20,7 @@ use super::vocabulary::{Vocabulary, json_field_for};
 use super::{Job, validate};
 use crate::config::HostConfig;
 use crate::config::{Env, process_env};
-use crate::diagnostic::{Error, Input, Location, Problem};
+use crate::diagnostic::{Error, Input, Kind, Location, Problem};
 
 /// Whether the caller waits for the restore's end (milvus-backup's `async`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -97,11 +97,21 @@ fn unspanned<T>(value: T) -> Spanned<T> {
     Spanned::new(0..0, value)
 }
 
+/// A field's value that is not allowed.
 fn problem(field: &str, message: impl Into<String>) -> Problem {
+    Problem {
+        kind: Kind::Invalid,
+        ..unread(field, message.into())
+    }
+}
+
+/// A field that did not deserialize, of the kind serde says.
+fn unread(field: &str, message: String) -> Problem {
     Problem {
         location: Location::JsonField(field.to_owned()),
         field: String::new(),
-        message: message.into(),
+        kind: Kind::of_deserializing(&message),
+        message,
     }
 }
 
@@ -115,6 +125,7 @@ fn parse_request(body: &[u8], problems: &mut Vec<Problem>) -> Option<RestoreRequ
             problems.push(Problem {
                 location: Location::Body { line, column },
                 field: String::new(),
+                kind: Kind::Syntax,
                 message: format!("malformed JSON: {}", super::json_message(&e)),
             });
             return None;
@@ -138,6 +149,7 @@ fn parse_request(body: &[u8], problems: &mut Vec<Problem>) -> Option<RestoreRequ
                 column: at - line_start + 1,
             },
             field: String::new(),
+            kind: Kind::WrongType,
             message: "expected a JSON object with milvus-backup's restore request fields"
                 .to_string(),
         });
@@ -150,7 +162,7 @@ fn parse_request(body: &[u8], problems: &mut Vec<Problem>) -> Option<RestoreRequ
             Ok(_) => {
                 good.insert(key, value);
             }
-            Err(e) => problems.push(problem(&key, e.to_string())),
+            Err(e) => problems.push(unread(&key, e.to_string())),
         }
     }
     Some(serde_json::from_value(Value::Object(good)).expect("every key deserialized on its own"))
@@ -421,6 +433,7 @@ pub(super) fn restore_from_body(
                 Problem {
                     location: Location::JsonField(field),
                     field: p.field,
+                    kind: p.kind,
                     message: p.message,
                 }
             }));

@@ -25,7 +25,7 @@ use super::{
 };
 use crate::config::{self as host, Env, HostConfig, StorageSpec, process_env};
 use crate::diagnostic::InRange;
-use crate::diagnostic::{self, Error, Input, RawProblem};
+use crate::diagnostic::{self, Error, Input, Kind, RawProblem};
 use crate::plugins::{AllowedHosts, Check, CheckLimits, CheckSection, Origin};
 
 /// `mirror_grace` default: a mirror that is catching up gets five minutes (DESIGN §1).
@@ -81,7 +81,7 @@ impl Problems<'_> {
                 Vocabulary::File => format!("missing field `{name}`: expected {expected}"),
                 Vocabulary::Flags | Vocabulary::Request => format!("missing: expected {expected}"),
             };
-            self.push(field, span, message);
+            (self.list).push(RawProblem::of_kind(Kind::Missing, field, span, message));
         }
     }
 

@@ -29,6 +29,7 @@ pub mod etcd;
 pub mod faults;
 pub mod host_style;
 pub mod relay;
+pub mod schema;
 pub mod tls;
 
 /// What kind of world to build. `Default` is the happy one: a 3.0.2 target replicating to two
@@ -786,7 +787,16 @@ impl World {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> anyhow::Result<RunResult> {
-        run_to_end(self.lockstep_with(output, args, env)).await
+        let result = run_to_end(self.lockstep_with(output, args, env)).await?;
+        // Every JSON output is held to the schema its command promises (docs/schema/).
+        if output == Output::Json
+            && let Ok(printed) = serde_json::from_str::<serde_json::Value>(&result.stdout)
+            && let Some(name) = schema::of_command(args, &printed)
+        {
+            schema::check(name, &printed)
+                .with_context(|| format!("lockstep {}", args.join(" ")))?;
+        }
+        Ok(result)
     }
 
     /// Starts `lockstep ARGS` and returns while it runs, collecting its log (stderr) as it

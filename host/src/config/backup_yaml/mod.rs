@@ -33,7 +33,7 @@ use super::spec::{
 };
 use super::tls::TlsSpec;
 use super::validate::read_pem;
-use crate::diagnostic::{Error, Input, Location, Problem, RawProblem, line_column};
+use crate::diagnostic::{Error, Input, Kind, Location, Problem, RawProblem, line_column};
 use settings::{Given, Origin, Settings};
 
 /// The cluster a milvus-backup config describes, by the name it has in the host model.
@@ -67,6 +67,7 @@ pub fn parse_sets(items: &[String]) -> Result<Vec<(String, String)>, Error> {
             _ => problems.push(Problem {
                 location: Location::Flag("--set".to_owned()),
                 field: String::new(),
+                kind: Kind::Syntax,
                 message: format!("`{item}`: expected KEY=VALUE"),
             }),
         }
@@ -155,6 +156,7 @@ impl Reader<'_> {
         self.problems.push(Problem {
             location: self.location(origin),
             field: key.to_owned(),
+            kind: Kind::Invalid,
             message: message.into(),
         });
     }
