@@ -119,7 +119,9 @@ impl Engine {
                         tracing::info!(restore = %id, "another host ran this attempt since the attempts were read; reading them again");
                     }
                     Ok(Some(_)) => {
-                        let why = format!("attempt {id} was run by another host each time it was claimed");
+                        let why = format!(
+                            "attempt {id} was run by another host each time it was claimed"
+                        );
                         return self.host_failed(job, why);
                     }
                     Err(e) => return self.host_failed(job, format!("journal: {e}")),

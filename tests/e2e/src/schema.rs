@@ -32,7 +32,10 @@ fn schemas() -> &'static (Vec<(String, Value)>, jsonschema::Registry<'static>) {
         let resources = schemas.iter().map(|(name, schema)| {
             let id = schema["$id"].as_str();
             let id = id.unwrap_or_else(|| panic!("docs/schema/{name} has no $id"));
-            (id.to_owned(), jsonschema::Resource::from_contents(schema.clone()))
+            (
+                id.to_owned(),
+                jsonschema::Resource::from_contents(schema.clone()),
+            )
         });
         let registry = (jsonschema::Registry::new().extend(resources))
             .and_then(jsonschema::RegistryBuilder::prepare)
@@ -107,7 +110,9 @@ mod tests {
         for (name, _) in &schemas().0 {
             let compiled = check(name, &json!(null)).map_err(|e| e.to_string());
             assert!(
-                compiled.as_ref().is_err_and(|e| !e.contains("does not compile")),
+                compiled
+                    .as_ref()
+                    .is_err_and(|e| !e.contains("does not compile")),
                 "{name}: {compiled:?}"
             );
         }
@@ -129,12 +134,24 @@ mod tests {
     #[test]
     fn a_commands_schema_follows_from_its_arguments_and_a_refusal_from_its_shape() {
         let report = json!({"outcome": "succeeded"});
-        assert_eq!(of_command(&["--journal", "etcd://x/y", "run", "a.toml"], &report), Some("batch.json"));
+        assert_eq!(
+            of_command(&["--journal", "etcd://x/y", "run", "a.toml"], &report),
+            Some("batch.json")
+        );
         assert_eq!(of_command(&["status"], &json!([])), Some("status.json"));
-        assert_eq!(of_command(&["status", "--last", "3"], &json!([])), Some("status.json"));
-        assert_eq!(of_command(&["status", "a.b.1"], &report), Some("record.json"));
+        assert_eq!(
+            of_command(&["status", "--last", "3"], &json!([])),
+            Some("status.json")
+        );
+        assert_eq!(
+            of_command(&["status", "a.b.1"], &report),
+            Some("record.json")
+        );
         let refused = json!({"outcome": "refused", "error": "x", "problems": []});
-        assert_eq!(of_command(&["restore", "-n", "b"], &refused), Some("refusal.json"));
+        assert_eq!(
+            of_command(&["restore", "-n", "b"], &refused),
+            Some("refusal.json")
+        );
         assert_eq!(of_command(&["list"], &report), None);
     }
 }

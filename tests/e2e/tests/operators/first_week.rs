@@ -229,6 +229,7 @@ async fn watch_tells_each_restore_as_it_ends() {
         }
     };
     let told: serde_json::Value = serde_json::from_str(&first_line(Output::Json).await).unwrap();
+    e2e::schema::check("told.json", &told).unwrap();
     assert_eq!(told["file"], file.display().to_string(), "{told}");
     assert_eq!(told["outcome"], "succeeded", "{told}");
     assert_eq!(told["ran"], true, "{told}");
