@@ -290,17 +290,7 @@ impl EtcdServer {
             {
                 return Ok(());
             }
-            let exited = match self.child.as_mut() {
-                Some(child) => child.try_wait().ok().flatten(),
-                None => return Err(UpError::Other(anyhow::anyhow!("etcd is not running"))),
-            };
-            if let Some(status) = exited {
-                self.child = None;
-                return Err(UpError::Exited(format!(
-                    "etcd exited ({status}) before it answered; its log ends:\n{}",
-                    self.log_tail()
-                )));
-            }
+            self.still_running()?;
             if Instant::now() >= until {
                 return Err(UpError::Other(anyhow::anyhow!(
                     "etcd did not answer within 30 s; its log ends:\n{}",
@@ -308,6 +298,24 @@ impl EtcdServer {
                 )));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `Err` when the process has exited (with its log's last lines) or was never started.
+    fn still_running(&mut self) -> Result<(), UpError> {
+        let exited = match self.child.as_mut() {
+            Some(child) => child.try_wait().ok().flatten(),
+            None => return Err(UpError::Other(anyhow::anyhow!("etcd is not running"))),
+        };
+        match exited {
+            Some(status) => {
+                self.child = None;
+                Err(UpError::Exited(format!(
+                    "etcd exited ({status}) before it answered; its log ends:\n{}",
+                    self.log_tail()
+                )))
+            }
+            None => Ok(()),
         }
     }
 
@@ -348,28 +356,43 @@ impl EtcdCluster {
     /// Starts `size` members on free ports, and waits until each answers (which takes a
     /// leader, so a quorum).
     pub async fn start(binary: &Path, dir: &Path, size: usize) -> anyhow::Result<EtcdCluster> {
-        let mut members = (0..size)
-            .map(|i| {
-                let mut member = EtcdServer::unstarted(binary, dir, None, &format!("m{i}"))?;
-                member.client_port = free_port()?;
-                member.peer_port = free_port()?;
-                Ok(member)
-            })
+        let members = (0..size)
+            .map(|i| EtcdServer::unstarted(binary, dir, None, &format!("m{i}")))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let cluster = (members.iter())
-            .map(|m| format!("{}={}", m.name, m.peer_url()))
-            .collect::<Vec<_>>()
-            .join(",");
-        for member in &mut members {
-            member.cluster = Some(cluster.clone());
-        }
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
             .build()
             .context("an HTTP client")?;
         let mut cluster = EtcdCluster { members, http };
-        cluster.up_all().await?;
-        Ok(cluster)
+        let mut attempt = 1;
+        loop {
+            for member in &mut cluster.members {
+                member.client_port = free_port()?;
+                member.peer_port = free_port()?;
+            }
+            let initial = (cluster.members.iter())
+                .map(|m| format!("{}={}", m.name, m.peer_url()))
+                .collect::<Vec<_>>()
+                .join(",");
+            for member in &mut cluster.members {
+                member.cluster = Some(initial.clone());
+            }
+            match cluster.try_up_all().await {
+                Ok(()) => return Ok(cluster),
+                // Another process took a port between `free_port` and etcd's bind (a seed
+                // running beside this one): every member starts afresh on new ports.
+                Err((_, UpError::Exited(log)))
+                    if attempt < START_ATTEMPTS && log.contains("address already in use") =>
+                {
+                    cluster.kill_all().await?;
+                    for member in &cluster.members {
+                        let _ = std::fs::remove_dir_all(&member.data_dir);
+                    }
+                    attempt += 1;
+                }
+                Err((i, e)) => return Err(cluster.members[i].failure(e)),
+            }
+        }
     }
 
     /// Kills every member, as in a crash, their data kept.
@@ -382,11 +405,25 @@ impl EtcdCluster {
 
     /// Starts every member again on its ports and data, and waits until each answers.
     pub async fn up_all(&mut self) -> anyhow::Result<()> {
-        for member in &mut self.members {
-            member.spawn().map_err(|e| member.failure(e))?;
+        self.try_up_all()
+            .await
+            .map_err(|(i, e)| self.members[i].failure(e))
+    }
+
+    /// Starts every member (each answers only once a quorum runs), then waits for each; the
+    /// member that did not come up, and why.
+    async fn try_up_all(&mut self) -> Result<(), (usize, UpError)> {
+        for (i, member) in self.members.iter_mut().enumerate() {
+            member.spawn().map_err(|e| (i, e))?;
         }
-        for member in &mut self.members {
-            member.wait_healthy().await.map_err(|e| member.failure(e))?;
+        // A member that cannot bind exits at once, while the others would wait out their
+        // whole start for a quorum it will never join.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for (i, member) in self.members.iter_mut().enumerate() {
+            member.still_running().map_err(|e| (i, e))?;
+        }
+        for (i, member) in self.members.iter_mut().enumerate() {
+            member.wait_healthy().await.map_err(|e| (i, e))?;
         }
         Ok(())
     }
