@@ -22,13 +22,20 @@ pub const POINTS: &[&str] = &[
     "before-report",
 ];
 
+/// Points a test may pause a process at (`LOCKSTEP_PAUSE_AT`) but that the fault runner
+/// does not draw from: between reading a job's attempts and claiming the next.
+pub const PAUSE_ONLY: &[&str] = &["before-claim"];
+
 /// Dies here if the test asked for it (`LOCKSTEP_CRASH_AT=<point>`); or, under
 /// `LOCKSTEP_FILL_DISK_AT=<point>`, fills the filesystem of the file `LOCKSTEP_FILL_DISK`
 /// names the first time the point is reached, so that every write after it (the journal's
 /// above all) meets a real ENOSPC at that phase and no other.
 #[cfg(all(feature = "fault-injection", debug_assertions))]
 pub fn crash_point(point: &str) {
-    debug_assert!(POINTS.contains(&point), "unknown crash point {point}");
+    debug_assert!(
+        POINTS.contains(&point) || PAUSE_ONLY.contains(&point),
+        "unknown crash point {point}"
+    );
     if std::env::var("LOCKSTEP_CRASH_AT").is_ok_and(|p| p == point) {
         // abort(): no unwinding, no destructors, nothing flushed: what SIGKILL leaves.
         std::process::abort();
@@ -42,6 +49,10 @@ pub fn crash_point(point: &str) {
             if let Err(e) = rustix::process::kill_process(me, rustix::process::Signal::STOP) {
                 tracing::error!(error = %e, "could not pause");
             }
+            // Another thread may take the signal, and this one run on a little while the
+            // stop spreads: asleep, it goes no further than the point (its next call, a
+            // claim say, would otherwise reach etcd before the process stops).
+            std::thread::sleep(std::time::Duration::from_millis(50));
         });
     }
     if std::env::var("LOCKSTEP_FILL_DISK_AT").is_ok_and(|p| p == point) {

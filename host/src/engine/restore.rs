@@ -174,6 +174,7 @@ impl Engine {
         let attempt = attempts.iter().map(|r| r.attempt).max().unwrap_or(0) + 1;
         let id = RestoreId::new(&job.name, job.id().as_str(), attempt);
         span.record("id", tracing::field::display(&id));
+        super::faults::crash_point("before-claim");
         match self.journal.claim(&id).await {
             Ok(claim) => Next::Claimed(claim, id, attempt),
             // Another process works on it: not lockstep's failure, and not the job's either.

@@ -568,3 +568,54 @@ async fn a_restore_the_sweep_took_over_runs_again_where_its_job_is() {
     }
     world.assert_nothing_held().await.unwrap();
 }
+
+/// A host held up between reading a job's attempts and claiming the next (here paused; a
+/// partition from etcd does the same) wakes to find that attempt run by another host. It
+/// reads the attempts again and reports that run, instead of writing a fresh record over it:
+/// the record keeps the other host's commit decision, and nothing is imported twice.
+#[tokio::test]
+async fn a_host_held_up_before_its_claim_does_not_write_over_the_attempt_another_ran() {
+    let Some(etcd) = etcd("held_up_before_claim").await else {
+        return;
+    };
+    let world = world().await;
+    let url = journal_url(&etcd, "held-up-before-claim");
+    let file = world.job("orders", "[restore]\nsuffix = \"_h\"\n").unwrap();
+    let file = file.to_str().unwrap();
+    let args = ["--journal", url.as_str(), "run", file];
+    let mut slow = world
+        .spawn(&args, &[("LOCKSTEP_PAUSE_AT", "before-claim")])
+        .unwrap();
+    eventually(Duration::from_secs(30), || async {
+        slow.is_paused().then_some(())
+    })
+    .await
+    .expect("the first host stops before its claim");
+
+    let other = world.run(&args, &[]).await.unwrap();
+    assert_eq!(other.code, 0, "{}", other.explain());
+    let id = other.report["restore_id"].as_str().unwrap().to_owned();
+    let creates_after = creates(&world).await;
+
+    // The other host's claim may outlive its process by the lease (its revocation is sent
+    // as it exits, not awaited): past that, the attempt is free to claim again.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    slow.wake().unwrap();
+    let woken = slow.finish().await.unwrap();
+    assert_eq!(woken.code, 0, "{}", woken.explain());
+    assert_eq!(woken.report["ran"], false, "{}", woken.report);
+    assert_eq!(woken.report["restore_id"], id.as_str(), "{}", woken.report);
+    assert_eq!(
+        creates(&world).await,
+        creates_after,
+        "nothing imported twice"
+    );
+    let records = records(&url).await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].id.to_string(), id);
+    assert_eq!(records[0].outcome, Some(Outcome::Succeeded));
+    assert!(
+        records[0].groups.iter().all(|g| g.decision.is_some()),
+        "the commit decision is still on record: {records:?}"
+    );
+}
