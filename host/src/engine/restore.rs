@@ -59,7 +59,7 @@ const CLAIM_LOOKS: usize = 3;
 /// What reading a job's attempts came to: the next one claimed, or the restore's end.
 enum Next {
     Claimed(Box<dyn journal::Claim>, RestoreId, u32),
-    Done(Report),
+    Done(Box<Report>),
 }
 
 impl Engine {
@@ -126,7 +126,7 @@ impl Engine {
                     }
                     Err(e) => return self.host_failed(job, format!("journal: {e}")),
                 },
-                Next::Done(report) => return report,
+                Next::Done(report) => return *report,
             }
         };
         let record = RestoreRecord {
@@ -153,21 +153,21 @@ impl Engine {
     async fn next_attempt(&self, job: &Job, ends: &Ends, span: &tracing::Span) -> Next {
         let attempts = match self.journal.attempts(&job.name, job.id().as_str()).await {
             Ok(a) => a,
-            Err(e) => return Next::Done(self.host_failed(job, format!("journal: {e}"))),
+            Err(e) => return Next::Done(Box::new(self.host_failed(job, format!("journal: {e}")))),
         };
         if let Some(last) = attempts.last() {
             if last.outcome.is_some_and(Outcome::committed)
                 && let Some(report) = last.report.as_ref().and_then(|r| r.read::<Report>().ok())
             {
                 tracing::info!(restore = %last.id, "this job content already committed; not running it again");
-                return Next::Done(report.not_run_again());
+                return Next::Done(Box::new(report.not_run_again()));
             }
             if last.is_unfinished() {
                 span.record("id", tracing::field::display(&last.id));
                 let stores = job.destinations();
                 let report = recover(self, last.clone(), ends.clone(), Some(job), &stores).await;
                 if report.outcome != Outcome::RolledBack && report.outcome != Outcome::Refused {
-                    return Next::Done(report);
+                    return Next::Done(Box::new(report));
                 }
             }
         }
@@ -183,9 +183,9 @@ impl Engine {
                     id: id.to_string(),
                     holder,
                 };
-                Next::Done(self.refused_early(job, vec![busy]))
+                Next::Done(Box::new(self.refused_early(job, vec![busy])))
             }
-            Err(e) => Next::Done(self.host_failed(job, format!("journal: {e}"))),
+            Err(e) => Next::Done(Box::new(self.host_failed(job, format!("journal: {e}")))),
         }
     }
 
