@@ -1620,6 +1620,16 @@ pub fn lockstep_bin() -> PathBuf {
     })
 }
 
+/// Waits (30 s at most) until a `serve` at `base` answers `/healthz`.
+pub async fn answering(base: &str) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    eventually(Duration::from_secs(30), || async {
+        Ok(http.get(format!("{base}/healthz")).send().await.is_ok())
+    })
+    .await
+    .with_context(|| format!("serve at {base} did not answer /healthz"))
+}
+
 /// Polls `check` every 20 ms for up to `limit`, until it is ready: `Ok(true)`, or `Some`
 /// of the value to return.
 pub async fn eventually<R, F, Fut>(limit: Duration, mut check: F) -> anyhow::Result<R::Value>
