@@ -15,13 +15,17 @@
 //! for through milvus-backup's REST restore, the others by a job file dropped into the
 //! watched directory and removed once its restore ended (as a pipeline that writes job files
 //! cleans up after them), each with its own name and collection suffix: a new restore each.
-//! At most [`IN_FLIGHT`] are asked for and not yet ended; a 429 is waited out for its
-//! `Retry-After`. Every `SOAK_EVERY` restores (1,000 unless set), `serve` is stopped with
+//! At most [`IN_FLIGHT`] are asked for and not yet ended (ended: its report is linked as the
+//! job's latest in the state directory, read there so that waiting costs `serve` nothing); a
+//! 429 is waited out for its `Retry-After`. Every `SOAK_EVERY` restores (1,000 unless set), `serve` is stopped with
 //! SIGTERM and started again.
 //!
 //! Per thousand (each `SOAK_EVERY`) it prints, read from the real processes at the end of the
 //! thousand, before the restart:
 //! - wall: from the thousand's first request to its last restore ended, and restores a second;
+//! - CPU: `serve`'s CPU time, user and system, over the thousand (from /proc/PID/stat);
+//! - scans: the time `serve`'s journal spent listing records over the thousand (its sweeps
+//!   for unfinished restores, the lookups of a job's attempts), as its `/metrics` counts it;
 //! - RSS: `serve`'s resident set (`VmRSS` in /proc/PID/status);
 //! - fds: `serve`'s open file descriptors (entries of /proc/PID/fd);
 //! - list: `GET /api/v1/list_restores?limit=50`, and `lockstep status --last 50` (a process of
@@ -43,7 +47,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
-use e2e::{TARGET, World, WorldSpec, answering, etcd::free_port, secondary};
+use e2e::{TARGET, World, WorldSpec, answering, cpu_time, etcd::free_port, secondary};
+use lockstep::journal::Outcome;
+use lockstep::serve::reports;
 use serde_json::{Value, json};
 
 /// Restores asked for and not yet ended, at most: beyond `--max-parallel`, so the runner's
@@ -106,6 +112,10 @@ struct Figures {
     wall: Duration,
     rss_kib: u64,
     fds: usize,
+    /// `serve`'s CPU time, user and system, over the thousand (it started with it).
+    cpu: Duration,
+    /// What `serve`'s journal spent scanning over the thousand, by its own `/metrics`.
+    scans: Duration,
     list: Duration,
     status: Duration,
     metrics: Duration,
@@ -122,10 +132,12 @@ async fn soak(total: usize, every: usize) -> anyhow::Result<()> {
          1 collection × 1 partition × {expected_rows} rows, target + 1 secondary, instant imports"
     );
     println!(
-        "  {:>6} {:>8} {:>6} {:>14} {:>12} {:>20} {:>20} {:>18} {:>5}",
+        "  {:>6} {:>8} {:>6} {:>7} {:>8} {:>14} {:>12} {:>20} {:>20} {:>18} {:>5}",
         "done",
         "wall s",
         "/s",
+        "CPU s",
+        "scans s",
         "RSS MB",
         "fds",
         "list_restores ms",
@@ -147,6 +159,8 @@ async fn soak(total: usize, every: usize) -> anyhow::Result<()> {
             wall,
             rss_kib: serve.rss_kib()?,
             fds: serve.fds()?,
+            cpu: serve.cpu()?,
+            scans: serve.scan_seconds().await?,
             list: timed(|| serve.list_restores(upto.min(PAGE))).await?,
             status: timed(|| status_last(&world, upto.min(PAGE))).await?,
             metrics: timed(|| serve.metrics(upto)).await?,
@@ -190,8 +204,10 @@ fn print_row(done: usize, count: usize, f: &Figures, first: Option<&Figures>) {
     let wall = f.wall.as_secs_f64();
     let rss = f.rss_kib as f64 / 1024.0;
     println!(
-        "  {done:>6} {wall:>8.1} {:>6.1} {rss:>8.1} {} {:>6} {} {:>14.1} {} {:>14.1} {} {:>12.1} {} {:>5}",
+        "  {done:>6} {wall:>8.1} {:>6.1} {:>7.1} {:>8.1} {rss:>8.1} {} {:>6} {} {:>14.1} {} {:>14.1} {} {:>12.1} {} {:>5}",
         count as f64 / wall,
+        f.cpu.as_secs_f64(),
+        f.scans.as_secs_f64(),
         ratio(rss, |b| b.rss_kib as f64 / 1024.0),
         f.fds,
         ratio(f.fds as f64, |b| b.fds as f64),
@@ -301,21 +317,6 @@ impl Serve {
         Ok(None)
     }
 
-    /// The outcome of the newest restore of job `name` once it ended, with its error
-    /// message; None while it is unknown (a job file not read yet) or running.
-    async fn outcome(&self, name: &str) -> anyhow::Result<Option<(String, String)>> {
-        let view: Value = self
-            .get(&format!("/api/v1/get_restore?id={name}"))
-            .await?
-            .json()
-            .await?;
-        let data = &view["data"];
-        Ok(data["outcome"].as_str().map(|outcome| {
-            let error = data["errorMessage"].as_str().unwrap_or_default();
-            (outcome.to_owned(), error.to_owned())
-        }))
-    }
-
     async fn list_restores(&self, want: usize) -> anyhow::Result<()> {
         let listed: Value = (self
             .get(&format!("/api/v1/list_restores?limit={PAGE}"))
@@ -357,6 +358,26 @@ impl Serve {
             .find_map(|l| l.strip_prefix("VmRSS:"))
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .context("no VmRSS in serve's /proc status")
+    }
+
+    fn cpu(&self) -> anyhow::Result<Duration> {
+        let cpu = cpu_time(self.pid).context("no CPU times in serve's /proc stat")?;
+        Ok(cpu.user + cpu.system)
+    }
+
+    /// `lockstep_journal_seconds_sum{op="scan"}`: every listing of the journal so far, the
+    /// runner's sweeps and the job lookups among them.
+    async fn scan_seconds(&self) -> anyhow::Result<Duration> {
+        let text = self.get("/metrics").await?.text().await?;
+        let seconds = (text.lines())
+            .find_map(|l| {
+                l.strip_prefix("lockstep_journal_seconds_sum{op=\"scan\"}")?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .context("no journal scan time in /metrics")?;
+        Ok(Duration::from_secs_f64(seconds))
     }
 
     fn fds(&self) -> anyhow::Result<usize> {
@@ -402,16 +423,21 @@ async fn drive(
         tokio::time::sleep(POLL).await;
         let mut still = Vec::with_capacity(in_flight.len());
         for restore in in_flight {
-            match serve.outcome(&restore.name).await? {
+            // The report `serve` links as the job's latest once it ended: read from the
+            // state directory, so that waiting costs `serve` nothing.
+            match reports::read_latest(&world.path("state/reports"), &restore.name) {
                 None => still.push(restore),
-                Some((outcome, error)) => {
+                Some(report) => {
                     if restore.via == Via::JobFile {
                         std::fs::remove_file(
                             world.path("jobs").join(format!("{}.toml", restore.name)),
                         )?;
                     }
-                    if outcome != "succeeded" {
-                        failed.push(format!("{}: {outcome} {error}", restore.name));
+                    if report.outcome != Outcome::Succeeded {
+                        failed.push(format!(
+                            "{}: {:?} {}",
+                            restore.name, report.outcome, report.summary
+                        ));
                     }
                 }
             }
