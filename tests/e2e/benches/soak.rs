@@ -102,7 +102,11 @@ impl Restore {
         Restore {
             name: format!("soak{i:05}"),
             suffix: format!("_s{i:05}"),
-            via: if i % 2 == 0 { Via::Rest } else { Via::JobFile },
+            via: if i.is_multiple_of(2) {
+                Via::Rest
+            } else {
+                Via::JobFile
+            },
         }
     }
 }
