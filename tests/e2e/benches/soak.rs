@@ -17,8 +17,8 @@
 //! cleans up after them), each with its own name and collection suffix: a new restore each.
 //! At most [`IN_FLIGHT`] are asked for and not yet ended (ended: its report is linked as the
 //! job's latest in the state directory, read there so that waiting costs `serve` nothing); a
-//! 429 is waited out for its `Retry-After`. Every `SOAK_EVERY` restores (1,000 unless set), `serve` is stopped with
-//! SIGTERM and started again.
+//! 429 is waited out for its `Retry-After`. Every `SOAK_EVERY` restores (1,000 unless set),
+//! `serve` is stopped with SIGTERM and started again.
 //!
 //! Per thousand (each `SOAK_EVERY`) it prints, read from the real processes at the end of the
 //! thousand, before the restart:
@@ -56,7 +56,7 @@ use serde_json::{Value, json};
 /// queue is never empty, and below `max_queued`, so a 429 is the exception it is in service.
 const IN_FLIGHT: usize = 8;
 const MAX_PARALLEL: &str = "4";
-/// How often the restores in flight are asked for their state.
+/// How often the reports of the restores in flight are looked for.
 const POLL: Duration = Duration::from_millis(200);
 /// Each listing and scrape is timed this many times; the median is the figure.
 const TIMINGS: usize = 5;
