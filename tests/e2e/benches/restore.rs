@@ -44,7 +44,7 @@
 
 use std::time::{Duration, Instant};
 
-use e2e::{TARGET, World, WorldSpec};
+use e2e::{Cpu, TARGET, World, WorldSpec, cpu_time};
 use milvus_sim::jobs::JobState;
 
 /// jemalloc, as in lockstep's binary: the keys and verify figures are timed in this process,
@@ -103,12 +103,6 @@ struct Run {
     cpu: Cpu,
 }
 
-#[derive(Default, Clone, Copy)]
-struct Cpu {
-    user: Duration,
-    system: Duration,
-}
-
 /// One restore of `world`'s backup through the binary.
 async fn restore(world: &World, extra: &str) -> anyhow::Result<Run> {
     let job = world.job("bench", extra)?;
@@ -153,20 +147,6 @@ fn vm_hwm_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// The process's CPU time so far from /proc: `utime` and `stime`, the 14th and 15th fields
-/// of its `stat`, in the kernel's USER_HZ ticks (100 a second on Linux's usual targets).
-fn cpu_time(pid: u32) -> Option<Cpu> {
-    const TICK: Duration = Duration::from_millis(10);
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces: count from after it.
-    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
-    let mut ticks = || fields.next()?.parse::<u32>().ok();
-    Some(Cpu {
-        user: TICK * ticks()?,
-        system: TICK * ticks()?,
-    })
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {

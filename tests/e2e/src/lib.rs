@@ -1631,6 +1631,37 @@ pub fn lockstep_bin() -> PathBuf {
     })
 }
 
+/// A process's CPU time, user and system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Cpu {
+    pub user: Duration,
+    pub system: Duration,
+}
+
+/// The process's CPU time so far from /proc: `utime` and `stime`, the 14th and 15th fields
+/// of its `stat`, in the kernel's USER_HZ ticks (100 a second on Linux's usual targets).
+pub fn cpu_time(pid: u32) -> Option<Cpu> {
+    const TICK: Duration = Duration::from_millis(10);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count from after it.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let mut ticks = || fields.next()?.parse::<u32>().ok();
+    Some(Cpu {
+        user: TICK * ticks()?,
+        system: TICK * ticks()?,
+    })
+}
+
+/// Waits (30 s at most) until a `serve` at `base` answers `/healthz`.
+pub async fn answering(base: &str) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    eventually(Duration::from_secs(30), || async {
+        Ok(http.get(format!("{base}/healthz")).send().await.is_ok())
+    })
+    .await
+    .with_context(|| format!("serve at {base} did not answer /healthz"))
+}
+
 /// Polls `check` every 20 ms for up to `limit`, until it is ready: `Ok(true)`, or `Some`
 /// of the value to return.
 pub async fn eventually<R, F, Fut>(limit: Duration, mut check: F) -> anyhow::Result<R::Value>

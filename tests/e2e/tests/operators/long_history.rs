@@ -103,7 +103,7 @@ async fn every_view_lists_them(root: &Path, journal: &[&str], bad: &str) {
         .collect();
     let _serve = lockstep(root, &args).spawn().unwrap();
     let base = format!("http://{listen}");
-    crate::support::answering(&base).await;
+    crate::support::answering(&base).await.unwrap();
     let http = reqwest::Client::new();
     let get = |path: &str| {
         let request = http.get(format!("{base}{path}"));

@@ -130,7 +130,7 @@ async fn serve(world: &World, watched: &Path) -> (Running, String) {
         )
         .unwrap();
     let base = format!("http://{listen}");
-    crate::support::answering(&base).await;
+    crate::support::answering(&base).await.unwrap();
     (running, base)
 }
 

@@ -4,17 +4,7 @@
 use std::path::{Path, PathBuf};
 
 pub use e2e::etcd::{TestEtcd, for_test as etcd, free_port};
-pub use e2e::{TARGET, World, WorldSpec, eventually};
-
-/// Waits (30 s at most) until a `serve` at `base` answers `/healthz`.
-pub async fn answering(base: &str) {
-    let http = reqwest::Client::new();
-    eventually(std::time::Duration::from_secs(30), || async {
-        Ok(http.get(format!("{base}/healthz")).send().await.is_ok())
-    })
-    .await
-    .unwrap();
-}
+pub use e2e::{TARGET, World, WorldSpec, answering, eventually};
 
 /// milvus-sim with a target replicating to one secondary, the backup `bak` and the host
 /// config naming both (`lockstep.toml`).
