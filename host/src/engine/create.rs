@@ -142,7 +142,10 @@ pub(super) async fn find_unanswered(
 /// The job a create of `batch` may have made: found by its paths, else, where the target
 /// honours the key, by the key itself, which hands back the job if it was ever made (a
 /// failed one included) and makes one otherwise, to be aborted with the rest. That create
-/// waits for `fence`.
+/// waits for `fence`. A full job budget ends the look there: the key cannot be looked up
+/// until a job ends (the jobs filling it may be a stalled host's, which this recovery is
+/// to abort), and the listing, which shows every unfinished job, showed none with these
+/// files, so nothing of this batch is left to abort.
 async fn find_lost(
     target: &EndClient,
     fence: &dyn Fence,
@@ -161,8 +164,11 @@ async fn find_lost(
     }
     let body = batch.create_held_import();
     let key = Some(batch.idempotency_key.as_str());
-    fenced(deadline, fence, || target.rest.create_import(&body, key))
-        .await
-        .ok()?
-        .ok()
+    let looked_up = fenced(deadline, fence, || async {
+        match target.rest.create_import(&body, key).await {
+            Err(e) if e.is_job_limit() => Ok(None),
+            answer => answer.map(Some),
+        }
+    });
+    looked_up.await.ok()?.ok()?
 }

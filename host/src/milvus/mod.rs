@@ -206,6 +206,14 @@ impl Error {
                 || (message.starts_with("job ") && message.contains(" not found")))
     }
 
+    /// The end's import job budget is full (`dataCoord.import.maxImportJobNum`): it takes
+    /// no new job, nor looks an Idempotency-Key up, until one ends (milvus#53228 admits
+    /// before it looks the key up).
+    pub fn is_job_limit(&self) -> bool {
+        matches!(self, Error::Api { code: 2101, message, .. }
+            if message.contains("number of jobs has reached the limit"))
+    }
+
     /// The end refuses the caller: no or wrong credentials (HTTP 401), or a privilege the
     /// user lacks (HTTP 403, with Milvus's `permission deny` in the body).
     pub fn is_denied(&self) -> bool {
