@@ -512,9 +512,22 @@ struct StatusHeader {
     member_id: String,
 }
 
-/// A loopback port nobody listens on now. Another process could take it before its user
-/// binds it; on a test machine that is rare enough that the error naming it will do.
+/// A loopback port nobody listens on now, chosen below Linux's ephemeral range (32768 and
+/// up) and clear of the ports a Milvus standalone listens on (19529 to 21124, 31000): a
+/// server stopped by a fault starts again on its old ports, and a port in the ephemeral
+/// range could meanwhile have become the source port of some outgoing connection (a
+/// relay's, a client's), which one outside it never does. Another listener could still
+/// take it before its user binds it; on a test machine that is rare enough that the error
+/// naming it will do.
 pub fn free_port() -> anyhow::Result<u16> {
+    use std::hash::BuildHasher as _;
+    for _ in 0..64 {
+        let draw = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+        let port = 23_000 + (draw % 7_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
     Ok(listener.local_addr()?.port())
 }
