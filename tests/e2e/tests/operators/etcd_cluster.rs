@@ -86,8 +86,17 @@ async fn the_journal_fails_over_when_a_member_dies_or_the_leader_moves() {
     assert_eq!(other.load(&id).await.unwrap(), Some(done));
 }
 
-/// A journal that reaches each member through a relay of its own, which the test can cut.
-async fn behind_relays(etcd: &EtcdCluster, test: &str, ttl: u64) -> (EtcdJournal, Vec<Relay>) {
+/// A host that holds a claim and reaches each member through a relay of its own, which
+/// the test can cut, and another host that reaches every member directly.
+struct Hosts {
+    journal: EtcdJournal,
+    relays: Vec<Relay>,
+    claim: Box<dyn lockstep::journal::Claim>,
+    id: RestoreId,
+    other: EtcdJournal,
+}
+
+async fn claimed_behind_relays(etcd: &EtcdCluster, test: &str, ttl: u64) -> Hosts {
     let relays = (etcd.members.iter())
         .map(|member| Relay::start(&member.address()).unwrap())
         .collect::<Vec<_>>();
@@ -96,7 +105,20 @@ async fn behind_relays(etcd: &EtcdCluster, test: &str, ttl: u64) -> (EtcdJournal
     let journal = EtcdJournal::connect(&EtcdLocation::parse(&url).unwrap())
         .await
         .unwrap();
-    (journal, relays)
+    let direct = format!("etcd://{}/{test}", etcd.endpoints());
+    let other = EtcdJournal::connect(&EtcdLocation::parse(&direct).unwrap())
+        .await
+        .unwrap();
+    let id = RestoreId::new("orders", "abcdef0123456789", 1);
+    let claim = journal.claim(&id).await.unwrap();
+    journal.save(claim.as_ref(), &record(&id, 1)).await.unwrap();
+    Hosts {
+        journal,
+        relays,
+        claim,
+        id,
+        other,
+    }
 }
 
 /// A member that hangs for this host (its packets lost, not refused) costs a renewal or
@@ -107,14 +129,13 @@ async fn a_member_that_hangs_does_not_cost_the_claim() {
     let Some((_dir, etcd)) = cluster("member-hangs").await else {
         return;
     };
-    let (journal, relays) = behind_relays(&etcd, "member-hangs", 3).await;
-    let direct = format!("etcd://{}/member-hangs", etcd.endpoints());
-    let other = EtcdJournal::connect(&EtcdLocation::parse(&direct).unwrap())
-        .await
-        .unwrap();
-    let id = RestoreId::new("orders", "abcdef0123456789", 1);
-    let claim = journal.claim(&id).await.unwrap();
-    journal.save(claim.as_ref(), &record(&id, 1)).await.unwrap();
+    let Hosts {
+        journal,
+        relays,
+        claim,
+        id,
+        other,
+    } = claimed_behind_relays(&etcd, "member-hangs", 3).await;
     // Member 0 is the one every call went to so far.
     relays[0].cut();
     tokio::time::sleep(Duration::from_secs(10)).await;
@@ -137,14 +158,13 @@ async fn a_host_cut_off_from_every_member_loses_its_claim_within_the_lease() {
         return;
     };
     let ttl = 3;
-    let (journal, relays) = behind_relays(&etcd, "cut-off", ttl).await;
-    let direct = format!("etcd://{}/cut-off", etcd.endpoints());
-    let other = EtcdJournal::connect(&EtcdLocation::parse(&direct).unwrap())
-        .await
-        .unwrap();
-    let id = RestoreId::new("orders", "abcdef0123456789", 1);
-    let claim = journal.claim(&id).await.unwrap();
-    journal.save(claim.as_ref(), &record(&id, 1)).await.unwrap();
+    let Hosts {
+        journal,
+        relays,
+        claim,
+        id,
+        other,
+    } = claimed_behind_relays(&etcd, "cut-off", ttl).await;
     relays.iter().for_each(Relay::cut);
     // A renewal is attempted every third of the TTL and awaited as long at most, so the host
     // gives its claim up at most a TTL and two thirds of one after its last renewal got
