@@ -207,7 +207,9 @@ async fn commit_after_abort_is_refused() {
 
 #[tokio::test]
 async fn abort_after_commit_is_refused() {
-    let (sim, rest, files) = setup(&standalone("3.0.0")).await;
+    // Committing lasts long enough that the abort below meets it, however loaded the machine.
+    let slow = standalone("3.0.0").replace("committing = \"5ms\"", "committing = \"2s\"");
+    let (sim, rest, files) = setup(&slow).await;
     let a = sim.cluster("a");
     let id = rest.create_manual("c", &files[0]).await;
     wait_for(&a, id, JobState::Uncommitted).await;
