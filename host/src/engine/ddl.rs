@@ -161,7 +161,7 @@ pub async fn apply(
                 // Breaks the module's rule: the indexes come after the release, late.
                 if faults::planted(faults::Bug::IndexAfterRelease) {
                     tokio::time::sleep(Duration::from_secs(1)).await;
-                    let late = make_indexes(target, &plan.collections[done - 1], deadline);
+                    let late = make_indexes(target, fence, &plan.collections[done - 1], deadline);
                     if let Err(e) = late.await {
                         first_failure.get_or_insert(e);
                     }
@@ -211,12 +211,18 @@ async fn make_collection(
     // With a partition key, Milvus makes the partitions itself.
     if c.partition_num == 0 {
         let present = retry(deadline, || target.grpc.show_partitions(db, name)).await?;
+        // Fenced as a collection's create is: a host that lost the restore mid-DDL (a
+        // pause, a partition from etcd) must not add a partition to the collection of the
+        // same name that the next attempt is importing into (fleet seed 378).
         for p in c.partitions.iter().filter(|p| !present.contains(p)) {
-            retry(deadline, || target.grpc.create_partition(db, name, p)).await?;
+            fenced(deadline, fence, || {
+                target.grpc.create_partition(db, name, p)
+            })
+            .await??;
         }
     }
     if !faults::planted(faults::Bug::IndexAfterRelease) {
-        make_indexes(target, c, deadline).await?;
+        make_indexes(target, fence, c, deadline).await?;
     }
     Ok(())
 }
@@ -224,6 +230,7 @@ async fn make_collection(
 /// The indexes of `c` the target does not have yet (`rebuild_index`, or a snapshot's).
 async fn make_indexes(
     target: &EndClient,
+    fence: &dyn Fence,
     c: &CollectionPlan,
     deadline: Instant,
 ) -> Result<(), Error> {
@@ -245,7 +252,10 @@ async fn make_indexes(
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         };
-        retry(deadline, || target.grpc.create_index(db, name, &spec)).await?;
+        fenced(deadline, fence, || {
+            target.grpc.create_index(db, name, &spec)
+        })
+        .await??;
     }
     Ok(())
 }
