@@ -124,6 +124,7 @@ async fn daemon(
         max_parallel,
     );
     tokio::spawn(Arc::clone(&runner).sweep());
+    tokio::spawn(Arc::clone(&runner).audit());
     if let Some(retention) = host.retention {
         tokio::spawn(prune_every(
             Arc::clone(&runner),

@@ -3,8 +3,12 @@
 //! either the old record or the new one, never a torn one. A lock file per restore, held with
 //! `flock` for as long as a process works on it, keeps two processes from driving one restore;
 //! the OS releases it when the process dies, which is what lets `recover` take over.
+//!
+//! Beside the records, `journal/index/` holds the index entries ([`super::index`]) as empty
+//! files: `started/{day}/{started name}`, `open/{id}`, `outcome/{label}/{id}`, and `built`
+//! once every record present when the index first came was entered.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
 use std::os::unix::fs::MetadataExt as _;
@@ -14,8 +18,10 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 
+use super::index::{self, outcome_label, outcome_labels};
 use super::{
-    Claim, Error, Journal, Listed, Removal, RestoreId, RestoreRecord, Result, Unreadable, Visit,
+    Claim, Error, Journal, Listed, Listing, Newest, Removal, RestoreId, RestoreRecord, Result,
+    Unreadable, Visit,
 };
 
 /// A journal in a local directory.
@@ -46,10 +52,135 @@ impl FileJournal {
     pub fn open(state_dir: &Path) -> Result<FileJournal> {
         let dir = state_dir.join("journal");
         crate::owner_only::dir(&dir).map_err(|source| io_error(&dir, source))?;
-        Ok(FileJournal {
+        let journal = FileJournal {
             dir,
             written: Arc::default(),
-        })
+        };
+        let index = journal.index_dir();
+        let dirs = [index.join("started"), index.join("open")]
+            .into_iter()
+            .chain(outcome_labels().map(|label| index.join("outcome").join(label)));
+        for dir in dirs {
+            crate::owner_only::open_dir(&dir).map_err(|source| io_error(&dir, source))?;
+        }
+        if !index.join("built").exists() {
+            journal.build_index()?;
+        }
+        Ok(journal)
+    }
+
+    fn index_dir(&self) -> PathBuf {
+        self.dir.join("index")
+    }
+
+    fn started_entry(&self, record: &RestoreRecord) -> PathBuf {
+        (self.index_dir().join("started"))
+            .join(index::started_day(record))
+            .join(index::started_name(record))
+    }
+
+    fn open_entry(&self, id: &RestoreId) -> PathBuf {
+        self.index_dir().join("open").join(id.as_str())
+    }
+
+    fn outcome_entry(&self, label: &str, id: &RestoreId) -> PathBuf {
+        (self.index_dir().join("outcome").join(label)).join(id.as_str())
+    }
+
+    /// Enters every record already here (a journal written before the index, once). Its
+    /// entries are made, never removed: a save meanwhile makes and removes its own, and an
+    /// entry too many is what the index allows. None is synced one by one: `built` is
+    /// written only once the directories are, so a crash means building again.
+    fn build_index(&self) -> Result<()> {
+        let mut entered = 0usize;
+        for name in names(&self.dir)?.filter(|name| name.ends_with(".json")) {
+            match read_listed(&self.dir, name) {
+                Some(Listed::Record(record)) => {
+                    (self.enter(&record, false)).map_err(|source| io_error(&self.dir, source))?;
+                    entered += 1;
+                }
+                Some(Listed::Unreadable(bad)) => {
+                    tracing::warn!(record = %bad.key, error = %bad.error, "a journal record does not read: whole listings name it, the index does not")
+                }
+                None => {}
+            }
+        }
+        let built = self.index_dir().join("built");
+        let sync = || -> io::Result<()> {
+            for day in names(&self.index_dir().join("started")).map_err(io::Error::other)? {
+                File::open(self.index_dir().join("started").join(day))?.sync_all()?;
+            }
+            let index = self.index_dir();
+            let dirs = [index.join("started"), index.join("open")]
+                .into_iter()
+                .chain(outcome_labels().map(|label| index.join("outcome").join(label)));
+            for dir in dirs {
+                File::open(dir)?.sync_all()?;
+            }
+            crate::owner_only::create(&built)?.sync_all()?;
+            File::open(&index)?.sync_all()
+        };
+        sync().map_err(|source| io_error(&built, source))?;
+        tracing::info!(dir = %self.dir.display(), records = entered, "indexed the journal's records");
+        Ok(())
+    }
+
+    /// The entries `record` needs, made before it is written (each synced when new and
+    /// `durable`): a crash between leaves one entry too many, never a record its entries do
+    /// not find.
+    fn enter(&self, record: &RestoreRecord, durable: bool) -> io::Result<()> {
+        let started = self.started_entry(record);
+        if let Some(day) = started.parent()
+            && !day.exists()
+        {
+            crate::owner_only::open_dir(day)?;
+            if durable {
+                File::open(self.index_dir().join("started"))?.sync_all()?;
+            }
+        }
+        let mut wanted = vec![
+            started,
+            self.outcome_entry(outcome_label(record.outcome), &record.id),
+        ];
+        if record.is_open() {
+            wanted.push(self.open_entry(&record.id));
+        }
+        for path in wanted {
+            let made =
+                crate::owner_only::open(&path, OpenOptions::new().write(true).create_new(true));
+            match made {
+                Ok(_) if durable => {
+                    File::open(path.parent().expect("an entry is in a directory"))?.sync_all()?
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the entries `record`, as just written, no longer has: an open entry once it
+    /// is not open, the outcome entries of other outcomes. One left by a failure here is an
+    /// entry too many, which readers check against the record.
+    fn leave(&self, record: &RestoreRecord) {
+        let own = outcome_label(record.outcome);
+        let mut stale: Vec<PathBuf> = (outcome_labels())
+            .filter(|label| *label != own)
+            .map(|label| self.outcome_entry(label, &record.id))
+            .collect();
+        if !record.is_open() {
+            stale.push(self.open_entry(&record.id));
+        }
+        for path in stale {
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(entry = %path.display(), error = %e, "a stale journal index entry stays")
+                }
+            }
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -121,11 +252,14 @@ impl FileJournal {
             File::open(&self.dir)?.sync_all()?;
             Ok(inode)
         };
+        self.enter(record, true)
+            .map_err(|source| io_error(&self.index_dir(), source))?;
         let inode = write().map_err(|source| io_error(&path, source))?;
         self.written
             .lock()
             .expect("written lock: no panics under it")
             .insert(id.clone(), inode);
+        self.leave(record);
         Ok(())
     }
 
@@ -171,6 +305,15 @@ impl FileJournal {
             File::open(&self.dir)?.sync_all()
         };
         remove().map_err(|source| io_error(&path, source))?;
+        // The record is gone: its entries lead nowhere, and readers skip them if this fails.
+        for entry in [
+            self.started_entry(listed),
+            self.outcome_entry(outcome_label(listed.outcome), id),
+        ] {
+            if let Err(e) = fs::remove_file(&entry) {
+                tracing::warn!(entry = %entry.display(), error = %e, "a removed record's index entry stays");
+            }
+        }
         drop(claim);
         Ok(Removal::Removed)
     }
@@ -183,44 +326,130 @@ impl FileJournal {
     /// read, one file at a time: the channel's room is the page held at once. Stops when
     /// the receiver went away.
     fn scan_blocking(&self, prefix: &str, out: &mpsc::Sender<Result<Listed>>) {
-        let entries = match fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(source) => {
-                let _ = out.blocking_send(Err(io_error(&self.dir, source)));
-                return;
+        match names(&self.dir) {
+            Ok(names) => {
+                let files =
+                    names.filter(|name| name.starts_with(prefix) && name.ends_with(".json"));
+                self.send_records(files, |_| true, out);
             }
-        };
-        for entry in entries {
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(source) => {
-                    let _ = out.blocking_send(Err(io_error(&self.dir, source)));
-                    return;
-                }
-            };
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if !(name.starts_with(prefix) && name.ends_with(".json")) {
-                continue;
+            Err(e) => {
+                let _ = out.blocking_send(Err(e));
             }
-            let listed = match read_record(&entry.path()) {
-                Ok(Some(record)) => Listed::Record(record),
-                // Gone since the directory was read: replaced, or removed.
-                Ok(None) => continue,
-                Err(error) => Listed::Unreadable(Unreadable {
-                    key: name.to_owned(),
-                    error,
-                }),
+        }
+    }
+
+    /// Sends the records the `open` index names that are open, and each that does not read.
+    fn scan_open_blocking(&self, out: &mpsc::Sender<Result<Listed>>) {
+        let dir = self.index_dir().join("open");
+        match names(&dir) {
+            Ok(names) => {
+                let files = (names.filter_map(|name| RestoreId::parse(&name).ok()))
+                    .map(|id| format!("{id}.json"));
+                self.send_records(files, RestoreRecord::is_open, out);
+            }
+            Err(e) => {
+                let _ = out.blocking_send(Err(e));
+            }
+        }
+    }
+
+    /// Sends the record in each of `files` that `keep` wants, and each that does not read;
+    /// a record gone since its name was read (removed, or replaced mid-read) is passed over.
+    fn send_records(
+        &self,
+        files: impl Iterator<Item = String>,
+        keep: impl Fn(&RestoreRecord) -> bool,
+        out: &mpsc::Sender<Result<Listed>>,
+    ) {
+        for file in files {
+            let listed = match read_listed(&self.dir, file) {
+                Some(Listed::Record(record)) if !keep(&record) => continue,
+                Some(listed) => listed,
+                None => continue,
             };
             if out.blocking_send(Ok(listed)).is_err() {
                 return;
             }
         }
     }
+
+    /// The newest `n` records, walking the `started` index's days and names newest first
+    /// and reading only the records it keeps.
+    fn newest_blocking(&self, n: usize) -> Result<Listing> {
+        let mut newest = Newest::of(n);
+        let started = self.index_dir().join("started");
+        let mut days: Vec<String> = names(&started)?.collect();
+        days.sort_unstable_by(|a, b| b.cmp(a));
+        for day in days {
+            let mut entries: Vec<String> = names(&started.join(&day))?.collect();
+            entries.sort_unstable_by(|a, b| b.cmp(a));
+            for id in entries.iter().filter_map(|name| index::id_of_started(name)) {
+                if newest.full() {
+                    return Ok(newest.done());
+                }
+                if let Some(listed) = read_listed(&self.dir, format!("{id}.json")) {
+                    newest.take(listed);
+                }
+            }
+        }
+        Ok(newest.done())
+    }
+
+    /// How many entries each outcome's directory holds.
+    fn count_outcomes_blocking(&self) -> Result<BTreeMap<&'static str, u64>> {
+        let outcome = self.index_dir().join("outcome");
+        (outcome_labels())
+            .map(|label| Ok((label, names(&outcome.join(label))?.count() as u64)))
+            .collect()
+    }
+}
+
+impl FileJournal {
+    /// Runs `read` on a blocking thread, handing `visit` what it sends a page at a time.
+    fn stream<'a>(
+        &'a self,
+        read: impl FnOnce(&FileJournal, &mpsc::Sender<Result<Listed>>) + Send + 'static,
+        visit: &'a mut Visit<'_>,
+    ) -> BoxFuture<'a, Result<()>> {
+        let this = self.clone();
+        Box::pin(async move {
+            let (out, mut found) = mpsc::channel(SCAN_PAGE);
+            let reader = tokio::task::spawn_blocking(move || read(&this, &out));
+            while let Some(listed) = found.recv().await {
+                visit(listed?);
+            }
+            reader
+                .await
+                .map_err(|e| Error::Backend(format!("journal task failed: {e}")))
+        })
+    }
+}
+
+/// The names in `dir` that are text (no name this journal writes is not).
+fn names(dir: &Path) -> Result<impl Iterator<Item = String>> {
+    let entries = fs::read_dir(dir).map_err(|source| io_error(dir, source))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| io_error(dir, source))?;
+        if let Ok(name) = entry.file_name().into_string() {
+            names.push(name);
+        }
+    }
+    Ok(names.into_iter())
 }
 
 /// How many records a scan reads ahead of its visitor: the page it holds at once.
 const SCAN_PAGE: usize = 64;
+
+/// The record in `dir`'s `file` as a listing shows it, by that name when it does not read;
+/// `None` when it is gone.
+fn read_listed(dir: &Path, file: String) -> Option<Listed> {
+    match read_record(&dir.join(&file)) {
+        Ok(Some(record)) => Some(Listed::Record(record)),
+        Ok(None) => None,
+        Err(error) => Some(Listed::Unreadable(Unreadable { key: file, error })),
+    }
+}
 
 fn read_record(path: &Path) -> Result<Option<RestoreRecord>> {
     let bytes = match fs::read(path) {
@@ -294,17 +523,22 @@ impl Journal for FileJournal {
         id_prefix: &'a str,
         visit: &'a mut Visit<'_>,
     ) -> BoxFuture<'a, Result<()>> {
-        let (this, prefix) = (self.clone(), id_prefix.to_owned());
-        Box::pin(async move {
-            let (out, mut found) = mpsc::channel(SCAN_PAGE);
-            let reader = tokio::task::spawn_blocking(move || this.scan_blocking(&prefix, &out));
-            while let Some(listed) = found.recv().await {
-                visit(listed?);
-            }
-            reader
-                .await
-                .map_err(|e| Error::Backend(format!("journal task failed: {e}")))
-        })
+        let prefix = id_prefix.to_owned();
+        self.stream(move |this, out| this.scan_blocking(&prefix, out), visit)
+    }
+
+    fn scan_open<'a>(&'a self, visit: &'a mut Visit<'_>) -> BoxFuture<'a, Result<()>> {
+        self.stream(|this, out| this.scan_open_blocking(out), visit)
+    }
+
+    fn newest(&self, n: usize) -> BoxFuture<'_, Result<Listing>> {
+        let this = self.clone();
+        Box::pin(blocking(move || this.newest_blocking(n)))
+    }
+
+    fn count_outcomes(&self) -> BoxFuture<'_, Result<BTreeMap<&'static str, u64>>> {
+        let this = self.clone();
+        Box::pin(blocking(move || this.count_outcomes_blocking()))
     }
 
     fn remove<'a>(&'a self, listed: &'a RestoreRecord) -> BoxFuture<'a, Result<Removal>> {
@@ -453,7 +687,11 @@ mod tests {
         drop(claim);
         assert_eq!(journal.remove(&listed).await.unwrap(), Removal::Removed);
         assert_eq!(journal.load(&id).await.unwrap(), None);
-        assert_eq!(fs::read_dir(journal.dir()).unwrap().count(), 0);
+        let left: Vec<_> = (fs::read_dir(journal.dir()).unwrap())
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["index"]);
+        assert_eq!(entries(&journal), Vec::<String>::new());
     }
 
     #[tokio::test]
@@ -489,12 +727,9 @@ mod tests {
         assert!(matches!(err, Error::ClaimLost(id) if id == b));
     }
 
-    /// The newest few are the newest by start whatever order the directory gives, a filter
-    /// keeps only what it wants, and a record that does not read is reported by both.
-    #[tokio::test]
-    async fn a_listing_keeps_the_newest_or_what_it_wants_and_names_a_bad_record() {
-        let dir = tempfile::tempdir().unwrap();
-        let journal = FileJournal::open(dir.path()).unwrap();
+    /// Saves attempts 3, 1, 5, 2 and 4 of one job (started in attempt order), the even
+    /// ones finished.
+    async fn five_attempts(journal: &FileJournal) {
         for attempt in [3, 1, 5, 2, 4] {
             let id = RestoreId::new("orders", "abcdef0123456789", attempt);
             let claim = journal.claim(&id).await.unwrap();
@@ -502,19 +737,174 @@ mod tests {
             r.outcome = (attempt % 2 == 0).then_some(Outcome::Succeeded);
             journal.save(claim.as_ref(), &r).await.unwrap();
         }
-        fs::write(journal.dir().join("bad.ab.1.json"), b"{ not json").unwrap();
-        let attempts = |listing: &crate::journal::Listing| {
-            (listing.records.iter())
-                .map(|r| r.attempt)
-                .collect::<Vec<_>>()
-        };
+    }
+
+    fn attempts(listing: &crate::journal::Listing) -> Vec<u32> {
+        listing.records.iter().map(|r| r.attempt).collect()
+    }
+
+    fn keys(listing: &crate::journal::Listing) -> Vec<&str> {
+        listing.unreadable.iter().map(|u| u.key.as_str()).collect()
+    }
+
+    /// Every file under the index, relative to it.
+    fn entries(journal: &FileJournal) -> Vec<String> {
+        fn walk(dir: &Path, base: &Path, out: &mut Vec<String>) {
+            for entry in fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                match path.is_dir() {
+                    true => walk(&path, base, out),
+                    false => out.push(path.strip_prefix(base).unwrap().display().to_string()),
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&journal.index_dir(), &journal.index_dir(), &mut out);
+        out.retain(|e| e != "built");
+        out.sort();
+        out
+    }
+
+    /// The newest few are the newest by start whatever order they were saved in, the open
+    /// ones are the unfinished ones, and a record that does not read is named by each
+    /// listing that comes to it, the others listed.
+    #[tokio::test]
+    async fn a_listing_keeps_the_newest_or_the_open_and_names_a_bad_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        five_attempts(&journal).await;
+        assert_eq!(attempts(&journal.newest(2).await.unwrap()), [4, 5]);
+        assert_eq!(attempts(&journal.list_open().await.unwrap()), [1, 3, 5]);
+
+        let fifth = "orders.abcdef012345.5.json";
+        fs::write(journal.dir().join(fifth), b"{ not json").unwrap();
         let newest = journal.newest(2).await.unwrap();
-        assert_eq!(attempts(&newest), [4, 5]);
-        assert_eq!(newest.unreadable.len(), 1);
-        let unfinished = (journal.list_where(&RestoreRecord::is_unfinished).await).unwrap();
-        assert_eq!(attempts(&unfinished), [1, 3, 5]);
-        assert_eq!(unfinished.unreadable[0].key, "bad.ab.1.json");
-        assert_eq!(attempts(&journal.list().await.unwrap()), [1, 2, 3, 4, 5]);
+        assert_eq!(
+            (attempts(&newest), keys(&newest)),
+            (vec![3, 4], vec![fifth])
+        );
+        let open = journal.list_open().await.unwrap();
+        assert_eq!((attempts(&open), keys(&open)), (vec![1, 3], vec![fifth]));
+        let all = journal.list().await.unwrap();
+        assert_eq!(
+            (attempts(&all), keys(&all)),
+            (vec![1, 2, 3, 4], vec![fifth])
+        );
+    }
+
+    /// A listing of the newest reads the records it shows and no other: a record that does
+    /// not read, older than those shown, is not come to; asked for more, it is.
+    #[tokio::test]
+    async fn the_newest_are_found_without_reading_older_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        five_attempts(&journal).await;
+        // Attempt 1 started three days before the others: its entry is in another day.
+        let first = RestoreId::new("orders", "abcdef0123456789", 1);
+        let claim = journal.claim(&first).await.unwrap();
+        let mut early = record(&first, 1);
+        early.started_at = jiff::Timestamp::from_second(1_700_000_000 - 3 * 86_400).unwrap();
+        journal.save(claim.as_ref(), &early).await.unwrap();
+        let stale = journal.started_entry(&record(&first, 1));
+        fs::remove_file(stale).unwrap();
+        let file = "orders.abcdef012345.1.json";
+        fs::write(journal.dir().join(file), b"{ not json").unwrap();
+
+        let newest = journal.newest(4).await.unwrap();
+        assert_eq!(
+            (attempts(&newest), keys(&newest)),
+            (vec![2, 3, 4, 5], vec![])
+        );
+        let more = journal.newest(5).await.unwrap();
+        assert_eq!(
+            (attempts(&more), keys(&more)),
+            (vec![2, 3, 4, 5], vec![file])
+        );
+    }
+
+    /// Each save leaves the entries its record needs and no other, and a removal leaves
+    /// none; the outcome counts follow.
+    #[tokio::test]
+    async fn the_index_follows_each_save_and_removal() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        let id = RestoreId::new("orders", "abcdef0123456789", 1);
+        let claim = journal.claim(&id).await.unwrap();
+        let mut r = record(&id, 1);
+        journal.save(claim.as_ref(), &r).await.unwrap();
+        let started = format!("started/019675/{}", index::started_name(&r));
+        assert_eq!(
+            entries(&journal),
+            [
+                format!("open/{id}"),
+                format!("outcome/running/{id}"),
+                started.clone()
+            ]
+        );
+        r.outcome = Some(Outcome::Succeeded);
+        r.stage_left = true;
+        journal.save(claim.as_ref(), &r).await.unwrap();
+        assert_eq!(
+            entries(&journal),
+            [
+                format!("open/{id}"),
+                format!("outcome/succeeded/{id}"),
+                started.clone()
+            ]
+        );
+        r.stage_left = false;
+        journal.save(claim.as_ref(), &r).await.unwrap();
+        assert_eq!(
+            entries(&journal),
+            [format!("outcome/succeeded/{id}"), started]
+        );
+        let counts = journal.count_outcomes().await.unwrap();
+        assert_eq!(counts.len(), Outcome::ALL.len() + 1);
+        assert_eq!(counts.values().sum::<u64>(), 1);
+        assert_eq!(counts["succeeded"], 1);
+        drop(claim);
+        assert_eq!(journal.remove(&r).await.unwrap(), Removal::Removed);
+        assert_eq!(entries(&journal), Vec::<String>::new());
+        assert_eq!(journal.count_outcomes().await.unwrap()["succeeded"], 0);
+    }
+
+    /// An entry too many (a crash between a save's record and its removal of an entry, or
+    /// a removal's record and its entries) leads to nothing: listings check the record.
+    #[tokio::test]
+    async fn an_entry_too_many_is_passed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        five_attempts(&journal).await;
+        let second = RestoreId::new("orders", "abcdef0123456789", 2);
+        fs::write(journal.open_entry(&second), b"").unwrap();
+        assert_eq!(attempts(&journal.list_open().await.unwrap()), [1, 3, 5]);
+        fs::remove_file(journal.record_path(&RestoreId::new("orders", "abcdef0123456789", 5)))
+            .unwrap();
+        let newest = journal.newest(2).await.unwrap();
+        assert_eq!((attempts(&newest), keys(&newest)), (vec![3, 4], vec![]));
+    }
+
+    /// A journal written before the index is indexed when first opened, once: its records
+    /// are found by the newest, the open and the counts; one written in later by hand, not
+    /// by a save, is found only by a whole listing.
+    #[tokio::test]
+    async fn a_journal_from_before_the_index_is_indexed_when_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        five_attempts(&journal).await;
+        fs::remove_dir_all(journal.index_dir()).unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        assert_eq!(attempts(&journal.newest(3).await.unwrap()), [3, 4, 5]);
+        assert_eq!(attempts(&journal.list_open().await.unwrap()), [1, 3, 5]);
+        let counts = journal.count_outcomes().await.unwrap();
+        assert_eq!((counts["running"], counts["succeeded"]), (3, 2));
+
+        let sixth = record(&RestoreId::new("orders", "abcdef0123456789", 6), 6);
+        let path = journal.record_path(&sixth.id);
+        fs::write(path, serde_json::to_vec(&sixth).unwrap()).unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        assert_eq!(attempts(&journal.newest(1).await.unwrap()), [5]);
+        assert_eq!(attempts(&journal.list().await.unwrap()), [1, 2, 3, 4, 5, 6]);
     }
 
     #[tokio::test]

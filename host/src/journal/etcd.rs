@@ -18,22 +18,29 @@
 //!   whole one is; the save that writes it deletes, in the same transaction, every part
 //!   that is not its own (a replaced record's, or one a lost save left).
 //!
+//! - `{prefix}/index/…`: the index entries ([`super::index`]), empty keys written and
+//!   removed in the transaction that saves (or removes) the record, so they never disagree
+//!   with it; `{prefix}/index/built` once every record written before the index was entered.
+//!
 //! A lease proves nothing to Milvus, which cannot check a fencing token; the engine re-reads
 //! every end's job states right before it commits or aborts (docs/milvus-facts.md §6.2),
 //! and a takeover re-reads the record under its new claim before acting.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use milvus_proto::etcd::etcdserverpb::{LeaseKeepAliveRequest, response_op::Response};
+use milvus_proto::etcd::etcdserverpb::{LeaseKeepAliveRequest, RequestOp, response_op::Response};
+use milvus_proto::etcd::mvccpb::KeyValue;
 use serde::{Deserialize, Serialize};
 
 use super::etcd_client::{self as etcd, EtcdClient};
+use super::index::{self, outcome_label, outcome_labels};
 use super::{
-    Claim, Error, Journal, Listed, Removal, RestoreId, RestoreRecord, Result, Unreadable, Visit,
+    Claim, Error, Journal, Listed, Listing, Newest, Removal, RestoreId, RestoreRecord, Result,
+    Unreadable, Visit,
 };
 pub use crate::config::{DEFAULT_LEASE_TTL, EtcdLocation, LocationError, ValueLimit};
 
@@ -48,6 +55,10 @@ const SPLIT_READS: usize = 3;
 
 /// The most keys one range asks for: a page of small records.
 const PAGE_KEYS: i64 = 256;
+
+/// How many records one transaction of the index's first build enters: each takes a compare
+/// and 12 operations, and etcd takes 128 operations a transaction by default.
+const BUILD_BATCH: usize = 8;
 
 /// What the record key holds when the record did not fit in one value: where its parts are.
 /// A record never has this one field alone, so the two read apart.
@@ -175,11 +186,10 @@ impl EtcdJournal {
             held: Arc::default(),
         };
         // Fail now, not at the first restore, when etcd is not there.
-        journal
-            .client
-            .count_prefix(&journal.record_key_prefix())
-            .await
-            .map_err(connect)?;
+        let built = (journal.client.get(&journal.index_key("built")).await).map_err(connect)?;
+        if built.is_none() {
+            journal.build_index().await?;
+        }
         Ok(journal)
     }
 
@@ -193,6 +203,191 @@ impl EtcdJournal {
 
     fn record_key_prefix(&self) -> String {
         format!("{}/record/", self.prefix)
+    }
+
+    fn index_key(&self, entry: &str) -> String {
+        format!("{}/index/{entry}", self.prefix)
+    }
+
+    fn open_key(&self, id: &RestoreId) -> String {
+        self.index_key(&format!("open/{id}"))
+    }
+
+    fn outcome_key(&self, label: &str, id: &RestoreId) -> String {
+        self.index_key(&format!("outcome/{label}/{id}"))
+    }
+
+    /// The index keys `record` has, and those of its id it does not have (other outcomes',
+    /// the open entry of one that is not open).
+    fn index_entries(&self, record: &RestoreRecord) -> (Vec<String>, Vec<String>) {
+        let started = self.index_key(&format!("started/{}", index::started_name(record)));
+        let own = outcome_label(record.outcome);
+        let (mut has, mut not) = (vec![started], vec![]);
+        for label in outcome_labels() {
+            let key = self.outcome_key(label, &record.id);
+            if label == own {
+                has.push(key)
+            } else {
+                not.push(key)
+            }
+        }
+        let open = self.open_key(&record.id);
+        if record.is_open() {
+            has.push(open)
+        } else {
+            not.push(open)
+        }
+        (has, not)
+    }
+
+    /// The writes of `record`'s index entries and the removal of those it does not have:
+    /// operations of the transaction that writes it.
+    fn index_ops(&self, record: &RestoreRecord) -> Vec<RequestOp> {
+        let (has, not) = self.index_entries(record);
+        (has.iter().map(|key| etcd::op_put(key, Vec::new(), 0)))
+            .chain(not.iter().map(|key| etcd::op_delete(key)))
+            .collect()
+    }
+
+    /// Enters every record written before the index (once per journal): in transactions
+    /// that hold only while each record is as read, so a save meanwhile (which writes its own
+    /// entries) is never undone; a few records a transaction, each alone again when one of
+    /// them changed. A record that does not read is left to whole listings.
+    async fn build_index(&self) -> Result<()> {
+        let mut pages = self.pages(&self.record_key_prefix());
+        let mut entered = 0usize;
+        while let Some(kvs) = pages.next(&self.client).await? {
+            let mut read = Vec::new();
+            for kv in kvs {
+                let key = String::from_utf8_lossy(&kv.key).into_owned();
+                match self.read(&key, kv.value).await {
+                    Ok(Some(record)) => read.push((key, kv.mod_revision, record)),
+                    Ok(None) => {}
+                    Err(error @ Error::Backend(_)) => return Err(error),
+                    Err(e) => {
+                        tracing::warn!(record = %key, error = %e, "a journal record does not read: whole listings name it, the index does not")
+                    }
+                }
+            }
+            for batch in read.chunks(BUILD_BATCH) {
+                if !self.enter_unchanged(batch).await? {
+                    for one in batch {
+                        self.enter_unchanged(std::slice::from_ref(one)).await?;
+                    }
+                }
+                entered += batch.len();
+            }
+        }
+        let built = etcd::op_put(&self.index_key("built"), Vec::new(), 0);
+        (self.client.txn(vec![], vec![built], vec![]).await).map_err(|e| backend("index", e))?;
+        tracing::info!(prefix = %self.prefix, records = entered, "indexed the journal's records");
+        Ok(())
+    }
+
+    /// Writes the index entries of `records` (key, revision read, record) if none changed.
+    async fn enter_unchanged(&self, records: &[(String, i64, RestoreRecord)]) -> Result<bool> {
+        let unchanged = (records.iter())
+            .map(|(key, revision, _)| etcd::modified_at(key, *revision))
+            .collect();
+        let writes = (records.iter())
+            .flat_map(|(_, _, record)| self.index_ops(record))
+            .collect();
+        let answer =
+            (self.client.txn(unchanged, writes, vec![]).await).map_err(|e| backend("index", e))?;
+        Ok(answer.succeeded)
+    }
+
+    /// The keys under `prefix` with their values, a page at a time.
+    fn pages(&self, prefix: &str) -> Pages {
+        Pages {
+            from: prefix.as_bytes().to_vec(),
+            end: etcd::prefix_end(prefix.as_bytes()),
+            keys: self.page_keys(),
+            done: false,
+        }
+    }
+
+    /// The record `id` as a listing shows it: read, or named as not reading; `None` when it
+    /// is gone (removed since its index entry was read). `Err` when etcd fails.
+    async fn listed(&self, id: &RestoreId) -> Result<Option<Listed>> {
+        let key = self.record_key(id);
+        let found = self.client.get(&key).await.map_err(|e| backend("get", e))?;
+        match found {
+            None => Ok(None),
+            Some(kv) => self.listed_of(key, kv.value).await,
+        }
+    }
+
+    /// The record a listing found at `key`, holding `value`.
+    async fn listed_of(&self, key: String, value: Vec<u8>) -> Result<Option<Listed>> {
+        match self.read(&key, value).await {
+            Ok(record) => Ok(record.map(Listed::Record)),
+            // etcd, not the record, failed: the listing fails as a page would.
+            Err(error @ Error::Backend(_)) => Err(error),
+            Err(error) => Ok(Some(Listed::Unreadable(Unreadable { key, error }))),
+        }
+    }
+
+    /// The newest `n` records, through the `started` index read backwards.
+    async fn newest_async(&self, n: usize) -> Result<Listing> {
+        let prefix = self.index_key("started/");
+        let mut end = etcd::prefix_end(prefix.as_bytes());
+        let mut newest = Newest::of(n);
+        while !newest.full() {
+            let page = (self.client)
+                .keys_page_backwards(prefix.as_bytes(), &end, PAGE_KEYS)
+                .await
+                .map_err(|e| backend("list", e))?;
+            if let Some(last) = page.kvs.last() {
+                end.clone_from(&last.key);
+            }
+            for kv in &page.kvs {
+                let name = String::from_utf8_lossy(&kv.key[prefix.len()..]).into_owned();
+                let Some(id) = index::id_of_started(&name) else {
+                    continue;
+                };
+                if newest.full() {
+                    break;
+                }
+                if let Some(listed) = self.listed(&id).await? {
+                    newest.take(listed);
+                }
+            }
+            if !page.more {
+                break;
+            }
+        }
+        Ok(newest.done())
+    }
+
+    /// Hands `visit` the open records the `open` index names, and each that does not read.
+    async fn scan_open_async(&self, visit: &mut Visit<'_>) -> Result<()> {
+        let prefix = self.index_key("open/");
+        let mut pages = self.pages(&prefix);
+        while let Some(kvs) = pages.next(&self.client).await? {
+            for kv in kvs {
+                let name = String::from_utf8_lossy(&kv.key[prefix.len()..]).into_owned();
+                let Ok(id) = RestoreId::parse(&name) else {
+                    continue;
+                };
+                match self.listed(&id).await? {
+                    Some(Listed::Record(record)) if !record.is_open() => {}
+                    Some(listed) => visit(listed),
+                    None => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn count_outcomes_async(&self) -> Result<BTreeMap<&'static str, u64>> {
+        let mut counts = BTreeMap::new();
+        for label in outcome_labels() {
+            let prefix = self.index_key(&format!("outcome/{label}/"));
+            let n = (self.client.count_prefix(&prefix).await).map_err(|e| backend("count", e))?;
+            counts.insert(label, n.max(0) as u64);
+        }
+        Ok(counts)
     }
 
     /// Where the parts of the record at `record_key` go, each save's under a generation of
@@ -355,6 +550,7 @@ impl EtcdJournal {
         // longer points at.
         let mut writes = vec![etcd::op_put(&key, head, 0)];
         writes.extend(others);
+        writes.extend(self.index_ops(record));
         let answer = self
             .client
             .txn(vec![etcd::under_lease(&claim_key, lease)], writes, vec![])
@@ -437,6 +633,13 @@ impl EtcdJournal {
         // A record saved in parts goes with its parts, in the same step.
         let parts = self.parts_prefix(&key);
         let parts_end = etcd::prefix_end(parts.as_bytes());
+        // And with its index entries.
+        let (has, not) = self.index_entries(listed);
+        let mut deletes = vec![
+            etcd::op_delete(&key),
+            etcd::op_delete_range(parts.as_bytes(), &parts_end),
+        ];
+        deletes.extend(has.iter().chain(&not).map(|key| etcd::op_delete(key)));
         let answer = self
             .client
             .txn(
@@ -444,10 +647,7 @@ impl EtcdJournal {
                     etcd::absent(&claim),
                     etcd::modified_at(&key, kv.mod_revision),
                 ],
-                vec![
-                    etcd::op_delete(&key),
-                    etcd::op_delete_range(parts.as_bytes(), &parts_end),
-                ],
+                deletes,
                 vec![etcd::op_get(&claim)],
             )
             .await
@@ -518,38 +718,48 @@ impl EtcdJournal {
     /// Hands `visit` every record whose id starts with `id_prefix`, and those that do not
     /// read, a page of record keys at a time.
     async fn scan_async(&self, id_prefix: &str, visit: &mut Visit<'_>) -> Result<()> {
-        let prefix = format!("{}{id_prefix}", self.record_key_prefix());
-        let end = etcd::prefix_end(prefix.as_bytes());
-        let mut from = prefix.into_bytes();
-        let mut keys = self.page_keys();
-        loop {
-            let page = match self.client.range_page(&from, &end, keys).await {
+        let mut pages = self.pages(&format!("{}{id_prefix}", self.record_key_prefix()));
+        while let Some(kvs) = pages.next(&self.client).await? {
+            for kv in kvs {
+                let key = String::from_utf8_lossy(&kv.key).into_owned();
+                if let Some(listed) = self.listed_of(key, kv.value).await? {
+                    visit(listed);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A range read a page at a time, each page as many keys as fit in an answer.
+struct Pages {
+    from: Vec<u8>,
+    end: Vec<u8>,
+    keys: i64,
+    done: bool,
+}
+
+impl Pages {
+    /// The next page's keys and values; `None` past the last.
+    async fn next(&mut self, client: &EtcdClient) -> Result<Option<Vec<KeyValue>>> {
+        while !self.done {
+            let page = match client.range_page(&self.from, &self.end, self.keys).await {
                 Ok(page) => page,
                 // Values written before the limit, or under a larger one, can make a page
                 // larger than the client takes: the same page again, smaller.
-                Err(e) if e.too_large() && keys > 1 => {
-                    keys /= 2;
+                Err(e) if e.too_large() && self.keys > 1 => {
+                    self.keys /= 2;
                     continue;
                 }
                 Err(e) => return Err(backend("list", e)),
             };
             if let Some(last) = page.kvs.last() {
-                from = etcd::after(&last.key);
+                self.from = etcd::after(&last.key);
             }
-            for kv in page.kvs {
-                let key = String::from_utf8_lossy(&kv.key).into_owned();
-                match self.read(&key, kv.value).await {
-                    Ok(Some(record)) => visit(Listed::Record(record)),
-                    Ok(None) => {}
-                    // etcd, not the record, failed: the listing fails as a page would.
-                    Err(error @ Error::Backend(_)) => return Err(error),
-                    Err(error) => visit(Listed::Unreadable(Unreadable { key, error })),
-                }
-            }
-            if !page.more {
-                return Ok(());
-            }
+            self.done = !page.more;
+            return Ok(Some(page.kvs));
         }
+        Ok(None)
     }
 }
 
@@ -683,6 +893,18 @@ impl Journal for EtcdJournal {
         visit: &'a mut Visit<'_>,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(self.scan_async(id_prefix, visit))
+    }
+
+    fn newest(&self, n: usize) -> BoxFuture<'_, Result<Listing>> {
+        Box::pin(self.newest_async(n))
+    }
+
+    fn scan_open<'a>(&'a self, visit: &'a mut Visit<'_>) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.scan_open_async(visit))
+    }
+
+    fn count_outcomes(&self) -> BoxFuture<'_, Result<BTreeMap<&'static str, u64>>> {
+        Box::pin(self.count_outcomes_async())
     }
 
     fn remove<'a>(&'a self, listed: &'a RestoreRecord) -> BoxFuture<'a, Result<Removal>> {

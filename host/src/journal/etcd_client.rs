@@ -14,12 +14,13 @@ use std::time::Duration;
 
 use milvus_proto::etcd::etcdserverpb::{
     AuthenticateRequest, Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest,
-    LeaseKeepAliveResponse, LeaseRevokeRequest, PutRequest, RangeRequest, RequestOp, TxnRequest,
-    TxnResponse,
+    LeaseKeepAliveResponse, LeaseRevokeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp,
+    TxnRequest, TxnResponse,
     auth_client::AuthClient,
     compare::{CompareResult, CompareTarget, TargetUnion},
     kv_client::KvClient,
     lease_client::LeaseClient,
+    range_request::{SortOrder, SortTarget},
     request_op::Request,
 };
 use milvus_proto::etcd::mvccpb::KeyValue;
@@ -269,53 +270,73 @@ impl EtcdClient {
 
     /// The value at `key`, if any.
     pub async fn get(&self, key: &str) -> Result<Option<KeyValue>, CallError> {
-        let answer = self
-            .on_any_member(|member| {
-                let mut kv = member.kv.clone();
-                async move { kv.range(get(key)).await }
-            })
-            .await?;
-        Ok(answer.into_inner().kvs.into_iter().next())
+        Ok(self.range(get(key)).await?.kvs.into_iter().next())
     }
 
     /// Up to `limit` keys from `from` (inclusive) to `end` (exclusive), in key order, and
     /// whether more follow: one page of a range, so that no answer holds every value under a
     /// prefix. The next page starts just past the last key: [`after`].
     pub async fn range_page(&self, from: &[u8], end: &[u8], limit: i64) -> Result<Page, CallError> {
-        let request = RangeRequest {
+        self.page(RangeRequest {
             key: from.to_vec(),
             range_end: end.to_vec(),
             limit,
             ..Default::default()
-        };
+        })
+        .await
+    }
+
+    /// Up to `limit` keys from `from` (inclusive) to `end` (exclusive), the last first, without
+    /// their values, and whether more precede them: one page of a range read backwards, as
+    /// the newest entries of an index are. The next page ends at the last key given.
+    pub async fn keys_page_backwards(
+        &self,
+        from: &[u8],
+        end: &[u8],
+        limit: i64,
+    ) -> Result<Page, CallError> {
+        self.page(RangeRequest {
+            key: from.to_vec(),
+            range_end: end.to_vec(),
+            limit,
+            sort_order: SortOrder::Descend as i32,
+            sort_target: SortTarget::Key as i32,
+            keys_only: true,
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// How many keys are under `prefix`, counted by etcd (no key is sent): the cheapest call
+    /// that proves etcd answers.
+    pub async fn count_prefix(&self, prefix: &str) -> Result<i64, CallError> {
         let answer = self
-            .on_any_member(|member| {
-                let (mut kv, request) = (member.kv.clone(), request.clone());
-                async move { kv.range(request).await }
+            .range(RangeRequest {
+                key: prefix.as_bytes().to_vec(),
+                range_end: prefix_end(prefix.as_bytes()),
+                count_only: true,
+                ..Default::default()
             })
-            .await?
-            .into_inner();
+            .await?;
+        Ok(answer.count)
+    }
+
+    async fn page(&self, request: RangeRequest) -> Result<Page, CallError> {
+        let answer = self.range(request).await?;
         Ok(Page {
             kvs: answer.kvs,
             more: answer.more,
         })
     }
 
-    /// How many keys are under `prefix`: the cheapest call that proves etcd answers.
-    pub async fn count_prefix(&self, prefix: &str) -> Result<i64, CallError> {
-        let request = RangeRequest {
-            key: prefix.as_bytes().to_vec(),
-            range_end: prefix_end(prefix.as_bytes()),
-            count_only: true,
-            ..Default::default()
-        };
+    async fn range(&self, request: RangeRequest) -> Result<RangeResponse, CallError> {
         let answer = self
             .on_any_member(|member| {
                 let (mut kv, request) = (member.kv.clone(), request.clone());
                 async move { kv.range(request).await }
             })
             .await?;
-        Ok(answer.into_inner().count)
+        Ok(answer.into_inner())
     }
 
     /// `success` if every comparison holds, else `failure`, atomically.

@@ -1,14 +1,19 @@
-//! A journal that times its own calls: how long each operation took and how many failed, for
-//! `/metrics`. The fleet's journal is the etcd Milvus itself runs on; one that slows down or
-//! fails shows here before a restore stalls on a fence or a save.
+//! A journal that watches its own calls, for `/metrics`: how long each operation took and
+//! how many failed (the fleet's journal is the etcd Milvus itself runs on; one that slows
+//! down or fails shows here before a restore stalls on a fence or a save), which records met
+//! do not read, and the figures of the restores this process finished. All of it is what
+//! the calls carry anyway: nothing here reads the journal's history again.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 
-use super::{Claim, Error, Journal, Removal, RestoreId, RestoreRecord, Result, Visit};
+use super::{
+    Claim, Error, Journal, Listed, Listing, Removal, RestoreId, RestoreRecord, Result, Visit,
+};
 
 /// The journal's operations, as `/metrics` labels them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,17 +23,20 @@ pub enum Op {
     Fence,
     Load,
     Scan,
+    /// A read through an index: the newest records, the open ones, the outcome counts.
+    Index,
     Remove,
     Ready,
 }
 
 impl Op {
-    pub const ALL: [Op; 7] = [
+    pub const ALL: [Op; 8] = [
         Op::Claim,
         Op::Save,
         Op::Fence,
         Op::Load,
         Op::Scan,
+        Op::Index,
         Op::Remove,
         Op::Ready,
     ];
@@ -40,6 +48,7 @@ impl Op {
             Op::Fence => "fence",
             Op::Load => "load",
             Op::Scan => "scan",
+            Op::Index => "index",
             Op::Remove => "remove",
             Op::Ready => "ready",
         }
@@ -61,15 +70,99 @@ pub struct OpStats {
     pub failures: AtomicU64,
 }
 
-/// Every operation's calls since this process started.
+/// Upper bounds (seconds) of the reaction-time buckets: DESIGN §6 asks for 250 ms median.
+pub const REACTION_BUCKETS: [f64; 9] = [0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// The figures of the restores this process finished (its save that gave one an outcome),
+/// as their stored reports give them.
+#[derive(Debug, Default, Clone)]
+pub struct Finished {
+    /// Per bucket of [`REACTION_BUCKETS`], the reactions at or under its bound; then the
+    /// count and sum of them all.
+    pub reaction_buckets: [u64; REACTION_BUCKETS.len()],
+    pub reactions: u64,
+    pub reaction_sum: f64,
+    pub staged_bytes: u64,
+}
+
+/// What the figures read of a stored report; the rest is skipped.
+#[derive(serde::Deserialize)]
+struct Figures {
+    reaction_ms: Option<u64>,
+    staging: Option<Staged>,
+}
+
+#[derive(serde::Deserialize)]
+struct Staged {
+    bytes: u64,
+}
+
+impl Finished {
+    fn add(&mut self, record: &RestoreRecord) {
+        let Some(figures) = (record.report.as_ref()).and_then(|r| r.read::<Figures>().ok()) else {
+            return;
+        };
+        if let Some(ms) = figures.reaction_ms {
+            let seconds = ms as f64 / 1000.0;
+            for (n, le) in self.reaction_buckets.iter_mut().zip(REACTION_BUCKETS) {
+                *n += u64::from(seconds <= le);
+            }
+            self.reactions += 1;
+            self.reaction_sum += seconds;
+        }
+        if let Some(staging) = figures.staging {
+            self.staged_bytes += staging.bytes;
+        }
+    }
+}
+
+/// Every operation's calls since this process started, and what they met.
 #[derive(Debug, Default)]
 pub struct Stats {
     ops: [OpStats; Op::ALL.len()],
+    /// The keys of records met that do not read: what the last whole scan found, and every
+    /// one a listing of some records met since.
+    unreadable: Mutex<BTreeSet<String>>,
+    finished: Mutex<Finished>,
+    /// Restores this process saved without an outcome: the save that gives one an outcome
+    /// counts it in `finished`, once.
+    running: Mutex<HashSet<RestoreId>>,
 }
 
 impl Stats {
     pub fn of(&self, op: Op) -> &OpStats {
         &self.ops[op as usize]
+    }
+
+    /// The keys of the records known not to read.
+    pub fn unreadable(&self) -> Vec<String> {
+        let met = self.unreadable.lock().expect("no panics under the lock");
+        met.iter().cloned().collect()
+    }
+
+    pub fn finished(&self) -> Finished {
+        self.finished
+            .lock()
+            .expect("no panics under the lock")
+            .clone()
+    }
+
+    /// Notes what a listing met that does not read; a whole scan's replaces what was known.
+    fn met(&self, keys: BTreeSet<String>, whole: bool) {
+        let mut met = self.unreadable.lock().expect("no panics under the lock");
+        match whole {
+            true => *met = keys,
+            false => met.extend(keys),
+        }
+    }
+
+    fn saved(&self, record: &RestoreRecord) {
+        let mut running = self.running.lock().expect("no panics under the lock");
+        if record.is_unfinished() {
+            running.insert(record.id.clone());
+        } else if running.remove(&record.id) {
+            (self.finished.lock().expect("no panics under the lock")).add(record);
+        }
     }
 
     fn record<T>(&self, op: Op, took: Duration, result: &Result<T>) {
@@ -88,6 +181,13 @@ impl Stats {
         {
             stats.failures.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// Keeps the key of `listed` if it does not read.
+fn note(listed: &Listed, met: &mut BTreeSet<String>) {
+    if let Listed::Unreadable(bad) = listed {
+        met.insert(bad.key.clone());
     }
 }
 
@@ -132,7 +232,11 @@ impl Journal for Measured {
         claim: &'a dyn Claim,
         record: &'a RestoreRecord,
     ) -> BoxFuture<'a, Result<()>> {
-        self.timed(Op::Save, self.inner.save(claim, record))
+        Box::pin(async move {
+            self.timed(Op::Save, self.inner.save(claim, record)).await?;
+            self.stats.saved(record);
+            Ok(())
+        })
     }
 
     fn fence<'a>(&'a self, claim: &'a dyn Claim) -> BoxFuture<'a, Result<()>> {
@@ -148,7 +252,44 @@ impl Journal for Measured {
         id_prefix: &'a str,
         visit: &'a mut Visit<'_>,
     ) -> BoxFuture<'a, Result<()>> {
-        self.timed(Op::Scan, self.inner.scan(id_prefix, visit))
+        Box::pin(async move {
+            let mut met = BTreeSet::new();
+            let mut noting = |listed: Listed| {
+                note(&listed, &mut met);
+                visit(listed);
+            };
+            self.timed(Op::Scan, self.inner.scan(id_prefix, &mut noting))
+                .await?;
+            self.stats.met(met, id_prefix.is_empty());
+            Ok(())
+        })
+    }
+
+    fn newest(&self, n: usize) -> BoxFuture<'_, Result<Listing>> {
+        Box::pin(async move {
+            let listing = self.timed(Op::Index, self.inner.newest(n)).await?;
+            let met = listing.unreadable.iter().map(|bad| bad.key.clone());
+            self.stats.met(met.collect(), false);
+            Ok(listing)
+        })
+    }
+
+    fn scan_open<'a>(&'a self, visit: &'a mut Visit<'_>) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let mut met = BTreeSet::new();
+            let mut noting = |listed: Listed| {
+                note(&listed, &mut met);
+                visit(listed);
+            };
+            self.timed(Op::Index, self.inner.scan_open(&mut noting))
+                .await?;
+            self.stats.met(met, false);
+            Ok(())
+        })
+    }
+
+    fn count_outcomes(&self) -> BoxFuture<'_, Result<BTreeMap<&'static str, u64>>> {
+        self.timed(Op::Index, self.inner.count_outcomes())
     }
 
     fn ready(&self) -> BoxFuture<'_, Result<()>> {

@@ -13,9 +13,10 @@
 pub mod embedded;
 pub mod etcd;
 pub mod etcd_client;
+pub mod index;
 pub mod measured;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -95,6 +96,12 @@ impl RestoreId {
     /// `{name}.{hash12}.`: what every attempt of one job content starts with. The name is
     /// reduced to characters safe in file names, etcd keys and Idempotency-Keys.
     pub fn content_prefix(job_name: &str, content_hash: &str) -> String {
+        let hash = content_hash.get(..HASH_PART_MAX).unwrap_or(content_hash);
+        format!("{}{hash}.", RestoreId::name_prefix(job_name))
+    }
+
+    /// `{name}.`: what every attempt of every content of the job `job_name` starts with.
+    fn name_prefix(job_name: &str) -> String {
         let name: String = job_name
             .chars()
             .map(|c| {
@@ -106,8 +113,7 @@ impl RestoreId {
             })
             .take(NAME_PART_MAX)
             .collect();
-        let hash = content_hash.get(..HASH_PART_MAX).unwrap_or(content_hash);
-        format!("{name}.{hash}.")
+        format!("{name}.")
     }
 }
 
@@ -180,21 +186,29 @@ impl RestoreLookup {
         {
             return Ok(Some(record));
         }
+        // Only the ids it can name are read: an identity's attempts start with `{text}.`,
+        // a job name's with its name part.
+        let prefixes = BTreeSet::from([
+            format!("{}.", self.text),
+            RestoreId::name_prefix(&self.text),
+        ]);
         let mut newest: Option<RestoreRecord> = None;
-        journal
-            .scan("", &mut |listed| match listed {
-                Listed::Record(record) if self.matches(&record) => {
-                    if newest
-                        .as_ref()
-                        .is_none_or(|n| started(n) < started(&record))
-                    {
-                        newest = Some(record);
+        for prefix in &prefixes {
+            journal
+                .scan(prefix, &mut |listed| match listed {
+                    Listed::Record(record) if self.matches(&record) => {
+                        if newest
+                            .as_ref()
+                            .is_none_or(|n| started(n) < started(&record))
+                        {
+                            newest = Some(record);
+                        }
                     }
-                }
-                Listed::Record(_) => {}
-                Listed::Unreadable(bad) => log_unreadable(&bad),
-            })
-            .await?;
+                    Listed::Record(_) => {}
+                    Listed::Unreadable(bad) => log_unreadable(&bad),
+                })
+                .await?;
+        }
         Ok(newest)
     }
 }
@@ -759,6 +773,11 @@ impl RestoreRecord {
         matches!(self.outcome, None | Some(Outcome::Incomplete))
     }
 
+    /// A sweep has work with it: unfinished, or finished with its staged files left behind.
+    pub fn is_open(&self) -> bool {
+        self.is_unfinished() || self.stage_left
+    }
+
     /// What a rollback of this record drops, in a run and in a recovery alike. Before any
     /// commit decision: every collection the restore created or may have created (one it
     /// was to create and never recorded has no id: its create's answer, or the write after
@@ -919,35 +938,6 @@ fn started(record: &RestoreRecord) -> (Timestamp, u32) {
     (record.started_at, record.attempt)
 }
 
-/// A record ordered by [`started`], for the heap that keeps the newest.
-struct ByStart(RestoreRecord);
-
-impl ByStart {
-    fn key(&self) -> (Timestamp, u32, &RestoreId) {
-        (self.0.started_at, self.0.attempt, &self.0.id)
-    }
-}
-
-impl PartialEq for ByStart {
-    fn eq(&self, other: &Self) -> bool {
-        self.key() == other.key()
-    }
-}
-
-impl Eq for ByStart {}
-
-impl PartialOrd for ByStart {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for ByStart {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.key().cmp(&other.key())
-    }
-}
-
 /// A durable store of restore records.
 pub trait Journal: Send + Sync {
     /// Takes the exclusive right to act on `id` (waiting for nobody: `Busy` if held).
@@ -1020,36 +1010,65 @@ pub trait Journal: Send + Sync {
     }
 
     /// Every record, oldest first, and those that do not read: for a caller that must see
-    /// them all (a test's checker); one that shows some takes [`Journal::newest`] or
-    /// [`Journal::list_where`].
+    /// them all (a test's checker, retention); one that shows some takes [`Journal::newest`],
+    /// and a sweep [`Journal::list_open`].
     fn list(&self) -> BoxFuture<'_, Result<Listing>> {
         self.list_where(&|_| true)
     }
 
-    /// The newest `n` records (by start, then attempt), oldest first, and every one that does
-    /// not read, holding no more than `n` records at a time: what `status` and
-    /// `list_restores` show.
-    fn newest(&self, n: usize) -> BoxFuture<'_, Result<Listing>> {
+    /// The newest `n` records (by start, then attempt), oldest first, and each that does not
+    /// read among the newest: what `status --last` and `list_restores` show. Found through
+    /// the `started` index ([`index`]): it reads the records it shows, whatever the history.
+    fn newest(&self, n: usize) -> BoxFuture<'_, Result<Listing>>;
+
+    /// Hands `visit` every open record ([`RestoreRecord::is_open`]) and each that does not
+    /// read among those the `open` index names: what a sweep reads, whatever the history.
+    fn scan_open<'a>(&'a self, visit: &'a mut Visit<'_>) -> BoxFuture<'a, Result<()>>;
+
+    /// How many records there are under each outcome label ([`index::outcome_label`]), read
+    /// from the `outcome` index's names without reading a record.
+    fn count_outcomes(&self) -> BoxFuture<'_, Result<BTreeMap<&'static str, u64>>>;
+
+    /// Every open record, oldest first, and each that does not read.
+    fn list_open(&self) -> BoxFuture<'_, Result<Listing>> {
         Box::pin(async move {
-            let mut heap = std::collections::BinaryHeap::new();
-            let mut unreadable = Vec::new();
-            self.scan("", &mut |listed| match listed {
-                Listed::Record(record) => {
-                    heap.push(std::cmp::Reverse(ByStart(record)));
-                    if heap.len() > n {
-                        heap.pop();
-                    }
-                }
-                Listed::Unreadable(bad) => unreadable.push(bad),
-            })
-            .await?;
-            let mut records: Vec<RestoreRecord> = heap.into_iter().map(|r| r.0.0).collect();
-            records.sort_by_key(started);
-            Ok(Listing {
-                records,
-                unreadable,
-            })
+            let mut listing = Listing::default();
+            self.scan_open(&mut |listed| listing.take(listed, RestoreRecord::is_open))
+                .await?;
+            listing.sort();
+            Ok(listing)
         })
+    }
+}
+
+/// Keeps the newest `n` records a walk comes to, for a backend's [`Journal::newest`]: the
+/// walk goes newest first through the `started` index and stops once this is full.
+struct Newest {
+    want: usize,
+    listing: Listing,
+}
+
+impl Newest {
+    fn of(want: usize) -> Newest {
+        Newest {
+            want,
+            listing: Listing::default(),
+        }
+    }
+
+    /// Takes what an entry led to.
+    fn take(&mut self, listed: Listed) {
+        self.listing.take(listed, |_| true);
+    }
+
+    /// Whether the walk can stop: it has the `n` it wants.
+    fn full(&self) -> bool {
+        self.listing.records.len() >= self.want
+    }
+
+    fn done(mut self) -> Listing {
+        self.listing.sort();
+        self.listing
     }
 }
 

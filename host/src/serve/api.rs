@@ -397,15 +397,15 @@ async fn list_restores(
     };
     match listed {
         Ok(listing) => {
-            // One bad record is named (by its key, not its content), and the rest listed.
-            let msg = match listing.unreadable.len() {
+            // One bad record is named (by its key, not its content), and the rest listed:
+            // every one known, whether or not among the newest asked for (the measured
+            // journal noted this listing's too).
+            let unreadable = state.runner.journal_stats().unreadable();
+            let msg = match unreadable.len() {
                 0 => "success".to_owned(),
                 n => format!(
                     "success; {n} journal record(s) do not read and are left out ({}); the server's log says why",
-                    (listing.unreadable.iter())
-                        .map(|u| u.key.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    unreadable.join(", ")
                 ),
             };
             let mut records = listing.readable();
@@ -434,17 +434,12 @@ async fn openapi(State(state): State<Arc<ApiState>>) -> Response {
 }
 
 async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
-    let mut tally = super::metrics::Tally::default();
-    let listed = state
-        .runner
-        .journal()
-        .scan("", &mut |listed| tally.add(listed))
-        .await;
-    if let Err(e) = &listed {
-        tracing::warn!(error = %e, "the journal could not be listed for /metrics");
+    let outcomes = state.runner.journal().count_outcomes().await;
+    if let Err(e) = &outcomes {
+        tracing::warn!(error = %e, "the journal's records could not be counted for /metrics");
     }
     let text = super::metrics::render(
-        listed.is_ok().then_some(&tally),
+        outcomes.as_ref().ok(),
         state.runner.journal_stats(),
         state.runner.progress(),
         state.runner.tracked(),

@@ -1,7 +1,7 @@
-//! `/metrics` in Prometheus's text format, gathered at scrape time: restores by outcome and
-//! the reaction-time histogram from the journal (so they survive restarts and cover the
-//! fleet), job states per end and staged bytes from the live progress of this process, and
-//! the watcher's counters.
+//! `/metrics` in Prometheus's text format, gathered at scrape time: restores by outcome from
+//! the journal's outcome index (so they survive restarts and cover the fleet, and cost the
+//! same however long the history), the reaction-time histogram and staged bytes of what this
+//! process finished and runs, its journal calls, and the watcher's counters.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -9,110 +9,32 @@ use std::sync::atomic::Ordering;
 
 use super::progress::LiveProgress;
 use super::watch::WatchStats;
-use crate::journal::measured::{BUCKETS, Op, Stats};
-use crate::journal::{Listed, Outcome, RestoreRecord};
+use crate::journal::index::outcome_labels;
+use crate::journal::measured::{BUCKETS, Op, REACTION_BUCKETS, Stats};
 
-/// Upper bounds (seconds) of the reaction-time buckets: DESIGN §6 asks for 250 ms median.
-const REACTION_BUCKETS: [f64; 9] = [0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
-
-/// What the metrics read of a finished restore's stored report; the rest is skipped.
-#[derive(serde::Deserialize)]
-struct Figures {
-    reaction_ms: Option<u64>,
-    staging: Option<Staged>,
-}
-
-#[derive(serde::Deserialize)]
-struct Staged {
-    bytes: u64,
-}
-
-fn outcome_label(o: Option<Outcome>) -> &'static str {
-    match o {
-        None => "running",
-        Some(Outcome::Succeeded) => "succeeded",
-        Some(Outcome::Unverified) => "unverified",
-        Some(Outcome::Refused) => "refused",
-        Some(Outcome::RolledBack) => "rolled_back",
-        Some(Outcome::Diverged) => "diverged",
-        Some(Outcome::PartlyCommitted) => "partly_committed",
-        Some(Outcome::Incomplete) => "incomplete",
-        Some(Outcome::HostFailed) => "host_failed",
-        Some(Outcome::Lost) => "lost",
-    }
-}
-
-/// What `/metrics` reads of the journal, taken in one record at a time: a scrape holds no
-/// record longer than it looks at it, however long the journal's history.
-#[derive(Debug, Default)]
-pub struct Tally {
-    by_outcome: BTreeMap<&'static str, u64>,
-    /// Finished restores' reaction times: per bucket of [`REACTION_BUCKETS`], the count at
-    /// or under its bound; then the count and sum of them all.
-    reaction_buckets: [u64; REACTION_BUCKETS.len()],
-    reactions: u64,
-    reaction_sum: f64,
-    staged_finished: u64,
-    unreadable: u64,
-}
-
-impl Tally {
-    /// Counts what a scan came to; a record that does not read is logged by its key.
-    pub fn add(&mut self, listed: Listed) {
-        match listed {
-            Listed::Record(record) => self.add_record(&record),
-            Listed::Unreadable(bad) => {
-                crate::journal::log_unreadable(&bad);
-                self.unreadable += 1;
-            }
-        }
-    }
-
-    fn add_record(&mut self, r: &RestoreRecord) {
-        *self.by_outcome.entry(outcome_label(r.outcome)).or_default() += 1;
-        let Some(figures) = r.report.as_ref().and_then(|r| r.read::<Figures>().ok()) else {
-            return;
-        };
-        if let Some(ms) = figures.reaction_ms {
-            let seconds = ms as f64 / 1000.0;
-            for (n, le) in self.reaction_buckets.iter_mut().zip(REACTION_BUCKETS) {
-                *n += u64::from(seconds <= le);
-            }
-            self.reactions += 1;
-            self.reaction_sum += seconds;
-        }
-        if let Some(staging) = figures.staging {
-            self.staged_finished += staging.bytes;
-        }
-    }
-}
-
-/// The metrics of the journal's `tally` (`None` when it could not be listed), this host's
-/// running restores, what its runner holds (tasks, wanted jobs) and its watched directory.
+/// The metrics of the journal's records by outcome (`None` when they could not be counted),
+/// what this host's journal calls met and finished, its running restores, what its runner
+/// holds (tasks, wanted jobs) and its watched directory.
 pub fn render(
-    tally: Option<&Tally>,
+    outcomes: Option<&BTreeMap<&'static str, u64>>,
     calls: &Stats,
     live: &LiveProgress,
     (tasks, wanted): (usize, usize),
     watch: Option<&WatchStats>,
 ) -> String {
-    let empty = Tally::default();
-    let journal = tally.unwrap_or(&empty);
+    let finished = calls.finished();
     let mut out = String::new();
     // Every outcome has a line, a zero included, so a dashboard's rate has a series.
-    let mut by_outcome: BTreeMap<&str, u64> = (std::iter::once(None))
-        .chain(Outcome::ALL.map(Some))
-        .map(|o| (outcome_label(o), 0))
-        .collect();
-    for (outcome, n) in &journal.by_outcome {
-        *by_outcome.entry(outcome).or_default() += n;
-    }
+    let by_outcome = outcome_labels().map(|label| {
+        let n = outcomes.and_then(|o| o.get(label)).copied();
+        (label, n.unwrap_or(0))
+    });
     let _ = writeln!(
         out,
         "# HELP lockstep_restores Restores in the journal by outcome (running: no outcome yet)."
     );
     let _ = writeln!(out, "# TYPE lockstep_restores gauge");
-    for (outcome, n) in &by_outcome {
+    for (outcome, n) in by_outcome {
         let _ = writeln!(out, "lockstep_restores{{outcome=\"{outcome}\"}} {n}");
     }
 
@@ -139,27 +61,31 @@ pub fn render(
 
     let _ = writeln!(
         out,
-        "# HELP lockstep_reaction_seconds From the last end reporting Uncommitted to the commit going out, per finished restore."
+        "# HELP lockstep_reaction_seconds From the last end reporting Uncommitted to the commit going out, per restore this process finished."
     );
     let _ = writeln!(out, "# TYPE lockstep_reaction_seconds histogram");
-    for (le, n) in REACTION_BUCKETS.iter().zip(journal.reaction_buckets) {
+    for (le, n) in REACTION_BUCKETS.iter().zip(finished.reaction_buckets) {
         let _ = writeln!(out, "lockstep_reaction_seconds_bucket{{le=\"{le}\"}} {n}");
     }
     let _ = writeln!(
         out,
         "lockstep_reaction_seconds_bucket{{le=\"+Inf\"}} {}",
-        journal.reactions
+        finished.reactions
     );
     let _ = writeln!(
         out,
         "lockstep_reaction_seconds_sum {}",
-        journal.reaction_sum
+        finished.reaction_sum
     );
-    let _ = writeln!(out, "lockstep_reaction_seconds_count {}", journal.reactions);
+    let _ = writeln!(
+        out,
+        "lockstep_reaction_seconds_count {}",
+        finished.reactions
+    );
 
     let _ = writeln!(
         out,
-        "# HELP lockstep_staged_bytes Bytes staged: by finished restores in the journal plus this host's running ones."
+        "# HELP lockstep_staged_bytes Bytes staged by the restores this process finished and those it runs."
     );
     let _ = writeln!(out, "# TYPE lockstep_staged_bytes gauge");
     let running_staged: u64 = live
@@ -170,21 +96,21 @@ pub fn render(
     let _ = writeln!(
         out,
         "lockstep_staged_bytes {}",
-        journal.staged_finished + running_staged
+        finished.staged_bytes + running_staged
     );
 
-    // A journal that cannot be listed, or a record in it that does not read, is seen here
+    // A journal that cannot be counted, or a record in it that does not read, is seen here
     // rather than as restores that went missing.
     for (name, help, v) in [
         (
             "lockstep_journal_listed",
-            "1 when the journal could be listed for this scrape, 0 when not (the counts above are then empty).",
-            u64::from(tally.is_some()),
+            "1 when the journal's records could be counted for this scrape, 0 when not (the counts above are then empty).",
+            u64::from(outcomes.is_some()),
         ),
         (
             "lockstep_journal_unreadable_records",
-            "Journal records that do not read (the log names each); the others are counted above.",
-            journal.unreadable,
+            "Journal records that do not read (the log names each), as the last whole read of the journal (at start, then every 10 minutes, or a whole listing) and the listings since met them.",
+            calls.unreadable().len() as u64,
         ),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}");
@@ -304,7 +230,7 @@ mod tests {
             }
         }
         let text = render(
-            Some(&Tally::default()),
+            Some(&BTreeMap::new()),
             &Stats::default(),
             &LiveProgress::new(Arc::new(Silent)),
             (0, 0),
@@ -350,7 +276,7 @@ mod tests {
     #[test]
     fn an_empty_journal_has_a_zero_for_every_outcome_and_no_negative_zero() {
         let text = render(
-            Some(&Tally::default()),
+            Some(&BTreeMap::new()),
             &Stats::default(),
             &LiveProgress::new(Arc::new(Silent)),
             (0, 0),
@@ -358,11 +284,8 @@ mod tests {
         );
         assert!(text.contains("lockstep_reaction_seconds_sum 0\n"), "{text}");
         assert!(!text.contains("-0"), "{text}");
-        for outcome in Outcome::ALL {
-            let line = format!(
-                "lockstep_restores{{outcome=\"{}\"}} 0",
-                outcome_label(Some(outcome))
-            );
+        for outcome in outcome_labels() {
+            let line = format!("lockstep_restores{{outcome=\"{outcome}\"}} 0");
             assert!(text.contains(&line), "no {line}:\n{text}");
         }
     }

@@ -46,6 +46,10 @@ pub const RECHECK_EVERY: Duration = Duration::from_secs(1);
 /// How often unfinished restores nobody here asked for are looked for.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
+/// How often every record is read, to find those that do not read among the ones no listing
+/// shows: the one read of the whole history `serve` makes, so it is seldom.
+pub const AUDIT_EVERY: Duration = Duration::from_secs(600);
+
 /// How long a client refused with [`QueueFull`] is told to wait before asking again
 /// (`Retry-After`): a small restore takes seconds, so a slot is likely free by then, and a
 /// client that obeys costs one request every 10 s.
@@ -584,6 +588,25 @@ impl Runner {
         }
     }
 
+    /// Reads every record at start, then every [`AUDIT_EVERY`]: each that does not read is
+    /// logged by its key, and counted by `/metrics` (the measured journal notes it).
+    pub async fn audit(self: Arc<Self>) {
+        loop {
+            let mut log = |listed| {
+                if let journal::Listed::Unreadable(bad) = listed {
+                    journal::log_unreadable(&bad);
+                }
+            };
+            if let Err(e) = self.journal.scan("", &mut log).await {
+                tracing::warn!(error = %e, "audit: cannot list the journal");
+            }
+            let slept = self.shutdown.race(tokio::time::sleep(AUDIT_EVERY)).await;
+            if slept.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Recovers, every [`SWEEP_EVERY`], unfinished restores that no task here works on and
     /// whose claim is free: their host died, and no job file or request here asks for them.
     pub async fn sweep(self: Arc<Self>) {
@@ -597,9 +620,8 @@ impl Runner {
                 return;
             }
             // A record that does not read is left to a person (logged each sweep); the others
-            // are swept. Only what there is to do is kept, not the journal's history.
-            let actionable = |r: &RestoreRecord| r.is_unfinished() || r.stage_left;
-            let records = match self.journal.list_where(&actionable).await {
+            // are swept. Only what the open index names is read, not the journal's history.
+            let records = match self.journal.list_open().await {
                 Ok(listing) => listing.readable(),
                 Err(e) => {
                     tracing::warn!(error = %e, "sweep: cannot list the journal");
