@@ -173,13 +173,7 @@ impl FileJournal {
             stale.push(self.open_entry(&record.id));
         }
         for path in stale {
-            match fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    tracing::warn!(entry = %path.display(), error = %e, "a stale journal index entry stays")
-                }
-            }
+            remove_entry(&path);
         }
     }
 
@@ -309,10 +303,9 @@ impl FileJournal {
         for entry in [
             self.started_entry(listed),
             self.outcome_entry(outcome_label(listed.outcome), id),
+            self.open_entry(id),
         ] {
-            if let Err(e) = fs::remove_file(&entry) {
-                tracing::warn!(entry = %entry.display(), error = %e, "a removed record's index entry stays");
-            }
+            remove_entry(&entry);
         }
         drop(claim);
         Ok(Removal::Removed)
@@ -422,6 +415,18 @@ impl FileJournal {
                 .await
                 .map_err(|e| Error::Backend(format!("journal task failed: {e}")))
         })
+    }
+}
+
+/// Removes an index entry, if there; one that stays is an entry too many, which readers
+/// check against its record.
+fn remove_entry(path: &Path) {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(entry = %path.display(), error = %e, "a stale journal index entry stays")
+        }
     }
 }
 

@@ -24,8 +24,9 @@
 //! thousand, before the restart:
 //! - wall: from the thousand's first request to its last restore ended, and restores a second;
 //! - CPU: `serve`'s CPU time, user and system, over the thousand (from /proc/PID/stat);
-//! - scans: the time `serve`'s journal spent listing records over the thousand (its sweeps
-//!   for unfinished restores, the lookups of a job's attempts), as its `/metrics` counts it;
+//! - scans: the time `serve`'s journal spent reading records over the thousand, whole or
+//!   through its index (the sweeps for open restores, the lookups of a job's attempts, the
+//!   audit at start), as its `/metrics` counts it;
 //! - RSS: `serve`'s resident set (`VmRSS` in /proc/PID/status);
 //! - fds: `serve`'s open file descriptors (entries of /proc/PID/fd);
 //! - list: `GET /api/v1/list_restores?limit=50`, and `lockstep status --last 50` (a process of
@@ -369,19 +370,18 @@ impl Serve {
         Ok(cpu.user + cpu.system)
     }
 
-    /// `lockstep_journal_seconds_sum{op="scan"}`: every listing of the journal so far, the
-    /// runner's sweeps and the job lookups among them.
+    /// `lockstep_journal_seconds_sum` of `op="scan"` and `op="index"`: every read of records
+    /// so far, whole (the audit, a lookup's prefix) or through the index (the sweeps, the
+    /// newest, the outcome counts).
     async fn scan_seconds(&self) -> anyhow::Result<Duration> {
         let text = self.get("/metrics").await?.text().await?;
-        let seconds = (text.lines())
-            .find_map(|l| {
-                l.strip_prefix("lockstep_journal_seconds_sum{op=\"scan\"}")?
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-            })
-            .context("no journal scan time in /metrics")?;
-        Ok(Duration::from_secs_f64(seconds))
+        let sum = |op: &str| {
+            let line = format!("lockstep_journal_seconds_sum{{op=\"{op}\"}}");
+            (text.lines())
+                .find_map(|l| l.strip_prefix(&line)?.trim().parse::<f64>().ok())
+                .with_context(|| format!("no journal {op} time in /metrics"))
+        };
+        Ok(Duration::from_secs_f64(sum("scan")? + sum("index")?))
     }
 
     fn fds(&self) -> anyhow::Result<usize> {
