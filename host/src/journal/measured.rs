@@ -156,12 +156,23 @@ impl Stats {
         }
     }
 
-    fn saved(&self, record: &RestoreRecord) {
+    /// Follows what a save of `record` did: a restore this process no longer holds (its
+    /// claim lost) is forgotten, so that what is kept is only what runs here.
+    fn saved(&self, record: &RestoreRecord, saved: &Result<()>) {
         let mut running = self.running.lock().expect("no panics under the lock");
-        if record.is_unfinished() {
-            running.insert(record.id.clone());
-        } else if running.remove(&record.id) {
-            (self.finished.lock().expect("no panics under the lock")).add(record);
+        match saved {
+            Err(Error::ClaimLost(_)) => {
+                running.remove(&record.id);
+            }
+            Err(_) => {}
+            Ok(()) if record.is_unfinished() => {
+                running.insert(record.id.clone());
+            }
+            Ok(()) => {
+                if running.remove(&record.id) {
+                    (self.finished.lock().expect("no panics under the lock")).add(record);
+                }
+            }
         }
     }
 
@@ -233,9 +244,9 @@ impl Journal for Measured {
         record: &'a RestoreRecord,
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            self.timed(Op::Save, self.inner.save(claim, record)).await?;
-            self.stats.saved(record);
-            Ok(())
+            let saved = self.timed(Op::Save, self.inner.save(claim, record)).await;
+            self.stats.saved(record, &saved);
+            saved
         })
     }
 
@@ -332,5 +343,48 @@ mod tests {
         std::fs::remove_dir_all(dir.path()).unwrap();
         assert!(journal.ready().await.is_err());
         assert_eq!((calls(Op::Ready), failures(Op::Ready)), (2, 1));
+    }
+
+    /// A restore this process finished is counted once, by the save that gave it its
+    /// outcome; one it only saved finished (another host ran it) is not; what records a
+    /// listing met that do not read is what the last whole scan found.
+    #[tokio::test]
+    async fn a_finish_here_is_counted_once_and_a_whole_scan_says_what_does_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (journal, stats) = Measured::wrap(Arc::new(FileJournal::open(dir.path()).unwrap()));
+        let report = crate::journal::StoredReport::of(&serde_json::json!({
+            "reaction_ms": 120, "staging": {"bytes": 7},
+        }))
+        .unwrap();
+        for (attempt, ran_here) in [(1, true), (2, false)] {
+            let id = RestoreId::new("job", "0123456789abcdef", attempt);
+            let claim = journal.claim(&id).await.unwrap();
+            let mut record =
+                RestoreRecord::new(id, "job", "0123456789abcdef", attempt, "b", vec![]);
+            if ran_here {
+                journal.save(claim.as_ref(), &record).await.unwrap();
+            }
+            record.outcome = Some(super::super::Outcome::Succeeded);
+            record.report = Some(report.clone());
+            journal.save(claim.as_ref(), &record).await.unwrap();
+            journal.save(claim.as_ref(), &record).await.unwrap();
+        }
+        let finished = stats.finished();
+        assert_eq!((finished.reactions, finished.staged_bytes), (1, 7));
+        assert_eq!(finished.reaction_buckets[3], 1, "0.12 s is under 0.25 s");
+
+        let bad = dir.path().join("journal").join("bad.ff.1.json");
+        std::fs::write(&bad, b"{ not a record").unwrap();
+        journal.list().await.unwrap();
+        assert_eq!(stats.unreadable(), ["bad.ff.1.json"]);
+        std::fs::remove_file(&bad).unwrap();
+        journal.newest(5).await.unwrap();
+        assert_eq!(
+            stats.unreadable(),
+            ["bad.ff.1.json"],
+            "a listing of some adds, never clears"
+        );
+        journal.list().await.unwrap();
+        assert!(stats.unreadable().is_empty());
     }
 }

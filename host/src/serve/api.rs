@@ -29,7 +29,7 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::envelope::{Code, answered, envelope, header_request_id};
+use super::envelope::{Code, answered, envelope, header_request_id, refused_request};
 use super::listen::Conn;
 use super::runner::{Ended, RETRY_AFTER, Rerun, recorded_report};
 use super::state::ApiState;
@@ -242,12 +242,7 @@ async fn restore(
                 )
                     .into_response();
             }
-            return envelope::<()>(
-                header_request_id(&headers),
-                Code::ParameterError,
-                e.to_string(),
-                None,
-            );
+            return refused_request(header_request_id(&headers), e.to_string(), e.problems());
         }
     };
     let request_id = request_id(rest.request_id.clone());

@@ -5,6 +5,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
+use crate::diagnostic::Problem;
+
 /// milvus-backup's `ResponseCode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i32)]
@@ -33,6 +35,11 @@ pub struct Envelope<T> {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub msg: String,
     pub data: Option<T>,
+    /// A refused request's problems, each located by its JSON field, as a refused job file's
+    /// are by line and column (lockstep's own field, beside milvus-backup's: left out when
+    /// there are none, so a milvus-backup client reads the envelope it knows).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", skip_deserializing)]
+    pub problems: Vec<Problem>,
 }
 
 fn is_zero(code: &i32) -> bool {
@@ -61,6 +68,19 @@ pub(super) fn envelope<T: Serialize>(
         code: code as i32,
         msg: msg.into(),
         data,
+        problems: Vec::new(),
+    })
+    .into_response()
+}
+
+/// A request refused for what it says (code 400, `data` null), with its `problems`.
+pub(super) fn refused_request(request_id: String, msg: String, problems: &[Problem]) -> Response {
+    axum::Json(Envelope::<()> {
+        request_id,
+        code: Code::ParameterError as i32,
+        msg,
+        data: None,
+        problems: problems.to_vec(),
     })
     .into_response()
 }
@@ -88,6 +108,7 @@ pub(super) fn answered(
         code: code as i32,
         msg,
         data: None,
+        problems: Vec::new(),
     };
     (status, axum::Json(body)).into_response()
 }

@@ -35,6 +35,7 @@ pub fn document(tokens: TokenSetup) -> Value {
                 "code": {"type": "integer", "enum": [1, 2, 3, 400], "description": "milvus-backup's ResponseCode, left out on success (0), as its server encodes it: 1 Not_Support (its routes lockstep does not serve), 2 No_Permission, 3 Fail, 400 Parameter_Error. A request that breaks the request schema (a missing or mistyped field, an unknown field) or that names something invalid or unknown is answered with HTTP 200 and code 400, as milvus-backup answers; only a body that is not JSON, or not a JSON object, gets HTTP 400"},
                 "msg": {"type": "string", "description": "left out when empty"},
                 "data": data,
+                "problems": {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/Problem"}, "description": "lockstep's own field: a refused request's problems (code 400), each located by its JSON field; left out otherwise"},
             }
         })
     };
@@ -121,7 +122,7 @@ pub fn document(tokens: TokenSetup) -> Value {
         "info": {
             "title": "lockstep",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": format!("Restores milvus-backup backups into a CDC-replicating Milvus with two-phase import. The restore routes take milvus-backup's request fields and answer with its {{requestId, code, msg, data}} envelope: HTTP 200 for every answer, with the outcome in `code`. {note}"),
+            "description": format!("Restores milvus-backup backups into a CDC-replicating Milvus with two-phase import. The restore routes take milvus-backup's request fields and answer with its {{requestId, code, msg, data}} envelope: HTTP 200 for every answer, with the outcome in `code`; a refused request also lists its `problems`. {note}"),
         },
         "components": {
             "securitySchemes": {
@@ -134,6 +135,7 @@ pub fn document(tokens: TokenSetup) -> Value {
                 "CollectionView": collection_view(),
                 "BackupSummary": backup_summary(),
                 "BackupInfoBrief": backup_info_brief(),
+                "Problem": problem(),
             }
         },
         "security": security,
@@ -311,6 +313,24 @@ fn backup_info_brief() -> Value {
             "meta_size": {"type": "integer"},
             "format": {"type": "string"},
         }
+    })
+}
+
+/// One problem of a refused request, as a refused job file's JSON gives it
+/// (`docs/schema/refusal.json`): a body's problems are located by their JSON field, or by
+/// line and column where the body is not JSON.
+fn problem() -> Value {
+    json!({
+        "type": "object",
+        "required": ["field", "kind", "text"],
+        "properties": {
+            "json_field": {"type": "string", "description": "the request field, e.g. `collection_renames`"},
+            "line": {"type": "integer", "minimum": 1},
+            "column": {"type": "integer", "minimum": 1},
+            "field": {"type": "string", "description": "the field's path in a job file's terms, empty for the request as a whole"},
+            "kind": {"type": "string", "enum": ["syntax", "unknown_field", "wrong_type", "missing", "invalid"]},
+            "text": {"type": "string"},
+        },
     })
 }
 

@@ -455,6 +455,16 @@ async fn bad_bodies_get_milvus_backups_codes_and_nothing_runs() {
             .contains("`colection_names`"),
         "{unknown}"
     );
+    // Each problem apart, located by its JSON field, as a job file's are by line.
+    assert_eq!(unknown["data"], Value::Null, "{unknown}");
+    assert_eq!(
+        (
+            &unknown["problems"][0]["json_field"],
+            &unknown["problems"][0]["kind"]
+        ),
+        (&json!("colection_names"), &json!("unknown_field")),
+        "{unknown}"
+    );
 
     let (_, no_backup) = call(
         &doc,
@@ -470,6 +480,10 @@ async fn bad_bodies_get_milvus_backups_codes_and_nothing_runs() {
         no_backup["msg"].as_str().unwrap().contains("backup_name"),
         "{no_backup}"
     );
+    let kinds: Vec<&Value> = (no_backup["problems"].as_array().unwrap().iter())
+        .map(|p| &p["kind"])
+        .collect();
+    assert!(kinds.contains(&&json!("missing")), "{no_backup}");
 
     let (_, unknown_cluster) = call(
         &doc,
@@ -486,6 +500,12 @@ async fn bad_bodies_get_milvus_backups_codes_and_nothing_runs() {
             .as_str()
             .unwrap()
             .contains("`secondaries`"),
+        "{unknown_cluster}"
+    );
+    let problem = &unknown_cluster["problems"][0];
+    assert_eq!(
+        (&problem["json_field"], &problem["kind"]),
+        (&json!("secondaries"), &json!("invalid")),
         "{unknown_cluster}"
     );
 
