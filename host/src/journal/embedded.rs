@@ -5,8 +5,10 @@
 //! the OS releases it when the process dies, which is what lets `recover` take over.
 //!
 //! Beside the records, `journal/index/` holds the index entries ([`super::index`]) as empty
-//! files: `started/{day}/{started name}`, `open/{id}`, `outcome/{label}/{id}`, and `built`
-//! once every record present when the index first came was entered.
+//! files: `started/{day}/{started name}`, `open/{id}`, `outcome/{label}/{id}`, and
+//! `content/{name}/{hash}/{attempt}`, which finds a job's attempts without reading the
+//! names of every record (etcd ranges over a key prefix instead); and `built` once every
+//! record present when the index first came was entered.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
@@ -57,9 +59,13 @@ impl FileJournal {
             written: Arc::default(),
         };
         let index = journal.index_dir();
-        let dirs = [index.join("started"), index.join("open")]
-            .into_iter()
-            .chain(outcome_labels().map(|label| index.join("outcome").join(label)));
+        let dirs = [
+            index.join("started"),
+            index.join("open"),
+            index.join("content"),
+        ]
+        .into_iter()
+        .chain(outcome_labels().map(|label| index.join("outcome").join(label)));
         for dir in dirs {
             crate::owner_only::open_dir(&dir).map_err(|source| io_error(&dir, source))?;
         }
@@ -87,10 +93,51 @@ impl FileJournal {
         (self.index_dir().join("outcome").join(label)).join(id.as_str())
     }
 
+    /// `content/{name}/{hash}/{attempt}`: the parts of a parsed id, so never a path of its
+    /// own.
+    fn content_entry(&self, id: &RestoreId) -> PathBuf {
+        id.as_str()
+            .split('.')
+            .fold(self.index_dir().join("content"), |path, part| {
+                path.join(part)
+            })
+    }
+
+    /// The record files whose ids start with `prefix`, when it is a job's (`{name}.`) or a
+    /// content's (`{name}.{hash}.`): read from the `content` entries. `None` for any other
+    /// prefix, which only a whole listing reads.
+    fn content_files(&self, prefix: &str) -> Option<Result<Vec<String>>> {
+        let mut parts = prefix.strip_suffix('.')?.split('.');
+        let (name, hash) = (parts.next()?, parts.next());
+        let part = |p: &str| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+        };
+        if parts.next().is_some() || !part(name) || !hash.is_none_or(part) {
+            return None;
+        }
+        let of_name = self.index_dir().join("content").join(name);
+        let files = || -> Result<Vec<String>> {
+            let hashes = match hash {
+                Some(hash) => vec![hash.to_owned()],
+                None => names_if_any(&of_name)?.collect(),
+            };
+            let mut files = Vec::new();
+            for hash in hashes {
+                for attempt in names_if_any(&of_name.join(&hash))? {
+                    files.push(format!("{name}.{hash}.{attempt}.json"));
+                }
+            }
+            Ok(files)
+        };
+        Some(files())
+    }
+
     /// Enters every record already here (a journal written before the index, once). Its
     /// entries are made, never removed: a save meanwhile makes and removes its own, and an
     /// entry too many is what the index allows. None is synced one by one: `built` is
-    /// written only once the directories are, so a crash means building again.
+    /// written only once the file system is, so a crash means building again.
     fn build_index(&self) -> Result<()> {
         let mut entered = 0usize;
         for name in names(&self.dir)?.filter(|name| name.ends_with(".json")) {
@@ -107,18 +154,10 @@ impl FileJournal {
         }
         let built = self.index_dir().join("built");
         let sync = || -> io::Result<()> {
-            for day in names(&self.index_dir().join("started")).map_err(io::Error::other)? {
-                File::open(self.index_dir().join("started").join(day))?.sync_all()?;
-            }
-            let index = self.index_dir();
-            let dirs = [index.join("started"), index.join("open")]
-                .into_iter()
-                .chain(outcome_labels().map(|label| index.join("outcome").join(label)));
-            for dir in dirs {
-                File::open(dir)?.sync_all()?;
-            }
+            // Every entry and folder made above, in one call: `built` says they are durable.
+            rustix::fs::syncfs(File::open(self.index_dir())?)?;
             crate::owner_only::create(&built)?.sync_all()?;
-            File::open(&index)?.sync_all()
+            File::open(self.index_dir())?.sync_all()
         };
         sync().map_err(|source| io_error(&built, source))?;
         tracing::info!(dir = %self.dir.display(), records = entered, "indexed the journal's records");
@@ -138,8 +177,20 @@ impl FileJournal {
                 File::open(self.index_dir().join("started"))?.sync_all()?;
             }
         }
+        let content = self.content_entry(&record.id);
+        if let Some(of_content) = content.parent()
+            && !of_content.exists()
+        {
+            crate::owner_only::open_dir(of_content)?;
+            if durable {
+                for made in of_content.ancestors().skip(1).take(2) {
+                    File::open(made)?.sync_all()?;
+                }
+            }
+        }
         let mut wanted = vec![
             started,
+            content,
             self.outcome_entry(outcome_label(record.outcome), &record.id),
         ];
         if record.is_open() {
@@ -302,6 +353,7 @@ impl FileJournal {
         // The record is gone: its entries lead nowhere, and readers skip them if this fails.
         for entry in [
             self.started_entry(listed),
+            self.content_entry(id),
             self.outcome_entry(outcome_label(listed.outcome), id),
             self.open_entry(id),
         ] {
@@ -319,12 +371,14 @@ impl FileJournal {
     /// read, one file at a time: the channel's room is the page held at once. Stops when
     /// the receiver went away.
     fn scan_blocking(&self, prefix: &str, out: &mpsc::Sender<Result<Listed>>) {
-        match names(&self.dir) {
-            Ok(names) => {
-                let files =
-                    names.filter(|name| name.starts_with(prefix) && name.ends_with(".json"));
-                self.send_records(files, |_| true, out);
-            }
+        let files = match self.content_files(prefix) {
+            Some(files) => files,
+            None => names(&self.dir).map(|names| {
+                (names.filter(|name| name.starts_with(prefix) && name.ends_with(".json"))).collect()
+            }),
+        };
+        match files {
+            Ok(files) => self.send_records(files.into_iter(), |_| true, out),
             Err(e) => {
                 let _ = out.blocking_send(Err(e));
             }
@@ -427,6 +481,14 @@ fn remove_entry(path: &Path) {
         Err(e) => {
             tracing::warn!(entry = %path.display(), error = %e, "a stale journal index entry stays")
         }
+    }
+}
+
+/// The names in `dir`, none when it is not there (a job with no attempt yet).
+fn names_if_any(dir: &Path) -> Result<std::vec::IntoIter<String>> {
+    match fs::metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new().into_iter()),
+        _ => names(dir).map(|names| names.collect::<Vec<_>>().into_iter()),
     }
 }
 
@@ -838,9 +900,11 @@ mod tests {
         let mut r = record(&id, 1);
         journal.save(claim.as_ref(), &r).await.unwrap();
         let started = format!("started/019675/{}", index::started_name(&r));
+        let content = "content/orders/abcdef012345/1".to_owned();
         assert_eq!(
             entries(&journal),
             [
+                content.clone(),
                 format!("open/{id}"),
                 format!("outcome/running/{id}"),
                 started.clone()
@@ -852,6 +916,7 @@ mod tests {
         assert_eq!(
             entries(&journal),
             [
+                content.clone(),
                 format!("open/{id}"),
                 format!("outcome/succeeded/{id}"),
                 started.clone()
@@ -861,7 +926,7 @@ mod tests {
         journal.save(claim.as_ref(), &r).await.unwrap();
         assert_eq!(
             entries(&journal),
-            [format!("outcome/succeeded/{id}"), started]
+            [content, format!("outcome/succeeded/{id}"), started]
         );
         let counts = journal.count_outcomes().await.unwrap();
         assert_eq!(counts.len(), Outcome::ALL.len() + 1);
@@ -871,6 +936,44 @@ mod tests {
         assert_eq!(journal.remove(&r).await.unwrap(), Removal::Removed);
         assert_eq!(entries(&journal), Vec::<String>::new());
         assert_eq!(journal.count_outcomes().await.unwrap()["succeeded"], 0);
+    }
+
+    /// A job's attempts, and a lookup by its name, are read from its `content` entries: two
+    /// contents of one job apart, another job's records never among them.
+    #[tokio::test]
+    async fn a_jobs_attempts_are_found_by_its_content_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        five_attempts(&journal).await;
+        for (name, hash) in [
+            ("orders", "bbbbbb0123456789"),
+            ("orders_v2", "abcdef0123456789"),
+        ] {
+            let id = RestoreId::new(name, hash, 1);
+            let claim = journal.claim(&id).await.unwrap();
+            let r = RestoreRecord::new(id, name, hash, 1, "b", vec![]);
+            journal.save(claim.as_ref(), &r).await.unwrap();
+        }
+        let attempts = journal
+            .attempts("orders", "abcdef0123456789")
+            .await
+            .unwrap();
+        assert_eq!(
+            attempts.iter().map(|r| r.attempt).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5]
+        );
+        let lookup = crate::journal::RestoreLookup::parse("orders").unwrap();
+        let newest = lookup.find(&journal).await.unwrap().unwrap();
+        assert_eq!(newest.content_hash, "bbbbbb0123456789", "started last");
+        let lookup = crate::journal::RestoreLookup::parse("orders.abcdef012345").unwrap();
+        assert_eq!(lookup.find(&journal).await.unwrap().unwrap().attempt, 5);
+        assert!(
+            journal
+                .attempts("nobody", "abcdef0123456789")
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 
     /// An entry too many (a crash between a save's record and its removal of an entry, or
