@@ -247,16 +247,46 @@ impl<'a> Attempt<'a> {
     }
 }
 
+/// How many times a fence answer that came too late is asked for again before the attempt
+/// takes its claim as lost.
+const FENCE_ASKS: usize = 3;
+
 impl Fence for Attempt<'_> {
+    /// The keeper's answer, provided it came within the journal's [`Journal::fence_fresh`]
+    /// of asking: an answer that took longer may have waited out a pause of this host (its
+    /// answer held in a socket while the process was stopped) during which another host took
+    /// the restore over, and acting on it would act on that host's collections (fleet seed
+    /// 492: a rollback's drop, woken 9 s late, dropped the collection the next attempt had
+    /// committed). Asked again, it fails if the claim is gone.
+    ///
+    /// [`Journal::fence_fresh`]: crate::journal::Journal::fence_fresh
     fn check(&self) -> BoxFuture<'_, Result<(), Lost>> {
         Box::pin(async move {
-            let (reply, answer) = oneshot::channel();
-            let _ = self.fences.send(reply);
-            answer.await.unwrap_or_else(|_| {
-                Err(Lost {
-                    id: self.id.clone(),
-                    reason: "the attempt is over".into(),
-                })
+            let fresh = self.engine.journal.fence_fresh();
+            for _ in 0..FENCE_ASKS {
+                let asked = tokio::time::Instant::now();
+                let (reply, answer) = oneshot::channel();
+                let _ = self.fences.send(reply);
+                answer.await.unwrap_or_else(|_| {
+                    Err(Lost {
+                        id: self.id.clone(),
+                        reason: "the attempt is over".into(),
+                    })
+                })?;
+                super::faults::crash_point("fence-answered");
+                let took = asked.elapsed();
+                match fresh {
+                    Some(fresh) if took > fresh => {
+                        tracing::warn!(restore = %self.id, ?took, ?fresh, "the fence's answer came too late to act on; asking again");
+                    }
+                    _ => return Ok(()),
+                }
+            }
+            Err(Lost {
+                id: self.id.clone(),
+                reason: format!(
+                    "{FENCE_ASKS} answers of the journal in a row came too late to act on (a pause of this host, or a journal that slow)"
+                ),
             })
         })
     }

@@ -883,6 +883,13 @@ impl Journal for EtcdJournal {
         Box::pin(self.fence_async(claim))
     }
 
+    /// A quarter of the lease's TTL: a lease renewed every third of it has at least that
+    /// left when etcd answers, so an answer acted on within it was not overtaken by a
+    /// takeover (DESIGN.md §2.1).
+    fn fence_fresh(&self) -> Option<Duration> {
+        Some(self.ttl / 4)
+    }
+
     fn load<'a>(&'a self, id: &'a RestoreId) -> BoxFuture<'a, Result<Option<RestoreRecord>>> {
         Box::pin(self.load_async(id))
     }

@@ -254,6 +254,10 @@ impl Journal for Measured {
         self.timed(Op::Fence, self.inner.fence(claim))
     }
 
+    fn fence_fresh(&self) -> Option<Duration> {
+        self.inner.fence_fresh()
+    }
+
     fn load<'a>(&'a self, id: &'a RestoreId) -> BoxFuture<'a, Result<Option<RestoreRecord>>> {
         self.timed(Op::Load, self.inner.load(id))
     }

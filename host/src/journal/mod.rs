@@ -956,6 +956,14 @@ pub trait Journal: Send + Sync {
     /// which the caller must take as not holding either.
     fn fence<'a>(&'a self, claim: &'a dyn Claim) -> BoxFuture<'a, Result<()>>;
 
+    /// How soon a [`Journal::fence`] answer must arrive to be acted on: one that took longer
+    /// may have waited out a pause of this host while another took the restore over, so it
+    /// is asked again. `None` where a claim cannot lapse while its process lives (a file
+    /// lock, which a stopped process keeps).
+    fn fence_fresh(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     fn load<'a>(&'a self, id: &'a RestoreId) -> BoxFuture<'a, Result<Option<RestoreRecord>>>;
 
     /// Hands `visit` every record whose id starts with `id_prefix`, in no set order, and each

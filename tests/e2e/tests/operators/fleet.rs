@@ -619,3 +619,47 @@ async fn a_host_held_up_before_its_claim_does_not_write_over_the_attempt_another
         "the commit decision is still on record: {records:?}"
     );
 }
+
+/// A host stopped right after the journal said its claim holds (a VM frozen with the answer
+/// in a socket) wakes after another host took the restore over and committed it under the
+/// same collection names. The answer is older than a lease's quarter: asked again, it is
+/// lost, and the woken host sends nothing to any end (fleet seed 492: a rollback's drop,
+/// woken 9 s late, dropped the collection the next attempt had committed).
+#[tokio::test]
+async fn a_fence_answer_that_waited_out_a_pause_is_not_acted_on() {
+    let Some(etcd) = etcd("fence_answered").await else {
+        return;
+    };
+    let world = world().await;
+    let url = journal_url(&etcd, "fence-answered");
+    let file = world.job("orders", "[restore]\nsuffix = \"_f\"\n").unwrap();
+    let file = file.to_str().unwrap();
+    let args = ["--journal", url.as_str(), "run", file];
+    let mut slow = world
+        .spawn(&args, &[("LOCKSTEP_PAUSE_AT", "fence-answered")])
+        .unwrap();
+    eventually(Duration::from_secs(30), || async {
+        slow.is_paused().then_some(())
+    })
+    .await
+    .expect("the first host stops with its first fence answer");
+    // Past the paused host's lease (2 s), another host takes over and commits.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let other = world.run(&args, &[]).await.unwrap();
+    assert_eq!(other.code, 0, "{}", other.explain());
+    let writes = world.writes_received().await.unwrap();
+
+    slow.wake().unwrap();
+    let woken = slow.finish().await.unwrap();
+    assert_eq!(woken.code, 7, "lost: {}", woken.explain());
+    assert_eq!(
+        world.writes_received().await.unwrap(),
+        writes,
+        "the woken host wrote nothing"
+    );
+    for end in ["t", "s1"] {
+        let made = world.collections_with_suffix(end, "_f").await.unwrap();
+        assert_eq!(made.len(), 2, "{end}");
+    }
+    world.assert_nothing_held().await.unwrap();
+}
