@@ -806,12 +806,22 @@ mod tests {
         }
     }
 
+    /// A journal in a directory of its own, holding [`five_attempts`].
+    async fn with_five_attempts() -> (tempfile::TempDir, FileJournal) {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = FileJournal::open(dir.path()).unwrap();
+        five_attempts(&journal).await;
+        (dir, journal)
+    }
+
     fn attempts(listing: &crate::journal::Listing) -> Vec<u32> {
         listing.records.iter().map(|r| r.attempt).collect()
     }
 
-    fn keys(listing: &crate::journal::Listing) -> Vec<&str> {
-        listing.unreadable.iter().map(|u| u.key.as_str()).collect()
+    /// The attempts a listing shows, and the keys of the records it met that do not read.
+    fn shown(listing: &crate::journal::Listing) -> (Vec<u32>, Vec<&str>) {
+        let keys = listing.unreadable.iter().map(|u| u.key.as_str()).collect();
+        (attempts(listing), keys)
     }
 
     /// Every file under the index, relative to it.
@@ -837,35 +847,25 @@ mod tests {
     /// listing that comes to it, the others listed.
     #[tokio::test]
     async fn a_listing_keeps_the_newest_or_the_open_and_names_a_bad_record() {
-        let dir = tempfile::tempdir().unwrap();
-        let journal = FileJournal::open(dir.path()).unwrap();
-        five_attempts(&journal).await;
+        let (_dir, journal) = with_five_attempts().await;
         assert_eq!(attempts(&journal.newest(2).await.unwrap()), [4, 5]);
         assert_eq!(attempts(&journal.list_open().await.unwrap()), [1, 3, 5]);
 
         let fifth = "orders.abcdef012345.5.json";
         fs::write(journal.dir().join(fifth), b"{ not json").unwrap();
         let newest = journal.newest(2).await.unwrap();
-        assert_eq!(
-            (attempts(&newest), keys(&newest)),
-            (vec![3, 4], vec![fifth])
-        );
+        assert_eq!(shown(&newest), (vec![3, 4], vec![fifth]));
         let open = journal.list_open().await.unwrap();
-        assert_eq!((attempts(&open), keys(&open)), (vec![1, 3], vec![fifth]));
+        assert_eq!(shown(&open), (vec![1, 3], vec![fifth]));
         let all = journal.list().await.unwrap();
-        assert_eq!(
-            (attempts(&all), keys(&all)),
-            (vec![1, 2, 3, 4], vec![fifth])
-        );
+        assert_eq!(shown(&all), (vec![1, 2, 3, 4], vec![fifth]));
     }
 
     /// A listing of the newest reads the records it shows and no other: a record that does
     /// not read, older than those shown, is not come to; asked for more, it is.
     #[tokio::test]
     async fn the_newest_are_found_without_reading_older_records() {
-        let dir = tempfile::tempdir().unwrap();
-        let journal = FileJournal::open(dir.path()).unwrap();
-        five_attempts(&journal).await;
+        let (_dir, journal) = with_five_attempts().await;
         // Attempt 1 started three days before the others: its entry is in another day.
         let first = RestoreId::new("orders", "abcdef0123456789", 1);
         let claim = journal.claim(&first).await.unwrap();
@@ -878,15 +878,9 @@ mod tests {
         fs::write(journal.dir().join(file), b"{ not json").unwrap();
 
         let newest = journal.newest(4).await.unwrap();
-        assert_eq!(
-            (attempts(&newest), keys(&newest)),
-            (vec![2, 3, 4, 5], vec![])
-        );
+        assert_eq!(shown(&newest), (vec![2, 3, 4, 5], vec![]));
         let more = journal.newest(5).await.unwrap();
-        assert_eq!(
-            (attempts(&more), keys(&more)),
-            (vec![2, 3, 4, 5], vec![file])
-        );
+        assert_eq!(shown(&more), (vec![2, 3, 4, 5], vec![file]));
     }
 
     /// Each save leaves the entries its record needs and no other, and a removal leaves
@@ -942,9 +936,7 @@ mod tests {
     /// contents of one job apart, another job's records never among them.
     #[tokio::test]
     async fn a_jobs_attempts_are_found_by_its_content_entries() {
-        let dir = tempfile::tempdir().unwrap();
-        let journal = FileJournal::open(dir.path()).unwrap();
-        five_attempts(&journal).await;
+        let (_dir, journal) = with_five_attempts().await;
         for (name, hash) in [
             ("orders", "bbbbbb0123456789"),
             ("orders_v2", "abcdef0123456789"),
@@ -980,16 +972,14 @@ mod tests {
     /// a removal's record and its entries) leads to nothing: listings check the record.
     #[tokio::test]
     async fn an_entry_too_many_is_passed_over() {
-        let dir = tempfile::tempdir().unwrap();
-        let journal = FileJournal::open(dir.path()).unwrap();
-        five_attempts(&journal).await;
+        let (_dir, journal) = with_five_attempts().await;
         let second = RestoreId::new("orders", "abcdef0123456789", 2);
         fs::write(journal.open_entry(&second), b"").unwrap();
         assert_eq!(attempts(&journal.list_open().await.unwrap()), [1, 3, 5]);
         fs::remove_file(journal.record_path(&RestoreId::new("orders", "abcdef0123456789", 5)))
             .unwrap();
         let newest = journal.newest(2).await.unwrap();
-        assert_eq!((attempts(&newest), keys(&newest)), (vec![3, 4], vec![]));
+        assert_eq!(shown(&newest), (vec![3, 4], vec![]));
     }
 
     /// A journal written before the index is indexed when first opened, once: its records
@@ -997,9 +987,7 @@ mod tests {
     /// by a save, is found only by a whole listing.
     #[tokio::test]
     async fn a_journal_from_before_the_index_is_indexed_when_opened() {
-        let dir = tempfile::tempdir().unwrap();
-        let journal = FileJournal::open(dir.path()).unwrap();
-        five_attempts(&journal).await;
+        let (dir, journal) = with_five_attempts().await;
         fs::remove_dir_all(journal.index_dir()).unwrap();
         let journal = FileJournal::open(dir.path()).unwrap();
         assert_eq!(attempts(&journal.newest(3).await.unwrap()), [3, 4, 5]);
