@@ -366,9 +366,12 @@ impl EtcdCluster {
         let mut cluster = EtcdCluster { members, http };
         let mut attempt = 1;
         loop {
+            // Ports apart from each other, too: two members given one peer port make etcd
+            // refuse the initial cluster ("has duplicate url", fleet seed 465).
+            let mut taken = std::collections::HashSet::new();
             for member in &mut cluster.members {
-                member.client_port = free_port()?;
-                member.peer_port = free_port()?;
+                member.client_port = port_apart(&mut taken)?;
+                member.peer_port = port_apart(&mut taken)?;
             }
             let initial = (cluster.members.iter())
                 .map(|m| format!("{}={}", m.name, m.peer_url()))
@@ -510,6 +513,17 @@ struct MemberStatus {
 #[derive(serde::Deserialize)]
 struct StatusHeader {
     member_id: String,
+}
+
+/// A [`free_port`] that is not among `taken`, which it joins.
+fn port_apart(taken: &mut std::collections::HashSet<u16>) -> anyhow::Result<u16> {
+    for _ in 0..64 {
+        let port = free_port()?;
+        if taken.insert(port) {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free port apart from {taken:?}")
 }
 
 /// A loopback port nobody listens on now, chosen below Linux's ephemeral range (32768 and
