@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Builds lockstep's OCI image (deploy/Containerfile) as `lockstep` in buildah's local
+# storage, and exports what the tests run: the image's filesystem (target/image/rootfs)
+# and what buildah says of it (target/image/inspect.json: the OCI config's entrypoint, user,
+# environment and working directory under OCIv1.config).
+#
+#   bash scripts/image.sh [--debug]        # --debug: an unoptimized binary, built faster
+#   buildah push lockstep docker://registry.example.com/lockstep:TAG
+#
+# Needs Debian's buildah, and root (buildah's storage and the files' owners). It pulls
+# nothing: the image is FROM scratch.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+profile=release
+case "${1:-}" in
+    "") ;;
+    --debug) profile=debug ;;
+    *) echo "usage: scripts/image.sh [--debug]" >&2; exit 2 ;;
+esac
+
+# vfs and chroot: no overlay mounts and no runtime, so it builds inside a container too.
+export STORAGE_DRIVER=vfs BUILDAH_ISOLATION=chroot
+
+# A static binary, since the image has no libc. musl would do too, but its C compiler is one
+# more package; glibc (2.34 and later) links its files and dns name lookups in statically,
+# which is all lockstep resolves names with. `--target` keeps RUSTFLAGS off the build scripts
+# and proc macros (which cannot be static) and its output apart from target/debug.
+triple=x86_64-unknown-linux-gnu
+flags=(--bin lockstep -p lockstep --target "$triple")
+if [[ $profile == release ]]; then flags+=(--release); fi
+RUSTFLAGS="-C target-feature=+crt-static" cargo build "${flags[@]}"
+binary="${CARGO_TARGET_DIR:-target}/$triple/$profile/lockstep"
+if readelf --program-headers "$binary" | grep -q INTERP; then
+    echo "$binary asks for a dynamic loader: it would not start in an image without libc" >&2
+    exit 1
+fi
+
+out=target/image
+context="$out/context"
+rm -rf "$context" "$out/rootfs" "$out/inspect.json"
+mkdir -p "$context/rootfs/usr/local/bin" "$context/rootfs/etc/ssl/certs" \
+    "$context/rootfs/var/lib" "$context/rootfs/tmp" "$context/state/lockstep"
+chmod 0700 "$context/state/lockstep"
+chmod 1777 "$context/rootfs/tmp"
+cp "$binary" "$context/rootfs/usr/local/bin/lockstep"
+cp deploy/image/passwd deploy/image/group deploy/image/nsswitch.conf "$context/rootfs/etc/"
+# TLS to S3, etcd and Milvus verifies against the system's roots (rustls-native-certs reads
+# this file); the build host's bundle is Debian's ca-certificates.
+cp /etc/ssl/certs/ca-certificates.crt "$context/rootfs/etc/ssl/certs/"
+
+old="$(buildah images --quiet --noheading lockstep 2>/dev/null || true)"
+buildah build --quiet --layers=false -f deploy/Containerfile -t lockstep "$context" >/dev/null
+new="$(buildah images --quiet --noheading lockstep)"
+# Each build leaves the previous image untagged; vfs stores every layer whole, so drop it.
+if [[ -n $old && $old != "$new" ]]; then buildah rmi "$old" >/dev/null || true; fi
+
+# The image's filesystem as a container of it sees it, owners and modes included.
+container="$(buildah from lockstep)"
+trap 'buildah rm "$container" >/dev/null' EXIT
+mkdir -p "$out/rootfs"
+cp -a "$(buildah mount "$container")/." "$out/rootfs/"
+buildah umount "$container" >/dev/null
+buildah inspect --type image lockstep >"$out/inspect.json"
+rm -rf "$context"
+echo "image lockstep: $(du -sh "$out/rootfs" | cut -f1) (filesystem in $out/rootfs)"
