@@ -22,12 +22,13 @@ use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use tempfile::TempDir;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+use tokio::io::AsyncBufReadExt;
 
 pub mod clouds;
 pub mod etcd;
 pub mod faults;
 pub mod host_style;
+pub mod readme;
 pub mod relay;
 pub mod schema;
 pub mod tls;
@@ -1442,57 +1443,82 @@ pub async fn run_to_end(mut cmd: tokio::process::Command) -> anyhow::Result<RunR
 /// first compile of the Python check about ten.
 const RUN_LIMIT: Duration = Duration::from_secs(180);
 
-/// A `lockstep` process started by [`World::spawn`].
+/// A `lockstep` process started by [`World::spawn`] (or any command with piped output):
+/// what it prints (stdout) and logs (stderr) is collected line by line as it comes, so a test
+/// can act at a moment either marks.
 pub struct Running {
     child: tokio::process::Child,
-    stdout: tokio::task::JoinHandle<std::io::Result<Vec<u8>>>,
-    /// Its stderr so far. A std Mutex: held only to append or copy, never across an await.
-    log: Arc<Mutex<String>>,
-    log_reader: tokio::task::JoinHandle<()>,
+    printed: Collected,
+    log: Collected,
 }
 
-impl Running {
-    /// Starts `cmd` (a `lockstep` command with piped output, such as [`World::lockstep`]
-    /// makes) and returns while it runs, collecting its log as it comes.
-    pub fn start(mut cmd: tokio::process::Command) -> anyhow::Result<Running> {
-        let mut child = cmd.spawn().context("starting lockstep")?;
-        let mut stdout = child.stdout.take().expect("stdout is piped");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let log = Arc::new(Mutex::new(String::new()));
-        let stdout = tokio::spawn(async move {
-            let mut bytes = Vec::new();
-            stdout.read_to_end(&mut bytes).await.map(|_| bytes)
-        });
-        let log_reader = tokio::spawn({
-            let log = Arc::clone(&log);
+/// The lines of one of a child's streams so far, read by a task of their own.
+struct Collected {
+    /// A std Mutex: held only to append or copy, never across an await.
+    text: Arc<Mutex<String>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Collected {
+    fn start(stream: impl tokio::io::AsyncRead + Unpin + Send + 'static) -> Collected {
+        let text = Arc::new(Mutex::new(String::new()));
+        let reader = tokio::spawn({
+            let text = Arc::clone(&text);
             async move {
-                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                let mut lines = tokio::io::BufReader::new(stream).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
-                    let mut log = log.lock().expect("no panics while the log lock is held");
-                    log.push_str(&line);
-                    log.push('\n');
+                    let mut text = text.lock().expect("no panics while the lock is held");
+                    text.push_str(&line);
+                    text.push('\n');
                 }
             }
         });
+        Collected { text, reader }
+    }
+
+    fn text(&self) -> String {
+        self.text
+            .lock()
+            .expect("no panics while the lock is held")
+            .clone()
+    }
+
+    /// Everything, once the stream has ended.
+    async fn rest(self) -> anyhow::Result<String> {
+        self.reader.await?;
+        Ok(std::mem::take(
+            &mut *self.text.lock().expect("no panics while the lock is held"),
+        ))
+    }
+}
+
+impl Running {
+    /// Starts `cmd` (a command with piped stdout and stderr, such as [`World::lockstep`]
+    /// makes) and returns while it runs.
+    pub fn start(mut cmd: tokio::process::Command) -> anyhow::Result<Running> {
+        let mut child = cmd.spawn().context("starting lockstep")?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stderr = child.stderr.take().expect("stderr is piped");
         Ok(Running {
             child,
-            stdout,
-            log,
-            log_reader,
+            printed: Collected::start(stdout),
+            log: Collected::start(stderr),
         })
     }
 
     /// What the process logged so far.
     pub fn log(&self) -> String {
-        self.log
-            .lock()
-            .expect("no panics while the log lock is held")
-            .clone()
+        self.log.text()
+    }
+
+    /// What the process printed on stdout so far.
+    pub fn printed(&self) -> String {
+        self.printed.text()
     }
 
     /// How many log lines so far contain `needle`.
     pub fn logged(&self, needle: &str) -> usize {
-        self.log().lines().filter(|l| l.contains(needle)).count()
+        count_lines(&self.log(), needle)
     }
 
     /// Waits until `times` log lines contain `needle`; fails at once if the process ends
@@ -1503,20 +1529,45 @@ impl Running {
         times: usize,
         limit: Duration,
     ) -> anyhow::Result<()> {
+        self.wait_for(Stream::Log, needle, times, limit).await
+    }
+
+    /// [`Running::wait_for_log`] for what it prints on stdout.
+    pub async fn wait_for_output(
+        &mut self,
+        needle: &str,
+        times: usize,
+        limit: Duration,
+    ) -> anyhow::Result<()> {
+        self.wait_for(Stream::Printed, needle, times, limit).await
+    }
+
+    async fn wait_for(
+        &mut self,
+        stream: Stream,
+        needle: &str,
+        times: usize,
+        limit: Duration,
+    ) -> anyhow::Result<()> {
+        let (collected, what) = match stream {
+            Stream::Log => (&self.log, "logging"),
+            Stream::Printed => (&self.printed, "printing"),
+        };
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            if self.logged(needle) >= times {
+            if count_lines(&collected.text(), needle) >= times {
                 return Ok(());
             }
-            if let Some(status) = self.child.try_wait()? {
+            let ended = self.child.try_wait()?;
+            if ended.is_some() || tokio::time::Instant::now() > deadline {
+                let when = match ended {
+                    Some(status) => format!("ended ({status})"),
+                    None => format!("went on for {limit:?}"),
+                };
                 bail!(
-                    "lockstep ended ({status}) before logging {needle:?} {times} time(s):\n{}",
-                    self.log()
-                );
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!(
-                    "lockstep did not log {needle:?} {times} time(s) within {limit:?}:\n{}",
+                    "lockstep {when} without {what} {needle:?} {times} time(s); it printed:\n{}\n\
+                     its log:\n{}",
+                    self.printed(),
                     self.log()
                 );
             }
@@ -1538,6 +1589,11 @@ impl Running {
     /// Sends SIGCONT to a paused process.
     pub fn wake(&mut self) -> std::io::Result<()> {
         self.signal(rustix::process::Signal::CONT)
+    }
+
+    /// Sends SIGINT, as Ctrl-C on its terminal would.
+    pub fn interrupt(&mut self) -> std::io::Result<()> {
+        self.signal(rustix::process::Signal::INT)
     }
 
     /// Whether the process is stopped (by [`Running::pause`], or by itself under
@@ -1584,20 +1640,23 @@ impl Running {
             );
         };
         let status = status?;
-        let stdout = self.stdout.await??;
-        self.log_reader.await?;
-        let log = std::mem::take(
-            &mut *self
-                .log
-                .lock()
-                .expect("no panics while the log lock is held"),
-        );
         Ok(RunResult::new(
             status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&stdout).into_owned(),
-            log,
+            self.printed.rest().await?,
+            self.log.rest().await?,
         ))
     }
+}
+
+/// Which of a [`Running`] process's streams a wait reads.
+enum Stream {
+    Printed,
+    Log,
+}
+
+/// How many lines of `text` contain `needle`.
+fn count_lines(text: &str, needle: &str) -> usize {
+    text.lines().filter(|l| l.contains(needle)).count()
 }
 
 /// The check component `name` as `plugins/build.sh` builds it (`plugins/dist/NAME.wasm`).

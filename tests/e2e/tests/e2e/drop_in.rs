@@ -4,7 +4,7 @@
 
 use e2e::{
     Output, RunResult, StorageLayout, StorageService, TARGET, World, WorldSpec, lockstep_command,
-    run_to_end, secondary,
+    readme, run_to_end, secondary,
 };
 
 /// An S3 world whose ends and backup `backup.yaml` can describe, every end reading `layout`.
@@ -22,17 +22,29 @@ async fn world(test: &str, layout: StorageLayout) -> anyhow::Result<Option<World
     Ok(Some(world))
 }
 
-/// `lockstep restore -n NAME --secondaries URI,URI` in a directory with only `backup.yaml`.
+/// README's `lockstep restore -n my_backup --secondaries URI,URI`, run as written in a
+/// directory with only `backup.yaml`: the backup's name and the two secondaries' addresses
+/// are the world's.
 async fn seeds_line(world: &World, env: &[(&str, &str)]) -> anyhow::Result<RunResult> {
     let dir = world.path("milvus-backup");
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("backup.yaml"), world.milvus_backup_yaml()?)?;
-    let uris: Vec<String> = (0..world.spec.secondaries)
-        .map(|i| world.sim.uri(&secondary(i)))
-        .collect();
-    let mut cmd = lockstep_command(&dir, Output::Json);
-    cmd.args(["restore", "-n", &world.spec.backup.name, "--secondaries"])
-        .arg(uris.join(","));
+    let block = readme::block("README.md", "lockstep restore -n")?;
+    anyhow::ensure!(
+        world.spec.secondaries == 2,
+        "README's line names two secondaries"
+    );
+    let (first, second) = (world.sim.uri(&secondary(0)), world.sim.uri(&secondary(1)));
+    let line = readme::edit(
+        block.command(0)?,
+        &[
+            ("my_backup", &world.spec.backup.name),
+            ("http://10.0.0.2:19530", first.trim_end_matches('/')),
+            ("http://10.0.0.3:19530", second.trim_end_matches('/')),
+        ],
+    )?;
+    let mut cmd = readme::sh(&dir, &format!("{line} --output json"))?;
+    cmd.env("LOCKSTEP_LOG", "warn,lockstep=debug");
     for (k, v) in env {
         cmd.env(k, v);
     }

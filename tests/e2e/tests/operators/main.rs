@@ -21,4 +21,5 @@ mod secrets;
 mod serve_access;
 mod support;
 mod trust;
+mod walkthroughs;
 mod watch;
