@@ -72,10 +72,9 @@ fn main() -> anyhow::Result<()> {
     let every = count_from_env("SOAK_EVERY", 1_000)?;
     let retention = match std::env::var("SOAK_RETENTION_SECS") {
         Ok(text) if text == "all" => None,
-        Ok(text) => Some(Duration::from_secs(
-            text.parse()
-                .with_context(|| format!("SOAK_RETENTION_SECS={text}: seconds, or `all`"))?,
-        )),
+        Ok(text) => Some(Duration::from_secs(text.parse().with_context(|| {
+            format!("SOAK_RETENTION_SECS={text}: seconds, or `all`")
+        })?)),
         Err(_) => Some(RETENTION),
     };
     tokio::runtime::Builder::new_multi_thread()
@@ -161,7 +160,10 @@ async fn soak(total: usize, every: usize, retention: Option<Duration>) -> anyhow
         "soak: {total} restores (REST and job files in turn), serve restarted every {every}, \
          1 collection × 1 partition × {expected_rows} rows, target + 1 secondary, instant imports, \
          finished import jobs kept {}",
-        retention.map_or("for the soak's whole run".to_owned(), |r| format!("{} s", r.as_secs()))
+        retention.map_or("for the soak's whole run".to_owned(), |r| format!(
+            "{} s",
+            r.as_secs()
+        ))
     );
     println!(
         "  {:>6} {:>8} {:>6} {:>7} {:>7} {:>8} {:>14} {:>12} {:>20} {:>20} {:>18} {:>5}",

@@ -194,20 +194,7 @@ async fn the_service_walkthroughs_run_as_written() {
     // The watched directory, word for word.
     job("jobs", "watched", "_w");
     let watch = readme::block(file, "lockstep --config lockstep.toml watch").unwrap();
-    let mut running =
-        Running::start(readme::exec(&cwd, watch.command(0).unwrap()).unwrap()).unwrap();
-    running
-        .wait_for_output("restore ", 1, SAYS_WITHIN)
-        .await
-        .unwrap();
-    running.interrupt().unwrap();
-    let watched = running.finish().await.unwrap();
-    assert!(
-        watched.stdout.contains("watched.toml): succeeded;"),
-        "{}",
-        watched.explain()
-    );
-    shows_the_backup(&world, "_w").await;
+    watcher_runs(&world, &cwd, watch.command(0).unwrap(), "watched", "_w").await;
 
     // `serve` on a network: its tokens as README makes them, TLS for the name it is
     // published under, every address, and the optional flags given.
@@ -331,19 +318,27 @@ async fn the_service_walkthroughs_run_as_written() {
         ],
     )
     .unwrap();
-    let mut running = Running::start(readme::exec(&cwd, &command).unwrap()).unwrap();
+    watcher_runs(&world, &cwd, &command, "fleet", "_f").await;
+}
+
+/// A watcher started with `command` in `cwd` prints that the job `name` succeeded, stops at
+/// Ctrl-C, and every end shows the backup's rows in the collections named with `suffix`.
+async fn watcher_runs(world: &World, cwd: &Path, command: &str, name: &str, suffix: &str) {
+    let mut running = Running::start(readme::exec(cwd, command).unwrap()).unwrap();
     running
         .wait_for_output("restore ", 1, SAYS_WITHIN)
         .await
         .unwrap();
     running.interrupt().unwrap();
-    let fleet = running.finish().await.unwrap();
+    let watched = running.finish().await.unwrap();
     assert!(
-        fleet.stdout.contains("/fleet.toml): succeeded;"),
+        watched
+            .stdout
+            .contains(&format!("/{name}.toml): succeeded;")),
         "{}",
-        fleet.explain()
+        watched.explain()
     );
-    shows_the_backup(&world, "_f").await;
+    shows_the_backup(world, suffix).await;
 }
 
 /// Every end of `world` holds the backup's live rows in the collections named with `suffix`.
