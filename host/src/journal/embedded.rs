@@ -21,6 +21,7 @@ use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 
 use super::index::{self, outcome_label, outcome_labels};
+use super::tally::{Entry, Tally};
 use super::{
     Claim, Error, Journal, Listed, Listing, Newest, Removal, RestoreId, RestoreRecord, Result,
     Unreadable, Visit,
@@ -34,6 +35,8 @@ pub struct FileJournal {
     /// save writes a new file, so another inode means someone else wrote the record (or
     /// it went away). No await happens while this is held.
     written: Arc<Mutex<HashMap<RestoreId, u64>>>,
+    /// The outcome entries' counts, kept as this journal makes and removes them.
+    tally: Arc<Tally>,
 }
 
 struct FileClaim {
@@ -57,6 +60,7 @@ impl FileJournal {
         let journal = FileJournal {
             dir,
             written: Arc::default(),
+            tally: Arc::default(),
         };
         let index = journal.index_dir();
         let dirs = [
@@ -89,8 +93,29 @@ impl FileJournal {
         self.index_dir().join("open").join(id.as_str())
     }
 
+    fn outcome_dir(&self, label: &str) -> PathBuf {
+        self.index_dir().join("outcome").join(label)
+    }
+
     fn outcome_entry(&self, label: &str, id: &RestoreId) -> PathBuf {
-        (self.index_dir().join("outcome").join(label)).join(id.as_str())
+        self.outcome_dir(label).join(id.as_str())
+    }
+
+    /// Makes (`durable`: synced when new) or removes `id`'s entry under `label`, through
+    /// the tally.
+    fn change_outcome_entry(
+        &self,
+        label: &'static str,
+        id: &RestoreId,
+        entry: Entry,
+        durable: bool,
+    ) -> io::Result<bool> {
+        let path = self.outcome_entry(label, id);
+        self.tally
+            .change(label, &self.outcome_dir(label), entry, || match entry {
+                Entry::Made => make_entry(&path, durable),
+                Entry::Removed => Ok(remove_entry(&path)),
+            })
     }
 
     /// `content/{name}/{hash}/{attempt}`: the parts of a parsed id, so never a path of its
@@ -188,26 +213,15 @@ impl FileJournal {
                 }
             }
         }
-        let mut wanted = vec![
-            started,
-            content,
-            self.outcome_entry(outcome_label(record.outcome), &record.id),
-        ];
+        let mut wanted = vec![started, content];
         if record.is_open() {
             wanted.push(self.open_entry(&record.id));
         }
         for path in wanted {
-            let made =
-                crate::owner_only::open(&path, OpenOptions::new().write(true).create_new(true));
-            match made {
-                Ok(_) if durable => {
-                    File::open(path.parent().expect("an entry is in a directory"))?.sync_all()?
-                }
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            }
+            make_entry(&path, durable)?;
         }
+        let label = outcome_label(record.outcome);
+        self.change_outcome_entry(label, &record.id, Entry::Made, durable)?;
         Ok(())
     }
 
@@ -216,15 +230,12 @@ impl FileJournal {
     /// entry too many, which readers check against the record.
     fn leave(&self, record: &RestoreRecord) {
         let own = outcome_label(record.outcome);
-        let mut stale: Vec<PathBuf> = (outcome_labels())
-            .filter(|label| *label != own)
-            .map(|label| self.outcome_entry(label, &record.id))
-            .collect();
-        if !record.is_open() {
-            stale.push(self.open_entry(&record.id));
+        for label in outcome_labels().filter(|label| *label != own) {
+            // Never an error: remove_entry logs an entry it could not remove.
+            let _ = self.change_outcome_entry(label, &record.id, Entry::Removed, false);
         }
-        for path in stale {
-            remove_entry(&path);
+        if !record.is_open() {
+            remove_entry(&self.open_entry(&record.id));
         }
     }
 
@@ -354,11 +365,12 @@ impl FileJournal {
         for entry in [
             self.started_entry(listed),
             self.content_entry(id),
-            self.outcome_entry(outcome_label(listed.outcome), id),
             self.open_entry(id),
         ] {
             remove_entry(&entry);
         }
+        let label = outcome_label(listed.outcome);
+        let _ = self.change_outcome_entry(label, id, Entry::Removed, false);
         drop(claim);
         Ok(Removal::Removed)
     }
@@ -442,11 +454,15 @@ impl FileJournal {
         Ok(newest.done())
     }
 
-    /// How many entries each outcome's directory holds.
+    /// How many entries each outcome's directory holds, listing only those another
+    /// process changed ([`Tally`]).
     fn count_outcomes_blocking(&self) -> Result<BTreeMap<&'static str, u64>> {
-        let outcome = self.index_dir().join("outcome");
         (outcome_labels())
-            .map(|label| Ok((label, names(&outcome.join(label))?.count() as u64)))
+            .map(|label| {
+                let dir = self.outcome_dir(label);
+                let count = self.tally.count(label, &dir);
+                Ok((label, count.map_err(|source| io_error(&dir, source))?))
+            })
             .collect()
     }
 }
@@ -472,14 +488,29 @@ impl FileJournal {
     }
 }
 
-/// Removes an index entry, if there; one that stays is an entry too many, which readers
-/// check against its record.
-fn remove_entry(path: &Path) {
+/// Makes an index entry, synced into its directory when new and `durable`; whether it
+/// was new.
+fn make_entry(path: &Path, durable: bool) -> io::Result<bool> {
+    match crate::owner_only::open(path, OpenOptions::new().write(true).create_new(true)) {
+        Ok(_) if durable => {
+            File::open(path.parent().expect("an entry is in a directory"))?.sync_all()?;
+            Ok(true)
+        }
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes an index entry, if there; whether it removed one. One that stays is an entry
+/// too many, which readers check against its record.
+fn remove_entry(path: &Path) -> bool {
     match fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Ok(()) => true,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
         Err(e) => {
-            tracing::warn!(entry = %path.display(), error = %e, "a stale journal index entry stays")
+            tracing::warn!(entry = %path.display(), error = %e, "a stale journal index entry stays");
+            false
         }
     }
 }
@@ -930,6 +961,45 @@ mod tests {
         assert_eq!(journal.remove(&r).await.unwrap(), Removal::Removed);
         assert_eq!(entries(&journal), Vec::<String>::new());
         assert_eq!(journal.count_outcomes().await.unwrap()["succeeded"], 0);
+    }
+
+    /// The outcome counts follow every save and removal of this journal from what it knows,
+    /// and a save by another journal on the same directory from a listing.
+    #[tokio::test]
+    async fn the_outcome_counts_follow_this_journals_changes_and_anothers() {
+        let dir = tempfile::tempdir().unwrap();
+        let ours = FileJournal::open(dir.path()).unwrap();
+        let counted = |j: &FileJournal| {
+            let j = j.clone();
+            async move {
+                let counts = j.count_outcomes().await.unwrap();
+                (counts["running"], counts["succeeded"])
+            }
+        };
+        assert_eq!(counted(&ours).await, (0, 0));
+        let id = RestoreId::new("orders", "abcdef0123456789", 1);
+        let claim = ours.claim(&id).await.unwrap();
+        let mut r = record(&id, 1);
+        ours.save(claim.as_ref(), &r).await.unwrap();
+        assert_eq!(counted(&ours).await, (1, 0));
+        r.outcome = Some(Outcome::Succeeded);
+        ours.save(claim.as_ref(), &r).await.unwrap();
+        assert_eq!(counted(&ours).await, (0, 1));
+
+        // Past the coarsest clock a folder's time is kept with, so that the other journal's
+        // change moves it.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let theirs = FileJournal::open(dir.path()).unwrap();
+        let other = RestoreId::new("orders", "bbbbbb0123456789", 1);
+        let their_claim = theirs.claim(&other).await.unwrap();
+        let mut t = record(&other, 1);
+        t.outcome = Some(Outcome::Succeeded);
+        theirs.save(their_claim.as_ref(), &t).await.unwrap();
+        assert_eq!(counted(&ours).await, (0, 2));
+
+        drop(claim);
+        assert_eq!(ours.remove(&r).await.unwrap(), Removal::Removed);
+        assert_eq!(counted(&ours).await, (0, 1));
     }
 
     /// A job's attempts, and a lookup by its name, are read from its `content` entries: two

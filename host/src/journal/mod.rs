@@ -15,6 +15,7 @@ pub mod etcd;
 pub mod etcd_client;
 pub mod index;
 pub mod measured;
+mod tally;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
