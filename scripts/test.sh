@@ -16,16 +16,9 @@ cargo build --workspace --bins --features lockstep/fault-injection
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 cp target/debug/lockstep target/debug/milvus-sim "$scratch/"
-# The OCI image whose filesystem operators::image runs (scripts/image.sh), built beside the
-# test binaries: both builds end in long single-threaded steps (the lockstep crate, links),
-# which the other fills. Its own target directory, so neither waits on the other's lock.
-# Unoptimized: the tests need its arrangement, not its speed.
-CARGO_TARGET_DIR=target/static bash scripts/image.sh --debug >"$scratch/image.log" 2>&1 &
-image=$!
 # Every test binary is built before the real Milvus starts below, so that its server does not
 # come up on two cores busy compiling.
 cargo nextest run --workspace --no-run
-wait "$image" || { cat "$scratch/image.log"; exit 1; }
 # The binary against a real Milvus 2.3.5 on the suite's etcd (tests/real-milvus/README.md),
 # beside everything else: its 13 minutes are nearly all the server's own waits (one core
 # stays 90 % idle). Its output comes at the end.
