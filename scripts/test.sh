@@ -7,15 +7,25 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash plugins/build.sh
+# Everything from here on is linked statically (glibc included), for the target named
+# explicitly so that the flag stays off build scripts and proc macros, which cannot be
+# static: the image operators::image runs is made of the lockstep built here, and a static
+# build of its own would compile lockstep and all it depends on a second time. The binaries
+# land in target/x86_64-unknown-linux-gnu/debug.
+export CARGO_BUILD_TARGET=x86_64-unknown-linux-gnu RUSTFLAGS="-C target-feature=+crt-static"
+bin="${CARGO_TARGET_DIR:-target}/$CARGO_BUILD_TARGET/debug"
 # The end-to-end tests and the pytest suite run the built binaries; the crash and fault tests
 # need lockstep's crash points, named here rather than left to feature unification.
 cargo build --workspace --bins --features lockstep/fault-injection
 # The real-Milvus tests below run copies of the binaries just built: nextest's build links
-# target/debug/lockstep again (with the features the tests unify), and must not replace it
+# $bin/lockstep again (with the features the tests unify), and must not replace it
 # under a test that runs it.
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
-cp target/debug/lockstep target/debug/milvus-sim "$scratch/"
+cp "$bin/lockstep" "$bin/milvus-sim" "$scratch/"
+# The OCI image whose filesystem operators::image runs (scripts/image.sh), of that lockstep.
+bash scripts/image.sh --binary "$bin/lockstep" >"$scratch/image.log" 2>&1 \
+    || { cat "$scratch/image.log"; exit 1; }
 # Every test binary is built before the real Milvus starts below, so that its server does not
 # come up on two cores busy compiling.
 cargo nextest run --workspace --no-run
@@ -38,9 +48,9 @@ cargo run -q -p e2e --bin faults -- --seeds 1..51 --parallel 2
 # Fleet schedules: stale hosts paused past their lease and woken, takeovers killed, etcd
 # restarted (issue 26). Their runs mostly wait out leases, so three run at once.
 cargo run -q -p e2e --bin faults -- --fleet --seeds 1..31 --parallel 3
-.venv/bin/pytest -q tests/milvus-sim/pytest
+MILVUS_SIM_BIN="$bin/milvus-sim" .venv/bin/pytest -q tests/milvus-sim/pytest
 # schemathesis holds `serve` to its own OpenAPI document, every check (issue 15).
-tests/schemathesis/run.sh 45
+LOCKSTEP_BIN="$bin/lockstep" tests/schemathesis/run.sh 45
 real_milvus_status=0
 wait "$real_milvus" || real_milvus_status=$?
 trap - EXIT

@@ -9,12 +9,12 @@
 # quickly instead of restoring. The built-in negative_data_rejection is replaced by
 # hooks.py's envelope-aware one (see there). Each pass is bounded by --max-time.
 #
-# Usage: tests/schemathesis/run.sh [SECONDS_PER_PASS]   (default 45)
+# Usage: tests/schemathesis/run.sh [SECONDS_PER_PASS]   (default 45; LOCKSTEP_BIN: the binary)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 seconds="${1:-45}"
-lockstep="$root/target/debug/lockstep"
+lockstep="${LOCKSTEP_BIN:-$root/target/debug/lockstep}"
 st="${SCHEMATHESIS:-$root/.venv-schemathesis/bin/schemathesis}"
 
 work="$(mktemp -d)"

@@ -1,6 +1,7 @@
 //! The etcd journal against a real etcd: exclusive claims across hosts, saves fenced by the
 //! claim's lease, records that outlive every claim, takeover after a lease is gone.
 
+use std::path::Path;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -351,21 +352,19 @@ fn etcdctl(server: &e2e::etcd::EtcdServer, certs: &e2e::tls::Certs, args: &[&str
     );
 }
 
-/// The variable the test's host config names for the journal user's password.
-const PASSWORD_VAR: &str = "LOCKSTEP_TEST_ETCD_PASSWORD";
-
-/// An etcd that serves clients only over TLS with a certificate its CA signed, and checks
-/// users: the journal reaches it as the host config's `[journal]` says, signs in again once
-/// its token expired, and is refused, with the reason, without the right password or its TLS.
-#[tokio::test]
-async fn a_journal_on_an_etcd_with_tls_and_users() {
+/// An etcd under `dir` that serves clients only over TLS (with a certificate for
+/// [`e2e::tls::SERVER_NAME`]) and checks users: `lockstep`, whose password is
+/// `journal-password`, may read and write under `/j/`. `None`, said, without an etcd binary.
+pub async fn etcd_with_tls_and_users(
+    test: &str,
+    dir: &Path,
+) -> Option<(e2e::etcd::EtcdServer, e2e::tls::Certs)> {
     let Some(binary) = e2e::etcd::binary() else {
-        e2e::unavailable("etcd with TLS", "no etcd binary on PATH");
-        return;
+        e2e::unavailable(test, "no etcd binary on PATH");
+        return None;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let certs = e2e::tls::Certs::generate(&dir.path().join("certs")).unwrap();
-    let server = e2e::etcd::EtcdServer::start_tls(&binary, dir.path(), certs.clone())
+    let certs = e2e::tls::Certs::generate(&dir.join("certs")).unwrap();
+    let server = e2e::etcd::EtcdServer::start_tls(&binary, dir, certs.clone())
         .await
         .unwrap();
     for args in [
@@ -386,6 +385,21 @@ async fn a_journal_on_an_etcd_with_tls_and_users() {
     ] {
         etcdctl(&server, &certs, args);
     }
+    Some((server, certs))
+}
+
+/// The variable the test's host config names for the journal user's password.
+const PASSWORD_VAR: &str = "LOCKSTEP_TEST_ETCD_PASSWORD";
+
+/// An etcd that serves clients only over TLS with a certificate its CA signed, and checks
+/// users: the journal reaches it as the host config's `[journal]` says, signs in again once
+/// its token expired, and is refused, with the reason, without the right password or its TLS.
+#[tokio::test]
+async fn a_journal_on_an_etcd_with_tls_and_users() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((server, certs)) = etcd_with_tls_and_users("etcd with TLS", dir.path()).await else {
+        return;
+    };
     let config = |tls: bool, user: bool| {
         let mut text = format!("[journal]\netcd = \"etcd://{}/j\"\n", server.address());
         if tls {
@@ -471,7 +485,7 @@ async fn plain_http_to_another_hosts_etcd_is_refused_unless_accepted() {
     );
     let host = HostConfig::parse_str(
         "[journal]\netcd = \"etcd://10.255.255.1:2379/j\"\ninsecure = true\n",
-        std::path::Path::new("/etc/lockstep/lockstep.toml"),
+        Path::new("/etc/lockstep/lockstep.toml"),
     )
     .unwrap();
     let accepted = EtcdJournal::connect(&host.journal.location(None).unwrap().unwrap())

@@ -20,7 +20,7 @@ use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 use crate::support::eventually;
 
 const TOKEN_VAR: &str = "SERVE_TEST_TOKEN";
-const TOKEN: &str = "serve-test-token-0123456789";
+pub(super) const TOKEN: &str = "serve-test-token-0123456789";
 
 /// An empty host config and a state directory under `root`.
 fn layout(root: &Path) -> (PathBuf, PathBuf) {
@@ -154,12 +154,12 @@ async fn the_example_units_command_line_is_one_serve_starts_with() {
 }
 
 /// A test CA, and certificates for `localhost` it signs.
-struct Ca {
+pub(super) struct Ca {
     issuer: CertifiedIssuer<'static, KeyPair>,
 }
 
 impl Ca {
-    fn new() -> Ca {
+    pub(super) fn new() -> Ca {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
@@ -169,7 +169,7 @@ impl Ca {
     }
 
     /// A certificate for `localhost` and its key, as PEM.
-    fn leaf(&self) -> (String, String) {
+    pub(super) fn leaf(&self) -> (String, String) {
         let key = KeyPair::generate().unwrap();
         let cert = CertificateParams::new(vec!["localhost".to_owned()])
             .unwrap()
@@ -178,7 +178,7 @@ impl Ca {
         (cert.pem(), key.serialize_pem())
     }
 
-    fn roots(&self) -> RootCertStore {
+    pub(super) fn roots(&self) -> RootCertStore {
         let mut roots = RootCertStore::empty();
         roots.add(self.issuer.der().clone()).unwrap();
         roots
@@ -195,7 +195,7 @@ fn replace(path: &Path, text: &str) {
 
 /// Connects over TLS trusting `roots` for `localhost`, asks `GET path` with the token, and
 /// returns the certificate presented and the answer's status line.
-async fn get_over_tls(
+pub(super) async fn get_over_tls(
     port: u16,
     roots: RootCertStore,
     path: &str,
