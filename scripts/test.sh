@@ -13,7 +13,8 @@ bash plugins/build.sh
 # build of its own would compile lockstep and all it depends on a second time. The binaries
 # land in target/x86_64-unknown-linux-gnu/debug.
 export CARGO_BUILD_TARGET=x86_64-unknown-linux-gnu RUSTFLAGS="-C target-feature=+crt-static"
-bin="${CARGO_TARGET_DIR:-target}/$CARGO_BUILD_TARGET/debug"
+# Absolute, since the scripts given its binaries below run them from directories of their own.
+bin="$(realpath -m "${CARGO_TARGET_DIR:-target}/$CARGO_BUILD_TARGET/debug")"
 # The end-to-end tests and the pytest suite run the built binaries; the crash and fault tests
 # need lockstep's crash points, named here rather than left to feature unification.
 cargo build --workspace --bins --features lockstep/fault-injection
