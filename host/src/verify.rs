@@ -69,6 +69,10 @@ pub struct Shown {
     pub partitions_differ: Vec<(String, i64, i64)>,
     /// Why it could not be verified on this end.
     pub unverifiable: Option<String>,
+    /// The end says the collection does not exist: it was dropped after its commit (by a
+    /// client, or by a host that lost the restore while paused: DESIGN.md §2.1).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gone: bool,
     /// What the sample found, when one was compared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample: Option<Sampled>,
@@ -110,9 +114,37 @@ impl Sampled {
 impl Shown {
     fn differs(&self) -> bool {
         self.unverifiable.is_none()
-            && (self.shows != self.live
+            && (self.gone
+                || self.shows != self.live
                 || !self.partitions_differ.is_empty()
                 || self.sample.as_ref().is_some_and(|s| s.differences > 0))
+    }
+}
+
+/// Why one end's answers about a collection stopped short.
+enum Unasked {
+    /// The end says the collection does not exist.
+    Gone,
+    Failed(String),
+}
+
+impl Unasked {
+    /// `e`, which stopped `what`: a collection the end does not know is gone, anything else
+    /// is said.
+    fn from(e: &crate::milvus::Error, what: &str) -> Unasked {
+        match e.is_collection_missing() {
+            true => Unasked::Gone,
+            false => Unasked::Failed(format!("{what}: {e}")),
+        }
+    }
+}
+
+impl Shown {
+    fn unasked(&mut self, unasked: Unasked) {
+        match unasked {
+            Unasked::Gone => self.gone = true,
+            Unasked::Failed(why) => self.unverifiable = Some(why),
+        }
     }
 }
 
@@ -221,6 +253,11 @@ impl std::fmt::Display for Verification {
                         }
                     }
                 }
+                (None, None) if s.gone => writeln!(
+                    f,
+                    "  {:<16} {:<36} live={live} GONE (dropped after its commit)",
+                    s.end, s.collection
+                )?,
                 (None, None) => {}
             }
         }
@@ -395,6 +432,7 @@ pub async fn collection(
         shows: None,
         partitions_differ: Vec::new(),
         unverifiable: None,
+        gone: false,
         sample: None,
     };
     let unverifiable = |why: String| -> Vec<Shown> {
@@ -414,12 +452,29 @@ pub async fn collection(
     let Some(target) = ends.iter().find(|e| e.target) else {
         return unverifiable("no target end to load it on".into());
     };
+    // Gone from the target: nothing loads it, and the other ends are not asked.
+    let gone_from_target = || -> Vec<Shown> {
+        let why = format!("it is gone from {}, where it would be loaded", target.name);
+        ends.iter()
+            .map(|end| match end.target {
+                true => Shown {
+                    gone: true,
+                    ..shown(end)
+                },
+                false => Shown {
+                    unverifiable: Some(why.clone()),
+                    ..shown(end)
+                },
+            })
+            .collect()
+    };
     let (loaded, partitions) = tokio::join!(
         target.grpc.is_loaded(db, collection),
         partitions_to_count(target, expected),
     );
     let loaded_before = match loaded {
         Ok(loaded) => loaded,
+        Err(e) if e.is_collection_missing() => return gone_from_target(),
         Err(e) => {
             return unverifiable(format!(
                 "its load state cannot be read on {}: {e}",
@@ -432,6 +487,9 @@ pub async fn collection(
         Err(why) => return unverifiable(why),
     };
     if !loaded_before && let Err(e) = target.grpc.load_collection(db, collection).await {
+        if e.is_collection_missing() {
+            return gone_from_target();
+        }
         return unverifiable(match e.is_index_missing() {
             // What milvus-backup, its REST API and lockstep's flags do by default: said in
             // the words that change it, not in Milvus's.
@@ -449,12 +507,12 @@ pub async fn collection(
                 seen.shows = Some(shows);
                 seen.partitions_differ = partitions_differ;
             }
-            Err(why) => seen.unverifiable = Some(why),
+            Err(unasked) => seen.unasked(unasked),
         }
-        if let Some(sample) = sample.filter(|_| seen.unverifiable.is_none()) {
+        if let Some(sample) = sample.filter(|_| seen.unverifiable.is_none() && !seen.gone) {
             match sample_on(end, &expected.collection, sample).await {
                 Ok(sampled) => seen.sample = Some(sampled),
-                Err(why) => seen.unverifiable = Some(why),
+                Err(unasked) => seen.unasked(unasked),
             }
         }
         if seen.differs() {
@@ -475,7 +533,7 @@ async fn sample_on(
     end: &End<'_>,
     collection: &Namespace,
     sample: &Sample,
-) -> Result<Sampled, String> {
+) -> Result<Sampled, Unasked> {
     let Namespace { db, collection } = collection;
     let names: Vec<String> = sample.fields.iter().map(|f| f.name.clone()).collect();
     let pk_name = &names[0];
@@ -491,19 +549,21 @@ async fn sample_on(
             .grpc
             .query(db, collection, &[], &expr, &names)
             .await
-            .map_err(|e| format!("the sampled keys cannot be fetched: {e}"))?;
+            .map_err(|e| Unasked::from(&e, "the sampled keys cannot be fetched"))?;
         let mut columns = Vec::with_capacity(names.len());
         for name in &names {
             let column = answer.iter().find(|f| &f.field_name == name);
             columns.push(match column.map(value::from_field_data) {
                 Some(Ok(values)) => Some(values),
-                Some(Err(e)) => return Err(format!("the answer does not read: {e}")),
+                Some(Err(e)) => {
+                    return Err(Unasked::Failed(format!("the answer does not read: {e}")));
+                }
                 None => None,
             });
         }
         let shown_keys = columns[0]
             .as_ref()
-            .ok_or_else(|| format!("the answer holds no {pk_name} column"))?;
+            .ok_or_else(|| Unasked::Failed(format!("the answer holds no {pk_name} column")))?;
         for (pk, backup) in chunk {
             let row = shown_keys
                 .iter()
@@ -604,7 +664,7 @@ async fn count_on(
     expected: &Expected,
     partitions: &BTreeMap<String, i64>,
     timeout: Duration,
-) -> Result<(i64, Vec<(String, i64, i64)>), String> {
+) -> Result<(i64, Vec<(String, i64, i64)>), Unasked> {
     let Namespace { db, collection } = &expected.collection;
     let deadline = tokio::time::Instant::now() + timeout;
     let mut pause = LOAD_POLL_FIRST;
@@ -615,8 +675,11 @@ async fn count_on(
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(LOAD_POLL);
             }
-            Ok(false) => return Err(format!("not loaded within {}s", timeout.as_secs())),
-            Err(e) => return Err(format!("its load state cannot be read: {e}")),
+            Ok(false) => {
+                let why = format!("not loaded within {}s", timeout.as_secs());
+                return Err(Unasked::Failed(why));
+            }
+            Err(e) => return Err(Unasked::from(&e, "its load state cannot be read")),
         }
     }
     // The collection's count beside its partitions', a few at a time: a verification is
@@ -632,10 +695,11 @@ async fn count_on(
             .buffered(PARTITIONS_AT_ONCE)
             .collect::<Vec<_>>()
     );
-    let shows = shows.map_err(|e| format!("count(*) failed: {e}"))?;
+    let shows = shows.map_err(|e| Unasked::from(&e, "count(*) failed"))?;
     let mut differ = Vec::new();
     for ((partition, live), n) in partitions.iter().zip(counts) {
-        let n = n.map_err(|e| format!("count(*) of partition {partition} failed: {e}"))?;
+        let n =
+            n.map_err(|e| Unasked::from(&e, &format!("count(*) of partition {partition} failed")))?;
         if n != *live {
             differ.push((partition.clone(), *live, n));
         }

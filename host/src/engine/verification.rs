@@ -119,6 +119,12 @@ pub(super) fn findings(verification: Option<&Verification>) -> (Vec<String>, Vec
     };
     let wrong = (verification.mismatches())
         .map(|s| {
+            if s.gone {
+                return format!(
+                    "{}: {} is gone, dropped after its commit",
+                    s.end, s.collection
+                );
+            }
             let live = s.live.map_or("?".into(), |n| n.to_string());
             let shows = s.shows.map_or("?".into(), |n| n.to_string());
             match s.sample.as_ref().filter(|_| s.shows == s.live) {
@@ -155,8 +161,29 @@ mod tests {
             shows: unverifiable.is_none().then_some(shows),
             partitions_differ: vec![],
             unverifiable: unverifiable.map(str::to_owned),
+            gone: false,
             sample: None,
         }
+    }
+
+    /// A collection an end says does not exist after its commit is a divergence said in
+    /// those words, not a collection left unverified.
+    #[test]
+    fn a_collection_gone_after_its_commit_is_named_as_gone() {
+        let verification = Verification {
+            shown: vec![
+                Shown {
+                    gone: true,
+                    shows: None,
+                    ..shown("t", "default.c", None, 0)
+                },
+                shown("s1", "default.c", None, 10),
+            ],
+        };
+        assert!(!verification.passed());
+        let (wrong, unverified) = findings(Some(&verification));
+        assert_eq!(wrong, ["t: default.c is gone, dropped after its commit"]);
+        assert!(unverified.is_empty(), "{unverified:?}");
     }
 
     #[test]

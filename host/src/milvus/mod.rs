@@ -237,6 +237,12 @@ impl Error {
         matches!(self, Error::Api { code: 800, .. })
     }
 
+    /// The collection does not exist (merr 100, `collection not found`): never created, or
+    /// dropped since.
+    pub fn is_collection_missing(&self) -> bool {
+        matches!(self, Error::Api { code: 100, .. })
+    }
+
     /// The collection has no index (merr 700, `index not found`): Milvus will not load a
     /// collection whose vector field has none.
     pub fn is_index_missing(&self) -> bool {

@@ -614,7 +614,9 @@ fn check_data(e: &Evidence<'_>, submitted: &BTreeMap<i64, Submitted<'_>>) -> Vec
             let rows = collection.map_or(0, |c| c.visible_rows);
             if collection.is_none()
                 && !committed.is_empty()
-                && !committed.iter().any(|s| named_diverged(s, end))
+                && !committed
+                    .iter()
+                    .any(|s| named_diverged(s, end) || named_gone(s, end, &name))
             {
                 found.push(Violation::CommittedGone {
                     end: end.clone(),
@@ -766,6 +768,22 @@ fn named_diverged(s: &Submitted<'_>, end: &str) -> bool {
         r["divergences"].as_array().is_some_and(|ds| {
             ds.iter()
                 .any(|d| d["end"] == end && d["job_id"] == job.0.as_str())
+        })
+    })
+}
+
+/// Whether `s`'s report says its verification found `collection` gone from `end`.
+fn named_gone(s: &Submitted<'_>, end: &str, collection: &str) -> bool {
+    let report = s
+        .record
+        .report
+        .as_ref()
+        .and_then(|r| r.read::<Value>().ok());
+    report.is_some_and(|r| {
+        r["verification"]["shown"].as_array().is_some_and(|shown| {
+            shown
+                .iter()
+                .any(|v| v["end"] == end && v["collection"] == collection && v["gone"] == true)
         })
     })
 }

@@ -287,3 +287,56 @@ async fn a_collection_that_cannot_be_loaded_is_not_verified() -> anyhow::Result<
     );
     Ok(())
 }
+
+/// A committed collection dropped afterwards (by a client, or by a host that lost the
+/// restore while paused: DESIGN.md §2.1) is gone, not unverified: `verify` names it gone on
+/// the target and exits 3, as for other rows, and says why the ends that would show it after
+/// a load were not asked; every other collection still shows its live rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collection_dropped_after_its_commit_is_gone_not_unverified() -> anyhow::Result<()> {
+    let world = World::start(folded()).await?;
+    let run = restored(&world, "dropped", WITH_INDEXES, 0).await?;
+    let (in_run, _) = shown(&run.report["verification"]);
+    let dropped = in_run[0]["collection"].as_str().expect("a collection");
+    let (db, name) = dropped.split_once('.').expect("db.collection");
+    let tls = lockstep::milvus::Tls::default();
+    let uri = world.sim.uri(e2e::TARGET);
+    let target = lockstep::milvus::GrpcClient::new(e2e::TARGET, &uri, None, &tls)?;
+    target.drop_collection(db, name).await?;
+
+    let verify = world.run(&["verify", restore_id(&run)], &[]).await?;
+    assert_eq!(verify.code, 3, "{}", verify.explain());
+    assert_eq!(verify.report["passed"], false);
+    let shown = verify.report["shown"].as_array().expect("shown");
+    let (of_dropped, others): (Vec<_>, Vec<_>) =
+        shown.iter().partition(|s| s["collection"] == dropped);
+    let gone: Vec<_> = of_dropped.iter().filter(|s| s["gone"] == true).collect();
+    assert_eq!(gone.len(), 1, "{}", verify.stdout);
+    assert_eq!(gone[0]["end"], e2e::TARGET);
+    assert!(
+        (of_dropped.iter())
+            .filter(|s| s["end"] != e2e::TARGET)
+            .all(|s| s["unverifiable"]
+                .as_str()
+                .is_some_and(|why| why.contains("gone from t"))),
+        "{}",
+        verify.stdout
+    );
+    assert!(
+        !others.is_empty()
+            && others
+                .iter()
+                .all(|s| s["gone"].is_null() && s["shows"] == s["live"]),
+        "{}",
+        verify.stdout
+    );
+    let text = world
+        .run_with(e2e::Output::Text, &["verify", restore_id(&run)], &[])
+        .await?;
+    assert!(
+        text.stdout.contains(dropped) && text.stdout.contains("GONE"),
+        "{}",
+        text.stdout
+    );
+    Ok(())
+}
