@@ -115,6 +115,8 @@ pub(super) struct Attempt<'a> {
     pub id: RestoreId,
     requests: mpsc::UnboundedSender<Request>,
     fences: mpsc::UnboundedSender<FenceReply>,
+    /// [`Fence::send_by`]: set by each check that passes.
+    send_by: std::sync::Mutex<Option<std::time::Instant>>,
     /// Cancelled once the attempt fails before its decision, or its host lost the claim:
     /// the stage, the wait for arrivals, the import gate and the creates not sent yet stop
     /// on it, and undecided groups abort.
@@ -140,6 +142,7 @@ impl<'a> Attempt<'a> {
             id: record.id.clone(),
             requests,
             fences,
+            send_by: std::sync::Mutex::new(None),
             stop: stop.clone(),
         };
         let keeper = Keeper {
@@ -260,6 +263,10 @@ impl Fence for Attempt<'_> {
     /// committed). Asked again, it fails if the claim is gone.
     ///
     /// [`Journal::fence_fresh`]: crate::journal::Journal::fence_fresh
+    fn send_by(&self) -> Option<std::time::Instant> {
+        *self.send_by.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn check(&self) -> BoxFuture<'_, Result<(), Lost>> {
         Box::pin(async move {
             let fresh = self.engine.journal.fence_fresh();
@@ -279,7 +286,13 @@ impl Fence for Attempt<'_> {
                     Some(fresh) if took > fresh => {
                         tracing::warn!(restore = %self.id, ?took, ?fresh, "the fence's answer came too late to act on; asking again");
                     }
-                    _ => return Ok(()),
+                    Some(fresh) => {
+                        let until = asked.into_std() + fresh;
+                        let mut send_by = self.send_by.lock().unwrap_or_else(|e| e.into_inner());
+                        *send_by = (*send_by).max(Some(until));
+                        return Ok(());
+                    }
+                    None => return Ok(()),
                 }
             }
             Err(Lost {

@@ -192,7 +192,7 @@ async fn make_collection(
     match (creation, existed) {
         (CollectionCreation::UseExisting, _) => {}
         (CollectionCreation::DropAndCreate, true) => {
-            fenced(deadline, fence, || target.grpc.drop_collection(db, name)).await??;
+            fenced(deadline, fence, || drop_checked(target, fence, db, name)).await??;
             tracing::info!(end = %target.name, collection = %c.target, "dropped existing collection");
             created(create_collection(target, fence, c, deadline).await?);
         }
@@ -391,6 +391,18 @@ pub async fn await_mirrors(
     Ok(())
 }
 
+/// DropCollection, right after `fence` passed, sent by when that check stops counting:
+/// a pause of this host between the two does not carry the drop past it (DESIGN.md §2.1).
+fn drop_checked<'a>(
+    target: &'a EndClient,
+    fence: &dyn Fence,
+    db: &'a str,
+    name: &'a str,
+) -> impl Future<Output = Result<(), crate::milvus::Error>> + 'a {
+    faults::crash_point("drop-checked");
+    target.grpc.drop_collection(db, name, fence.send_by())
+}
+
 /// Drops the collections a rolled-back restore created, so that nothing it made stays
 /// behind and a rerun is not refused for "collection exists". Each is dropped only once
 /// `fence` passed and while its name still holds the id recorded at its creation: a
@@ -436,7 +448,7 @@ pub async fn drop_created(
             }
         }
         // Asked again right before the drop, and before each retry of it.
-        if let Err(e) = fenced(deadline, fence, || target.grpc.drop_collection(db, name)).await? {
+        if let Err(e) = fenced(deadline, fence, || drop_checked(target, fence, db, name)).await? {
             problems.push(format!(
                 "could not drop {db}.{name} created by this restore: {e}"
             ));

@@ -25,7 +25,7 @@ pub const POINTS: &[&str] = &[
 /// Points a test may pause a process at (`LOCKSTEP_PAUSE_AT`) but that the fault runner
 /// does not draw from: between reading a job's attempts and claiming the next; between a
 /// fence's answer and what it guards (the first one).
-pub const PAUSE_ONLY: &[&str] = &["before-claim", "fence-answered"];
+pub const PAUSE_ONLY: &[&str] = &["before-claim", "fence-answered", "drop-checked"];
 
 /// Dies here if the test asked for it (`LOCKSTEP_CRASH_AT=<point>`); or, under
 /// `LOCKSTEP_FILL_DISK_AT=<point>`, fills the filesystem of the file `LOCKSTEP_FILL_DISK`

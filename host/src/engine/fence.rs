@@ -7,7 +7,8 @@
 //! fails the attempt touches nothing more: no rollback, no cleanup, no journal write.
 //!
 //! The check and the call are two steps, and a pause can fall between them; what that
-//! window still allows, and why it cannot lose committed data, is DESIGN.md §2.1.
+//! window still allows, and why it cannot lose committed data, is DESIGN.md §2.1. A drop,
+//! the one call that could, must leave by [`Fence::send_by`] (`milvus/gate.rs`).
 
 use futures::future::BoxFuture;
 
@@ -30,4 +31,9 @@ pub(super) trait Fence: Sync {
     /// `Ok` while this host holds the restore; `Err` from the first time it does not, and
     /// from then on.
     fn check(&self) -> BoxFuture<'_, Result<(), Lost>>;
+
+    /// The latest a call may leave this host on the strength of the checks that passed: the
+    /// newest one's asking plus how long its answer counts. `None` where the claim cannot
+    /// lapse while this process lives (a file lock).
+    fn send_by(&self) -> Option<std::time::Instant>;
 }

@@ -88,6 +88,10 @@ mod tests {
     }
 
     impl Fence for Lapsing {
+        fn send_by(&self) -> Option<std::time::Instant> {
+            None
+        }
+
         fn check(&self) -> BoxFuture<'_, Result<(), Lost>> {
             let n = self.checks.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move {

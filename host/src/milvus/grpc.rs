@@ -5,6 +5,7 @@
 //! or restarting) are [`Error::Unreachable`] so the caller's retry applies.
 
 use base64::Engine as _;
+use hyper_util::client::legacy::connect::HttpConnector;
 use milvus_formats::value::{self, Value};
 use milvus_proto::common::{ImportState, KeyValuePair, ReplicateConfiguration, Status};
 use milvus_proto::milvus::milvus_service_client::MilvusServiceClient;
@@ -46,6 +47,9 @@ pub enum ReplicateProgress {
 pub struct GrpcClient {
     end: String,
     uri: String,
+    /// What a call that must not leave after a deadline connects with, anew each time.
+    endpoint: Endpoint,
+    auth: Auth,
     inner: MilvusServiceClient<InterceptedService<Channel, Auth>>,
 }
 
@@ -102,10 +106,13 @@ impl GrpcClient {
             }
             None => None,
         };
-        let inner = MilvusServiceClient::with_interceptor(endpoint.connect_lazy(), Auth(auth));
+        let auth = Auth(auth);
+        let inner = MilvusServiceClient::with_interceptor(endpoint.connect_lazy(), auth.clone());
         Ok(GrpcClient {
             end: end.to_string(),
             uri: uri.to_string(),
+            endpoint,
+            auth,
             inner,
         })
     }
@@ -271,14 +278,33 @@ impl GrpcClient {
         self.check("CreateCollection", Some(status))
     }
 
-    pub async fn drop_collection(&self, db: &str, name: &str) -> Result<()> {
+    /// Drops `db.name`; with `send_by`, on a connection of its own that writes nothing after
+    /// it (`gate.rs`): a drop by name cannot be made conditional at the server, so the one
+    /// a fence check allowed must not leave after that check stopped counting.
+    pub async fn drop_collection(
+        &self,
+        db: &str,
+        name: &str,
+        send_by: Option<std::time::Instant>,
+    ) -> Result<()> {
         let req = DropCollectionRequest {
             base: None,
             db_name: db.into(),
             collection_name: name.into(),
         };
+        let mut client = match send_by {
+            None => self.inner.clone(),
+            Some(until) => {
+                let mut http = HttpConnector::new();
+                http.enforce_http(false);
+                http.set_nodelay(true);
+                let gated = super::gate::Gated { inner: http, until };
+                let channel = self.endpoint.connect_with_connector_lazy(gated);
+                MilvusServiceClient::with_interceptor(channel, self.auth.clone())
+            }
+        };
         let status = self
-            .call("DropCollection", self.inner.clone().drop_collection(req))
+            .call("DropCollection", client.drop_collection(req))
             .await?;
         self.check("DropCollection", Some(status))
     }

@@ -6,6 +6,7 @@
 //! Wire formats stay here: the engine sees [`JobState`], [`MilvusJobId`] and [`Error`], never a
 //! JSON envelope or a raw `code`.
 
+mod gate;
 mod grpc;
 mod management;
 mod rest;

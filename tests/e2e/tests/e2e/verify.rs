@@ -302,7 +302,7 @@ async fn a_collection_dropped_after_its_commit_is_gone_not_unverified() -> anyho
     let tls = lockstep::milvus::Tls::default();
     let uri = world.sim.uri(e2e::TARGET);
     let target = lockstep::milvus::GrpcClient::new(e2e::TARGET, &uri, None, &tls)?;
-    target.drop_collection(db, name).await?;
+    target.drop_collection(db, name, None).await?;
 
     let verify = world.run(&["verify", restore_id(&run)], &[]).await?;
     assert_eq!(verify.code, 3, "{}", verify.explain());

@@ -620,6 +620,63 @@ async fn a_host_held_up_before_its_claim_does_not_write_over_the_attempt_another
     );
 }
 
+/// A host stopped after its fence check passed, right before its drop leaves (the window
+/// fleet seed 114 hit), wakes after another host took the restore over, dropped the same
+/// collection, made it anew and committed it. Its drop goes out on a connection that writes
+/// nothing once the check stopped counting, so it never reaches the target: the woken host
+/// is lost, and the committed collections stay, with their rows, on every end.
+#[tokio::test]
+async fn a_drop_whose_fence_check_waited_out_a_pause_never_leaves() {
+    let Some(etcd) = etcd("drop_checked").await else {
+        return;
+    };
+    let world = world().await;
+    let url = journal_url(&etcd, "drop-checked");
+    let run = |file: &Path| {
+        let file = file.to_str().unwrap().to_owned();
+        ["--journal".to_owned(), url.clone(), "run".to_owned(), file]
+    };
+    // An earlier restore made the collections the paused host is about to drop.
+    let earlier = world.job("orders", "[restore]\nsuffix = \"_g\"\n").unwrap();
+    let args = run(&earlier);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let made = world.run(&args, &[]).await.unwrap();
+    assert_eq!(made.code, 0, "{}", made.explain());
+    let again = "[restore]\nsuffix = \"_g\"\ndrop_exist_collection = true\n";
+    let file = world.job("orders-again", again).unwrap();
+    let args = run(&file);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut slow = world
+        .spawn(&args, &[("LOCKSTEP_PAUSE_AT", "drop-checked")])
+        .unwrap();
+    eventually(Duration::from_secs(30), || async {
+        slow.is_paused().then_some(())
+    })
+    .await
+    .expect("the first host stops with its first drop checked");
+    // Past the paused host's lease (2 s), another host takes over and commits.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let other = world.run(&args, &[]).await.unwrap();
+    assert_eq!(other.code, 0, "{}", other.explain());
+    let drops = world.requests("t", "/DropCollection").await.unwrap();
+
+    slow.wake().unwrap();
+    let woken = slow.finish().await.unwrap();
+    assert_eq!(woken.code, 7, "lost: {}", woken.explain());
+    assert_eq!(
+        world.requests("t", "/DropCollection").await.unwrap(),
+        drops,
+        "the woken host's drop reached the target"
+    );
+    for end in ["t", "s1"] {
+        let all = world.collections(end).await.unwrap();
+        let made: Vec<_> = all.iter().filter(|(c, _)| c.ends_with("_g")).collect();
+        assert_eq!(made.len(), 2, "{end}: {all:?}");
+        assert!(made.iter().all(|(_, rows)| **rows > 0), "{end}: {all:?}");
+    }
+    world.assert_nothing_held().await.unwrap();
+}
+
 /// A host stopped right after the journal said its claim holds (a VM frozen with the answer
 /// in a socket) wakes after another host took the restore over and committed it under the
 /// same collection names. The answer is older than a lease's quarter: asked again, it is
