@@ -344,8 +344,13 @@ impl Scenario {
             .then(|| d.pick(lockstep::engine::faults::POINTS));
         let resume = d.pick(&[Resume::Recover, Resume::RunAgain]);
         let etcd = journal == JournalKind::Etcd;
+        // A host stops itself at a crash point, or between a fence check that passed and
+        // the drop it allows (DESIGN.md §2.1: the drop must not leave once it wakes).
+        let points: Vec<&'static str> = (lockstep::engine::faults::POINTS.iter().copied())
+            .chain(["drop-checked"])
+            .collect();
         let pause_at = (etcd && crash_at.is_none() && d.chance(if fleet { 2 } else { 6 }))
-            .then(|| (d.pick(lockstep::engine::faults::POINTS), d.pause()));
+            .then(|| (d.pick(&points), d.pause()));
 
         let ends: Vec<String> = std::iter::once(TARGET.to_string())
             .chain((0..secondaries).map(secondary))
