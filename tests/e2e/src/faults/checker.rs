@@ -754,17 +754,20 @@ fn named_by_query(s: &Submitted<'_>, end: &str, collection: &str, seen: Shown) -
     })
 }
 
+/// The report of `s`'s attempt, when it has one that reads.
+fn report_of(s: &Submitted<'_>) -> Option<Value> {
+    s.record
+        .report
+        .as_ref()
+        .and_then(|r| r.read::<Value>().ok())
+}
+
 /// Whether the report of `s`'s attempt names its job as diverged on `end`.
 fn named_diverged(s: &Submitted<'_>, end: &str) -> bool {
     let Some(job) = &s.batch.job_id else {
         return false;
     };
-    let report = s
-        .record
-        .report
-        .as_ref()
-        .and_then(|r| r.read::<Value>().ok());
-    report.is_some_and(|r| {
+    report_of(s).is_some_and(|r| {
         r["divergences"].as_array().is_some_and(|ds| {
             ds.iter()
                 .any(|d| d["end"] == end && d["job_id"] == job.0.as_str())
@@ -774,12 +777,7 @@ fn named_diverged(s: &Submitted<'_>, end: &str) -> bool {
 
 /// Whether `s`'s report says its verification found `collection` gone from `end`.
 fn named_gone(s: &Submitted<'_>, end: &str, collection: &str) -> bool {
-    let report = s
-        .record
-        .report
-        .as_ref()
-        .and_then(|r| r.read::<Value>().ok());
-    report.is_some_and(|r| {
+    report_of(s).is_some_and(|r| {
         r["verification"]["shown"].as_array().is_some_and(|shown| {
             shown
                 .iter()
