@@ -991,6 +991,33 @@ mod tests {
 
     /// Seeds 3307 and 3310: a host killed after printing its report (exit -1) was flagged
     /// as exiting against its report.
+    /// A report names a collection gone only on the ends its verification found it gone.
+    #[test]
+    fn a_collection_is_named_gone_only_where_the_verification_found_it_gone() {
+        use lockstep::journal::{BatchRecord, PlannedBatch, RestoreId, StoredReport};
+        let id = RestoreId::new("job", "abc", 1);
+        let mut record = RestoreRecord::new(id, "job", "abc", 1, "nightly", vec![]);
+        let shown = serde_json::json!({"verification": {"shown": [
+            {"end": "t", "collection": "default.c", "live": 10, "shows": null, "gone": true},
+            {"end": "s1", "collection": "default.c", "live": 10, "shows": 10},
+        ]}});
+        record.report = Some(StoredReport::of(&shown).unwrap());
+        let planned: PlannedBatch = serde_json::from_value(serde_json::json!({
+            "batch_id": "b", "db": "default", "collection": "c", "partition": "_default",
+            "idempotency_key": "k", "files": [], "options": {},
+        }))
+        .unwrap();
+        let batch = BatchRecord::new(planned);
+        let submitted = Submitted {
+            record: &record,
+            batch: &batch,
+            committed_ms: Some(0),
+        };
+        assert!(named_gone(&submitted, "t", "default.c"));
+        assert!(!named_gone(&submitted, "s1", "default.c"));
+        assert!(!named_gone(&submitted, "t", "default.d"));
+    }
+
     #[test]
     fn a_host_killed_after_its_report_is_not_an_exit_code_disagreement() {
         let killed = process(Ending::Killed, -1, Some(Outcome::RolledBack));
