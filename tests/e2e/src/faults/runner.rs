@@ -802,19 +802,24 @@ pub async fn run_seed(scenario: &Scenario, config: &RunnerConfig) -> anyhow::Res
         scenario.crash_at,
         scenario.pause_at.map(|(point, _)| point),
     )?);
-    let mut self_pause = scenario.pause_at.map(|(_, pause)| pause);
+    let mut self_pause = scenario.pause_at;
     let mut race = None;
     let mut resumes = Vec::new();
     let mut schedule = scenario.schedule.iter().peekable();
     loop {
         // The first host stopped itself at its pause point.
-        if let Some(pause) = self_pause
+        if let Some((point, pause)) = self_pause
             && let Some(p) = main.as_mut()
             && p.pause_armed
             && p.running.is_paused()
         {
             self_pause = None;
-            *run.injected.entry("host-paused").or_default() += 1;
+            // Counted apart where it stops a drop its fence check allowed (DESIGN.md §2.1).
+            let kind = match point {
+                "drop-checked" => "host-paused-before-drop",
+                _ => "host-paused",
+            };
+            *run.injected.entry(kind).or_default() += 1;
             run.stall_main(pause, Stall::Paused, &mut main).await?;
             continue;
         }
