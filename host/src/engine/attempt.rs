@@ -255,6 +255,10 @@ impl<'a> Attempt<'a> {
 const FENCE_ASKS: usize = 3;
 
 impl Fence for Attempt<'_> {
+    fn send_by(&self) -> Option<std::time::Instant> {
+        *self.send_by.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The keeper's answer, provided it came within the journal's [`Journal::fence_fresh`]
     /// of asking: an answer that took longer may have waited out a pause of this host (its
     /// answer held in a socket while the process was stopped) during which another host took
@@ -263,10 +267,6 @@ impl Fence for Attempt<'_> {
     /// committed). Asked again, it fails if the claim is gone.
     ///
     /// [`Journal::fence_fresh`]: crate::journal::Journal::fence_fresh
-    fn send_by(&self) -> Option<std::time::Instant> {
-        *self.send_by.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     fn check(&self) -> BoxFuture<'_, Result<(), Lost>> {
         Box::pin(async move {
             let fresh = self.engine.journal.fence_fresh();
