@@ -620,6 +620,22 @@ async fn a_host_held_up_before_its_claim_does_not_write_over_the_attempt_another
     );
 }
 
+/// Starts `args` on a host that stops itself at `point`, and once it has, past its lease
+/// (2 s), runs them to the end on another host, which takes the restore over and commits.
+/// The first host is returned still stopped.
+async fn paused_then_taken_over(world: &World, args: &[&str], point: &str) -> e2e::Running {
+    let slow = world.spawn(args, &[("LOCKSTEP_PAUSE_AT", point)]).unwrap();
+    eventually(Duration::from_secs(30), || async {
+        slow.is_paused().then_some(())
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the first host stops at {point}"));
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let other = world.run(args, &[]).await.unwrap();
+    assert_eq!(other.code, 0, "{}", other.explain());
+    slow
+}
+
 /// A host stopped after its fence check passed, right before its drop leaves (the window
 /// fleet seed 114 hit), wakes after another host took the restore over, dropped the same
 /// collection, made it anew and committed it. Its drop goes out on a connection that writes
@@ -632,32 +648,15 @@ async fn a_drop_whose_fence_check_waited_out_a_pause_never_leaves() {
     };
     let world = world().await;
     let url = journal_url(&etcd, "drop-checked");
-    let run = |file: &Path| {
-        let file = file.to_str().unwrap().to_owned();
-        ["--journal".to_owned(), url.clone(), "run".to_owned(), file]
-    };
     // An earlier restore made the collections the paused host is about to drop.
     let earlier = world.job("orders", "[restore]\nsuffix = \"_g\"\n").unwrap();
-    let args = run(&earlier);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let made = world.run(&args, &[]).await.unwrap();
+    let earlier = ["--journal", url.as_str(), "run", earlier.to_str().unwrap()];
+    let made = world.run(&earlier, &[]).await.unwrap();
     assert_eq!(made.code, 0, "{}", made.explain());
     let again = "[restore]\nsuffix = \"_g\"\ndrop_exist_collection = true\n";
     let file = world.job("orders-again", again).unwrap();
-    let args = run(&file);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut slow = world
-        .spawn(&args, &[("LOCKSTEP_PAUSE_AT", "drop-checked")])
-        .unwrap();
-    eventually(Duration::from_secs(30), || async {
-        slow.is_paused().then_some(())
-    })
-    .await
-    .expect("the first host stops with its first drop checked");
-    // Past the paused host's lease (2 s), another host takes over and commits.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
-    let other = world.run(&args, &[]).await.unwrap();
-    assert_eq!(other.code, 0, "{}", other.explain());
+    let args = ["--journal", url.as_str(), "run", file.to_str().unwrap()];
+    let mut slow = paused_then_taken_over(&world, &args, "drop-checked").await;
     let drops = world.requests("t", "/DropCollection").await.unwrap();
 
     slow.wake().unwrap();
@@ -692,18 +691,7 @@ async fn a_fence_answer_that_waited_out_a_pause_is_not_acted_on() {
     let file = world.job("orders", "[restore]\nsuffix = \"_f\"\n").unwrap();
     let file = file.to_str().unwrap();
     let args = ["--journal", url.as_str(), "run", file];
-    let mut slow = world
-        .spawn(&args, &[("LOCKSTEP_PAUSE_AT", "fence-answered")])
-        .unwrap();
-    eventually(Duration::from_secs(30), || async {
-        slow.is_paused().then_some(())
-    })
-    .await
-    .expect("the first host stops with its first fence answer");
-    // Past the paused host's lease (2 s), another host takes over and commits.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
-    let other = world.run(&args, &[]).await.unwrap();
-    assert_eq!(other.code, 0, "{}", other.explain());
+    let mut slow = paused_then_taken_over(&world, &args, "fence-answered").await;
     let writes = world.writes_received().await.unwrap();
 
     slow.wake().unwrap();
